@@ -1,0 +1,40 @@
+# METADATA
+# title: labgate admission entry point
+# description: |
+#   The one query the webhook makes per admission request: data.labgate.admission.decision.
+#   It gathers the `violation` set of every package under data.labgate.rules, applies each rule's
+#   enforcement mode for the tenant (enforce, warn or dry-run; enforce when unset), and returns
+#   denials, warnings and dry-run findings. The webhook turns denials into one refusal message.
+package labgate.admission
+
+import data.labgate.lib.tenancy
+
+findings contains finding if {
+	some package_name
+	some violation in data.labgate.rules[package_name].violation
+	finding := object.union(violation, {"mode": mode(violation.rule)})
+}
+
+# Per-tenant mode from Tenant.spec.enforcement[rule_id]; unknown values fall back to enforce.
+mode(rule_id) := m if {
+	m := tenancy.namespace_tenant.spec.enforcement[rule_id]
+	m in {"enforce", "warn", "dry-run"}
+} else := "enforce"
+
+denials := [f | some f in findings; f.mode == "enforce"]
+
+warnings := [f | some f in findings; f.mode == "warn"]
+
+dry_run := [f | some f in findings; f.mode == "dry-run"]
+
+decision := {
+	"allowed": count(denials) == 0,
+	"denials": denials,
+	"warnings": warnings,
+	"dry_run": dry_run,
+	"tenant": tenant_name,
+}
+
+tenant_name := tenancy.claimed_tenant_name
+
+default tenant_name := null

@@ -1,0 +1,88 @@
+# METADATA
+# title: Tenancy helpers
+# description: |
+#   Who owns a namespace, who is a member of a tenant, and which requesters are the platform itself.
+#   Reads data.labgate.inventory (tenants and namespaces, kept in sync by the webhook) and input.request.
+package labgate.lib.tenancy
+
+tenant_label := data.labgate.config.tenant_label
+
+# The namespace the request writes into (for a Namespace object: the namespace itself).
+request_namespace := input.request.namespace if input.request.namespace != ""
+
+request_namespace := input.request.name if {
+	input.request.kind.kind == "Namespace"
+	input.request.kind.group == ""
+}
+
+# Labels of the request's namespace: from the object for a Namespace, else from the inventory.
+namespace_labels := object.get(input.request.object, ["metadata", "labels"], {}) if {
+	input.request.kind.kind == "Namespace"
+	input.request.kind.group == ""
+} else := data.labgate.inventory.namespaces[request_namespace].labels
+
+# The tenant named by the namespace's label, whether or not such a Tenant exists.
+claimed_tenant_name := namespace_labels[tenant_label]
+
+# The Tenant object that owns the request's namespace.
+namespace_tenant := data.labgate.inventory.tenants[claimed_tenant_name]
+
+# The platform itself: cluster admins, controllers, nodes.
+is_trusted_requester if input.request.userInfo.username in data.labgate.config.trusted_users
+
+is_trusted_requester if {
+	some group in input.request.userInfo.groups
+	group in data.labgate.config.trusted_groups
+}
+
+# Subjects a tenant lists as able to run workloads (admins and researchers).
+workload_subjects(tenant) := array.concat(
+	object.get(tenant, ["spec", "members", "admins"], []),
+	object.get(tenant, ["spec", "members", "researchers"], []),
+)
+
+subject_matches(subject, user) if {
+	subject.kind == "User"
+	subject.name == user.username
+}
+
+subject_matches(subject, user) if {
+	subject.kind == "Group"
+	subject.name in user.groups
+}
+
+subject_matches(subject, user) if {
+	subject.kind == "ServiceAccount"
+	user.username == sprintf("system:serviceaccount:%s:%s", [subject.namespace, subject.name])
+}
+
+# The tenant's own namespaces (those labelled with its name in the inventory).
+tenant_namespaces(tenant_name) := {name |
+	some name, ns in data.labgate.inventory.namespaces
+	ns.labels[tenant_label] == tenant_name
+}
+
+# A member may run workloads in the tenant's namespaces; so may service accounts living there
+# (a training operator or a Job's controller acting inside the tenant).
+is_member(tenant, user) if {
+	some subject in workload_subjects(tenant)
+	subject_matches(subject, user)
+}
+
+is_member(tenant, user) if {
+	some group in user.groups
+	startswith(group, "system:serviceaccounts:")
+	trim_prefix(group, "system:serviceaccounts:") in tenant_namespaces(tenant.metadata.name)
+}
+
+# Names of the tenants `user` belongs to, for messages that tell people where they may work.
+tenants_of(user) := {name |
+	some name, tenant in data.labgate.inventory.tenants
+	is_member(tenant, user)
+}
+
+# "alice (groups team-a, system:authenticated)" for messages.
+describe_user(user) := sprintf("%q (groups: %s)", [user.username, concat(", ", [g |
+	some g in user.groups
+	not startswith(g, "system:")
+])])

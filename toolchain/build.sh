@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Build the tools pinned in toolchain/versions.env from the Go module proxy.
+#
+#   toolchain/build.sh             build every tool that is not already in the cache
+#   toolchain/build.sh opa etcd    build only these
+#   toolchain/build.sh --bin-dirs  print the bin directory of every tool (for PATH), build nothing
+#
+# Binaries go to $LABGATE_TOOLS_CACHE (default ~/.cache/labgate/tools)/<tool>-<version>/bin and are
+# never committed. A tool whose directory holds a .complete stamp is skipped, so a second run takes
+# seconds; changing a version in versions.env rebuilds only that tool. Independent tools build in
+# parallel ($LABGATE_BUILD_JOBS, default 2) and share Go's build cache.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
+jobs="${LABGATE_BUILD_JOBS:-2}"
+all_tools=(kubernetes etcd opa helm registry crane cosign-v2 cosign-v3)
+
+die() { echo "toolchain: error: $*" >&2; exit 1; }
+
+# The staging modules k8s.io/kubernetes replaces with ./staging/src/...; a wrapper module has no
+# staging tree, so each is pinned to the published module of the matching release instead.
+k8s_staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+  mount-utils pod-security-admission sample-apiserver)
+
+# tool_spec NAME sets: version, module, packages, binaries, ldflags, replaces.
+tool_spec() {
+  ldflags="-s -w"
+  replaces=""
+  case "$1" in
+    kubernetes)
+      version=$KUBERNETES_VERSION module=k8s.io/kubernetes
+      packages="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl"
+      binaries="kube-apiserver kube-controller-manager kubectl"
+      local minor v m
+      minor=${version#v1.}; minor=${minor%%.*}
+      for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=" -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+        ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+      done
+      for m in "${k8s_staging[@]}"; do replaces+="	k8s.io/$m => k8s.io/$m $KUBERNETES_STAGING_VERSION"$'\n'; done
+      ;;
+    etcd)
+      version=$ETCD_VERSION module=go.etcd.io/etcd/server/v3
+      packages=go.etcd.io/etcd/server/v3 binaries=etcd ;;
+    opa)
+      version=$OPA_VERSION module=github.com/open-policy-agent/opa
+      packages=github.com/open-policy-agent/opa binaries=opa
+      ldflags+=" -X github.com/open-policy-agent/opa/v1/version.Version=${version#v}" ;;
+    helm)
+      version=$HELM_VERSION module=helm.sh/helm/v3
+      packages=helm.sh/helm/v3/cmd/helm binaries=helm
+      ldflags+=" -X helm.sh/helm/v3/internal/version.version=$version" ;;
+    registry)
+      version=$REGISTRY_VERSION module=github.com/distribution/distribution/v3
+      packages=github.com/distribution/distribution/v3/cmd/registry binaries=registry ;;
+    crane)
+      version=$CRANE_VERSION module=github.com/google/go-containerregistry
+      packages=github.com/google/go-containerregistry/cmd/crane binaries=crane ;;
+    cosign-v2)
+      version=$COSIGN_V2_VERSION module=github.com/sigstore/cosign/v2
+      packages=github.com/sigstore/cosign/v2/cmd/cosign binaries=cosign
+      ldflags+=" -X sigs.k8s.io/release-utils/version.gitVersion=$version" ;;
+    cosign-v3)
+      version=$COSIGN_V3_VERSION module=github.com/sigstore/cosign/v3
+      packages=github.com/sigstore/cosign/v3/cmd/cosign binaries=cosign
+      ldflags+=" -X sigs.k8s.io/release-utils/version.gitVersion=$version" ;;
+    *) die "unknown tool '$1' (known: ${all_tools[*]})" ;;
+  esac
+}
+
+tool_dir() { tool_spec "$1"; echo "$cache/$1-$version"; }
+is_built() { [ -f "$(tool_dir "$1")/.complete" ]; }
+
+if [ "${1:-}" = "--bin-dirs" ]; then
+  for t in "${all_tools[@]}"; do echo "$(tool_dir "$t")/bin"; done
+  exit 0
+fi
+
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=("${all_tools[@]}")
+todo=()
+for t in "${wanted[@]}"; do
+  if is_built "$t"; then echo "toolchain: ✓ $t $version (cached in $(tool_dir "$t"))"; else todo+=("$t"); fi
+done
+[ ${#todo[@]} -gt 0 ] || exit 0
+
+# Preflight: fail early and clearly when Go or the module proxy cannot be had.
+command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH; install Go >= 1.24 (apt-get install golang, or see go.dev)"
+go_version=$(go env GOVERSION)
+echo "toolchain: $go_version, GOPROXY=$(go env GOPROXY), cache $cache"
+tool_spec "${todo[0]}"
+if ! probe=$(cd /tmp && timeout 90 go list -m -json "$module@$version" 2>&1); then
+  die "cannot reach the Go module proxy ($(go env GOPROXY)) to fetch $module@$version: ${probe##*$'\n'}"
+fi
+
+mkdir -p "$cache/logs"
+go_directive=$(echo "$go_version" | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')
+
+build_one() {  # runs in a subshell; output goes to the tool's log
+  local name=$1 dir work pkg
+  tool_spec "$name"
+  dir="$cache/$name-$version"
+  work="$cache/work/$name-$version"
+  rm -rf "$work" && mkdir -p "$work/bin"
+  cd "$work"
+  {
+    echo "module labgate.local/toolchain/$name"
+    echo
+    echo "go $go_directive"
+    if [ -n "$replaces" ]; then printf 'replace (\n%s)\n' "$replaces"; fi
+  } >go.mod
+  local get_args=()
+  for pkg in $packages; do get_args+=("$pkg@$version"); done
+  echo "+ go get ${get_args[*]}"
+  go get "${get_args[@]}"
+  # One package: name the binary (etcd's main package would otherwise be called "server").
+  local out="$work/bin/"
+  [ "$(wc -w <<<"$packages")" -gt 1 ] || out="$work/bin/$binaries"
+  echo "+ go build -o $out $packages"
+  # shellcheck disable=SC2086
+  CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$out" $packages
+  local b
+  for b in $binaries; do [ -x "$work/bin/$b" ] || { echo "expected binary $b was not built"; return 1; }; done
+  rm -rf "$dir" && mkdir -p "$dir"
+  mv "$work/bin" "$dir/bin"
+  echo "$version built by $go_version on $(date -u +%FT%TZ)" >"$dir/.complete"
+  rm -rf "$work"
+}
+
+declare -A pid_of=() start_of=()
+failed=()
+started=$(date +%s)
+pending=("${todo[@]}")
+last_report=$started
+
+reap() {  # collect finished builds
+  local t rc
+  for t in "${!pid_of[@]}"; do
+    if ! kill -0 "${pid_of[$t]}" 2>/dev/null; then
+      rc=0; wait "${pid_of[$t]}" || rc=$?
+      tool_spec "$t"
+      if [ $rc -eq 0 ]; then
+        echo "toolchain: ✓ $t $version built in $(( $(date +%s) - ${start_of[$t]} ))s"
+      else
+        echo "toolchain: ✗ $t $version failed (exit $rc); last lines of $cache/logs/$t-$version.log:" >&2
+        tail -n 25 "$cache/logs/$t-$version.log" >&2
+        failed+=("$t")
+      fi
+      unset "pid_of[$t]"
+    fi
+  done
+}
+
+while [ ${#pending[@]} -gt 0 ] || [ ${#pid_of[@]} -gt 0 ]; do
+  while [ ${#pending[@]} -gt 0 ] && [ ${#pid_of[@]} -lt "$jobs" ]; do
+    t=${pending[0]}; pending=("${pending[@]:1}")
+    tool_spec "$t"
+    echo "toolchain: → building $t $version (log: $cache/logs/$t-$version.log)"
+    ( build_one "$t" ) >"$cache/logs/$t-$version.log" 2>&1 &
+    pid_of[$t]=$!
+    start_of[$t]=$(date +%s)
+  done
+  sleep 2
+  reap
+  now=$(date +%s)
+  if [ $(( now - last_report )) -ge 30 ] && [ ${#pid_of[@]} -gt 0 ]; then
+    line=""
+    for t in "${!pid_of[@]}"; do line+=" $t $(( now - ${start_of[$t]} ))s;"; done
+    echo "toolchain: … still building:$line ${#pending[@]} waiting; $(( now - started ))s elapsed"
+    last_report=$now
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then die "failed to build: ${failed[*]}"; fi
+echo "toolchain: all requested tools built in $(( $(date +%s) - started ))s"

@@ -1,0 +1,63 @@
+"""Pure admission logic: the policy input for a request, and the AdmissionResponse for a decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.policy_engine import Decision, Finding
+from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
+from webhook.workloads import find_pod_templates
+
+MAX_WARNING_LENGTH = 119  # kubectl shows warnings whole; keep them on one line
+
+
+def build_policy_input(*, request: AdmissionRequest) -> dict[str, Any]:
+    """The `input` document for data.labgate.admission.decision.
+
+    `input.request` is the AdmissionRequest in its wire form (camelCase, as Kubernetes docs show it);
+    `input.pod_templates` lists the pod specs inside the object, so rules need not know every kind.
+    """
+    templates = find_pod_templates(request.object, group=request.kind.group, kind=request.kind.kind)
+    return {
+        "request": request.model_dump(by_alias=True, exclude_none=True),
+        "pod_templates": [t.model_dump() for t in templates],
+    }
+
+
+def shorten_warning(text: str) -> str:
+    """A warning that fits on one line of kubectl output (under 120 characters)."""
+    single_line = " ".join(text.split())
+    if len(single_line) <= MAX_WARNING_LENGTH:
+        return single_line
+    return single_line[: MAX_WARNING_LENGTH - 1].rstrip() + "…"
+
+
+def refusal_message(denials: list[Finding]) -> str:
+    """All refusals in one message, one per line, in a stable order."""
+    return "\n".join(f.message for f in sorted(denials, key=lambda f: (f.rule, f.message)))
+
+
+def build_response(*, request: AdmissionRequest, decision: Decision) -> AdmissionResponse:
+    """The AdmissionResponse for `decision`: uid echoed, all refusals in one message, warnings."""
+    warnings = [shorten_warning(f.message) for f in decision.warnings] or None
+    if decision.denials:
+        return AdmissionResponse(
+            uid=request.uid,
+            allowed=False,
+            status=ResponseStatus(code=403, reason="Forbidden", message=refusal_message(decision.denials)),
+            warnings=warnings,
+        )
+    return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+
+
+def engine_unavailable_response(*, request: AdmissionRequest, reason: str) -> AdmissionResponse:
+    """Refuse when no policy decision could be had: an error must never admit by accident."""
+    message = (
+        f"[policy-engine-unavailable] labgate could not evaluate its policies ({reason}), so the request "
+        "was refused to stay safe. Fix: retry in a minute; if it persists, tell the infra team"
+    )
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
+    )

@@ -1,0 +1,279 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+
+    with LocalControlPlane(workdir) as cluster:
+        cluster.kubeconfig_for("alice", groups=("team-a",))   # a researcher's kubeconfig
+
+Certificates are made with `cryptography`; each user is a client certificate whose CN is the user name
+and whose O values are the groups, exactly as a real cluster's x509 authenticator reads them. Ports are
+picked free on 127.0.0.1, so several control planes can run side by side. Every process is stopped
+by its pid on `stop()` (and by the kernel if the parent dies, unless started detached for `make run`).
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+
+from webhook.certificates import KeyPair, issue_client_cert, issue_serving_cert, make_ca, make_signing_key
+from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from webhook.devcluster.tools import ensure_tools
+
+# Native controllers that matter for labgate: quotas get status, namespaces really delete, service
+# accounts and their tokens exist, aggregated ClusterRoles (admin/edit/view) are filled in, and Jobs
+# create their pods (through the admission webhook, as on a real cluster).
+CONTROLLERS = (
+    "namespace-controller",
+    "resourcequota-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+    "job-controller",
+)
+
+ADMIN_USER = "labgate-admin"
+
+
+def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode)
+    return path
+
+
+def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes, client: KeyPair, user: str) -> Path:
+    """A kubeconfig with the credentials embedded, so it works when copied elsewhere."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "labgate-local",
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(client.cert_pem),
+                    "client-key-data": b64(client.key_pem),
+                },
+            }
+        ],
+        "contexts": [{"name": user, "context": {"cluster": "labgate-local", "user": user}}],
+        "current-context": user,
+    }
+    return _write(path, yaml.safe_dump(config).encode())
+
+
+class LocalControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager in `workdir`, on free loopback ports."""
+
+    def __init__(self, workdir: Path, *, detached: bool = False):
+        self.workdir = workdir
+        self.detached = detached
+        self.processes: list[ManagedProcess] = []
+        self.apiserver_port = 0
+        self._ca: KeyPair | None = None
+
+    # -- public surface ---------------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        if self._ca is None:
+            raise RuntimeError("control plane not started")
+        return self._ca.cert_pem
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfigs" / f"{ADMIN_USER}.kubeconfig"
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig for `user` in `groups` (client certificate CN=user, O=groups)."""
+        if self._ca is None:
+            raise RuntimeError("control plane not started")
+        suffix = "" if not groups else "@" + "+".join(sorted(groups))
+        path = self.workdir / "kubeconfigs" / f"{user}{suffix}.kubeconfig"
+        if not path.exists():
+            client = issue_client_cert(self._ca, user=user, groups=groups)
+            write_kubeconfig(path, server=self.server, ca_pem=self._ca.cert_pem, client=client, user=user)
+        return path
+
+    def __enter__(self) -> LocalControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self, *, timeout: float = 90.0) -> None:
+        """Start etcd, the apiserver and the controller manager; return when the API serves requests."""
+        tools = ensure_tools("etcd", "kubernetes")
+        etcd_bin = str(tools["etcd"].binary())
+        k8s = tools["kubernetes"]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        pki = self.workdir / "pki"
+        try:
+            etcd_port, etcd_peer_port = free_port(), free_port()
+            self.apiserver_port = free_port()
+            controller_port = free_port()
+            self._write_pki(pki)
+
+            etcd = self._spawn(
+                "etcd",
+                [
+                    etcd_bin,
+                    "--name=labgate-local",
+                    f"--data-dir={self.workdir / 'etcd'}",
+                    f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                    f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+                    f"--initial-cluster=labgate-local=http://127.0.0.1:{etcd_peer_port}",
+                    "--listen-metrics-urls=",
+                    "--unsafe-no-fsync",  # a throwaway test cluster: durability is not the point
+                    "--log-level=warn",
+                ],
+            )
+            apiserver = self._spawn(
+                "kube-apiserver",
+                [
+                    str(k8s.binary("kube-apiserver")),
+                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={self.apiserver_port}",
+                    f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                    f"--tls-cert-file={pki / 'apiserver.crt'}",
+                    f"--tls-private-key-file={pki / 'apiserver.key'}",
+                    f"--client-ca-file={pki / 'ca.crt'}",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={pki / 'sa.pub'}",
+                    f"--service-account-signing-key-file={pki / 'sa.key'}",
+                    "--service-cluster-ip-range=10.96.0.0/16",
+                    "--authorization-mode=RBAC",
+                    "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,LimitRanger,ResourceQuota,"
+                    "PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                    "--allow-privileged=true",
+                    "--profiling=false",
+                    "--endpoint-reconciler-type=none",
+                    "--v=1",
+                ],
+            )
+            wait_until(
+                self._is_api_ready, what="kube-apiserver /readyz", timeout=timeout, watch=[etcd, apiserver]
+            )
+            controller_kubeconfig = write_kubeconfig(
+                self.workdir / "kubeconfigs" / "kube-controller-manager.kubeconfig",
+                server=self.server,
+                ca_pem=self.ca_pem,
+                client=issue_client_cert(self._ca_or_raise(), user="system:kube-controller-manager"),
+                user="system:kube-controller-manager",
+            )
+            controllers = self._spawn(
+                "kube-controller-manager",
+                [
+                    str(k8s.binary("kube-controller-manager")),
+                    f"--kubeconfig={controller_kubeconfig}",
+                    f"--authentication-kubeconfig={controller_kubeconfig}",
+                    f"--authorization-kubeconfig={controller_kubeconfig}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={controller_port}",
+                    f"--cert-dir={self.workdir / 'controller-certs'}",
+                    f"--controllers={','.join(CONTROLLERS)}",
+                    f"--service-account-private-key-file={pki / 'sa.key'}",
+                    f"--root-ca-file={pki / 'ca.crt'}",
+                    "--use-service-account-credentials=true",
+                    "--leader-elect=false",
+                    "--concurrent-namespace-syncs=4",
+                    "--v=1",
+                ],
+            )
+            # The default ServiceAccount appearing proves the controller manager runs its controllers.
+            wait_until(
+                self._has_default_service_account,
+                what="kube-controller-manager (default ServiceAccount)",
+                timeout=timeout,
+                watch=[controllers],
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every process this control plane started, newest first, by pid."""
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _ca_or_raise(self) -> KeyPair:
+        if self._ca is None:
+            raise RuntimeError("control plane not started")
+        return self._ca
+
+    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = spawn(self.workdir, name, argv, detached=self.detached)
+        self.processes.append(process)
+        return process
+
+    def _write_pki(self, pki: Path) -> None:
+        ca = make_ca("labgate-local-cluster-ca")
+        self._ca = ca
+        serving = issue_serving_cert(
+            ca,
+            common_name="kube-apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ip_addresses=("127.0.0.1", "10.96.0.1"),
+        )
+        sa_private, sa_public = make_signing_key()
+        _write(pki / "ca.crt", ca.cert_pem, 0o644)
+        _write(pki / "ca.key", ca.key_pem)
+        _write(pki / "apiserver.crt", serving.cert_pem, 0o644)
+        _write(pki / "apiserver.key", serving.key_pem)
+        _write(pki / "sa.key", sa_private)
+        _write(pki / "sa.pub", sa_public, 0o644)
+        admin = issue_client_cert(ca, user=ADMIN_USER, groups=("system:masters",))
+        _write(pki / "admin.crt", admin.cert_pem)
+        _write(pki / "admin.key", admin.key_pem)
+        write_kubeconfig(
+            self.admin_kubeconfig, server=self.server, ca_pem=ca.cert_pem, client=admin, user=ADMIN_USER
+        )
+        self._admin_ssl = ssl.create_default_context(cadata=ca.cert_pem.decode())
+        self._admin_ssl.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.server + path)  # noqa: S310 - https to our own loopback apiserver
+        try:
+            with urllib.request.urlopen(request, context=self._admin_ssl, timeout=5) as response:  # noqa: S310
+                return int(response.status), bytes(response.read())
+        except urllib.error.HTTPError as err:
+            return int(err.code), bytes(err.read())
+
+    def _is_api_ready(self) -> bool:
+        status, _ = self._get("/readyz")
+        return status == 200
+
+    def _has_default_service_account(self) -> bool:
+        status, _ = self._get("/api/v1/namespaces/default/serviceaccounts/default")
+        return status == 200

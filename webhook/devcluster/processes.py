@@ -1,0 +1,182 @@
+"""Child processes that the local control plane starts, and the bounded waits around them."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # If the test runner is killed outright, the kernel stops its control plane too.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ProcessFailedError(RuntimeError):
+    """A child process exited or never became ready; the message carries its log tail."""
+
+
+class ManagedProcess:
+    """One child process with its own log file, stopped by its pid."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, *, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self._popen.pid
+
+    def start(self, *, detached: bool = False) -> None:
+        """Start the process. Detached processes outlive this Python process (for `make run`)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._popen = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(self.env or {})},
+            start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop children in order.
+            preexec_fn=None if detached else _die_with_parent,  # noqa: PLW1509 - prctl only, no locks
+        )
+
+    def is_running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def check_alive(self) -> None:
+        """Raise with the log tail if the process has exited."""
+        if self._popen is not None and self._popen.poll() is not None:
+            raise ProcessFailedError(
+                f"{self.name} exited with code {self._popen.returncode}; last lines of {self.log_path}:\n"
+                f"{self.log_tail()}"
+            )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; always reaps the child."""
+        if self._popen is not None:
+            stop_pid(self._popen.pid, timeout=timeout)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=1)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (e.g. `labgate dev down` stopping a detached stack)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_pid(pid: int, *, timeout: float = 10.0) -> None:
+    """Stop one process by pid: SIGTERM, wait up to `timeout`, then SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _is_alive(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _is_alive(pid):
+        time.sleep(0.05)
+
+
+def wait_until(
+    is_ready: Callable[[], bool],
+    *,
+    what: str,
+    timeout: float,
+    interval: float = 0.1,
+    watch: list[ManagedProcess] | None = None,
+) -> None:
+    """Poll `is_ready` until True, at most `timeout` seconds; fail early if a watched process dies."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for process in watch or []:
+            process.check_alive()
+        try:
+            if is_ready():
+                return
+        except Exception:  # noqa: S110 - a refused connection while starting means "not yet"
+            pass
+        if time.monotonic() >= deadline:
+            tails = "".join(f"\n--- {p.name} ({p.log_path}):\n{p.log_tail()}" for p in watch or [])
+            raise ProcessFailedError(f"{what} was not ready after {timeout:.0f}s{tails}")
+        time.sleep(interval)
+
+
+PIDS_FILE = "pids.json"
+
+
+def spawn(
+    workdir: Path, name: str, argv: list[str], *, detached: bool = False, env: dict[str, str] | None = None
+) -> ManagedProcess:
+    """Start `argv` with its log in workdir/logs/NAME.log and record its pid in workdir/pids.json."""
+    process = ManagedProcess(name, argv, workdir / "logs" / f"{name}.log", env=env)
+    process.start(detached=detached)
+    pids = recorded_pids(workdir)
+    pids[name] = process.pid
+    (workdir / PIDS_FILE).write_text(json.dumps(pids, indent=2))
+    return process
+
+
+def recorded_pids(workdir: Path) -> dict[str, int]:
+    """name -> pid of the processes started in `workdir`, oldest first."""
+    path = workdir / PIDS_FILE
+    if not path.is_file():
+        return {}
+    return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+
+
+def stop_recorded(workdir: Path) -> list[str]:
+    """Stop every process recorded in workdir/pids.json, newest first (used by `labgate dev down`)."""
+    stopped = []
+    for name, pid in reversed(list(recorded_pids(workdir).items())):
+        stop_pid(pid)
+        stopped.append(f"{name} (pid {pid})")
+    (workdir / PIDS_FILE).unlink(missing_ok=True)
+    return stopped

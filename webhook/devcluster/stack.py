@@ -1,0 +1,169 @@
+"""The local control plane with labgate installed: CRDs, a real OPA server loaded with policies/,
+and the webhook (one or more replicas) registered with the apiserver over TLS on loopback."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+
+from webhook.certificates import issue_serving_cert, make_ca
+from webhook.devcluster.controlplane import LocalControlPlane
+from webhook.devcluster.kubectl import kubectl
+from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from webhook.devcluster.tools import REPO_ROOT, ensure_tools
+from webhook.registration import validating_webhook_configuration
+
+LABGATE_NAMESPACE = "labgate-system"
+EXEMPT_NAMESPACES = ["kube-system", LABGATE_NAMESPACE]
+CRD_DIR = REPO_ROOT / "charts" / "labgate" / "crds"
+POLICY_DIR = REPO_ROOT / "policies"
+WEBHOOK_CONFIGURATION = "labgate"
+
+
+def opa_argv(opa: str, *, port: int, policy_dir: Path) -> list[str]:
+    """`opa run` as labgate uses it: server on loopback, policies watched for changes, tests skipped."""
+    return [
+        opa,
+        "run",
+        "--server",
+        f"--addr=127.0.0.1:{port}",
+        "--log-level=error",
+        "--watch",
+        "--ignore=*_test.rego",
+        "--ignore=samples",
+        "--ignore=testdata",
+        str(policy_dir),
+    ]
+
+
+class KubectlError(RuntimeError):
+    """A kubectl command that labgate's own set-up needed failed."""
+
+
+class LabgateStack:
+    """Control plane + OPA + webhook, ready for `kubectl apply` as researchers."""
+
+    def __init__(self, workdir: Path, *, detached: bool = False, webhook_replicas: int = 1):
+        self.workdir = workdir
+        self.detached = detached
+        self.webhook_replicas = webhook_replicas
+        self.cluster = LocalControlPlane(workdir, detached=detached)
+        self.processes: list[ManagedProcess] = []
+        self.opa_url = ""
+        self.webhook_urls: list[str] = []
+        self.start_seconds = 0.0
+
+    def __enter__(self) -> LabgateStack:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.cluster.admin_kubeconfig
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        return self.cluster.kubeconfig_for(user, groups)
+
+    def admin_kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl as the cluster admin; raises KubectlError with kubectl's output on failure."""
+        result = kubectl(self.admin_kubeconfig, *args, stdin=stdin)
+        if result.returncode != 0:
+            raise KubectlError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def start(self) -> None:
+        started = time.monotonic()
+        tools = ensure_tools("etcd", "kubernetes", "opa")
+        try:
+            self.cluster.start()
+            self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
+            self.admin_kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/tenants.labgate.io")
+            self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
+            self._start_opa(str(tools["opa"].binary()))
+            self._start_webhooks()
+            self.register_webhook(self.webhook_urls[0])
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+        self.cluster.stop()
+
+    def _start_opa(self, opa: str) -> None:
+        port = free_port()
+        process = spawn(self.workdir, "opa", opa_argv(opa, port=port, policy_dir=POLICY_DIR), detached=self.detached)
+        self.processes.append(process)
+        self.opa_url = f"http://127.0.0.1:{port}"
+
+        def is_healthy() -> bool:
+            with urllib.request.urlopen(f"{self.opa_url}/health", timeout=2) as response:  # noqa: S310
+                return bool(response.status == 200)
+
+        wait_until(is_healthy, what="OPA /health", timeout=30, watch=[process])
+
+    def _start_webhooks(self) -> None:
+        pki = self.workdir / "webhook-pki"
+        pki.mkdir(parents=True, exist_ok=True)
+        self.webhook_ca = make_ca("labgate-webhook-ca")
+        serving = issue_serving_cert(
+            self.webhook_ca, common_name="labgate-webhook", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
+        )
+        (pki / "ca.crt").write_bytes(self.webhook_ca.cert_pem)
+        (pki / "tls.crt").write_bytes(serving.cert_pem)
+        (pki / "tls.key").write_bytes(serving.key_pem)
+        (pki / "tls.key").chmod(0o600)
+        context = ssl.create_default_context(cadata=self.webhook_ca.cert_pem.decode())
+        for index in range(self.webhook_replicas):
+            port = free_port()
+            process = spawn(
+                self.workdir,
+                f"webhook-{index}",
+                [sys.executable, "-m", "webhook.cli", "serve"],
+                detached=self.detached,
+                env={
+                    "LABGATE_OPA_URL": self.opa_url,
+                    "LABGATE_KUBECONFIG": str(self.admin_kubeconfig),
+                    "LABGATE_HOST": "127.0.0.1",
+                    "LABGATE_PORT": str(port),
+                    "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
+                    "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
+                    "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
+                    "PYTHONPATH": str(REPO_ROOT),
+                },
+            )
+            self.processes.append(process)
+            url = f"https://127.0.0.1:{port}"
+
+            def is_ready(url: str = url) -> bool:
+                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:  # noqa: S310
+                    return bool(response.status == 200)
+
+            wait_until(is_ready, what=f"labgate webhook {index} /readyz", timeout=60, watch=[process])
+            self.webhook_urls.append(url)
+
+    def register_webhook(self, url: str) -> None:
+        """Point the apiserver's ValidatingWebhookConfiguration at `url`."""
+        configuration = validating_webhook_configuration(
+            name=WEBHOOK_CONFIGURATION,
+            url=url,
+            ca_bundle_pem=self.webhook_ca.cert_pem,
+            exempt_namespaces=EXEMPT_NAMESPACES,
+        )
+        self.admin_kubectl(
+            "apply", "--server-side", "--field-manager=labgate-dev", "-f", "-", stdin=yaml.safe_dump(configuration)
+        )

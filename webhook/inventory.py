@@ -1,0 +1,92 @@
+"""OPA's copy of the cluster's tenants and namespaces (data.labgate.inventory), fed by watches.
+
+Rego needs to know which tenant owns a namespace, who its members are and how other namespaces
+are labelled (network policy peers). The webhook keeps that in OPA as data, so each admission
+query carries only the request itself and nothing on the admission path waits for the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kubernetes import client
+
+from webhook.kube import TENANT_GROUP, TENANT_PLURAL, TENANT_VERSION, Object, Reflector
+from webhook.policy_engine import InventoryStore
+
+log = logging.getLogger(__name__)
+
+
+def namespace_document(namespace: Object) -> dict[str, Any]:
+    """What policies see of a Namespace."""
+    metadata = namespace.get("metadata", {})
+    return {"labels": metadata.get("labels") or {}, "annotations": metadata.get("annotations") or {}}
+
+
+def tenant_document(tenant: Object) -> dict[str, Any]:
+    """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
+    metadata = tenant.get("metadata", {})
+    return {
+        "metadata": {
+            "name": metadata.get("name", ""),
+            "labels": metadata.get("labels") or {},
+            "generation": metadata.get("generation", 0),
+        },
+        "spec": tenant.get("spec") or {},
+    }
+
+
+class InventorySync:
+    """Two reflectors (Namespaces, Tenants) that write every change into OPA."""
+
+    def __init__(self, api: client.ApiClient, store: InventoryStore):
+        self._store = store
+        self._lock = threading.Lock()
+        self._inventory: dict[str, dict[str, Any]] = {"namespaces": {}, "tenants": {}}
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+
+        def list_tenants(**kwargs: Any) -> Any:
+            return custom.list_cluster_custom_object(TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, **kwargs)
+
+        self._reflectors = [
+            self._reflector("namespaces", api, core.list_namespace, namespace_document),
+            self._reflector("tenants", api, list_tenants, tenant_document),
+        ]
+
+    def _reflector(self, collection: str, api: client.ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
+        def on_list(objects: list[Object]) -> None:
+            with self._lock:
+                self._inventory[collection] = {o["metadata"]["name"]: to_doc(o) for o in objects}
+                self._store.replace_all(self._inventory)
+
+        def on_event(kind: str, obj: Object) -> None:
+            name = obj["metadata"]["name"]
+            with self._lock:
+                if kind == "DELETED":
+                    self._inventory[collection].pop(name, None)
+                    self._store.delete(collection, name)
+                else:
+                    document = to_doc(obj)
+                    if self._inventory[collection].get(name) == document:
+                        return  # a status-only change: nothing for OPA
+                    self._inventory[collection][name] = document
+                    self._store.put(collection, name, document)
+
+        return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
+
+    def start(self) -> None:
+        for reflector in self._reflectors:
+            reflector.start()
+
+    @property
+    def is_synced(self) -> bool:
+        """True once every collection was listed and written to OPA."""
+        return all(r.has_synced.is_set() for r in self._reflectors)
+
+    def stop(self) -> None:
+        for reflector in self._reflectors:
+            reflector.stop()
+        self._store.close()
