@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -10,13 +11,14 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from webhook.admission import build_policy_input, build_response, engine_unavailable_response
 from webhook.inventory import InventorySync
 from webhook.kube import api_client
 from webhook.policy_engine import Decision, InventoryStore, PolicyEngine, PolicyEngineUnavailableError
-from webhook.review import AdmissionReview
+from webhook.review import AdmissionResponse, AdmissionReview
 from webhook.settings import Settings, get_settings
 
 log = logging.getLogger("labgate.webhook")
@@ -34,6 +36,8 @@ class InventoryState(Protocol):
     @property
     def is_synced(self) -> bool: ...
 
+    def ensure_namespace(self, name: str) -> None: ...
+
 
 def get_engine(request: Request) -> DecisionSource:
     engine: DecisionSource = request.app.state.engine
@@ -47,6 +51,17 @@ def get_inventory(request: Request) -> InventoryState:
 
 def _bad_request(reason: str) -> JSONResponse:
     return JSONResponse(status_code=400, content={"error": "malformed AdmissionReview", "reason": reason})
+
+
+async def _decide(
+    review: AdmissionReview, engine: DecisionSource, inventory: InventoryState
+) -> AdmissionResponse:
+    request = review.request
+    namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
+    if namespace:
+        await asyncio.to_thread(inventory.ensure_namespace, namespace)
+    decision = await engine.decide(build_policy_input(request=request))
+    return build_response(request=request, decision=decision)
 
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
@@ -73,7 +88,9 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
 
     @app.post("/validate")
     async def validate(
-        request: Request, engine: Annotated[DecisionSource, Depends(get_engine)]
+        request: Request,
+        engine: Annotated[DecisionSource, Depends(get_engine)],
+        inventory: Annotated[InventoryState, Depends(get_inventory)],
     ) -> JSONResponse:
         body = await request.body()
         try:
@@ -83,9 +100,14 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             where = ".".join(str(p) for p in first["loc"]) or "body"
             return _bad_request(f"{where}: {first['msg']}")
         try:
-            decision = await engine.decide(build_policy_input(request=review.request))
-            response = build_response(request=review.request, decision=decision)
-        except PolicyEngineUnavailableError as err:
+            response = await asyncio.wait_for(
+                _decide(review, engine, inventory), timeout=resolved.admission_deadline_seconds
+            )
+        except TimeoutError:
+            reason = f"no decision within {resolved.admission_deadline_seconds:.1f}s"
+            log.error("policy engine unavailable for %s: %s", review.request.uid, reason)
+            response = engine_unavailable_response(request=review.request, reason=reason)
+        except (PolicyEngineUnavailableError, ApiException, OSError) as err:
             log.error("policy engine unavailable for %s: %s", review.request.uid, err)
             response = engine_unavailable_response(request=review.request, reason=str(err))
         return JSONResponse(content=response.to_review())
@@ -109,3 +131,6 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
 
 class _AlwaysSynced:
     is_synced = True
+
+    def ensure_namespace(self, name: str) -> None:
+        """Offline: there is no cluster to read through to."""

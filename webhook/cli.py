@@ -1,8 +1,8 @@
 """`labgate`: the one command line of the project.
 
-    labgate serve                 run the admission webhook (settings from LABGATE_* variables)
-    labgate dev up [--demo]       start the local control plane with labgate installed (for `make run`)
-    labgate dev down              stop it
+labgate serve                 run the admission webhook (settings from LABGATE_* variables)
+labgate dev up [--demo]       start the local control plane with labgate installed (for `make run`)
+labgate dev down              stop it
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def _dev_down(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="labgate", description="labgate admission control for research clusters")
+    parser = argparse.ArgumentParser(
+        prog="labgate", description="labgate admission control for research clusters"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the admission webhook")
@@ -79,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_commands.add_parser("up", help="start etcd, kube-apiserver, controllers, OPA and the webhook")
     up.add_argument("--workdir", default=str(DEV_WORKDIR), help="where state, logs and kubeconfigs go")
-    up.add_argument("--demo", action="store_true", help="create example tenants and show accepted/refused applies")
+    up.add_argument(
+        "--demo", action="store_true", help="create example tenants and show accepted/refused applies"
+    )
     up.set_defaults(handler=_dev_up)
     down = dev_commands.add_parser("down", help="stop what `labgate dev up` started")
     down.add_argument("--workdir", default=str(DEV_WORKDIR))

@@ -12,11 +12,14 @@ import threading
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from webhook.kube import TENANT_GROUP, TENANT_PLURAL, TENANT_VERSION, Object, Reflector
 from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
+
+TENANT_LABEL = "labgate.io/tenant"
 
 
 def namespace_document(namespace: Object) -> dict[str, Any]:
@@ -47,6 +50,8 @@ class InventorySync:
         self._inventory: dict[str, dict[str, Any]] = {"namespaces": {}, "tenants": {}}
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
+        self._core = core
+        self._custom = custom
 
         def list_tenants(**kwargs: Any) -> Any:
             return custom.list_cluster_custom_object(TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, **kwargs)
@@ -76,6 +81,43 @@ class InventorySync:
                     self._store.put(collection, name, document)
 
         return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
+
+    def ensure_namespace(self, name: str) -> None:
+        """Read through on a cache miss: a namespace created an instant before its first pod may not
+        have reached the watch yet, and deciding without it could admit what its owner would refuse."""
+        with self._lock:
+            namespace = self._inventory["namespaces"].get(name)
+        if namespace is None:
+            try:
+                obj = self._api_dict(self._core.read_namespace(name, _request_timeout=2))
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                raise
+            namespace = namespace_document(obj)
+            with self._lock:
+                self._inventory["namespaces"][name] = namespace
+                self._store.put("namespaces", name, namespace)
+        tenant_name = namespace["labels"].get(TENANT_LABEL)
+        if not tenant_name:
+            return
+        with self._lock:
+            if tenant_name in self._inventory["tenants"]:
+                return
+        try:
+            tenant = self._custom.get_cluster_custom_object(
+                TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, tenant_name, _request_timeout=2
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        with self._lock:
+            self._inventory["tenants"][tenant_name] = tenant_document(tenant)
+            self._store.put("tenants", tenant_name, self._inventory["tenants"][tenant_name])
+
+    def _api_dict(self, obj: Any) -> Object:
+        return dict(self._reflectors[0].as_dict(obj))
 
     def start(self) -> None:
         for reflector in self._reflectors:

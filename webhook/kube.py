@@ -70,14 +70,14 @@ class Reflector:
             self._watch.stop()
         self._thread.join(timeout=5)
 
-    def _as_dict(self, obj: Any) -> Object:
+    def as_dict(self, obj: Any) -> Object:
         return obj if isinstance(obj, dict) else dict(self._api.sanitize_for_serialization(obj))
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                listing = self._as_dict(self._list(_request_timeout=10))
-                self._on_list([self._as_dict(item) for item in listing.get("items", [])])
+                listing = self.as_dict(self._list(_request_timeout=10))
+                self._on_list([self.as_dict(item) for item in listing.get("items", [])])
                 self.has_synced.set()
                 resource_version = listing.get("metadata", {}).get("resourceVersion")
                 while not self._stop.is_set():
@@ -88,7 +88,7 @@ class Reflector:
                         timeout_seconds=self._watch_timeout,
                         allow_watch_bookmarks=True,
                     ):
-                        obj = self._as_dict(event["object"])
+                        obj = self.as_dict(event["object"])
                         resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
                         if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                             self._on_event(event["type"], obj)

@@ -105,9 +105,10 @@ class PolicyEngine:
 class InventoryStore:
     """Synchronous writer of data.labgate.inventory (tenants and namespaces) for the inventory threads."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0):
+    def __init__(self, url: str, *, timeout: float = 2.0):
         host, port, is_tls = _host_port(url)
-        self._client = OpaClient(host=host, port=port, ssl=is_tls, retries=2, timeout=timeout)
+        # No retries: a failed write makes the reflector re-list, which writes everything again.
+        self._client = OpaClient(host=host, port=port, ssl=is_tls, retries=0, timeout=timeout)
 
     def replace_all(self, inventory: dict[str, Any]) -> None:
         """Replace the whole inventory (after a list)."""

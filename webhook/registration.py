@@ -13,7 +13,11 @@ VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
 WORKLOAD_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
     {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
-    {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "statefulsets", "replicasets"]},
+    {
+        "apiGroups": ["apps"],
+        "apiVersions": ["v1"],
+        "resources": ["deployments", "statefulsets", "replicasets"],
+    },
 ]
 
 
@@ -21,7 +25,11 @@ def exempt_namespace_selector(exempt_namespaces: list[str]) -> dict[str, Any]:
     """Never intercept kube-system or labgate's own namespace: a broken webhook must not brick the cluster."""
     return {
         "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": sorted(set(exempt_namespaces))}
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": sorted(set(exempt_namespaces)),
+            }
         ]
     }
 
@@ -48,7 +56,8 @@ def validating_webhook_configuration(
                     "caBundle": base64.b64encode(ca_bundle_pem).decode(),
                 },
                 "rules": [
-                    {**rule, "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"} for rule in WORKLOAD_RULES
+                    {**rule, "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}
+                    for rule in WORKLOAD_RULES
                 ],
                 "namespaceSelector": exempt_namespace_selector(exempt_namespaces),
                 "failurePolicy": failure_policy,

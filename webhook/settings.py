@@ -21,6 +21,12 @@ class Settings(BaseSettings):
         le=2.5,
         description="Deadline for one policy query; stays well under the apiserver's 3 s webhook timeout.",
     )
+    admission_deadline_seconds: float = Field(
+        default=2.5,
+        gt=0,
+        le=2.9,
+        description="Deadline for a whole admission decision; past it the request is refused, not admitted.",
+    )
     kubeconfig: Path | None = Field(
         default=None, description="Kubeconfig to reach the API; unset means in-cluster service account."
     )

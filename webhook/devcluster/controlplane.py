@@ -16,6 +16,7 @@ import ssl
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 import yaml
 
@@ -75,6 +76,22 @@ def write_kubeconfig(path: Path, *, server: str, ca_pem: bytes, client: KeyPair,
         "current-context": user,
     }
     return _write(path, yaml.safe_dump(config).encode())
+
+
+class ControlPlane(Protocol):
+    """What labgate's stack needs of a cluster: the local processes here, or a kind cluster in tests."""
+
+    @property
+    def server(self) -> str: ...
+
+    @property
+    def admin_kubeconfig(self) -> Path: ...
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class LocalControlPlane:

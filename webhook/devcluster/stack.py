@@ -4,16 +4,18 @@ and the webhook (one or more replicas) registered with the apiserver over TLS on
 from __future__ import annotations
 
 import ssl
+import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import yaml
 
 from webhook.certificates import issue_serving_cert, make_ca
-from webhook.devcluster.controlplane import LocalControlPlane
+from webhook.devcluster.controlplane import ControlPlane, LocalControlPlane
 from webhook.devcluster.kubectl import kubectl
 from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from webhook.devcluster.tools import REPO_ROOT, ensure_tools
@@ -49,11 +51,22 @@ class KubectlError(RuntimeError):
 class LabgateStack:
     """Control plane + OPA + webhook, ready for `kubectl apply` as researchers."""
 
-    def __init__(self, workdir: Path, *, detached: bool = False, webhook_replicas: int = 1):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        detached: bool = False,
+        webhook_replicas: int = 1,
+        control_plane: ControlPlane | None = None,
+        webhook_host: str = "127.0.0.1",
+    ):
+        """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
+        reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster)."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
-        self.cluster = LocalControlPlane(workdir, detached=detached)
+        self.webhook_host = webhook_host
+        self.cluster: ControlPlane = control_plane or LocalControlPlane(workdir, detached=detached)
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
         self.webhook_urls: list[str] = []
@@ -82,13 +95,23 @@ class LabgateStack:
             raise KubectlError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
 
+    def cluster_kubectl(
+        self, *args: str, manifest: dict[str, Any] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl as the cluster admin, returning the result (for tests that expect failures)."""
+        return kubectl(
+            self.admin_kubeconfig, *args, stdin=None if manifest is None else yaml.safe_dump(manifest)
+        )
+
     def start(self) -> None:
         started = time.monotonic()
-        tools = ensure_tools("etcd", "kubernetes", "opa")
+        tools = ensure_tools("kubernetes", "opa")
         try:
             self.cluster.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
-            self.admin_kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/tenants.labgate.io")
+            self.admin_kubectl(
+                "wait", "--for=condition=Established", "--timeout=30s", "crd/tenants.labgate.io"
+            )
             self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
             self._start_opa(str(tools["opa"].binary()))
             self._start_webhooks()
@@ -106,7 +129,9 @@ class LabgateStack:
 
     def _start_opa(self, opa: str) -> None:
         port = free_port()
-        process = spawn(self.workdir, "opa", opa_argv(opa, port=port, policy_dir=POLICY_DIR), detached=self.detached)
+        process = spawn(
+            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=POLICY_DIR), detached=self.detached
+        )
         self.processes.append(process)
         self.opa_url = f"http://127.0.0.1:{port}"
 
@@ -121,40 +146,49 @@ class LabgateStack:
         pki.mkdir(parents=True, exist_ok=True)
         self.webhook_ca = make_ca("labgate-webhook-ca")
         serving = issue_serving_cert(
-            self.webhook_ca, common_name="labgate-webhook", dns_names=("localhost",), ip_addresses=("127.0.0.1",)
+            self.webhook_ca,
+            common_name="labgate-webhook",
+            dns_names=("localhost",),
+            ip_addresses=("127.0.0.1",),
         )
         (pki / "ca.crt").write_bytes(self.webhook_ca.cert_pem)
         (pki / "tls.crt").write_bytes(serving.cert_pem)
         (pki / "tls.key").write_bytes(serving.key_pem)
         (pki / "tls.key").chmod(0o600)
+        for _ in range(self.webhook_replicas):
+            self.webhook_urls.append(self.start_webhook(opa_url=self.opa_url))
+
+    def start_webhook(self, *, opa_url: str, wait_for: str = "/readyz") -> str:
+        """Start one more webhook replica against `opa_url`; return its https URL once `wait_for` answers."""
+        pki = self.workdir / "webhook-pki"
+        port = free_port()
+        index = sum(1 for p in self.processes if p.name.startswith("webhook-"))
+        process = spawn(
+            self.workdir,
+            f"webhook-{index}",
+            [sys.executable, "-m", "webhook.cli", "serve"],
+            detached=self.detached,
+            env={
+                "LABGATE_OPA_URL": opa_url,
+                "LABGATE_KUBECONFIG": str(self.admin_kubeconfig),
+                "LABGATE_HOST": self.webhook_host,
+                "LABGATE_PORT": str(port),
+                "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
+                "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
+                "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
+                "PYTHONPATH": str(REPO_ROOT),
+            },
+        )
+        self.processes.append(process)
+        url = f"https://{self.webhook_host}:{port}"
         context = ssl.create_default_context(cadata=self.webhook_ca.cert_pem.decode())
-        for index in range(self.webhook_replicas):
-            port = free_port()
-            process = spawn(
-                self.workdir,
-                f"webhook-{index}",
-                [sys.executable, "-m", "webhook.cli", "serve"],
-                detached=self.detached,
-                env={
-                    "LABGATE_OPA_URL": self.opa_url,
-                    "LABGATE_KUBECONFIG": str(self.admin_kubeconfig),
-                    "LABGATE_HOST": "127.0.0.1",
-                    "LABGATE_PORT": str(port),
-                    "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
-                    "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
-                    "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
-                    "PYTHONPATH": str(REPO_ROOT),
-                },
-            )
-            self.processes.append(process)
-            url = f"https://127.0.0.1:{port}"
 
-            def is_ready(url: str = url) -> bool:
-                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:  # noqa: S310
-                    return bool(response.status == 200)
+        def is_ready() -> bool:
+            with urllib.request.urlopen(f"{url}{wait_for}", context=context, timeout=2) as response:  # noqa: S310
+                return bool(response.status == 200)
 
-            wait_until(is_ready, what=f"labgate webhook {index} /readyz", timeout=60, watch=[process])
-            self.webhook_urls.append(url)
+        wait_until(is_ready, what=f"labgate webhook {index} {wait_for}", timeout=60, watch=[process])
+        return url
 
     def register_webhook(self, url: str) -> None:
         """Point the apiserver's ValidatingWebhookConfiguration at `url`."""
@@ -165,5 +199,10 @@ class LabgateStack:
             exempt_namespaces=EXEMPT_NAMESPACES,
         )
         self.admin_kubectl(
-            "apply", "--server-side", "--field-manager=labgate-dev", "-f", "-", stdin=yaml.safe_dump(configuration)
+            "apply",
+            "--server-side",
+            "--field-manager=labgate-dev",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(configuration),
         )

@@ -1,0 +1,155 @@
+"""End-to-end fixtures: one real control plane with labgate per test session, a fresh tenant and
+labelled namespace per test, and researchers who act through the real kubectl."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.devcluster.kubectl import kubectl
+from webhook.devcluster.stack import LabgateStack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _cluster_mode(config: pytest.Config) -> str:
+    return str(config.getoption("--cluster") or os.environ.get("LABGATE_E2E_CLUSTER", "local"))
+
+
+def _docker_engine_problem() -> str | None:
+    """Why kind cannot run here, or None when a Docker engine answers."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return "no docker client on PATH"
+    probe = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        return f"docker info failed: {(probe.stderr or probe.stdout).strip().splitlines()[-1]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateStack]:
+    """The cluster under test with labgate installed."""
+    if _cluster_mode(request.config) == "kind":
+        problem = _docker_engine_problem()
+        if problem is not None:
+            pytest.skip(f"kind mode needs a Docker engine ({problem})")
+        from tests.e2e.kind import kind_stack
+
+        yield from kind_stack(tmp_path_factory.mktemp("kind"))
+        return
+    with LabgateStack(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@dataclass(frozen=True)
+class Researcher:
+    """A person with a client certificate (CN=name, O=groups), acting through the real kubectl."""
+
+    name: str
+    groups: tuple[str, ...]
+    kubeconfig: Path
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return kubectl(self.kubeconfig, *args, stdin=stdin)
+
+    def apply(self, manifest: dict[str, Any], namespace: str) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+
+
+@dataclass(frozen=True)
+class TenantUnderTest:
+    """A Tenant made for one test, with its labelled namespace and one researcher."""
+
+    name: str
+    namespace: str
+    researcher: Researcher
+    admin: Researcher
+
+
+class TenantFactory:
+    def __init__(self, stack: LabgateStack):
+        self.stack = stack
+        self.created: list[tuple[str, str]] = []
+
+    def create(self, *, spec_extra: dict[str, Any] | None = None) -> TenantUnderTest:
+        suffix = uuid.uuid4().hex[:6]
+        name = f"t-{suffix}"
+        group = f"{name}-researchers"
+        tenant = {
+            "apiVersion": "labgate.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name},
+            "spec": {
+                "members": {
+                    "admins": [{"kind": "User", "name": f"admin-{suffix}"}],
+                    "researchers": [{"kind": "Group", "name": group}],
+                },
+                "namespaces": {"names": [name]},
+                **(spec_extra or {}),
+            },
+        }
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}},
+        }
+        self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([tenant, namespace]))
+        self.created.append(("tenant", name))
+        self.created.append(("namespace", name))
+        researcher = f"researcher-{suffix}"
+        return TenantUnderTest(
+            name=name,
+            namespace=name,
+            researcher=Researcher(researcher, (group,), self.stack.kubeconfig_for(researcher, (group,))),
+            admin=Researcher(f"admin-{suffix}", (), self.stack.kubeconfig_for(f"admin-{suffix}")),
+        )
+
+    def open_rbac(self, namespace: str, *groups: str) -> None:
+        """Let `groups` edit workloads in `namespace` (RBAC as permissive as many labs start with), so
+        that what refuses them is labgate's admission webhook rather than RBAC."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "e2e-open-edit", "namespace": namespace},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups
+            ],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        }
+        self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(binding))
+
+    def cleanup(self) -> None:
+        for kind, name in reversed(self.created):
+            self.stack.admin_kubectl("delete", kind, name, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture
+def tenants(stack: LabgateStack) -> Iterator[TenantFactory]:
+    factory = TenantFactory(stack)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+def pod_manifest(name: str, *, image: str = "registry.lab.example/research/trainer:v1") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": image, "command": ["python", "train.py"]}]},
+    }

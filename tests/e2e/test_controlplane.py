@@ -1,0 +1,76 @@
+"""The local control plane is a real one: real versions, real x509 users, RBAC, native controllers,
+and processes that are gone when it stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from webhook.devcluster.controlplane import LocalControlPlane
+from webhook.devcluster.kubectl import kubectl
+from webhook.devcluster.stack import LabgateStack
+from webhook.devcluster.tools import pinned_versions
+
+pytestmark = pytest.mark.controlplane
+
+
+def test_server_and_client_report_the_pinned_version(stack: LabgateStack) -> None:
+    versions = json.loads(stack.admin_kubectl("version", "-o", "json"))
+    pinned = pinned_versions()["KUBERNETES_VERSION"]
+    assert versions["serverVersion"]["gitVersion"] == pinned
+    assert versions["clientVersion"]["gitVersion"] == pinned
+
+
+def test_client_certificate_users_carry_their_groups(stack: LabgateStack) -> None:
+    alice = stack.kubeconfig_for("alice", ("team-a", "gpu-users"))
+    who = json.loads(kubectl(alice, "auth", "whoami", "-o", "json").stdout)
+    assert who["status"]["userInfo"]["username"] == "alice"
+    assert {"team-a", "gpu-users", "system:authenticated"} <= set(who["status"]["userInfo"]["groups"])
+
+
+def test_rbac_is_enforced_for_researchers(stack: LabgateStack) -> None:
+    nobody = stack.kubeconfig_for("mallory", ("outsiders",))
+    result = kubectl(nobody, "get", "pods", "-n", "default")
+    assert result.returncode == 1
+    assert 'User "mallory" cannot list resource "pods"' in result.stderr
+
+
+def test_native_controllers_delete_namespaces_and_fill_quota_status(stack: LabgateStack) -> None:
+    name = f"cp-{uuid.uuid4().hex[:6]}"
+    stack.admin_kubectl("create", "namespace", name)
+    stack.admin_kubectl("label", "namespace", name, "labgate.io/e2e=true")
+    stack.admin_kubectl("create", "quota", "q", "-n", name, "--hard=pods=5,requests.nvidia.com/gpu=4")
+    # The resourcequota controller computes usage; without it status.used never appears.
+    stack.admin_kubectl(
+        "wait", "-n", name, "--for=jsonpath={.status.used.pods}=0", "--timeout=60s", "quota/q"
+    )
+    # The namespace controller finalizes deletion; without it the namespace stays Terminating forever.
+    stack.admin_kubectl("delete", "namespace", name, "--wait=true", "--timeout=90s")
+    assert stack.cluster_kubectl("get", "namespace", name).returncode == 1
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_second_control_plane_runs_beside_and_stops_without_leftovers(
+    stack: LabgateStack, tmp_path: Path
+) -> None:
+    with LocalControlPlane(tmp_path / "second") as second:
+        assert second.server != stack.cluster.server
+        pids = [p.pid for p in second.processes]
+        assert len(pids) == 3
+        assert all(_is_running(pid) for pid in pids)
+        nodes = kubectl(second.admin_kubeconfig, "get", "namespaces", "-o", "name")
+        assert "namespace/kube-system" in nodes.stdout.split()
+    assert not any(_is_running(pid) for pid in pids)
+    # The first control plane is untouched.
+    assert "namespace/kube-system" in stack.admin_kubectl("get", "namespaces", "-o", "name").split()
