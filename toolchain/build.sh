@@ -87,6 +87,7 @@ wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all_tools[@]}")
 todo=()
 for t in "${wanted[@]}"; do
+  tool_spec "$t"
   if is_built "$t"; then echo "toolchain: ✓ $t $version (cached in $(tool_dir "$t"))"; else todo+=("$t"); fi
 done
 [ ${#todo[@]} -gt 0 ] || exit 0

@@ -1,0 +1,58 @@
+# labgate: the two commands of the README, and the steps they are made of.
+#   make run    start a local control plane with labgate installed and show a researcher's accepted and refused apply
+#   make test   every test: lint, types, Rego, unit, end-to-end against the real control plane
+# Both install what they need: the Python environment (.venv) and the pinned Go tools
+# (toolchain/versions.env, built once into ~/.cache/labgate/tools).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OPA = $(shell toolchain/build.sh --bin-dirs | grep '/opa-')/opa
+PYTEST_ARGS ?=
+
+.PHONY: run stop test setup tools venv lint policy-test unit e2e clean
+
+run: setup  ## start everything and show the main job (stop with: make stop)
+	@$(BIN)/labgate dev down >/dev/null
+	$(BIN)/labgate dev up --demo
+
+stop:  ## stop what `make run` started
+	@if [ -x $(BIN)/labgate ]; then $(BIN)/labgate dev down; else echo "nothing to stop"; fi
+
+test: setup lint policy-test  ## every test
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+setup: venv tools
+
+tools:  ## build the pinned Go tools that are not cached yet
+	toolchain/build.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (3.11 or newer)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+lint: venv  ## ruff and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+policy-test: tools  ## Rego: format, strict compile, unit tests
+	$(OPA) fmt --list --fail policies
+	$(OPA) check --strict policies
+	$(OPA) test policies
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+e2e: setup
+	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
+
+clean: stop
+	rm -rf $(VENV) .labgate-dev .pytest_cache .mypy_cache .ruff_cache

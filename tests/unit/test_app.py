@@ -1,0 +1,74 @@
+"""The webhook's HTTP surface without a cluster: bad requests are 400s, and a policy engine that
+cannot be reached refuses (here a real closed port, not a mock)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from webhook.app import create_app
+from webhook.devcluster.processes import free_port
+from webhook.settings import Settings
+
+REVIEW: dict[str, Any] = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "u-1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "vision",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": ["vision"]},
+        "object": {"metadata": {"name": "p"}, "spec": {"containers": []}},
+    },
+}
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
+    with TestClient(create_app(settings, watch_cluster=False)) as test_client:
+        yield test_client
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json", "Invalid JSON"),
+        (json.dumps({**REVIEW, "apiVersion": "v1"}).encode(), "apiVersion"),
+        (json.dumps({**REVIEW, "request": {**REVIEW["request"], "uid": ""}}).encode(), "request.uid"),
+        (json.dumps({k: v for k, v in REVIEW.items() if k != "request"}).encode(), "request: Field required"),
+        (
+            json.dumps({**REVIEW, "request": {**REVIEW["request"], "operation": "PATCH"}}).encode(),
+            "operation",
+        ),
+    ],
+)
+def test_malformed_reviews_are_bad_requests_with_a_reason(
+    client: TestClient, body: bytes, reason: str
+) -> None:
+    response = client.post("/validate", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "malformed AdmissionReview"
+    assert reason in response.json()["reason"]
+
+
+def test_unreachable_policy_engine_refuses(client: TestClient) -> None:
+    response = client.post("/validate", json=REVIEW)
+    assert response.status_code == 200
+    body = response.json()["response"]
+    assert body["uid"] == "u-1"
+    assert body["allowed"] is False
+    assert "[policy-engine-unavailable]" in body["status"]["message"]
+
+
+def test_not_ready_without_policy_engine(client: TestClient) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {"opa": False, "inventory": True}
+    assert client.get("/healthz").json() == {"status": "ok"}
