@@ -37,6 +37,36 @@ def _serve(_: argparse.Namespace) -> int:
     return 0
 
 
+def _reconcile(args: argparse.Namespace) -> int:
+    import signal
+    import socket
+    import threading
+    from pathlib import Path as _Path
+
+    from prometheus_client import start_http_server
+
+    from rbac.reconciler import Reconciler
+    from webhook.kube import api_client
+
+    kubeconfig = _Path(args.kubeconfig) if args.kubeconfig else None
+    reconciler = Reconciler(
+        api_client(kubeconfig),
+        namespace=args.namespace,
+        identity=args.identity or socket.gethostname(),
+        lease_seconds=args.lease_seconds,
+        resync_seconds=args.resync_seconds,
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    reconciler.start()
+    stop.wait()
+    reconciler.stop()
+    return 0
+
+
 def _dev_up(args: argparse.Namespace) -> int:
     from webhook.devcluster.demo import run_demo
     from webhook.devcluster.processes import recorded_pids
@@ -76,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the admission webhook")
     serve.set_defaults(handler=_serve)
+
+    reconcile = commands.add_parser(
+        "reconcile", help="run the tenant reconciler (RBAC, namespaces, quotas, ...)"
+    )
+    reconcile.add_argument("--kubeconfig", help="kubeconfig; in-cluster service account when omitted")
+    reconcile.add_argument(
+        "--namespace", default="labgate-system", help="namespace of the leader-election Lease"
+    )
+    reconcile.add_argument("--identity", help="this replica's name in the Lease (default: host name)")
+    reconcile.add_argument("--lease-seconds", type=float, default=15.0, help="leader lease duration")
+    reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
+    reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
+    reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    reconcile.set_defaults(handler=_reconcile)
 
     dev = commands.add_parser("dev", help="the local control plane for trying labgate out")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)

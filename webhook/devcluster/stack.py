@@ -59,6 +59,7 @@ class LabgateStack:
         webhook_replicas: int = 1,
         control_plane: ControlPlane | None = None,
         webhook_host: str = "127.0.0.1",
+        with_reconciler: bool = True,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster)."""
@@ -66,6 +67,7 @@ class LabgateStack:
         self.detached = detached
         self.webhook_replicas = webhook_replicas
         self.webhook_host = webhook_host
+        self.with_reconciler = with_reconciler
         self.cluster: ControlPlane = control_plane or LocalControlPlane(workdir, detached=detached)
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
@@ -116,6 +118,8 @@ class LabgateStack:
             self._start_opa(str(tools["opa"].binary()))
             self._start_webhooks()
             self.register_webhook(self.webhook_urls[0])
+            if self.with_reconciler:
+                self.start_reconciler()
         except BaseException:
             self.stop()
             raise
@@ -189,6 +193,28 @@ class LabgateStack:
 
         wait_until(is_ready, what=f"labgate webhook {index} {wait_for}", timeout=60, watch=[process])
         return url
+
+    def start_reconciler(self, *, identity: str | None = None, lease_seconds: float = 15.0) -> ManagedProcess:
+        """Start one reconciler replica (several may run; the Lease picks the one that writes)."""
+        index = sum(1 for p in self.processes if p.name.startswith("reconciler-"))
+        process = spawn(
+            self.workdir,
+            f"reconciler-{index}",
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "reconcile",
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--namespace={LABGATE_NAMESPACE}",
+                f"--identity={identity or f'reconciler-{index}'}",
+                f"--lease-seconds={lease_seconds}",
+            ],
+            detached=self.detached,
+            env={"PYTHONPATH": str(REPO_ROOT)},
+        )
+        self.processes.append(process)
+        return process
 
     def register_webhook(self, url: str) -> None:
         """Point the apiserver's ValidatingWebhookConfiguration at `url`."""

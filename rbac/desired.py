@@ -1,0 +1,299 @@
+"""What a tenant should have, as plain manifests (pure: no API calls).
+
+For each of the tenant's namespaces: the namespace with its tenant and Pod Security labels, role
+bindings for admins, researchers and viewers, a GPU ResourceQuota and a LimitRange as a native
+backstop, baseline NetworkPolicies, and the experiment service account. Cluster-wide: a role that
+lets every member read their own Tenant, and (with a namespace prefix) one that lets researchers
+create namespaces, which the admission policies then restrict to the prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rbac.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Subject, Tenant
+
+Manifest = dict[str, Any]
+
+RESEARCHER_ROLE = "labgate:researcher"
+TENANT_ADMIN_ROLE = "labgate:tenant-admin"
+GPU_RESOURCE = "nvidia.com/gpu"
+METADATA_ADDRESS = "169.254.169.254/32"
+EXPERIMENT_SERVICE_ACCOUNT = "experiment"
+
+_WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+_READ_VERBS = ["get", "list", "watch"]
+# Training operators whose resources researchers may run (the admission webhook checks their pods).
+_TRAINING_RESOURCES = [
+    {
+        "apiGroups": ["kubeflow.org"],
+        "resources": ["pytorchjobs", "tfjobs", "mpijobs"],
+        "verbs": _WORKLOAD_VERBS,
+    },
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _WORKLOAD_VERBS},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": _WORKLOAD_VERBS},
+]
+
+
+def _labels(tenant: str) -> dict[str, str]:
+    return {MANAGED_BY_LABEL: MANAGED_BY, TENANT_LABEL: tenant}
+
+
+def _meta(name: str, tenant: str, namespace: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": _labels(tenant)}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return metadata
+
+
+def shared_cluster_roles() -> list[Manifest]:
+    """The ClusterRoles every tenant's bindings point to (one copy per cluster)."""
+    researcher_rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "configmaps", "secrets", "services", "persistentvolumeclaims"],
+            "verbs": _WORKLOAD_VERBS,
+        },
+        {"apiGroups": [""], "resources": ["pods/log", "pods/status"], "verbs": _READ_VERBS},
+        {
+            "apiGroups": [""],
+            "resources": ["pods/exec", "pods/portforward", "pods/attach"],
+            "verbs": ["get", "create"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["events", "resourcequotas", "limitranges", "serviceaccounts"],
+            "verbs": _READ_VERBS,
+        },
+        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WORKLOAD_VERBS},
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments", "statefulsets", "replicasets"],
+            "verbs": _WORKLOAD_VERBS,
+        },
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ_VERBS},
+        *_TRAINING_RESOURCES,
+    ]
+    admin_rules = [
+        *researcher_rules,
+        # Admins may author NetworkPolicies (the admission policies keep them inside the tenant)
+        # and manage experiment service accounts; they still cannot touch RBAC or quotas.
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _WORKLOAD_VERBS},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": _WORKLOAD_VERBS},
+    ]
+    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": RESEARCHER_ROLE, "labels": labels},
+            "rules": researcher_rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": TENANT_ADMIN_ROLE, "labels": labels},
+            "rules": admin_rules,
+        },
+    ]
+
+
+def tenant_namespaces(tenant: Tenant, labelled: set[str]) -> list[str]:
+    """The tenant's namespaces: the ones it names, and those under its prefix that carry its label."""
+    names = set(tenant.spec.namespaces.names)
+    prefix = tenant.spec.namespaces.prefix
+    if prefix:
+        names |= {n for n in labelled if n.startswith(prefix)}
+    return sorted(names)
+
+
+def _subjects(members: list[Subject]) -> list[dict[str, str]]:
+    return [m.rbac_subject() for m in members]
+
+
+def _binding(name: str, tenant: str, namespace: str, role: str, members: list[Subject]) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name, tenant, namespace),
+        "subjects": _subjects(members),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+    }
+
+
+def _pod_security_level(tenant: Tenant) -> str:
+    # A tenant granted a hardening exception needs the privileged level; the admission policies
+    # still refuse every host feature the Tenant does not list.
+    return "privileged" if tenant.spec.exceptions.has_any else "baseline"
+
+
+def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
+    name = tenant.name
+    members = tenant.spec.members
+    level = _pod_security_level(tenant)
+    objects: list[Manifest] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": namespace,
+                "labels": {
+                    **_labels(name),
+                    "pod-security.kubernetes.io/enforce": level,
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                    "pod-security.kubernetes.io/warn": "restricted",
+                    "pod-security.kubernetes.io/warn-version": "latest",
+                },
+            },
+        },
+        _binding("labgate-admins", name, namespace, TENANT_ADMIN_ROLE, members.admins),
+        _binding("labgate-researchers", name, namespace, RESEARCHER_ROLE, members.researchers),
+        _binding("labgate-viewers", name, namespace, "view", members.viewers),
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(EXPERIMENT_SERVICE_ACCOUNT, name, namespace),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": _meta("labgate-defaults", name, namespace),
+            # Defaults so that a pod without requests is still admitted under a quota on requests.
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "256Mi"}}]},
+        },
+        _ingress_policy(tenant, namespace),
+        _egress_policy(tenant, namespace),
+    ]
+    if tenant.spec.gpu.total is not None:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": _meta("labgate-gpu", name, namespace),
+                # A backstop per namespace; the tenant-wide limit across namespaces is the webhook's ledger.
+                "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(tenant.spec.gpu.total)}},
+            }
+        )
+    return objects
+
+
+def _tenant_peer(tenant: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {TENANT_LABEL: tenant}}}
+
+
+def _ingress_policy(tenant: Tenant, namespace: str) -> Manifest:
+    peers = [_tenant_peer(t) for t in [tenant.name, *sorted(tenant.spec.network.allow_ingress_from_tenants)]]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("labgate-baseline-ingress", tenant.name, namespace),
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": peers}]},
+    }
+
+
+def _egress_policy(tenant: Tenant, namespace: str) -> Manifest:
+    rules: list[dict[str, Any]] = [
+        {"to": [_tenant_peer(tenant.name)]},
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        },
+    ]
+    if tenant.spec.network.allow_egress:
+        rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_ADDRESS]}}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("labgate-baseline-egress", tenant.name, namespace),
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": rules},
+    }
+
+
+def member_cluster_objects(tenant: Tenant, *, has_namespace_prefix: bool) -> list[Manifest]:
+    """Cluster-scoped objects: members read their Tenant; with a prefix, researchers create namespaces."""
+    name = tenant.name
+    everyone = _subjects(tenant.spec.members.everyone)
+    objects: list[Manifest] = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(f"labgate:tenant:{name}:member", name),
+            "rules": [
+                {
+                    "apiGroups": ["labgate.io"],
+                    "resources": ["tenants"],
+                    "resourceNames": [name],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(f"labgate:tenant:{name}:member", name),
+            "subjects": everyone,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"labgate:tenant:{name}:member",
+            },
+        },
+    ]
+    if has_namespace_prefix:
+        creators = _subjects([*tenant.spec.members.admins, *tenant.spec.members.researchers])
+        objects += [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": _meta(f"labgate:tenant:{name}:namespace-creator", name),
+                "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": _meta(f"labgate:tenant:{name}:namespace-creator", name),
+                "subjects": creators,
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": f"labgate:tenant:{name}:namespace-creator",
+                },
+            },
+        ]
+    return objects
+
+
+def desired_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
+    """Everything `tenant` should have, given its namespaces (see tenant_namespaces)."""
+    objects = member_cluster_objects(tenant, has_namespace_prefix=bool(tenant.spec.namespaces.prefix))
+    for namespace in namespaces:
+        objects += _namespace_objects(tenant, namespace)
+    return objects
+
+
+def object_key(obj: Manifest) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): how the reconciler tells objects apart."""
+    metadata = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], metadata.get("namespace", ""), metadata["name"])
+
+
+def is_subset(desired: Any, live: Any) -> bool:
+    """True when every field `desired` sets has the same value in `live` (fields the API adds are ignored)."""
+    if isinstance(desired, dict):
+        # The API omits empty lists and maps (a RoleBinding with no subjects has no "subjects").
+        return isinstance(live, dict) and all(
+            is_subset(v, live[k]) if k in live else v in ([], {}) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(is_subset(d, x) for d, x in zip(desired, live, strict=True))
+        )
+    return bool(desired == live)

@@ -1,0 +1,435 @@
+"""The tenant reconciler: watches Tenants, Namespaces and everything labgate manages, and makes the
+cluster match rbac.desired, with server-side apply under one field manager.
+
+- Watches, not polling: a change to a Tenant or a managed object enqueues that tenant; a periodic
+  resync (default every 5 minutes) catches anything missed and makes no writes when nothing drifted.
+- Only the leader writes (a coordination.k8s.io Lease); followers keep their caches warm and take
+  over when the lease expires. A leader that cannot renew stops writing before its lease runs out.
+- Deleting a Tenant runs its finalizer: labgate's objects go; namespaces stay unless
+  spec.namespaces.keepOnDelete is false (they hold data), keeping their tenant label so the admission
+  policies refuse new work there until the infra team reassigns or deletes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter
+
+from rbac.desired import (
+    Manifest,
+    desired_objects,
+    is_subset,
+    object_key,
+    shared_cluster_roles,
+    tenant_namespaces,
+)
+from rbac.leader import LeaderElector
+from rbac.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from webhook.kube import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    EVENT,
+    LIMIT_RANGE,
+    NAMESPACE,
+    NETWORK_POLICY,
+    RESOURCE_QUOTA,
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+    TENANT,
+    Kind,
+    KubeApi,
+    Object,
+    Reflector,
+    kind_of,
+)
+
+log = logging.getLogger("labgate.reconciler")
+
+FIELD_MANAGER = "labgate-reconciler"
+MANAGED_KINDS = (
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+    RESOURCE_QUOTA,
+    LIMIT_RANGE,
+    NETWORK_POLICY,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+)
+
+REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
+WRITES = Counter("labgate_reconcile_writes_total", "Writes made by the reconciler", ["verb"])
+
+Key = tuple[str, str, str, str]
+
+
+class NotLeaderError(RuntimeError):
+    """This replica lost (or never had) the lease: it must not write."""
+
+
+class ObjectCache:
+    """The last seen version of every object the reflectors follow, by (apiVersion, kind, ns, name)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[Key, Object] = {}
+
+    def replace_kind(self, kind: Kind, objects: list[Object]) -> None:
+        with self._lock:
+            for key in [k for k in self._objects if k[:2] == (kind.api_version, kind.kind)]:
+                del self._objects[key]
+            for obj in objects:
+                self._objects[object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind})] = obj
+
+    def upsert(self, kind: Kind, obj: Object) -> None:
+        with self._lock:
+            self._objects[object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind})] = obj
+
+    def remove(self, kind: Kind, obj: Object) -> None:
+        with self._lock:
+            self._objects.pop(object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind}), None)
+
+    def get(self, key: Key) -> Object | None:
+        with self._lock:
+            return self._objects.get(key)
+
+    def select(self, predicate: Callable[[Key, Object], bool]) -> list[tuple[Key, Object]]:
+        with self._lock:
+            return [(k, o) for k, o in self._objects.items() if predicate(k, o)]
+
+
+class WorkQueue:
+    """Tenant names to reconcile; a name queued twice is reconciled once."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: list[str] = []
+
+    def add(self, name: str) -> None:
+        with self._cond:
+            if name not in self._pending:
+                self._pending.append(name)
+                self._cond.notify()
+
+    def get(self, timeout: float) -> str | None:
+        with self._cond:
+            if not self._pending:
+                self._cond.wait(timeout)
+            return self._pending.pop(0) if self._pending else None
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+
+def _labels(obj: Object) -> dict[str, str]:
+    return dict(obj.get("metadata", {}).get("labels") or {})
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reconciler:
+    """Watch-driven reconciler for every Tenant."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        namespace: str,
+        identity: str,
+        lease_seconds: float = 15.0,
+        resync_seconds: float = 300.0,
+    ):
+        self.kube = KubeApi(api, field_manager=FIELD_MANAGER)
+        self.cache = ObjectCache()
+        self.queue = WorkQueue()
+        self.leader = LeaderElector(
+            KubeApi(
+                api, field_manager=FIELD_MANAGER
+            ),  # its own counters: lease renewals are not reconcile writes
+            namespace=namespace,
+            name="labgate-reconciler",
+            identity=identity,
+            lease_seconds=lease_seconds,
+        )
+        self.leader.on_elected = self._on_elected
+        self.resync_seconds = resync_seconds
+        self._stop = threading.Event()
+        self._reflectors = [
+            self._reflector(TENANT, None),
+            self._reflector(NAMESPACE, None),
+            *[self._reflector(kind, f"{MANAGED_BY_LABEL}={MANAGED_BY}") for kind in MANAGED_KINDS],
+        ]
+        self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
+        self.reconciled = 0  # tenants reconciled since start (for benchmarks and tests)
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    def _tenant_of(self, kind: Kind, obj: Object) -> str | None:
+        if kind is TENANT:
+            return str(obj["metadata"]["name"])
+        return _labels(obj).get(TENANT_LABEL)
+
+    def _reflector(self, kind: Kind, label_selector: str | None) -> Reflector:
+        def on_list(objects: list[Object]) -> None:
+            self.cache.replace_kind(kind, objects)
+            for obj in objects:
+                if (name := self._tenant_of(kind, obj)) is not None:
+                    self.queue.add(name)
+
+        def on_event(event: str, obj: Object) -> None:
+            if event == "DELETED":
+                self.cache.remove(kind, obj)
+            else:
+                self.cache.upsert(kind, obj)
+            if (name := self._tenant_of(kind, obj)) is not None:
+                self.queue.add(name)
+
+        return Reflector(
+            kind.plural,
+            self.kube.api,
+            self.kube.lister(kind, label_selector=label_selector),
+            on_list=on_list,
+            on_event=on_event,
+        )
+
+    def start(self) -> None:
+        for reflector in self._reflectors:
+            reflector.start()
+        self.leader.start()
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.leader.stop()
+        for reflector in self._reflectors:
+            reflector.stop()
+        self._worker.join(timeout=5)
+
+    @property
+    def is_synced(self) -> bool:
+        return all(r.has_synced.is_set() for r in self._reflectors)
+
+    def _on_elected(self) -> None:
+        self.enqueue_all()
+
+    def enqueue_all(self) -> None:
+        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
+            self.queue.add(key[3])
+
+    def _work(self) -> None:
+        next_resync = time.monotonic() + self.resync_seconds
+        shared_applied = False
+        while not self._stop.is_set():
+            if time.monotonic() >= next_resync:
+                self.enqueue_all()
+                next_resync = time.monotonic() + self.resync_seconds
+            if not (self.is_synced and self.leader.is_leader):
+                self._stop.wait(0.1)
+                continue
+            name = self.queue.get(timeout=0.5)
+            if name is None:
+                continue
+            try:
+                if not shared_applied:
+                    for role in shared_cluster_roles():
+                        self._ensure(role, tenant=None)
+                    shared_applied = True
+                self.reconcile(name)
+                self.reconciled += 1
+            except NotLeaderError:
+                log.warning("lost the lease while reconciling %s; another replica takes over", name)
+                shared_applied = False
+            except ApiException as err:
+                log.warning("reconciling tenant %s failed (%s %s); retrying", name, err.status, err.reason)
+                self._stop.wait(0.5)
+                self.queue.add(name)
+            except Exception:
+                log.exception("reconciling tenant %s failed; retrying", name)
+                self._stop.wait(1.0)
+                self.queue.add(name)
+
+    # -- writes (leader only) ---------------------------------------------------------------------
+
+    def _check_leader(self) -> None:
+        if not self.leader.is_leader:
+            raise NotLeaderError
+
+    def _ensure(self, obj: Manifest, *, tenant: Tenant | None) -> bool:
+        """Apply `obj` unless the live copy already has every field it sets; True if it wrote."""
+        kind = kind_of(obj)
+        live = self.cache.get(object_key(obj))
+        if live is not None and is_subset(
+            obj, {**live, "apiVersion": obj["apiVersion"], "kind": obj["kind"]}
+        ):
+            return False
+        self._check_leader()
+        result = self.kube.apply(obj)
+        WRITES.labels("apply").inc()
+        self.cache.upsert(kind, result)
+        if tenant is not None and self._is_provisioned(tenant):
+            REPAIRS.labels(kind.kind).inc()
+            where = f"{obj['metadata'].get('namespace')}/" if obj["metadata"].get("namespace") else ""
+            self._record_event(
+                tenant, "DriftRepaired", f"restored {kind.kind} {where}{obj['metadata']['name']}"
+            )
+        return True
+
+    def _delete(self, key: Key) -> None:
+        self._check_leader()
+        kind = next(k for k in (*MANAGED_KINDS, NAMESPACE) if (k.api_version, k.kind) == key[:2])
+        self.kube.delete(kind, key[3], namespace=key[2] or None)
+        WRITES.labels("delete").inc()
+
+    def _is_provisioned(self, tenant: Tenant) -> bool:
+        live = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", tenant.name)) or {}
+        return bool(live.get("status", {}).get("observedGeneration") == tenant.generation)
+
+    def _record_event(self, tenant: Tenant, reason: str, message: str) -> None:
+        live = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", tenant.name)) or {}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{tenant.name}.{uuid.uuid4().hex[:10]}", "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": "labgate.io/v1alpha1",
+                "kind": "Tenant",
+                "name": tenant.name,
+                "uid": live.get("metadata", {}).get("uid", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        }
+        try:
+            self.kube.create(EVENT, event, namespace="default")
+        except ApiException as err:  # an event is a courtesy; never fail a repair over it
+            log.warning("could not record event for tenant %s: %s", tenant.name, err.reason)
+
+    # -- one tenant -------------------------------------------------------------------------------
+
+    def _owned(self, tenant_name: str) -> list[tuple[Key, Object]]:
+        return self.cache.select(
+            lambda k, o: (
+                k[1] != "Namespace"
+                and _labels(o).get(TENANT_LABEL) == tenant_name
+                and _labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY
+            )
+        )
+
+    def _labelled_namespaces(self, tenant_name: str) -> set[str]:
+        return {
+            k[3]
+            for k, o in self.cache.select(lambda k, o: k[1] == "Namespace")
+            if _labels(o).get(TENANT_LABEL) == tenant_name
+        }
+
+    def reconcile(self, name: str) -> None:
+        """Make tenant `name`'s objects match its spec (or clean up after it)."""
+        live_tenant = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", name))
+        if live_tenant is None:
+            self._clean_up(name, delete_namespaces=())
+            return
+        tenant = Tenant.from_object(live_tenant)
+        if tenant.is_deleting:
+            self._finalize(tenant)
+            return
+        if FINALIZER not in tenant.finalizers:
+            self._check_leader()
+            self.kube.merge_patch(TENANT, name, {"metadata": {"finalizers": [*tenant.finalizers, FINALIZER]}})
+            WRITES.labels("patch").inc()
+        namespaces = tenant_namespaces(tenant, self._labelled_namespaces(name))
+        desired = desired_objects(tenant, namespaces=namespaces)
+        for obj in desired:
+            self._ensure(obj, tenant=tenant)
+        wanted = {object_key(o) for o in desired}
+        for key, _ in self._owned(name):
+            if key not in wanted:
+                self._delete(key)  # e.g. a binding of a namespace the tenant dropped
+        self._update_status(tenant, live_tenant, namespaces)
+
+    def _update_status(self, tenant: Tenant, live: Object, namespaces: list[str]) -> None:
+        states = []
+        for ns in namespaces:
+            obj = self.cache.get(("v1", "Namespace", "", ns))
+            phase = (obj or {}).get("status", {}).get("phase", "Pending") if obj else "Pending"
+            states.append({"name": ns, "state": phase})
+        ready = all(s["state"] == "Active" for s in states)
+        old = live.get("status") or {}
+        old_ready: dict[str, Any] = next(
+            (c for c in old.get("conditions", []) if c.get("type") == "Ready"), {}
+        )
+        condition = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "observedGeneration": tenant.generation,
+            "reason": "Provisioned" if ready else "NamespacesPending",
+            "message": f"{len(namespaces)} namespaces provisioned"
+            if ready
+            else "waiting for namespaces to become Active",
+        }
+        status = {
+            "observedGeneration": tenant.generation,
+            "namespaceList": ",".join(namespaces),
+            "namespaces": states,
+        }
+        unchanged = is_subset(status, old) and all(old_ready.get(k) == v for k, v in condition.items())
+        if unchanged:
+            return
+        condition["lastTransitionTime"] = (
+            old_ready["lastTransitionTime"]
+            if old_ready.get("status") == condition["status"] and "lastTransitionTime" in old_ready
+            else _now()
+        )
+        self._check_leader()
+        result = self.kube.apply(
+            {
+                "apiVersion": "labgate.io/v1alpha1",
+                "kind": "Tenant",
+                "metadata": {"name": tenant.name},
+                "status": {**status, "conditions": [condition]},
+            },
+            subresource="status",
+        )
+        WRITES.labels("status").inc()
+        self.cache.upsert(TENANT, result)
+
+    def _finalize(self, tenant: Tenant) -> None:
+        delete = () if tenant.spec.namespaces.keep_on_delete else tuple(tenant.spec.namespaces.names)
+        self._clean_up(tenant.name, delete_namespaces=delete)
+        if FINALIZER in tenant.finalizers:
+            self._check_leader()
+            remaining = [f for f in tenant.finalizers if f != FINALIZER]
+            self.kube.merge_patch(TENANT, tenant.name, {"metadata": {"finalizers": remaining or None}})
+            WRITES.labels("patch").inc()
+
+    def _clean_up(self, name: str, *, delete_namespaces: tuple[str, ...]) -> None:
+        for key, _ in self._owned(name):
+            self._delete(key)
+        if delete_namespaces:
+            for namespace in sorted(set(delete_namespaces) | self._labelled_namespaces(name)):
+                self._delete(("v1", "Namespace", "", namespace))
+
+
+def watch_stats(reconciler: Reconciler) -> dict[str, Any]:
+    """Counters for benchmarks: requests and writes made, tenants reconciled, queue depth."""
+    return {
+        "requests": reconciler.kube.requests,
+        "writes": reconciler.kube.writes,
+        "reconciled": reconciler.reconciled,
+        "queued": len(reconciler.queue),
+    }

@@ -1,0 +1,100 @@
+"""The Tenant (labgate.io/v1alpha1) as the reconciler reads it.
+
+The CRD's structural schema is the first line of validation (the apiserver enforces it at apply time);
+this model ignores fields it does not use, so a newer CRD never breaks an older reconciler.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TENANT_LABEL = "labgate.io/tenant"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "labgate"
+FINALIZER = "labgate.io/cleanup"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class Subject(_Spec):
+    """A member: a user, a group, or a service account (with its namespace)."""
+
+    kind: Literal["User", "Group", "ServiceAccount"]
+    name: str
+    namespace: str | None = None
+
+    def rbac_subject(self) -> dict[str, str]:
+        """The subject as RBAC bindings write it."""
+        if self.kind == "ServiceAccount":
+            return {"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace or "default"}
+        return {"kind": self.kind, "name": self.name, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+class Members(_Spec):
+    admins: list[Subject] = Field(default_factory=list)
+    researchers: list[Subject] = Field(default_factory=list)
+    viewers: list[Subject] = Field(default_factory=list)
+
+    @property
+    def everyone(self) -> list[Subject]:
+        return [*self.admins, *self.researchers, *self.viewers]
+
+
+class Namespaces(_Spec):
+    names: list[str] = Field(default_factory=list)
+    prefix: str | None = None
+    keep_on_delete: bool = Field(default=True, alias="keepOnDelete")
+
+
+class GpuQuota(_Spec):
+    total: int | None = None
+    models: dict[str, int] = Field(default_factory=dict)
+
+
+class Network(_Spec):
+    allow_egress: bool = Field(default=True, alias="allowEgress")
+    allow_ingress_from_tenants: list[str] = Field(default_factory=list, alias="allowIngressFromTenants")
+
+
+class Exceptions(_Spec):
+    host_path: bool = Field(default=False, alias="hostPath")
+    host_network: bool = Field(default=False, alias="hostNetwork")
+    host_pid: bool = Field(default=False, alias="hostPID")
+    privileged: bool = False
+
+    @property
+    def has_any(self) -> bool:
+        return self.host_path or self.host_network or self.host_pid or self.privileged
+
+
+class TenantSpec(_Spec):
+    members: Members = Field(default_factory=Members)
+    namespaces: Namespaces = Field(default_factory=Namespaces)
+    gpu: GpuQuota = Field(default_factory=GpuQuota)
+    network: Network = Field(default_factory=Network)
+    exceptions: Exceptions = Field(default_factory=Exceptions)
+
+
+class Tenant(_Spec):
+    """A Tenant object: its name, generation and spec."""
+
+    name: str
+    generation: int = 0
+    spec: TenantSpec
+    is_deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> Tenant:
+        metadata = obj.get("metadata", {})
+        return cls(
+            name=metadata["name"],
+            generation=metadata.get("generation", 0),
+            spec=TenantSpec.model_validate(obj.get("spec") or {}),
+            is_deleting=bool(metadata.get("deletionTimestamp")),
+            finalizers=tuple(metadata.get("finalizers") or ()),
+        )
