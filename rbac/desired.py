@@ -215,8 +215,9 @@ def _egress_policy(tenant: Tenant, namespace: str) -> Manifest:
     }
 
 
-def member_cluster_objects(tenant: Tenant, *, has_namespace_prefix: bool) -> list[Manifest]:
-    """Cluster-scoped objects: members read their Tenant; with a prefix, researchers create namespaces."""
+def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
+    """Cluster-scoped objects: members read their Tenant and its namespaces; with a prefix, researchers
+    may create namespaces (the admission policies keep them under the prefix)."""
     name = tenant.name
     everyone = _subjects(tenant.spec.members.everyone)
     objects: list[Manifest] = [
@@ -230,7 +231,19 @@ def member_cluster_objects(tenant: Tenant, *, has_namespace_prefix: bool) -> lis
                     "resources": ["tenants"],
                     "resourceNames": [name],
                     "verbs": ["get"],
-                }
+                },
+                *(
+                    [
+                        {
+                            "apiGroups": [""],
+                            "resources": ["namespaces"],
+                            "resourceNames": namespaces,
+                            "verbs": ["get"],
+                        }
+                    ]
+                    if namespaces
+                    else []
+                ),
             ],
         },
         {
@@ -245,7 +258,7 @@ def member_cluster_objects(tenant: Tenant, *, has_namespace_prefix: bool) -> lis
             },
         },
     ]
-    if has_namespace_prefix:
+    if tenant.spec.namespaces.prefix:
         creators = _subjects([*tenant.spec.members.admins, *tenant.spec.members.researchers])
         objects += [
             {
@@ -271,7 +284,7 @@ def member_cluster_objects(tenant: Tenant, *, has_namespace_prefix: bool) -> lis
 
 def desired_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
     """Everything `tenant` should have, given its namespaces (see tenant_namespaces)."""
-    objects = member_cluster_objects(tenant, has_namespace_prefix=bool(tenant.spec.namespaces.prefix))
+    objects = member_cluster_objects(tenant, namespaces=namespaces)
     for namespace in namespaces:
         objects += _namespace_objects(tenant, namespace)
     return objects

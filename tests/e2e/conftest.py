@@ -3,6 +3,7 @@ labelled namespace per test, and researchers who act through the real kubectl.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,9 +50,10 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             pytest.skip(f"kind mode needs a Docker engine ({problem})")
         from tests.e2e.kind import kind_stack
 
-        yield from kind_stack(tmp_path_factory.mktemp("kind"))
+        yield from kind_stack(tmp_path_factory.mktemp("kind"), reconciler_lease_seconds=4)
         return
-    with LabgateStack(tmp_path_factory.mktemp("cluster")) as started:
+    # A short lease so that the failover test sees a takeover in seconds.
+    with LabgateStack(tmp_path_factory.mktemp("cluster"), reconciler_lease_seconds=4) as started:
         yield started
 
 
@@ -67,7 +69,8 @@ class Researcher:
         return kubectl(self.kubeconfig, *args, stdin=stdin)
 
     def apply(self, manifest: dict[str, Any], namespace: str) -> subprocess.CompletedProcess[str]:
-        return self.kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+        # JSON, not YAML: PyYAML writes "3e-4" unquoted and Go's YAML 1.2 reads it back as a number.
+        return self.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,10 @@ class TenantFactory:
             "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}},
         }
         self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([tenant, namespace]))
-        self.created.append(("tenant", name))
         self.created.append(("namespace", name))
+        self.created.append(("tenant", name))
+        # The reconciler provisions the rest (RBAC, quota, policies) and then reports Ready.
+        self.stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=30s", f"tenant/{name}")
         researcher = f"researcher-{suffix}"
         return TenantUnderTest(
             name=name,

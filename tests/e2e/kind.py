@@ -92,7 +92,7 @@ class KindControlPlane:
         raise RuntimeError("the kind Docker network has no IPv4 gateway")
 
 
-def kind_stack(workdir: Path) -> Iterator[LabgateStack]:
+def kind_stack(workdir: Path, *, reconciler_lease_seconds: float) -> Iterator[LabgateStack]:
     """LabgateStack on kind: yields once it is ready, deletes the kind cluster afterwards."""
     control_plane = KindControlPlane(workdir)
     control_plane.start()

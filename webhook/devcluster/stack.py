@@ -3,6 +3,7 @@ and the webhook (one or more replicas) registered with the apiserver over TLS on
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from webhook.registration import validating_webhook_configuration
 LABGATE_NAMESPACE = "labgate-system"
 EXEMPT_NAMESPACES = ["kube-system", LABGATE_NAMESPACE]
 CRD_DIR = REPO_ROOT / "charts" / "labgate" / "crds"
-POLICY_DIR = REPO_ROOT / "policies"
+# The policies OPA loads; LABGATE_POLICY_DIR points the local stack at another copy (e.g. a policy change
+# under review) without touching the repository.
+POLICY_DIR = Path(os.environ.get("LABGATE_POLICY_DIR", str(REPO_ROOT / "policies")))
 WEBHOOK_CONFIGURATION = "labgate"
 
 
@@ -60,6 +63,7 @@ class LabgateStack:
         control_plane: ControlPlane | None = None,
         webhook_host: str = "127.0.0.1",
         with_reconciler: bool = True,
+        reconciler_lease_seconds: float = 15.0,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster)."""
@@ -68,6 +72,7 @@ class LabgateStack:
         self.webhook_replicas = webhook_replicas
         self.webhook_host = webhook_host
         self.with_reconciler = with_reconciler
+        self.reconciler_lease_seconds = reconciler_lease_seconds
         self.cluster: ControlPlane = control_plane or LocalControlPlane(workdir, detached=detached)
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
@@ -194,7 +199,7 @@ class LabgateStack:
         wait_until(is_ready, what=f"labgate webhook {index} {wait_for}", timeout=60, watch=[process])
         return url
 
-    def start_reconciler(self, *, identity: str | None = None, lease_seconds: float = 15.0) -> ManagedProcess:
+    def start_reconciler(self, *, identity: str | None = None) -> ManagedProcess:
         """Start one reconciler replica (several may run; the Lease picks the one that writes)."""
         index = sum(1 for p in self.processes if p.name.startswith("reconciler-"))
         process = spawn(
@@ -208,7 +213,7 @@ class LabgateStack:
                 f"--kubeconfig={self.admin_kubeconfig}",
                 f"--namespace={LABGATE_NAMESPACE}",
                 f"--identity={identity or f'reconciler-{index}'}",
-                f"--lease-seconds={lease_seconds}",
+                f"--lease-seconds={self.reconciler_lease_seconds}",
             ],
             detached=self.detached,
             env={"PYTHONPATH": str(REPO_ROOT)},

@@ -1,0 +1,314 @@
+"""The tenant reconciler against the real control plane: provisioning, researchers' rights through
+real kubectl, drift repair for every managed kind, member removal, deletion, leader failover."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest, pod_manifest
+from webhook.devcluster.processes import ManagedProcess
+from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+
+pytestmark = pytest.mark.tenancy
+
+
+def eventually(check: Callable[[], bool], *, what: str, timeout: float = 30.0) -> None:
+    """Poll an observable condition, at most `timeout` seconds (repairs are watch-driven, not timed)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not true after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def get_json(stack: LabgateStack, *args: str) -> dict[str, Any] | None:
+    result = stack.cluster_kubectl("get", *args, "-o", "json")
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def can_i(who: Researcher, verb: str, resource: str, namespace: str) -> bool:
+    result = who.kubectl("auth", "can-i", verb, resource, "-n", namespace)
+    return result.stdout.strip() == "yes"
+
+
+def test_new_tenant_is_fully_provisioned(stack: LabgateStack, tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 12}, "network": {"allowEgress": False}})
+    tenant = get_json(stack, f"tenant/{team.name}")
+    assert tenant is not None
+    assert tenant["status"]["namespaceList"] == team.namespace
+    assert tenant["status"]["observedGeneration"] == tenant["metadata"]["generation"]
+    assert "labgate.io/cleanup" in tenant["metadata"]["finalizers"]
+    namespace = get_json(stack, f"namespace/{team.namespace}")
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["labgate.io/tenant"] == team.name
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    bindings = get_json(stack, "rolebindings", "-n", team.namespace)
+    assert bindings is not None
+    by_name = {b["metadata"]["name"]: b for b in bindings["items"]}
+    assert by_name["labgate-researchers"]["roleRef"]["name"] == "labgate:researcher"
+    assert by_name["labgate-researchers"]["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": team.researcher.groups[0]}
+    ]
+    assert by_name["labgate-admins"]["subjects"][0]["name"] == team.admin.name
+    quota = get_json(stack, "resourcequota/labgate-gpu", "-n", team.namespace)
+    assert quota is not None
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "12"}
+    egress = get_json(stack, "networkpolicy/labgate-baseline-egress", "-n", team.namespace)
+    assert egress is not None
+    # Egress off: only the tenant's own namespaces and DNS, no ipBlock to the internet.
+    assert all("ipBlock" not in peer for rule in egress["spec"]["egress"] for peer in rule["to"])
+    account = get_json(stack, "serviceaccount/experiment", "-n", team.namespace)
+    assert account is not None
+    assert account["automountServiceAccountToken"] is False
+    assert get_json(stack, "limitrange/labgate-defaults", "-n", team.namespace) is not None
+
+
+def test_researchers_act_within_their_rights(tenants: TenantFactory) -> None:
+    team, other = tenants.create(), tenants.create()
+    me = team.researcher
+    assert me.apply(pod_manifest("train"), team.namespace).returncode == 0
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hp"}, "data": {"lr": "3e-4"}}
+    assert me.apply(configmap, team.namespace).returncode == 0
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wandb"}, "stringData": {"key": "k"}}
+    assert me.apply(secret, team.namespace).returncode == 0
+    for verb, resource in [
+        ("create", "jobs.batch"),
+        ("get", "pods/log"),
+        ("create", "pods/exec"),
+        ("create", "pods/portforward"),
+        ("delete", "pods"),
+    ]:
+        assert can_i(me, verb, resource, team.namespace), f"{verb} {resource}"
+    # ... and no further: no RBAC, quotas, network policies, namespace labels, other tenants.
+    for verb, resource in [
+        ("create", "rolebindings"),
+        ("patch", "resourcequotas"),
+        ("delete", "networkpolicies"),
+        ("create", "networkpolicies"),
+    ]:
+        assert not can_i(me, verb, resource, team.namespace), f"{verb} {resource}"
+    refused = me.kubectl("label", "namespace", team.namespace, "labgate.io/tenant=stolen", "--overwrite")
+    assert refused.returncode == 1
+    assert f'User "{me.name}" cannot patch resource "namespaces"' in refused.stderr
+    elsewhere = me.apply(pod_manifest("train"), other.namespace)
+    assert elsewhere.returncode == 1
+    assert (
+        f'User "{me.name}" cannot get resource "pods" in API group "" in the namespace "{other.namespace}"'
+        in (elsewhere.stderr)
+    )
+    # Every member may read their own Tenant (usage and limits), not another's.
+    assert me.kubectl("get", "tenant", team.name).returncode == 0
+    assert me.kubectl("get", "tenant", other.name).returncode == 1
+    # Admins manage members' work and may author network policies; viewers only read.
+    assert can_i(team.admin, "create", "networkpolicies", team.namespace)
+    assert not can_i(team.admin, "create", "rolebindings", team.namespace)
+
+
+def test_viewers_read_but_do_not_run(stack: LabgateStack, tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={})
+    viewer = Researcher("vera", (), stack.kubeconfig_for("vera"))
+    tenant = get_json(stack, f"tenant/{team.name}")
+    assert tenant is not None
+    members = tenant["spec"]["members"]
+    members["viewers"] = [{"kind": "User", "name": "vera"}]
+    stack.admin_kubectl(
+        "patch", "tenant", team.name, "--type=merge", "-p", json.dumps({"spec": {"members": members}})
+    )
+    eventually(lambda: can_i(viewer, "list", "pods", team.namespace), what="viewer can list pods")
+    assert not can_i(viewer, "create", "pods", team.namespace)
+    assert viewer.kubectl("get", "tenant", team.name).returncode == 0
+
+
+def _drift_cases(
+    team: TenantUnderTest,
+) -> list[tuple[str, list[str], Callable[[dict[str, Any] | None], bool]]]:
+    ns = team.namespace
+    return [
+        (
+            "RoleBinding deleted",
+            ["delete", "rolebinding", "labgate-researchers", "-n", ns],
+            lambda o: o is not None,
+        ),
+        (
+            "NetworkPolicy edited",
+            [
+                "patch",
+                "networkpolicy",
+                "labgate-baseline-ingress",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                '{"spec":{"ingress":[{}]}}',
+            ],
+            lambda o: o is not None and o["spec"]["ingress"] != [{}],
+        ),
+        (
+            "ResourceQuota raised",
+            [
+                "patch",
+                "resourcequota",
+                "labgate-gpu",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                '{"spec":{"hard":{"requests.nvidia.com/gpu":"999"}}}',
+            ],
+            lambda o: o is not None and o["spec"]["hard"]["requests.nvidia.com/gpu"] == "4",
+        ),
+        (
+            "LimitRange deleted",
+            ["delete", "limitrange", "labgate-defaults", "-n", ns],
+            lambda o: o is not None,
+        ),
+        (
+            "ServiceAccount deleted",
+            ["delete", "serviceaccount", "experiment", "-n", ns],
+            lambda o: o is not None,
+        ),
+        (
+            "ClusterRoleBinding deleted",
+            ["delete", "clusterrolebinding", f"labgate:tenant:{team.name}:member"],
+            lambda o: o is not None,
+        ),
+        (
+            "Pod Security label removed",
+            ["label", "namespace", ns, "pod-security.kubernetes.io/enforce-"],
+            lambda o: (
+                o is not None
+                and o["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") == "baseline"
+            ),
+        ),
+    ]
+
+
+_DRIFT_TARGETS = {
+    "RoleBinding deleted": ("rolebinding/labgate-researchers", True),
+    "NetworkPolicy edited": ("networkpolicy/labgate-baseline-ingress", True),
+    "ResourceQuota raised": ("resourcequota/labgate-gpu", True),
+    "LimitRange deleted": ("limitrange/labgate-defaults", True),
+    "ServiceAccount deleted": ("serviceaccount/experiment", True),
+    "ClusterRoleBinding deleted": ("clusterrolebinding/labgate:tenant:{tenant}:member", False),
+    "Pod Security label removed": ("namespace/{tenant}", False),
+}
+
+
+def _checker(
+    stack: LabgateStack, args: list[str], is_repaired: Callable[[dict[str, Any] | None], bool]
+) -> Callable[[], bool]:
+    return lambda: is_repaired(get_json(stack, *args))
+
+
+def test_drift_is_repaired_for_every_managed_kind(stack: LabgateStack, tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 4}})
+    for case, command, is_repaired in _drift_cases(team):
+        target, namespaced = _DRIFT_TARGETS[case]
+        args = [target.format(tenant=team.name)] + (["-n", team.namespace] if namespaced else [])
+        stack.admin_kubectl(*command)
+        eventually(_checker(stack, args, is_repaired), what=case)
+    events = get_json(
+        stack, "events", "-n", "default", "--field-selector", f"involvedObject.name={team.name}"
+    )
+    assert events is not None
+    messages = {e["message"] for e in events["items"] if e["reason"] == "DriftRepaired"}
+    assert f"restored RoleBinding {team.namespace}/labgate-researchers" in messages
+    assert f"restored ClusterRoleBinding labgate:tenant:{team.name}:member" in messages
+
+
+def test_removed_member_loses_access(stack: LabgateStack, tenants: TenantFactory) -> None:
+    team = tenants.create()
+    assert can_i(team.researcher, "create", "pods", team.namespace)
+    stack.admin_kubectl(
+        "patch",
+        "tenant",
+        team.name,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "replace", "path": "/spec/members/researchers", "value": []}]),
+    )
+    eventually(lambda: not can_i(team.researcher, "create", "pods", team.namespace), what="access removed")
+    assert team.researcher.kubectl("get", "tenant", team.name).returncode == 1
+
+
+def test_deleting_a_tenant_cleans_up_but_keeps_data_namespaces(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    kept = tenants.create()
+    dropped = tenants.create(spec_extra={"namespaces": {"names": [], "keepOnDelete": False}})
+    stack.admin_kubectl(
+        "patch",
+        "tenant",
+        dropped.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"namespaces": {"names": [dropped.namespace]}}}),
+    )
+    for team in (kept, dropped):
+        stack.admin_kubectl("delete", "tenant", team.name, "--timeout=30s")
+        assert get_json(stack, f"tenant/{team.name}") is None
+        assert get_json(stack, f"clusterrolebinding/labgate:tenant:{team.name}:member") is None
+    kept_namespace = get_json(stack, f"namespace/{kept.namespace}")
+    assert kept_namespace is not None, "keepOnDelete (the default) keeps the namespace and its data"
+    bindings = get_json(
+        stack, "rolebindings", "-n", kept.namespace, "-l", "app.kubernetes.io/managed-by=labgate"
+    )
+    assert bindings is not None
+    assert bindings["items"] == []
+    eventually(
+        lambda: get_json(stack, f"namespace/{dropped.namespace}") is None,
+        what="namespace deleted",
+        timeout=60,
+    )
+
+
+def _lease_holder(stack: LabgateStack) -> str | None:
+    lease = get_json(stack, "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE)
+    return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+@pytest.fixture
+def standby(stack: LabgateStack) -> ManagedProcess:
+    """A second reconciler replica (stopped with the stack)."""
+    return stack.start_reconciler(identity="standby")
+
+
+def test_leader_failover_and_a_paused_leader_stops_writing(
+    stack: LabgateStack, tenants: TenantFactory, standby: ManagedProcess
+) -> None:
+    team = tenants.create()
+    leader = next(p for p in stack.processes if p.name.startswith("reconciler-") and p is not standby)
+    assert _lease_holder(stack) != "standby"
+    # Freeze the leader (a long GC pause or a partition): it cannot renew, the standby takes over.
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        eventually(lambda: _lease_holder(stack) == "standby", what="standby holds the lease", timeout=30)
+        stack.admin_kubectl("delete", "rolebinding", "labgate-researchers", "-n", team.namespace)
+        eventually(
+            lambda: get_json(stack, "rolebinding/labgate-researchers", "-n", team.namespace) is not None,
+            what="the new leader repairs drift",
+        )
+    finally:
+        os.kill(leader.pid, signal.SIGCONT)
+    # The old leader wakes up, finds the lease held by the standby and stays a follower.
+    stack.admin_kubectl(
+        "wait",
+        "--for=jsonpath={.spec.holderIdentity}=standby",
+        "--timeout=10s",
+        "-n",
+        LABGATE_NAMESPACE,
+        "lease/labgate-reconciler",
+    )
+    renewals = yaml.safe_load(
+        stack.admin_kubectl("get", "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE, "-o", "yaml")
+    )["spec"]
+    assert renewals["holderIdentity"] == "standby"
+    assert renewals["leaseTransitions"] >= 1
