@@ -1,8 +1,10 @@
 # METADATA
 # title: Tenancy helpers
 # description: |
-#   Who owns a namespace, who is a member of a tenant, and which requesters are the platform itself.
-#   Reads data.labgate.inventory (tenants and namespaces, kept in sync by the webhook) and input.request.
+#   Who owns a namespace, who is a member or admin of a tenant, and which requesters are the platform
+#   itself; plus the few request helpers every rule's messages share (how to name the object, where
+#   the containers of a pod spec are). Reads data.labgate.inventory (tenants and namespaces, kept in
+#   sync by the webhook), data.labgate.config and input.request.
 package labgate.lib.tenancy
 
 tenant_label := data.labgate.config.tenant_label
@@ -86,3 +88,45 @@ describe_user(user) := sprintf("%q (groups: %s)", [user.username, concat(", ", [
 	some g in user.groups
 	not startswith(g, "system:")
 ])])
+
+# The tenant label of the request's namespace, or "" when it has none (or is not known yet).
+namespace_tenant_name := name if {
+	name := claimed_tenant_name
+} else := ""
+
+# Listed as an admin or researcher of the tenant (a user, group or service account subject); unlike
+# is_member, a service account merely living in the tenant's namespaces is not listed.
+is_listed_member(tenant, user) if {
+	some subject in workload_subjects(tenant)
+	subject_matches(subject, user)
+}
+
+is_admin(tenant, user) if {
+	some subject in object.get(tenant, ["spec", "members", "admins"], [])
+	subject_matches(subject, user)
+}
+
+# "ann, ci/deployer" for messages: who to ask; a service account is shown as namespace/name.
+admin_names(tenant) := concat(", ", [subject_name(s) |
+	some s in object.get(tenant, ["spec", "members", "admins"], [])
+])
+
+subject_name(subject) := sprintf("%s/%s", [subject.namespace, subject.name]) if {
+	subject.kind == "ServiceAccount"
+} else := subject.name
+
+# `Pod "train-1"` for messages: the request's kind and name (the generateName while it has none).
+object_ref := sprintf("%s %q", [input.request.kind.kind, name]) if {
+	name := object.get(input.request, "name", "")
+	name != ""
+} else := sprintf("%s %q", [
+	input.request.kind.kind,
+	object.get(input.request, ["object", "metadata", "generateName"], ""),
+])
+
+# Every container of a pod spec, with its field relative to the spec: "containers[0]",
+# "initContainers[1]", "ephemeralContainers[0]".
+containers(spec) := {{"field": sprintf("%s[%d]", [group, i]), "container": container} |
+	some group in ["containers", "initContainers", "ephemeralContainers"]
+	some i, container in object.get(spec, group, [])
+}

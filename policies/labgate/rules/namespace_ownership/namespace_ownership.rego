@@ -1,0 +1,259 @@
+# METADATA
+# title: Namespace ownership and tenant identity
+# description: |
+#   Who may put a namespace under a tenant, and who may change labgate's own labels afterwards.
+#   A namespace created with labgate.io/tenant=<tenant> must come from an admin or researcher of that
+#   tenant and be named as the Tenant allows (spec.namespaces.names, or spec.namespaces.prefix).
+#   labgate.io/* labels and annotations on a namespace change only by the tenant's admins (for a
+#   namespace moving between tenants: the admins of both) or the platform. A namespaced object may
+#   not carry labgate.io/tenant naming a tenant other than its namespace's (nor may its pod
+#   templates, so that a controller-created pod cannot inherit a false identity).
+#   Trusted requesters (the platform) are never refused here.
+package labgate.rules.namespace_ownership
+
+import data.labgate.lib.tenancy
+
+_protected_prefix := "labgate.io/"
+
+_is_namespace if {
+	input.request.kind.kind == "Namespace"
+	input.request.kind.group == ""
+}
+
+_namespace_name := input.request.name if {
+	object.get(input.request, "name", "") != ""
+} else := object.get(input.request, ["object", "metadata", "name"], "")
+
+# Labels or annotations (`field`) of the object or the oldObject (`side`); {} when absent.
+_meta(side, field) := value if {
+	value := object.get(input.request, [side, "metadata", field], {})
+	is_object(value)
+} else := {}
+
+_new_tenant := _meta("object", "labels")[tenancy.tenant_label]
+
+_old_tenant := _meta("oldObject", "labels")[tenancy.tenant_label]
+
+# The tenant the namespace is being put under: on CREATE, or on an UPDATE that changes the label.
+_claimed_tenant := _new_tenant if input.request.operation == "CREATE"
+
+_claimed_tenant := _new_tenant if {
+	input.request.operation == "UPDATE"
+	_new_tenant != object.get(_meta("oldObject", "labels"), tenancy.tenant_label, "")
+}
+
+_own_tenants_hint := sprintf("label it with your own tenant (%s)", [concat(", ", sort(tenants))]) if {
+	tenants := tenancy.tenants_of(input.request.userInfo)
+	count(tenants) > 0
+} else := "you are not a member of any tenant: ask the infra team to add you to one"
+
+# METADATA
+# title: Only a tenant's admins and researchers create its namespaces
+# custom:
+#   rule_id: namespace-tenant-member
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	_is_namespace
+	input.request.operation == "CREATE"
+	not tenancy.is_trusted_requester
+	tenant := data.labgate.inventory.tenants[_new_tenant]
+	not tenancy.is_listed_member(tenant, input.request.userInfo)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] user %s may not create namespace %q labelled %s=%q: only admins and researchers of tenant %q may. Fix: %s, or ask an admin of %q (%s) to add you",
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, tenancy.tenant_label,
+			_new_tenant, _new_tenant, _own_tenants_hint, _new_tenant, tenancy.admin_names(tenant),
+		],
+	)
+}
+
+# METADATA
+# title: A namespace may only be created for a tenant that exists
+# custom:
+#   rule_id: namespace-tenant-member
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	_is_namespace
+	input.request.operation == "CREATE"
+	not tenancy.is_trusted_requester
+	not data.labgate.inventory.tenants[_new_tenant]
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] user %s may not create namespace %q labelled %s=%q: no Tenant %q exists. Fix: %s, or ask the infra team to create the Tenant",
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, tenancy.tenant_label,
+			_new_tenant, _new_tenant, _own_tenants_hint,
+		],
+	)
+}
+
+_prefix(tenant) := object.get(tenant, ["spec", "namespaces", "prefix"], "")
+
+_names(tenant) := object.get(tenant, ["spec", "namespaces", "names"], [])
+
+_allowed_names_text(tenant) := concat(" or ", parts) if {
+	parts := array.concat(
+		[sprintf("names starting with %q", [_prefix(tenant)]) | _prefix(tenant) != ""],
+		[sprintf("the names %s", [concat(", ", [sprintf("%q", [n]) | some n in _names(tenant)])]) |
+			count(_names(tenant)) > 0
+		],
+	)
+	count(parts) > 0
+} else := "no namespace names (its spec.namespaces is empty)"
+
+_rename_hint(tenant) := sprintf("name it %q", [concat("", [_prefix(tenant), _namespace_name])]) if {
+	_prefix(tenant) != ""
+} else := "use one of the tenant's names"
+
+_name_allowed(tenant) if _namespace_name in _names(tenant)
+
+_name_allowed(tenant) if {
+	_prefix(tenant) != ""
+	startswith(_namespace_name, _prefix(tenant))
+}
+
+# METADATA
+# title: A tenant's namespaces are named as its Tenant says
+# custom:
+#   rule_id: namespace-prefix
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	_is_namespace
+	not tenancy.is_trusted_requester
+	tenant := data.labgate.inventory.tenants[_claimed_tenant]
+	not _name_allowed(tenant)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] namespace %q may not be labelled %s=%q: tenant %q allows %s. Fix: %s, or ask the infra team to add %q to spec.namespaces.names of Tenant %q",
+		[
+			rule_id, _namespace_name, tenancy.tenant_label, _claimed_tenant, _claimed_tenant,
+			_allowed_names_text(tenant), _rename_hint(tenant), _namespace_name, _claimed_tenant,
+		],
+	)
+}
+
+# labgate.io/* keys whose value an UPDATE changes, adds or removes, as "label k: "a" -> "b"".
+_protected_changes contains {"field": sprintf("metadata.%s", [field]), "text": text} if {
+	input.request.operation == "UPDATE"
+	some field in ["labels", "annotations"]
+	old := _meta("oldObject", field)
+	new := _meta("object", field)
+	some key in (object.keys(old) | object.keys(new))
+	startswith(key, _protected_prefix)
+	object.get(old, key, null) != object.get(new, key, null)
+	text := sprintf("%s %s: %s -> %s", [
+		trim_suffix(field, "s"), key,
+		_show(object.get(old, key, null)), _show(object.get(new, key, null)),
+	])
+}
+
+_show(value) := sprintf("%q", [value]) if {
+	is_string(value)
+} else := "(none)"
+
+_changes_text := concat("; ", sort([c.text | some c in _protected_changes]))
+
+_changes_field := f if {
+	fields := {c.field | some c in _protected_changes}
+	count(fields) == 1
+	some f in fields
+} else := "metadata"
+
+# The tenants whose admins must agree: the one the namespace leaves and the one it joins.
+_approving_tenants contains name if {
+	name := _old_tenant
+}
+
+_approving_tenants contains name if {
+	name := _new_tenant
+}
+
+_admins_text(name) := sprintf("no Tenant %q exists", [name]) if {
+	not data.labgate.inventory.tenants[name]
+} else := tenancy.admin_names(data.labgate.inventory.tenants[name]) if {
+	tenancy.admin_names(data.labgate.inventory.tenants[name]) != ""
+} else := "it lists no admins"
+
+_is_tenant_admin(name) if tenancy.is_admin(data.labgate.inventory.tenants[name], input.request.userInfo)
+
+# METADATA
+# title: Only the tenant's admins change labgate.io/ labels and annotations of its namespaces
+# custom:
+#   rule_id: tenant-label-protected
+violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
+	_is_namespace
+	count(_protected_changes) > 0
+	not tenancy.is_trusted_requester
+	some name in _approving_tenants
+	not _is_tenant_admin(name)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] user %s may not change %s on namespace %q: labgate.io/ labels and annotations are changed only by admins of tenant %q (%s) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant %q or the infra team to make the change",
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name,
+			name, _admins_text(name), name,
+		],
+	)
+}
+
+# METADATA
+# title: Only the platform puts labgate.io/ labels and annotations on a namespace of no tenant
+# custom:
+#   rule_id: tenant-label-protected
+violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
+	_is_namespace
+	count(_protected_changes) > 0
+	not tenancy.is_trusted_requester
+	count(_approving_tenants) == 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] user %s may not change %s on namespace %q: it belongs to no tenant, so only the platform changes its labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team to make the change",
+		[rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name],
+	)
+}
+
+# Where labels that become objects' identity live: the object's metadata, and the metadata beside
+# every nested spec on the way to a pod template (a Deployment's spec.template.metadata, a CronJob's
+# spec.jobTemplate.metadata and spec.jobTemplate.spec.template.metadata).
+_metadata_paths contains ["metadata"]
+
+_metadata_paths contains path if {
+	some template in input.pod_templates
+	parts := split(template.path, ".")
+	some i, part in parts
+	i > 0
+	part == "spec"
+	path := array.concat(array.slice(parts, 0, i), ["metadata"])
+}
+
+_namespace_owner_text := sprintf("belongs to tenant %q", [tenancy.namespace_tenant_name]) if {
+	tenancy.namespace_tenant_name != ""
+} else := "belongs to no tenant"
+
+_identity_fix := sprintf("remove the %s label (labgate derives the tenant from the namespace) or set it to %q", [
+	tenancy.tenant_label, tenancy.namespace_tenant_name,
+]) if {
+	tenancy.namespace_tenant_name != ""
+} else := sprintf("remove the %s label (labgate derives the tenant from the namespace)", [tenancy.tenant_label])
+
+# METADATA
+# title: An object may not claim another tenant's identity
+# custom:
+#   rule_id: tenant-identity-claim
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	not _is_namespace
+	input.request.operation in {"CREATE", "UPDATE"}
+	object.get(input.request, "namespace", "") != ""
+	not tenancy.is_trusted_requester
+	some path in _metadata_paths
+	claimed := object.get(input.request, array.concat(["object"], array.concat(path, ["labels", tenancy.tenant_label])), null)
+	claimed != null
+	claimed != tenancy.namespace_tenant_name
+	field := concat(".", array.concat(path, ["labels"]))
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s carries %s=%q, but namespace %q %s: an object may not claim another tenant's identity. Fix: %s",
+		[
+			rule_id, tenancy.object_ref, field, tenancy.tenant_label, claimed, input.request.namespace,
+			_namespace_owner_text, _identity_fix,
+		],
+	)
+}

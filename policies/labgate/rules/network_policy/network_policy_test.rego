@@ -1,0 +1,142 @@
+package labgate.rules.network_policy_test
+
+import data.labgate.lib.testdata
+import data.labgate.rules.network_policy
+
+policy(name, labels, spec) := {
+	"apiVersion": "networking.k8s.io/v1",
+	"kind": "NetworkPolicy",
+	"metadata": {"name": name, "labels": labels},
+	"spec": object.union({"podSelector": {}}, spec),
+}
+
+tenant_selector(tenant) := {"namespaceSelector": {"matchLabels": {"labgate.io/tenant": tenant}}}
+
+violations_for(operation, namespace, user, new, old) := violations if {
+	violations := network_policy.violation with input.request as testdata.request(operation, "NetworkPolicy", namespace, user, new, old)
+		with input.pod_templates as []
+		with data.labgate.inventory as testdata.inventory
+}
+
+# --- the label-selector semantics ---
+
+test_namespace_selector_semantics if {
+	labels := {"labgate.io/tenant": "team-a", "purpose": "data"}
+	network_policy.namespace_selector_matches({}, labels)
+	network_policy.namespace_selector_matches({"matchLabels": {"purpose": "data"}}, labels)
+	not network_policy.namespace_selector_matches({"matchLabels": {"purpose": "data", "x": "y"}}, labels)
+	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "In", "values": ["data", "ci"]}]}, labels)
+	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, labels)
+	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "NotIn", "values": ["data"]}]}, labels)
+	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, labels)
+	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "Exists"}]}, labels)
+	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, labels)
+	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, labels)
+	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "DoesNotExist"}]}, labels)
+	not network_policy.namespace_selector_matches(
+		{"matchLabels": {"purpose": "data"}, "matchExpressions": [{"key": "labgate.io/tenant", "operator": "In", "values": ["team-b"]}]},
+		labels,
+	)
+}
+
+# --- network-policy-peer ---
+
+test_peers_within_the_tenant_and_allowed_tenants_are_allowed if {
+	np := policy("mine", {}, {
+		"ingress": [{"from": [tenant_selector("team-a"), tenant_selector("team-b"), {"podSelector": {"matchLabels": {"app": "ui"}}}]}],
+		"egress": [{"to": [
+			tenant_selector("team-a"),
+			{"namespaceSelector": {"matchExpressions": [{"key": "purpose", "operator": "In", "values": ["ci", "data"]}]}},
+		]}],
+	})
+	count(violations_for("CREATE", "team-a", testdata.alice, np, null)) == 0
+}
+
+test_egress_to_a_tenant_that_accepts_ingress_is_allowed if {
+	np := policy("to-a", {}, {"egress": [{"to": [tenant_selector("team-a")]}, {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]})
+	count(violations_for("CREATE", "team-b", testdata.bob, np, null)) == 0
+}
+
+test_namespace_of_no_tenant_and_platform_are_not_checked if {
+	np := policy("open", {}, {"ingress": [{}]})
+	count(violations_for("CREATE", "default", testdata.alice, np, null)) == 0
+	count(violations_for("CREATE", "team-a", testdata.cluster_admin, np, null)) == 0
+}
+
+test_empty_namespace_selector_is_refused if {
+	np := policy("allow-all", {}, {"ingress": [{"from": [{"podSelector": {}}, {"namespaceSelector": {}}]}]})
+	violations_for("CREATE", "team-a", testdata.alice, np, null) == {{
+		"rule": "network-policy-peer",
+		"field": "spec.ingress[0].from[1]",
+		"message": `[network-policy-peer] NetworkPolicy "allow-all" spec.ingress[0].from[1] (namespaceSelector {}) would open ingress from namespaces of other tenants: "orphan" (tenant "ghost"). Fix: list peers that select only your tenant's namespaces (namespaceSelector matchLabels labgate.io/tenant: "team-a"), or ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant "team-a"`,
+	}}
+}
+
+test_not_in_selector_to_other_tenants_is_refused if {
+	selector := {"matchExpressions": [{"key": "labgate.io/tenant", "operator": "NotIn", "values": ["team-a"]}]}
+	np := policy("out", {}, {"egress": [{"to": [tenant_selector("team-a")]}, {"to": [{"namespaceSelector": selector}]}]})
+	violations_for("UPDATE", "team-a", testdata.alice, np, np) == {{
+		"rule": "network-policy-peer",
+		"field": "spec.egress[1].to[0]",
+		"message": `[network-policy-peer] NetworkPolicy "out" spec.egress[1].to[0] (namespaceSelector {"matchExpressions":[{"key":"labgate.io/tenant","operator":"NotIn","values":["team-a"]}]}) would open egress to namespaces of other tenants: "orphan" (tenant "ghost"), "team-b" (tenant "team-b"). Fix: list peers that select only your tenant's namespaces (namespaceSelector matchLabels labgate.io/tenant: "team-a"), or ask the infra team to add "team-a" to the other Tenant's spec.network.allowIngressFromTenants`,
+	}}
+}
+
+test_ip_block_egress_is_refused_without_allow_egress if {
+	np := policy("web", {}, {"egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]})
+	violations_for("CREATE", "team-a", testdata.alice, np, null) == {{
+		"rule": "network-policy-peer",
+		"field": "spec.egress[0].to[0]",
+		"message": `[network-policy-peer] NetworkPolicy "web" spec.egress[0].to[0] (ipBlock {"cidr":"0.0.0.0/0"}) would open egress to IP addresses, but tenant "team-a" has spec.network.allowEgress: false. Fix: remove the ipBlock peer, or ask the infra team to allow egress in Tenant "team-a"`,
+	}}
+}
+
+test_rule_without_peers_opens_everything if {
+	np := policy("anywhere", {}, {"egress": [{"ports": [{"port": 443}]}]})
+	violations_for("CREATE", "team-a", testdata.alice, np, null) == {
+		{
+			"rule": "network-policy-peer",
+			"field": "spec.egress[0]",
+			"message": `[network-policy-peer] NetworkPolicy "anywhere" spec.egress[0] (no "to" peers: every destination) would open egress to namespaces of other tenants: "orphan" (tenant "ghost"), "team-b" (tenant "team-b"). Fix: list peers that select only your tenant's namespaces (namespaceSelector matchLabels labgate.io/tenant: "team-a"), or ask the infra team to add "team-a" to the other Tenant's spec.network.allowIngressFromTenants`,
+		},
+		{
+			"rule": "network-policy-peer",
+			"field": "spec.egress[0]",
+			"message": `[network-policy-peer] NetworkPolicy "anywhere" spec.egress[0] (no "to" peers: every destination) would open egress to IP addresses, but tenant "team-a" has spec.network.allowEgress: false. Fix: list peers that select only your tenant's namespaces (namespaceSelector matchLabels labgate.io/tenant: "team-a"), or ask the infra team to allow egress in Tenant "team-a"`,
+		},
+	}
+}
+
+test_ingress_rule_without_peers_in_team_b_names_team_a_namespaces if {
+	np := policy("open", {}, {"ingress": [{}]})
+	violations := violations_for("CREATE", "team-b", testdata.bob, np, null)
+	[v.message | some v in violations] == [`[network-policy-peer] NetworkPolicy "open" spec.ingress[0] (no "from" peers: every source) would open ingress from namespaces of other tenants: "orphan" (tenant "ghost"), "team-a" (tenant "team-a"), "team-a-data" (tenant "team-a"). Fix: list peers that select only your tenant's namespaces (namespaceSelector matchLabels labgate.io/tenant: "team-b"), or ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant "team-b"`]
+}
+
+# --- network-policy-baseline ---
+
+baseline := policy("labgate-baseline", {"app.kubernetes.io/managed-by": "labgate"}, {"ingress": [{"from": [tenant_selector("team-a")]}]})
+
+test_platform_manages_baseline if {
+	count(violations_for("CREATE", "team-a", testdata.cluster_admin, baseline, null)) == 0
+	count(violations_for("DELETE", "team-a", testdata.cluster_admin, null, baseline)) == 0
+}
+
+test_researcher_deletes_own_policy if {
+	np := policy("mine", {}, {"ingress": [{"from": [tenant_selector("team-a")]}]})
+	count(violations_for("DELETE", "team-a", testdata.alice, null, np)) == 0
+}
+
+test_researcher_may_not_delete_baseline if {
+	violations_for("DELETE", "team-a", testdata.alice, null, baseline) == {{
+		"rule": "network-policy-baseline",
+		"field": "metadata.labels[app.kubernetes.io/managed-by]",
+		"message": `[network-policy-baseline] user "alice" (groups: team-a) may not delete NetworkPolicy "labgate-baseline" in namespace "team-a": it is labelled app.kubernetes.io/managed-by=labgate, a baseline labgate's reconciler owns. Fix: leave the baseline as it is and add a NetworkPolicy of your own beside it (policies add up), or ask the infra team to change the Tenant's spec.network`,
+	}}
+}
+
+test_researcher_may_not_unlabel_or_create_baseline if {
+	unlabelled := json.patch(baseline, [{"op": "remove", "path": "/metadata/labels/app.kubernetes.io~1managed-by"}])
+	[v.rule | some v in violations_for("UPDATE", "team-a", testdata.alice, unlabelled, baseline)] == ["network-policy-baseline"]
+	[v.rule | some v in violations_for("CREATE", "team-a", testdata.alice, baseline, null)] == ["network-policy-baseline"]
+}

@@ -1,0 +1,139 @@
+package labgate.rules.secret_scoping_test
+
+import data.labgate.lib.testdata
+import data.labgate.rules.secret_scoping
+
+token_secret(name, service_account) := {
+	"apiVersion": "v1",
+	"kind": "Secret",
+	"type": "kubernetes.io/service-account-token",
+	"metadata": {"name": name, "annotations": {"kubernetes.io/service-account.name": service_account}},
+}
+
+token_violations(namespace, user, secret) := violations if {
+	violations := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", namespace, user, secret, null)
+		with input.pod_templates as []
+		with data.labgate.inventory as testdata.inventory
+}
+
+# --- service-account-token ---
+
+test_token_for_own_service_account_is_allowed if {
+	count(token_violations("team-a", testdata.alice, token_secret("trainer-token", "trainer"))) == 0
+}
+
+test_member_mints_token_for_listed_service_account if {
+	count(token_violations("ci", testdata.bob, token_secret("runner-token", "runner"))) == 0
+}
+
+test_opaque_secret_is_not_checked if {
+	secret := {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {
+		"name": "x",
+		"annotations": {"kubernetes.io/service-account.name": "labgate-reconciler"},
+	}}
+	count(token_violations("team-a", testdata.alice, secret)) == 0
+}
+
+test_platform_mints_any_token if {
+	count(token_violations("team-a", testdata.cluster_admin, token_secret("t", "labgate-reconciler"))) == 0
+}
+
+test_token_for_privileged_service_account_is_refused if {
+	token_violations("team-a", testdata.alice, token_secret("steal", "labgate-reconciler")) == {{
+		"rule": "service-account-token",
+		"field": "metadata.annotations[kubernetes.io/service-account.name]",
+		"message": `[service-account-token] Secret "steal" in namespace "team-a" asks a token for service account "labgate-reconciler" (annotation kubernetes.io/service-account.name), which is reserved for the platform. Fix: name one of your own service accounts in kubernetes.io/service-account.name, or let Kubernetes mount a short-lived token (projected serviceAccountToken volume)`,
+	}}
+}
+
+test_token_for_another_tenants_member_service_account_is_refused if {
+	token_violations("ci", testdata.alice, token_secret("runner-token", "runner")) == {{
+		"rule": "service-account-token",
+		"field": "metadata.annotations[kubernetes.io/service-account.name]",
+		"message": `[service-account-token] Secret "runner-token" in namespace "ci" asks a token for service account "ci/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a member; user "alice" (groups: team-a) is not a member of "team-b". Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`,
+	}}
+}
+
+# --- privileged-service-account ---
+
+test_pod_as_default_service_account_is_allowed if {
+	pod := testdata.pod("train-1", {"containers": [testdata.main_container]})
+	count(secret_scoping.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
+		with data.labgate.inventory as testdata.inventory
+}
+
+test_pod_as_privileged_service_account_is_refused if {
+	deployment := testdata.deployment("web", {}, {"serviceAccountName": "labgate-reconciler", "containers": [testdata.main_container]})
+	violations := secret_scoping.violation with input as testdata.workload_input("Deployment", "team-a", testdata.alice, deployment)
+		with data.labgate.inventory as testdata.inventory
+	violations == {{
+		"rule": "privileged-service-account",
+		"field": "spec.template.spec.serviceAccountName",
+		"message": `[privileged-service-account] Deployment "web" spec.template.spec.serviceAccountName asks service account "labgate-reconciler", which is reserved for the platform. Fix: run the pod as one of your own service accounts (or remove spec.template.spec.serviceAccountName to run as "default")`,
+	}}
+}
+
+test_deprecated_service_account_field_is_read if {
+	pod := testdata.pod("x", {"serviceAccount": "labgate-reconciler", "containers": [testdata.main_container]})
+	violations := secret_scoping.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
+		with data.labgate.inventory as testdata.inventory
+	[v.field | some v in violations] == ["spec.serviceAccount"]
+}
+
+# --- secret-scope ---
+
+restricted_secrets := {
+	"wandb-key": {"annotations": {"labgate.io/restricted-to-service-account": "trainer, evaluator"}},
+	"registry": {"annotations": {"labgate.io/restricted-to-service-account": "trainer"}},
+	"shared": {"annotations": {}},
+}
+
+pod_using_secrets(service_account) := testdata.pod("train-1", {
+	"serviceAccountName": service_account,
+	"imagePullSecrets": [{"name": "registry"}],
+	"volumes": [
+		{"name": "keys", "secret": {"secretName": "wandb-key"}},
+		{"name": "all", "projected": {"sources": [{"secret": {"name": "shared"}}, {"secret": {"name": "wandb-key"}}]}},
+	],
+	"containers": [object.union(testdata.main_container, {
+		"env": [{"name": "WANDB", "valueFrom": {"secretKeyRef": {"name": "wandb-key", "key": "k"}}}],
+		"envFrom": [{"secretRef": {"name": "shared"}}],
+	})],
+})
+
+test_pod_running_as_allowed_service_account_may_use_restricted_secrets if {
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
+	count(secret_scoping.violation) == 0 with input as input_doc
+		with data.labgate.inventory as testdata.inventory
+}
+
+test_without_secret_facts_nothing_is_refused if {
+	count(secret_scoping.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("default"))
+		with data.labgate.inventory as testdata.inventory
+}
+
+test_evaluator_may_use_wandb_key_but_not_registry if {
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("evaluator")), {"secrets": restricted_secrets})
+	violations := secret_scoping.violation with input as input_doc
+		with data.labgate.inventory as testdata.inventory
+	violations == {{
+		"rule": "secret-scope",
+		"field": "spec.imagePullSecrets[0].name",
+		"message": `[secret-scope] Pod "train-1" spec.imagePullSecrets[0].name references Secret "registry", which is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account); the pod runs as "evaluator" (spec.serviceAccountName). Fix: run the pod as "trainer", or stop referencing "registry"`,
+	}}
+}
+
+test_pod_as_default_may_not_use_restricted_secrets if {
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("")), {"secrets": restricted_secrets})
+	violations := secret_scoping.violation with input as input_doc
+		with data.labgate.inventory as testdata.inventory
+	{v.field | some v in violations} == {
+		"spec.imagePullSecrets[0].name",
+		"spec.volumes[0].secret.secretName",
+		"spec.volumes[1].projected.sources[1].secret.name",
+		"spec.containers[0].env[0].valueFrom.secretKeyRef.name",
+	}
+	some v in violations
+	v.field == "spec.volumes[0].secret.secretName"
+	v.message == `[secret-scope] Pod "train-1" spec.volumes[0].secret.secretName references Secret "wandb-key", which is restricted to service account "evaluator" or "trainer" (annotation labgate.io/restricted-to-service-account); the pod runs as "default" (spec.serviceAccountName). Fix: run the pod as "evaluator" or "trainer", or stop referencing "wandb-key"`
+}
