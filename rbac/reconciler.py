@@ -51,6 +51,16 @@ from webhook.kube import (
     Reflector,
     kind_of,
 )
+from webhook.quota_ledger import (
+    GpuAmount,
+    LedgerCache,
+    LedgerConflictError,
+    LedgerStore,
+    maintain,
+    pod_key,
+    usage,
+)
+from webhook.quota_ledger import now as ledger_now
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -64,6 +74,9 @@ MANAGED_KINDS = (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
 )
+
+LEDGER_SWEEP_SECONDS = 15.0
+POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
 
 REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
 WRITES = Counter("labgate_reconcile_writes_total", "Writes made by the reconciler", ["verb"])
@@ -170,6 +183,16 @@ class Reconciler:
             self._reflector(NAMESPACE, None),
             *[self._reflector(kind, f"{MANAGED_BY_LABEL}={MANAGED_BY}") for kind in MANAGED_KINDS],
         ]
+        self._pod_phases: dict[str, str] = {}
+        self._pods_lock = threading.Lock()
+        self._reflectors.append(
+            Reflector(
+                "pods", self.kube.api, self.kube.lister(POD), on_list=self._on_pod_list, on_event=self._on_pod
+            )
+        )
+        self.ledgers = LedgerCache(
+            LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace)
+        )
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.reconciled = 0  # tenants reconciled since start (for benchmarks and tests)
 
@@ -203,7 +226,59 @@ class Reconciler:
             on_event=on_event,
         )
 
+    # -- pods and the GPU ledger -------------------------------------------------------------------
+
+    def _tenant_of_namespace(self, namespace: str) -> str | None:
+        return _labels(self.cache.get(("v1", "Namespace", "", namespace)) or {}).get(TENANT_LABEL)
+
+    def _on_pod_list(self, objects: list[Object]) -> None:
+        phases = {
+            pod_key(o["metadata"]["namespace"], o["metadata"]["name"]): o.get("status", {}).get("phase", "")
+            for o in objects
+        }
+        with self._pods_lock:
+            self._pod_phases = phases
+        for tenant in {self._tenant_of_namespace(k.split("/", 1)[0]) for k in phases}:
+            if tenant:
+                self.queue.add(tenant)
+
+    def _on_pod(self, event: str, obj: Object) -> None:
+        metadata = obj["metadata"]
+        key = pod_key(metadata["namespace"], metadata["name"])
+        with self._pods_lock:
+            if event == "DELETED":
+                self._pod_phases.pop(key, None)
+            else:
+                self._pod_phases[key] = obj.get("status", {}).get("phase", "")
+        if (tenant := self._tenant_of_namespace(metadata["namespace"])) is not None:
+            self.queue.add(tenant)
+
+    def _maintain_ledger(self, tenant: str) -> GpuAmount:
+        """Confirm, release and expire the tenant's GPU reservations; return what it now uses."""
+        ledger = self.ledgers.cached(tenant)
+        for _ in range(5):
+            with self._pods_lock:
+                phases = {k: self._pod_phases[k] for k in ledger.reservations if k in self._pod_phases}
+            maintained = maintain(ledger, pod_phases=phases, now=ledger_now())
+            if maintained == ledger or not ledger.reservations:
+                return usage(ledger)
+            self._check_leader()
+            try:
+                self.ledgers.write(maintained)
+                WRITES.labels("ledger").inc()
+                return usage(maintained)
+            except LedgerConflictError:
+                ledger = self.ledgers.fresh(tenant)
+        return usage(ledger)
+
+    def _enqueue_pending_reservations(self) -> None:
+        """Tenants with unconfirmed reservations, so that those whose pod never came expire."""
+        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
+            if any(r.state == "reserved" for r in self.ledgers.cached(key[3]).reservations.values()):
+                self.queue.add(key[3])
+
     def start(self) -> None:
+        self.ledgers.start()
         for reflector in self._reflectors:
             reflector.start()
         self.leader.start()
@@ -214,11 +289,12 @@ class Reconciler:
         self.leader.stop()
         for reflector in self._reflectors:
             reflector.stop()
+        self.ledgers.stop()
         self._worker.join(timeout=5)
 
     @property
     def is_synced(self) -> bool:
-        return all(r.has_synced.is_set() for r in self._reflectors)
+        return self.ledgers.is_synced and all(r.has_synced.is_set() for r in self._reflectors)
 
     def _on_elected(self) -> None:
         self.enqueue_all()
@@ -229,11 +305,15 @@ class Reconciler:
 
     def _work(self) -> None:
         next_resync = time.monotonic() + self.resync_seconds
+        next_sweep = time.monotonic() + LEDGER_SWEEP_SECONDS
         shared_applied = False
         while not self._stop.is_set():
             if time.monotonic() >= next_resync:
                 self.enqueue_all()
                 next_resync = time.monotonic() + self.resync_seconds
+            if time.monotonic() >= next_sweep:
+                self._enqueue_pending_reservations()
+                next_sweep = time.monotonic() + LEDGER_SWEEP_SECONDS
             if not (self.is_synced and self.leader.is_leader):
                 self._stop.wait(0.1)
                 continue
@@ -360,9 +440,10 @@ class Reconciler:
         for key, _ in self._owned(name):
             if key not in wanted:
                 self._delete(key)  # e.g. a binding of a namespace the tenant dropped
-        self._update_status(tenant, live_tenant, namespaces)
+        gpus = self._maintain_ledger(name)
+        self._update_status(tenant, live_tenant, namespaces, gpus)
 
-    def _update_status(self, tenant: Tenant, live: Object, namespaces: list[str]) -> None:
+    def _update_status(self, tenant: Tenant, live: Object, namespaces: list[str], gpus: GpuAmount) -> None:
         states = []
         for ns in namespaces:
             obj = self.cache.get(("v1", "Namespace", "", ns))
@@ -386,8 +467,14 @@ class Reconciler:
             "observedGeneration": tenant.generation,
             "namespaceList": ",".join(namespaces),
             "namespaces": states,
+            "gpu": {"used": gpus.total, "usedByModel": dict(gpus.by_model)},
         }
-        unchanged = is_subset(status, old) and all(old_ready.get(k) == v for k, v in condition.items())
+        old_gpu = old.get("gpu") or {}
+        unchanged = (
+            is_subset({k: v for k, v in status.items() if k != "gpu"}, old)
+            and (old_gpu.get("used"), old_gpu.get("usedByModel") or {}) == (gpus.total, gpus.by_model)
+            and all(old_ready.get(k) == v for k, v in condition.items())
+        )
         if unchanged:
             return
         condition["lastTransitionTime"] = (

@@ -3,134 +3,120 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Protocol
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from webhook.admission import build_policy_input, build_response, engine_unavailable_response
-from webhook.inventory import InventorySync
-from webhook.kube import api_client
-from webhook.policy_engine import Decision, InventoryStore, PolicyEngine, PolicyEngineUnavailableError
-from webhook.review import AdmissionResponse, AdmissionReview
+from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.kube import KubeApi, api_client
+from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
+from webhook.quota_ledger import LedgerCache, LedgerStore
+from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from webhook.serving import AdmissionServer, refuse_unavailable
 from webhook.settings import Settings, get_settings
 
 log = logging.getLogger("labgate.webhook")
 
 
-class DecisionSource(Protocol):
-    """What the routes need of the policy engine (tests may override it with another real engine)."""
-
-    async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
-
-    async def is_healthy(self) -> bool: ...
-
-
-class InventoryState(Protocol):
-    @property
-    def is_synced(self) -> bool: ...
-
-    def ensure_namespace(self, name: str) -> None: ...
-
-
-def get_engine(request: Request) -> DecisionSource:
-    engine: DecisionSource = request.app.state.engine
-    return engine
-
-
-def get_inventory(request: Request) -> InventoryState:
-    inventory: InventoryState = request.app.state.inventory
-    return inventory
+def get_server(request: Request) -> AdmissionServer:
+    server: AdmissionServer = request.app.state.server
+    return server
 
 
 def _bad_request(reason: str) -> JSONResponse:
     return JSONResponse(status_code=400, content={"error": "malformed AdmissionReview", "reason": reason})
 
 
-async def _decide(
-    review: AdmissionReview, engine: DecisionSource, inventory: InventoryState
-) -> AdmissionResponse:
-    request = review.request
-    namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
-    if namespace:
-        await asyncio.to_thread(inventory.ensure_namespace, namespace)
-    decision = await engine.decide(build_policy_input(request=request))
-    return build_response(request=request, decision=decision)
+class _Offline:
+    """Stands in for the cluster caches when the app runs without a cluster (`watch_cluster=False`)."""
+
+    is_synced = True
+
+    def ensure_namespace(self, name: str) -> None:
+        """There is no cluster to read through to."""
+
+    def tenant_of(self, namespace: str) -> str | None:
+        return None
 
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
-    """The webhook app. `watch_cluster=False` skips the inventory reflectors (offline use)."""
+    """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
     resolved = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
-        app.state.engine = engine
-        inventory: InventorySync | None = None
+        stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
         if watch_cluster:
-            inventory = InventorySync(api_client(resolved.kubeconfig), InventoryStore(resolved.opa_url))
-            inventory.start()
-        app.state.inventory = inventory or _AlwaysSynced()
+            api = api_client(resolved.kubeconfig)
+            kube = KubeApi(api, field_manager="labgate-webhook")
+            inventory = InventorySync(api, InventoryStore(resolved.opa_url))
+            ledgers = LedgerCache(LedgerStore(kube, namespace=resolved.namespace))
+            secrets = RestrictedSecrets(kube)
+            stoppable = [inventory, ledgers, secrets]
+            for part in stoppable:
+                part.start()
+            app.state.server = AdmissionServer(
+                engine=engine, inventory=inventory, ledgers=ledgers, secrets=secrets
+            )
+        else:
+            app.state.server = AdmissionServer(
+                engine=engine, inventory=_Offline(), ledgers=None, secrets=None
+            )
         try:
             yield
         finally:
-            if inventory is not None:
-                inventory.stop()
+            for part in stoppable:
+                part.stop()
             await engine.close()
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    @app.post("/validate")
-    async def validate(
-        request: Request,
-        engine: Annotated[DecisionSource, Depends(get_engine)],
-        inventory: Annotated[InventoryState, Depends(get_inventory)],
+    async def serve(
+        request: Request, handle: Callable[[AdmissionRequest], Awaitable[AdmissionResponse]]
     ) -> JSONResponse:
-        body = await request.body()
         try:
-            review = AdmissionReview.model_validate_json(body)
+            review = AdmissionReview.model_validate_json(await request.body())
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             return _bad_request(f"{where}: {first['msg']}")
+        deadline = resolved.admission_deadline_seconds
         try:
-            response = await asyncio.wait_for(
-                _decide(review, engine, inventory), timeout=resolved.admission_deadline_seconds
-            )
+            response = await asyncio.wait_for(handle(review.request), timeout=deadline)
         except TimeoutError:
-            reason = f"no decision within {resolved.admission_deadline_seconds:.1f}s"
-            log.error("policy engine unavailable for %s: %s", review.request.uid, reason)
-            response = engine_unavailable_response(request=review.request, reason=reason)
+            log.error("no decision for %s within %.1fs", review.request.uid, deadline)
+            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
         except (PolicyEngineUnavailableError, ApiException, OSError) as err:
-            log.error("policy engine unavailable for %s: %s", review.request.uid, err)
-            response = engine_unavailable_response(request=review.request, reason=str(err))
+            log.error("no decision for %s: %s", review.request.uid, err)
+            response = refuse_unavailable(review.request, str(err))
         return JSONResponse(content=response.to_review())
+
+    @app.post("/validate")
+    async def validate(
+        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
+    ) -> JSONResponse:
+        return await serve(request, server.validate)
+
+    @app.post("/mutate")
+    async def mutate(
+        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
+    ) -> JSONResponse:
+        return await serve(request, server.mutate)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz(
-        engine: Annotated[DecisionSource, Depends(get_engine)],
-        inventory: Annotated[InventoryState, Depends(get_inventory)],
-    ) -> JSONResponse:
-        checks = {"opa": await engine.is_healthy(), "inventory": inventory.is_synced}
-        return JSONResponse(
-            status_code=200 if all(checks.values()) else 503, content=json.loads(json.dumps(checks))
-        )
+    async def readyz(server: Annotated[AdmissionServer, Depends(get_server)]) -> JSONResponse:
+        checks = {"opa": await server.engine.is_healthy(), **server.caches_synced}
+        return JSONResponse(status_code=200 if all(checks.values()) else 503, content=checks)
 
     return app
-
-
-class _AlwaysSynced:
-    is_synced = True
-
-    def ensure_namespace(self, name: str) -> None:
-        """Offline: there is no cluster to read through to."""

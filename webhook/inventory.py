@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from webhook.kube import TENANT_GROUP, TENANT_PLURAL, TENANT_VERSION, Object, Reflector
+from webhook.kube import TENANT_GROUP, TENANT_PLURAL, TENANT_VERSION, Kind, KubeApi, Object, Reflector
 from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,13 @@ class InventorySync:
             self._inventory["tenants"][tenant_name] = tenant_document(tenant)
             self._store.put("tenants", tenant_name, self._inventory["tenants"][tenant_name])
 
+    def tenant_of(self, namespace: str) -> str | None:
+        """The tenant whose label the namespace carries, as the inventory knows it."""
+        with self._lock:
+            labels = self._inventory["namespaces"].get(namespace, {}).get("labels", {})
+        tenant = labels.get(TENANT_LABEL)
+        return str(tenant) if tenant else None
+
     def _api_dict(self, obj: Any) -> Object:
         return dict(self._reflectors[0].as_dict(obj))
 
@@ -132,3 +139,69 @@ class InventorySync:
         for reflector in self._reflectors:
             reflector.stop()
         self._store.close()
+
+
+RESTRICTED_SECRET_ANNOTATION = "labgate.io/restricted-to-service-account"  # noqa: S105 - an annotation key
+SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
+
+
+class RestrictedSecrets:
+    """Which Secrets are restricted to a service account, per namespace (metadata only: the webhook
+    never holds secret data), for the secret-scope rule's input.secrets."""
+
+    def __init__(self, kube: KubeApi):
+        self._lock = threading.Lock()
+        self._by_namespace: dict[str, dict[str, dict[str, str]]] = {}
+        self._reflector = Reflector(
+            "secrets",
+            kube.api,
+            kube.lister(SECRET, metadata_only=True),
+            on_list=self._on_list,
+            on_event=self._on_event,
+        )
+
+    @staticmethod
+    def _restricted(obj: Object) -> tuple[str, str, dict[str, str]] | None:
+        metadata = obj.get("metadata", {})
+        annotations = metadata.get("annotations") or {}
+        if RESTRICTED_SECRET_ANNOTATION not in annotations:
+            return None
+        return (
+            metadata["namespace"],
+            metadata["name"],
+            {RESTRICTED_SECRET_ANNOTATION: annotations[RESTRICTED_SECRET_ANNOTATION]},
+        )
+
+    def _on_list(self, objects: list[Object]) -> None:
+        by_namespace: dict[str, dict[str, dict[str, str]]] = {}
+        for obj in objects:
+            if (found := self._restricted(obj)) is not None:
+                by_namespace.setdefault(found[0], {})[found[1]] = found[2]
+        with self._lock:
+            self._by_namespace = by_namespace
+
+    def _on_event(self, event: str, obj: Object) -> None:
+        metadata = obj.get("metadata", {})
+        namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
+        found = None if event == "DELETED" else self._restricted(obj)
+        with self._lock:
+            secrets = self._by_namespace.setdefault(namespace, {})
+            if found is None:
+                secrets.pop(name, None)
+            else:
+                secrets[name] = found[2]
+
+    def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]:
+        """name -> {"annotations": {...}} for the restricted Secrets of `namespace`."""
+        with self._lock:
+            return {n: {"annotations": dict(a)} for n, a in self._by_namespace.get(namespace, {}).items()}
+
+    @property
+    def is_synced(self) -> bool:
+        return self._reflector.has_synced.is_set()
+
+    def start(self) -> None:
+        self._reflector.start()
+
+    def stop(self) -> None:
+        self._reflector.stop()

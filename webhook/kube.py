@@ -79,7 +79,7 @@ class Reflector:
         while not self._stop.is_set():
             try:
                 listing = self.as_dict(self._list(_request_timeout=10))
-                self._on_list([self.as_dict(item) for item in listing.get("items", [])])
+                self._on_list([self.as_dict(item) for item in listing.get("items") or []])
                 self.has_synced.set()
                 resource_version = listing.get("metadata", {}).get("resourceVersion")
                 while not self._stop.is_set():
@@ -173,6 +173,7 @@ def _raw_request(
     query: list[tuple[str, Any]] | None = None,
     body: Any = None,
     content_type: str = "application/json",
+    accept: str = "application/json",
     preload: bool = True,
     timeout: Any = None,
 ) -> Any:
@@ -182,7 +183,7 @@ def _raw_request(
         method,
         path,
         query_params=[(k, str(v).lower() if isinstance(v, bool) else v) for k, v in query or []],
-        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        header_params={"Content-Type": content_type, "Accept": accept},
         body=body,
         auth_settings=["BearerToken"],
     )
@@ -275,8 +276,11 @@ class KubeApi:
             raise
         return True
 
-    def lister(self, kind: Kind, *, label_selector: str | None = None) -> ListFunction:
-        """A list function (for Reflector) over all namespaces, optionally filtered by labels."""
+    def lister(
+        self, kind: Kind, *, label_selector: str | None = None, metadata_only: bool = False
+    ) -> ListFunction:
+        """A list function (for Reflector) over all namespaces, optionally filtered by labels. With
+        `metadata_only`, objects come as PartialObjectMetadata (e.g. Secrets without their data)."""
 
         def list_objects(**kwargs: Any) -> Any:
             query: list[tuple[str, Any]] = [
@@ -286,11 +290,16 @@ class KubeApi:
                 query.append(("labelSelector", label_selector))
             is_watch = bool(kwargs.get("watch"))
             self.requests += 1
+            accept = "application/json"
+            if metadata_only:
+                kind_name = "PartialObjectMetadata" if is_watch else "PartialObjectMetadataList"
+                accept = f"application/json;as={kind_name};g=meta.k8s.io;v=v1"
             return _raw_request(
                 self.api,
                 "GET",
                 kind.path(),
                 query=query,
+                accept=accept,
                 preload=not is_watch,
                 timeout=None if is_watch else kwargs.get("_request_timeout", 30),
             )

@@ -8,7 +8,7 @@ PolicyEngineUnavailableError, which the webhook turns into a refusal, never an a
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DECISION_PACKAGE = "labgate/admission"
 DECISION_RULE = "decision"
+MUTATION_PACKAGE = "labgate/mutation"
 INVENTORY_PATH = "labgate/inventory"
 
 
@@ -31,6 +32,15 @@ class Finding(BaseModel):
     field: str | None = None
 
 
+class GpuDemand(BaseModel):
+    """GPUs a Pod asks for, in total and per model, as the gpu_quota policy counts them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    total: int = 0
+    by_model: dict[str, int] = Field(default_factory=dict)
+
+
 class Decision(BaseModel):
     """data.labgate.admission.decision, as OPA returns it."""
 
@@ -41,6 +51,26 @@ class Decision(BaseModel):
     warnings: list[Finding] = Field(default_factory=list)
     dry_run: list[Finding] = Field(default_factory=list)
     tenant: str | None = None
+    gpu_demand: GpuDemand = Field(default_factory=GpuDemand)
+
+
+class PatchOperation(BaseModel):
+    """One JSON Patch operation the mutation policy asks for (labgate only adds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: Literal["add"]
+    path: str = Field(pattern=r"^(/[^/]*)+$")
+    value: Any
+
+
+class Mutation(BaseModel):
+    """data.labgate.mutation: the patch to apply and what to tell the researcher about it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    patch: list[PatchOperation] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
 
 class PolicyEngineUnavailableError(RuntimeError):
@@ -67,24 +97,38 @@ class PolicyEngine:
             await self._client.__aenter__()
             self._opened = True
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
-        """Evaluate data.labgate.admission.decision for `policy_input`."""
+    async def _query(self, policy_input: dict[str, Any], package: str, rule: str | None) -> Any:
         try:
             await self._ensure_open()
             result = await asyncio.wait_for(
-                self._client.query_rule(policy_input, DECISION_PACKAGE, DECISION_RULE), timeout=self.timeout
+                self._client.query_rule(policy_input, package, rule), timeout=self.timeout
             )
         except TimeoutError as err:
             raise PolicyEngineUnavailableError(f"no answer within {self.timeout:.1f}s") from err
         except (aiohttp.ClientError, OSError) as err:
             raise PolicyEngineUnavailableError(f"cannot reach OPA: {err}") from err
         if "result" not in result:
-            raise PolicyEngineUnavailableError("OPA has no labgate policy loaded (decision undefined)")
+            raise PolicyEngineUnavailableError(f"OPA has no labgate policy loaded ({package} undefined)")
+        return result["result"]
+
+    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+        """Evaluate data.labgate.admission.decision for `policy_input`."""
+        result = await self._query(policy_input, DECISION_PACKAGE, DECISION_RULE)
         try:
-            return Decision.model_validate(result["result"])
+            return Decision.model_validate(result)
         except ValidationError as err:
             raise PolicyEngineUnavailableError(
                 f"malformed decision from OPA: {err.error_count()} errors"
+            ) from err
+
+    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+        """Evaluate data.labgate.mutation (patch and warnings) for `policy_input`."""
+        result = await self._query(policy_input, MUTATION_PACKAGE, None)
+        try:
+            return Mutation.model_validate(result)
+        except ValidationError as err:
+            raise PolicyEngineUnavailableError(
+                f"malformed mutation from OPA: {err.error_count()} errors"
             ) from err
 
     async def is_healthy(self) -> bool:

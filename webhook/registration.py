@@ -6,19 +6,45 @@ from __future__ import annotations
 import base64
 from typing import Any, Literal
 
-VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
+from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
-# Workloads whose pods run experiments. Leases, Events and Nodes are never listed: intercepting them
-# could stall leader election or the nodes themselves.
-WORKLOAD_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
-    {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
-    {
-        "apiGroups": ["apps"],
-        "apiVersions": ["v1"],
-        "resources": ["deployments", "statefulsets", "replicasets"],
-    },
-]
+VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
+MUTATING_WEBHOOK_NAME = "mutate.labgate.io"
+_WRITE = ["CREATE", "UPDATE"]
+
+
+def _rule(
+    group: str, version: str, resources: list[str], operations: list[str], scope: str
+) -> dict[str, Any]:
+    return {
+        "apiGroups": [group],
+        "apiVersions": [version],
+        "resources": resources,
+        "operations": operations,
+        "scope": scope,
+    }
+
+
+def _workload_rules(kinds: tuple[WorkloadKind, ...], operations: list[str]) -> list[dict[str, Any]]:
+    rules = [_rule("", "v1", ["pods"], operations, "Namespaced")]
+    rules += [_rule(k.group, k.version, [k.resource], operations, "Namespaced") for k in kinds]
+    return rules
+
+
+def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> list[dict[str, Any]]:
+    """What the validating webhook sees. Leases, Events and Nodes are never listed: intercepting them
+    could stall leader election or the nodes themselves."""
+    return [
+        *_workload_rules(kinds, _WRITE),
+        _rule("", "v1", ["secrets", "serviceaccounts", "configmaps", "services"], _WRITE, "Namespaced"),
+        _rule("networking.k8s.io", "v1", ["networkpolicies"], [*_WRITE, "DELETE"], "Namespaced"),
+        _rule("", "v1", ["namespaces"], _WRITE, "Cluster"),
+    ]
+
+
+def mutating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> list[dict[str, Any]]:
+    """What the mutating webhook sees: pod templates (placement, automount, priority) and new namespaces."""
+    return [*_workload_rules(kinds, _WRITE), _rule("", "v1", ["namespaces"], ["CREATE"], "Cluster")]
 
 
 def exempt_namespace_selector(exempt_namespaces: list[str]) -> dict[str, Any]:
@@ -34,37 +60,84 @@ def exempt_namespace_selector(exempt_namespaces: list[str]) -> dict[str, Any]:
     }
 
 
-def validating_webhook_configuration(
+def _webhook(
     *,
     name: str,
     url: str,
     ca_bundle_pem: bytes,
+    rules: list[dict[str, Any]],
+    exempt_namespaces: list[str],
+    failure_policy: str,
+    timeout_seconds: int,
+    object_selector: dict[str, Any] | None,
+) -> dict[str, Any]:
+    webhook: dict[str, Any] = {
+        "name": name,
+        "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()},
+        "rules": rules,
+        "namespaceSelector": exempt_namespace_selector(exempt_namespaces),
+        "failurePolicy": failure_policy,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "NoneOnDryRun",  # the GPU ledger is written only for requests that are not dry runs
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": timeout_seconds,
+    }
+    if object_selector is not None:
+        webhook["objectSelector"] = object_selector
+    return webhook
+
+
+def webhook_configurations(
+    *,
+    name: str,
+    urls: list[str],
+    ca_bundle_pem: bytes,
     exempt_namespaces: list[str],
     failure_policy: Literal["Fail", "Ignore"] = "Fail",
     timeout_seconds: int = 3,
-) -> dict[str, Any]:
-    """A ValidatingWebhookConfiguration that sends workload requests to `url` + /validate."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "labgate"}},
-        "webhooks": [
+    shard_label: str | None = None,
+) -> list[dict[str, Any]]:
+    """The Mutating- and ValidatingWebhookConfiguration for webhook replica(s) at `urls`.
+
+    In a cluster one Service spreads requests over the replicas. Locally there is no Service, so with
+    several URLs each replica gets its own webhook entry and `shard_label` splits objects between them
+    (object i with shard_label=<i>; unlabelled objects go to the first replica).
+    """
+    configurations = []
+    for kind, webhook_name, path, rules in (
+        ("MutatingWebhookConfiguration", MUTATING_WEBHOOK_NAME, "/mutate", mutating_rules()),
+        ("ValidatingWebhookConfiguration", VALIDATING_WEBHOOK_NAME, "/validate", validating_rules()),
+    ):
+        webhooks = []
+        for index, url in enumerate(urls):
+            selector = None
+            if len(urls) > 1 and shard_label is not None:
+                others = [str(i) for i in range(len(urls)) if i != index]
+                selector = (
+                    {"matchExpressions": [{"key": shard_label, "operator": "NotIn", "values": others}]}
+                    if index == 0
+                    else {"matchLabels": {shard_label: str(index)}}
+                )
+            webhooks.append(
+                _webhook(
+                    name=webhook_name if index == 0 else f"shard{index}.{webhook_name}",
+                    url=url.rstrip("/") + path,
+                    ca_bundle_pem=ca_bundle_pem,
+                    rules=rules,
+                    exempt_namespaces=exempt_namespaces,
+                    failure_policy=failure_policy,
+                    timeout_seconds=timeout_seconds,
+                    object_selector=selector,
+                )
+            )
+            if kind == "MutatingWebhookConfiguration":
+                webhooks[-1]["reinvocationPolicy"] = "IfNeeded"
+        configurations.append(
             {
-                "name": VALIDATING_WEBHOOK_NAME,
-                "clientConfig": {
-                    "url": url.rstrip("/") + "/validate",
-                    "caBundle": base64.b64encode(ca_bundle_pem).decode(),
-                },
-                "rules": [
-                    {**rule, "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}
-                    for rule in WORKLOAD_RULES
-                ],
-                "namespaceSelector": exempt_namespace_selector(exempt_namespaces),
-                "failurePolicy": failure_policy,
-                "matchPolicy": "Equivalent",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": timeout_seconds,
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "labgate"}},
+                "webhooks": webhooks,
             }
-        ],
-    }
+        )
+    return configurations

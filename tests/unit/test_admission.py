@@ -86,5 +86,10 @@ def test_policy_input_keeps_the_wire_form_and_lists_pod_templates() -> None:
     assert policy_input["request"]["userInfo"] == {"username": "alice", "groups": ["vision"], "extra": {}}
     assert policy_input["request"]["kind"]["kind"] == "Job"
     assert policy_input["pod_templates"] == [
-        {"path": "spec.template.spec", "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        {
+            "path": "spec.template.spec",
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+            "metadata": {},
+            "replicas": 1,
+        }
     ]

@@ -70,5 +70,5 @@ def test_unreachable_policy_engine_refuses(client: TestClient) -> None:
 def test_not_ready_without_policy_engine(client: TestClient) -> None:
     response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"opa": False, "inventory": True}
+    assert response.json() == {"opa": False, "inventory": True, "ledgers": True, "secrets": True}
     assert client.get("/healthz").json() == {"status": "ok"}

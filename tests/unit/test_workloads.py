@@ -1,4 +1,4 @@
-"""Finding pod specs inside workload objects."""
+"""Finding pod specs (and how many pods each makes) inside workload objects."""
 
 from __future__ import annotations
 
@@ -6,52 +6,92 @@ from typing import Any
 
 import pytest
 
-from webhook.workloads import find_pod_templates
+from webhook.workloads import TemplateLocation, WorkloadKind, find_pod_templates
 
 SPEC = {"containers": [{"name": "main", "image": "trainer"}]}
+META = {"labels": {"app": "sweep"}}
+
+
+def template() -> dict[str, Any]:
+    return {"metadata": META, "spec": SPEC}
 
 
 @pytest.mark.parametrize(
-    ("group", "kind", "obj", "paths"),
+    ("group", "kind", "obj", "expected"),
     [
-        ("", "Pod", {"spec": SPEC}, ["spec"]),
-        ("batch", "Job", {"spec": {"template": {"spec": SPEC}}}, ["spec.template.spec"]),
+        ("", "Pod", {"metadata": META, "spec": SPEC}, [("spec", 1)]),
+        ("batch", "Job", {"spec": {"template": template()}}, [("spec.template.spec", 1)]),
+        ("batch", "Job", {"spec": {"parallelism": 64, "template": template()}}, [("spec.template.spec", 64)]),
         (
             "batch",
             "CronJob",
-            {"spec": {"jobTemplate": {"spec": {"template": {"spec": SPEC}}}}},
-            ["spec.jobTemplate.spec.template.spec"],
+            {"spec": {"jobTemplate": {"spec": {"parallelism": 3, "template": template()}}}},
+            [("spec.jobTemplate.spec.template.spec", 3)],
         ),
-        ("apps", "Deployment", {"spec": {"template": {"spec": SPEC}}}, ["spec.template.spec"]),
+        (
+            "apps",
+            "Deployment",
+            {"spec": {"replicas": 5, "template": template()}},
+            [("spec.template.spec", 5)],
+        ),
+        ("apps", "StatefulSet", {"spec": {"template": template()}}, [("spec.template.spec", 1)]),
+        (
+            "kubeflow.org",
+            "PyTorchJob",
+            {
+                "spec": {
+                    "pytorchReplicaSpecs": {
+                        "Master": {"replicas": 1, "template": template()},
+                        "Worker": {"replicas": 15, "template": template()},
+                    }
+                }
+            },
+            [
+                ("spec.pytorchReplicaSpecs.Master.template.spec", 1),
+                ("spec.pytorchReplicaSpecs.Worker.template.spec", 15),
+            ],
+        ),
+        (
+            "ray.io",
+            "RayCluster",
+            {
+                "spec": {
+                    "headGroupSpec": {"template": template()},
+                    "workerGroupSpecs": [],
+                }
+            },
+            [("spec.headGroupSpec.template.spec", 1)],
+        ),
         ("", "ConfigMap", {"data": {"a": "b"}}, []),
         ("batch", "Job", {"spec": {}}, []),
         ("batch", "Job", {"spec": {"template": "not-a-map"}}, []),
+        (
+            "batch",
+            "Job",
+            {"spec": {"parallelism": "many", "template": template()}},
+            [("spec.template.spec", 1)],
+        ),
     ],
 )
-def test_builtin_kinds(group: str, kind: str, obj: dict[str, Any], paths: list[str]) -> None:
+def test_builtin_kinds(group: str, kind: str, obj: dict[str, Any], expected: list[tuple[str, int]]) -> None:
     found = find_pod_templates(obj, group=group, kind=kind)
-    assert [t.path for t in found] == paths
-    assert all(t.spec == SPEC for t in found)
+    assert [(t.path, t.replicas) for t in found] == expected
+    assert all(t.spec == SPEC and t.metadata == META for t in found)
 
 
-def test_replica_maps_are_walked_for_training_resources() -> None:
-    pytorch_job = {
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Worker": {"template": {"spec": SPEC}},
-                "Master": {"template": {"spec": SPEC}},
-            }
-        }
-    }
-    found = find_pod_templates(
-        pytorch_job,
-        group="kubeflow.org",
-        kind="PyTorchJob",
-        extra_paths={("kubeflow.org", "PyTorchJob"): ("spec.pytorchReplicaSpecs.*.template.spec",)},
+def test_a_configured_training_resource_is_one_more_entry() -> None:
+    custom = WorkloadKind(
+        group="example.org",
+        version="v1",
+        kind="Sweep",
+        resource="sweeps",
+        templates=(TemplateLocation(template="spec.trials.*.pod", replicas="spec.trials.*.count"),),
     )
-    assert [t.path for t in found] == [
-        "spec.pytorchReplicaSpecs.Master.template.spec",
-        "spec.pytorchReplicaSpecs.Worker.template.spec",
+    obj = {"spec": {"trials": {"a": {"count": 4, "pod": template()}, "b": {"pod": template()}}}}
+    found = find_pod_templates(obj, group="example.org", kind="Sweep", kinds=(custom,))
+    assert [(t.path, t.replicas) for t in found] == [
+        ("spec.trials.a.pod.spec", 4),
+        ("spec.trials.b.pod.spec", 1),
     ]
 
 

@@ -20,7 +20,7 @@ from webhook.devcluster.controlplane import ControlPlane, LocalControlPlane
 from webhook.devcluster.kubectl import kubectl
 from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from webhook.devcluster.tools import REPO_ROOT, ensure_tools
-from webhook.registration import validating_webhook_configuration
+from webhook.registration import webhook_configurations
 
 LABGATE_NAMESPACE = "labgate-system"
 EXEMPT_NAMESPACES = ["kube-system", LABGATE_NAMESPACE]
@@ -221,19 +221,22 @@ class LabgateStack:
         self.processes.append(process)
         return process
 
-    def register_webhook(self, url: str) -> None:
-        """Point the apiserver's ValidatingWebhookConfiguration at `url`."""
-        configuration = validating_webhook_configuration(
+    def register_webhook(self, *urls: str, shard_label: str | None = None) -> None:
+        """Point the apiserver's webhook configurations at `urls` (one replica, or shards; see
+        webhook.registration.webhook_configurations)."""
+        configurations = webhook_configurations(
             name=WEBHOOK_CONFIGURATION,
-            url=url,
+            urls=list(urls),
             ca_bundle_pem=self.webhook_ca.cert_pem,
             exempt_namespaces=EXEMPT_NAMESPACES,
+            shard_label=shard_label,
         )
         self.admin_kubectl(
             "apply",
             "--server-side",
+            "--force-conflicts",
             "--field-manager=labgate-dev",
             "-f",
             "-",
-            stdin=yaml.safe_dump(configuration),
+            stdin=yaml.safe_dump_all(configurations),
         )

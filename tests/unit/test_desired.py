@@ -1,0 +1,109 @@
+"""What the reconciler wants a tenant to have (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rbac.desired import desired_objects, is_subset, object_key, tenant_namespaces
+from rbac.tenant import Tenant
+
+
+def tenant(**spec: Any) -> Tenant:
+    base: dict[str, Any] = {
+        "members": {
+            "admins": [{"kind": "User", "name": "ann"}],
+            "researchers": [{"kind": "Group", "name": "vision"}],
+            "viewers": [{"kind": "ServiceAccount", "name": "dash", "namespace": "ops"}],
+        },
+        "namespaces": {"names": ["vision"], "prefix": "vision-"},
+    }
+    return Tenant.from_object({"metadata": {"name": "vision", "generation": 3}, "spec": {**base, **spec}})
+
+
+def by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    return {object_key(o): o for o in objects}
+
+
+def test_namespaces_are_the_named_ones_plus_labelled_ones_under_the_prefix() -> None:
+    assert tenant_namespaces(tenant(), {"vision-sweep", "audio-x", "vision"}) == ["vision", "vision-sweep"]
+    no_prefix = tenant(namespaces={"names": ["vision"]})
+    assert tenant_namespaces(no_prefix, {"vision-sweep"}) == ["vision"]
+
+
+def test_every_namespace_gets_bindings_policies_defaults_and_an_experiment_account() -> None:
+    objects = by_key(desired_objects(tenant(gpu={"total": 16}), namespaces=["vision", "vision-a"]))
+    for ns in ("vision", "vision-a"):
+        researchers = objects[("rbac.authorization.k8s.io/v1", "RoleBinding", ns, "labgate-researchers")]
+        assert researchers["subjects"] == [
+            {"kind": "Group", "name": "vision", "apiGroup": "rbac.authorization.k8s.io"}
+        ]
+        viewers = objects[("rbac.authorization.k8s.io/v1", "RoleBinding", ns, "labgate-viewers")]
+        assert viewers["subjects"] == [{"kind": "ServiceAccount", "name": "dash", "namespace": "ops"}]
+        quota = objects[("v1", "ResourceQuota", ns, "labgate-gpu")]
+        assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "16"}
+        assert ("v1", "LimitRange", ns, "labgate-defaults") in objects
+        assert ("v1", "ServiceAccount", ns, "experiment") in objects
+        labels = objects[("v1", "Namespace", "", ns)]["metadata"]["labels"]
+        assert labels["labgate.io/tenant"] == "vision"
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    member_role = objects[("rbac.authorization.k8s.io/v1", "ClusterRole", "", "labgate:tenant:vision:member")]
+    assert member_role["rules"][1]["resourceNames"] == ["vision", "vision-a"]
+    assert (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        "",
+        "labgate:tenant:vision:namespace-creator",
+    ) in objects
+
+
+def test_no_gpu_total_means_no_native_quota_and_no_prefix_means_no_namespace_creation() -> None:
+    objects = by_key(desired_objects(tenant(namespaces={"names": ["vision"]}), namespaces=["vision"]))
+    assert not any(k[1] == "ResourceQuota" for k in objects)
+    assert not any(k[3].endswith("namespace-creator") for k in objects)
+
+
+def test_egress_off_keeps_only_tenant_and_dns() -> None:
+    objects = by_key(desired_objects(tenant(network={"allowEgress": False}), namespaces=["vision"]))
+    egress = objects[("networking.k8s.io/v1", "NetworkPolicy", "vision", "labgate-baseline-egress")]
+    assert len(egress["spec"]["egress"]) == 2
+    on = by_key(desired_objects(tenant(), namespaces=["vision"]))
+    rules = on[("networking.k8s.io/v1", "NetworkPolicy", "vision", "labgate-baseline-egress")]["spec"][
+        "egress"
+    ]
+    assert rules[-1] == {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]}
+
+
+def test_ingress_from_allowed_tenants() -> None:
+    objects = by_key(
+        desired_objects(tenant(network={"allowIngressFromTenants": ["audio"]}), namespaces=["vision"])
+    )
+    ingress = objects[("networking.k8s.io/v1", "NetworkPolicy", "vision", "labgate-baseline-ingress")]
+    selected = [
+        p["namespaceSelector"]["matchLabels"]["labgate.io/tenant"]
+        for p in ingress["spec"]["ingress"][0]["from"]
+    ]
+    assert selected == ["vision", "audio"]
+
+
+def test_a_hardening_exception_lifts_pod_security_to_privileged() -> None:
+    objects = by_key(desired_objects(tenant(exceptions={"hostPath": True}), namespaces=["vision"]))
+    labels = objects[("v1", "Namespace", "", "vision")]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+@pytest.mark.parametrize(
+    ("desired", "live", "expected"),
+    [
+        ({"a": 1}, {"a": 1, "b": 2}, True),
+        ({"a": 1}, {"a": 2}, False),
+        ({"subjects": []}, {}, True),
+        ({"subjects": [{"n": 1}]}, {}, False),
+        ({"l": [1, 2]}, {"l": [1]}, False),
+        ({"l": [{"a": 1}]}, {"l": [{"a": 1, "x": 0}]}, True),
+        ({"m": {"k": "v"}}, {"m": {"k": "v", "other": "w"}}, True),
+    ],
+)
+def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
+    assert is_subset(desired, live) is expected

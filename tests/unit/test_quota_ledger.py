@@ -1,0 +1,75 @@
+"""The GPU quota ledger's pure rules: what counts as used, and how reservations live and die."""
+
+from __future__ import annotations
+
+from webhook.quota_ledger import (
+    RESERVATION_TTL_SECONDS,
+    GpuAmount,
+    Ledger,
+    Reservation,
+    config_map_from_ledger,
+    ledger_from_config_map,
+    maintain,
+    usage,
+    with_reservation,
+)
+
+H100x4 = GpuAmount(total=4, by_model={"h100": 4})
+A100x2 = GpuAmount(total=2, by_model={"a100": 2})
+
+
+def ledger(**reservations: Reservation) -> Ledger:
+    return Ledger(
+        tenant="vision",
+        resource_version="7",
+        reservations={k.replace("_", "/"): v for k, v in reservations.items()},
+    )
+
+
+def test_usage_sums_every_reservation_and_can_leave_one_out() -> None:
+    book = ledger(
+        a_p1=Reservation(gpus=H100x4, state="confirmed"),
+        b_p2=Reservation(gpus=A100x2, state="reserved", expires=10),
+        b_p3=Reservation(gpus=H100x4, state="reserved", expires=10),
+    )
+    assert usage(book) == GpuAmount(total=10, by_model={"h100": 8, "a100": 2})
+    assert usage(book, excluding="b/p3") == GpuAmount(total=6, by_model={"h100": 4, "a100": 2})
+
+
+def test_a_new_reservation_expires_after_the_ttl() -> None:
+    book = with_reservation(ledger(), "a/p1", H100x4, now=1000.0)
+    assert book.reservations["a/p1"] == Reservation(
+        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS
+    )
+    assert book.resource_version == "7", "the compare-and-swap must be against the version that was read"
+
+
+def test_maintenance_confirms_releases_and_expires() -> None:
+    book = ledger(
+        a_confirmed=Reservation(gpus=H100x4, state="reserved", expires=50),
+        a_running=Reservation(gpus=H100x4, state="confirmed"),
+        a_done=Reservation(gpus=H100x4, state="confirmed"),
+        a_failed=Reservation(gpus=H100x4, state="confirmed"),
+        a_deleted=Reservation(gpus=H100x4, state="confirmed"),
+        a_coming=Reservation(gpus=A100x2, state="reserved", expires=200),
+        a_never=Reservation(gpus=A100x2, state="reserved", expires=90),
+    )
+    phases = {"a/confirmed": "Pending", "a/running": "Running", "a/done": "Succeeded", "a/failed": "Failed"}
+    kept = maintain(book, pod_phases=phases, now=100.0).reservations
+    assert sorted(kept) == ["a/coming", "a/confirmed", "a/running"]
+    assert kept["a/confirmed"].state == "confirmed"
+    assert kept["a/coming"].state == "reserved"
+
+
+def test_maintaining_a_settled_ledger_changes_nothing() -> None:
+    book = ledger(a_p1=Reservation(gpus=H100x4, state="confirmed"))
+    assert maintain(book, pod_phases={"a/p1": "Running"}, now=0) == book
+
+
+def test_config_map_round_trip() -> None:
+    book = ledger(a_p1=Reservation(gpus=H100x4, state="confirmed"))
+    config_map = config_map_from_ledger(book, namespace="labgate-system")
+    assert config_map["metadata"]["name"] == "labgate-gpu-ledger.vision"
+    assert config_map["metadata"]["resourceVersion"] == "7"
+    assert ledger_from_config_map("vision", config_map) == book
+    assert ledger_from_config_map("vision", None) == Ledger(tenant="vision")

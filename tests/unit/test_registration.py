@@ -1,0 +1,50 @@
+"""The webhook configurations labgate registers."""
+
+from __future__ import annotations
+
+from webhook.registration import webhook_configurations
+
+
+def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
+    configurations = webhook_configurations(
+        name="labgate",
+        urls=["https://127.0.0.1:1"],
+        ca_bundle_pem=b"CA",
+        exempt_namespaces=["kube-system", "labgate-system"],
+    )
+    assert [c["kind"] for c in configurations] == [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ]
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            assert webhook["namespaceSelector"]["matchExpressions"] == [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", "labgate-system"],
+                }
+            ]
+            assert webhook["failurePolicy"] == "Fail"
+            assert webhook["timeoutSeconds"] == 3
+            resources = {r for rule in webhook["rules"] for r in rule["resources"]}
+            assert not resources & {"leases", "events", "nodes", "*"}
+            assert {"pods", "jobs", "pytorchjobs", "rayclusters", "jobsets"} <= resources
+    mutating = configurations[0]["webhooks"][0]
+    assert mutating["reinvocationPolicy"] == "IfNeeded"
+    assert mutating["clientConfig"]["url"] == "https://127.0.0.1:1/mutate"
+
+
+def test_shards_split_objects_between_replicas() -> None:
+    validating = webhook_configurations(
+        name="labgate",
+        urls=["https://a", "https://b"],
+        ca_bundle_pem=b"CA",
+        exempt_namespaces=["kube-system"],
+        shard_label="shard",
+    )[1]["webhooks"]
+    assert [w["clientConfig"]["url"] for w in validating] == ["https://a/validate", "https://b/validate"]
+    assert validating[0]["objectSelector"] == {
+        "matchExpressions": [{"key": "shard", "operator": "NotIn", "values": ["1"]}]
+    }
+    assert validating[1]["objectSelector"] == {"matchLabels": {"shard": "1"}}

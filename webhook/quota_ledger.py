@@ -1,0 +1,253 @@
+"""The GPU quota ledger: what each tenant uses or has reserved, across all of its namespaces.
+
+One ConfigMap per tenant in labgate's namespace holds the reservations. Webhook replicas change it
+only by compare-and-swap on its resourceVersion, so two replicas admitting pods at the quota
+boundary cannot both spend the last GPUs: the loser re-reads, re-decides and may be refused.
+
+A reservation is made when the validating webhook admits a GPU pod, confirmed by the reconciler when
+the pod appears, and released when the pod is deleted or finishes. A reservation whose pod never
+appears (the create failed after admission) is dropped once it has expired. Until then it counts:
+an unconfirmed reservation over-counts for a moment rather than ever letting the quota be exceeded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Literal
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field
+
+from webhook.kube import Kind, KubeApi, Object, Reflector
+
+CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
+LEDGER_LABEL = "labgate.io/gpu-ledger"
+RESERVATION_TTL_SECONDS = 120.0
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class GpuAmount(BaseModel):
+    """GPUs in total and per model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total: int = 0
+    by_model: dict[str, int] = Field(default_factory=dict)
+
+
+class Reservation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpus: GpuAmount
+    state: Literal["reserved", "confirmed"] = "reserved"
+    expires: float = 0.0
+
+
+class Ledger(BaseModel):
+    """One tenant's reservations, keyed by "<namespace>/<pod name>"."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    resource_version: str | None = None
+    reservations: dict[str, Reservation] = Field(default_factory=dict)
+
+
+def ledger_name(tenant: str) -> str:
+    return f"labgate-gpu-ledger.{tenant}"
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def usage(ledger: Ledger, *, excluding: str | None = None) -> GpuAmount:
+    """GPUs in use or reserved, optionally not counting one pod (the one being admitted again)."""
+    total = 0
+    by_model: dict[str, int] = {}
+    for key, reservation in ledger.reservations.items():
+        if key == excluding:
+            continue
+        total += reservation.gpus.total
+        for model, count in reservation.gpus.by_model.items():
+            by_model[model] = by_model.get(model, 0) + count
+    return GpuAmount(total=total, by_model=by_model)
+
+
+def with_reservation(ledger: Ledger, key: str, gpus: GpuAmount, *, now: float) -> Ledger:
+    """The ledger with a fresh reservation for pod `key`."""
+    reservation = Reservation(gpus=gpus, state="reserved", expires=now + RESERVATION_TTL_SECONDS)
+    return ledger.model_copy(update={"reservations": {**ledger.reservations, key: reservation}})
+
+
+def maintain(ledger: Ledger, *, pod_phases: dict[str, str], now: float) -> Ledger:
+    """Confirm reservations whose pod exists; release those whose pod finished, was deleted, or never
+    appeared before its reservation expired. `pod_phases` maps existing pods' keys to their phase."""
+    kept: dict[str, Reservation] = {}
+    for key, reservation in ledger.reservations.items():
+        phase = pod_phases.get(key)
+        if phase is None:
+            if reservation.state == "reserved" and reservation.expires > now:
+                kept[key] = reservation  # admitted an instant ago; the pod is on its way
+            continue
+        if phase in FINISHED_PHASES:
+            continue
+        kept[key] = (
+            reservation
+            if reservation.state == "confirmed"
+            else reservation.model_copy(update={"state": "confirmed"})
+        )
+    return ledger.model_copy(update={"reservations": kept})
+
+
+def ledger_from_config_map(tenant: str, config_map: Object | None) -> Ledger:
+    if config_map is None:
+        return Ledger(tenant=tenant)
+    raw = json.loads((config_map.get("data") or {}).get("reservations", "{}"))
+    return Ledger(
+        tenant=tenant,
+        resource_version=config_map.get("metadata", {}).get("resourceVersion"),
+        reservations={k: Reservation.model_validate(v) for k, v in raw.items()},
+    )
+
+
+def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
+    metadata: dict[str, Any] = {
+        "name": ledger_name(ledger.tenant),
+        "namespace": namespace,
+        "labels": {
+            LEDGER_LABEL: "true",
+            "labgate.io/tenant": ledger.tenant,
+            "app.kubernetes.io/managed-by": "labgate",
+        },
+    }
+    if ledger.resource_version is not None:
+        metadata["resourceVersion"] = ledger.resource_version
+    reservations = {k: v.model_dump() for k, v in sorted(ledger.reservations.items())}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {"reservations": json.dumps(reservations)},
+    }
+
+
+class LedgerConflictError(RuntimeError):
+    """Someone else changed the ledger since it was read: re-read and decide again."""
+
+
+class LedgerStore:
+    """Reads and compare-and-swap writes of ledgers, through the Kubernetes door."""
+
+    def __init__(self, kube: KubeApi, *, namespace: str):
+        self.kube = kube
+        self.namespace = namespace
+
+    def read(self, tenant: str) -> Ledger:
+        return ledger_from_config_map(
+            tenant, self.kube.get(CONFIG_MAP, ledger_name(tenant), namespace=self.namespace)
+        )
+
+    def write(self, ledger: Ledger) -> Ledger:
+        """Write `ledger` only if nobody changed it since it was read (its resource_version)."""
+        body = config_map_from_ledger(ledger, namespace=self.namespace)
+        try:
+            if ledger.resource_version is None:
+                result = self.kube.create(CONFIG_MAP, body, namespace=self.namespace)
+            else:
+                result = self.kube.replace(CONFIG_MAP, body)
+        except ApiException as err:
+            if err.status in (409, 422):  # 409: changed since read, or created by another replica meanwhile
+                raise LedgerConflictError(ledger.tenant) from err
+            raise
+        return ledger.model_copy(
+            update={"resource_version": result.get("metadata", {}).get("resourceVersion")}
+        )
+
+
+def now() -> float:
+    """Wall-clock seconds: reservations expire by wall time, since several processes share them."""
+    return time.time()
+
+
+def _newer(a: str | None, b: str | None) -> bool:
+    """Whether resourceVersion `a` is newer than `b` (etcd revisions are numbers in practice)."""
+    if a is None or b is None or not a.isdigit() or not b.isdigit():
+        return True
+    return int(a) >= int(b)
+
+
+class LedgerCache:
+    """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
+    a compare-and-swap that loses re-reads the one ledger it needs."""
+
+    def __init__(self, store: LedgerStore):
+        self.store = store
+        self._lock = threading.Lock()
+        self._ledgers: dict[str, Ledger] = {}
+        self._reflector = Reflector(
+            "gpu-ledgers",
+            store.kube.api,
+            store.kube.lister(CONFIG_MAP, label_selector=f"{LEDGER_LABEL}=true"),
+            on_list=self._on_list,
+            on_event=self._on_event,
+        )
+
+    def _tenant(self, obj: Object) -> str | None:
+        metadata = obj.get("metadata", {})
+        if metadata.get("namespace") != self.store.namespace:
+            return None
+        name = str(metadata.get("name", ""))
+        prefix = ledger_name("")
+        return name[len(prefix) :] if name.startswith(prefix) else None
+
+    def _on_list(self, objects: list[Object]) -> None:
+        ledgers = {}
+        for obj in objects:
+            if (tenant := self._tenant(obj)) is not None:
+                ledgers[tenant] = ledger_from_config_map(tenant, obj)
+        with self._lock:
+            self._ledgers = ledgers
+
+    def _on_event(self, event: str, obj: Object) -> None:
+        if (tenant := self._tenant(obj)) is None:
+            return
+        with self._lock:
+            if event == "DELETED":
+                self._ledgers.pop(tenant, None)
+            else:
+                self.remember(ledger_from_config_map(tenant, obj))
+
+    def remember(self, ledger: Ledger) -> None:
+        """Keep `ledger` unless a newer version is already known (call with the lock held or not)."""
+        current = self._ledgers.get(ledger.tenant)
+        if current is None or _newer(ledger.resource_version, current.resource_version):
+            self._ledgers[ledger.tenant] = ledger
+
+    def cached(self, tenant: str) -> Ledger:
+        with self._lock:
+            return self._ledgers.get(tenant) or Ledger(tenant=tenant)
+
+    def fresh(self, tenant: str) -> Ledger:
+        ledger = self.store.read(tenant)
+        with self._lock:
+            self.remember(ledger)
+        return ledger
+
+    def write(self, ledger: Ledger) -> Ledger:
+        written = self.store.write(ledger)
+        with self._lock:
+            self.remember(written)
+        return written
+
+    @property
+    def is_synced(self) -> bool:
+        return self._reflector.has_synced.is_set()
+
+    def start(self) -> None:
+        self._reflector.start()
+
+    def stop(self) -> None:
+        self._reflector.stop()

@@ -1,0 +1,163 @@
+"""Serving one admission request: gather facts, ask OPA once, reserve GPUs, build the response.
+
+Async orchestration lives here; deciding lives in Rego, and building inputs and responses in the
+pure helpers of webhook.admission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from typing import Any, Protocol
+
+from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
+from webhook.policy_engine import Decision, Mutation
+from webhook.quota_ledger import GpuAmount, Ledger, LedgerConflictError, now, pod_key, usage, with_reservation
+from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
+
+log = logging.getLogger("labgate.webhook")
+
+# A lost compare-and-swap re-reads the ledger and decides again; this many times at most.
+MAX_LEDGER_ATTEMPTS = 8
+
+
+class DecisionSource(Protocol):
+    async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
+
+    async def mutate(self, policy_input: dict[str, Any]) -> Mutation: ...
+
+    async def is_healthy(self) -> bool: ...
+
+
+class InventoryState(Protocol):
+    @property
+    def is_synced(self) -> bool: ...
+
+    def ensure_namespace(self, name: str) -> None: ...
+
+    def tenant_of(self, namespace: str) -> str | None: ...
+
+
+class LedgerAccess(Protocol):
+    @property
+    def is_synced(self) -> bool: ...
+
+    def cached(self, tenant: str) -> Ledger: ...
+
+    def fresh(self, tenant: str) -> Ledger: ...
+
+    def write(self, ledger: Ledger) -> Ledger: ...
+
+
+class SecretFacts(Protocol):
+    @property
+    def is_synced(self) -> bool: ...
+
+    def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
+
+
+class AdmissionServer:
+    """Everything one webhook replica needs to answer the apiserver."""
+
+    def __init__(
+        self,
+        *,
+        engine: DecisionSource,
+        inventory: InventoryState,
+        ledgers: LedgerAccess | None,
+        secrets: SecretFacts | None,
+    ):
+        self.engine = engine
+        self.inventory = inventory
+        self.ledgers = ledgers
+        self.secrets = secrets
+
+    @property
+    def caches_synced(self) -> dict[str, bool]:
+        return {
+            "inventory": self.inventory.is_synced,
+            "ledgers": self.ledgers is None or self.ledgers.is_synced,
+            "secrets": self.secrets is None or self.secrets.is_synced,
+        }
+
+    async def _gather(self, request: AdmissionRequest) -> tuple[dict[str, Any], str | None]:
+        """The policy input and the tenant that owns the request's namespace."""
+        namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
+        tenant = None
+        if namespace:
+            await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
+            tenant = self.inventory.tenant_of(namespace)
+        policy_input = build_policy_input(request=request)
+        if request.namespace and self.secrets is not None:
+            policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
+        return policy_input, tenant
+
+    async def validate(self, request: AdmissionRequest) -> AdmissionResponse:
+        policy_input, tenant = await self._gather(request)
+        is_pod_create = (
+            request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
+        )
+        if not (is_pod_create and tenant):
+            return build_response(request=request, decision=await self.engine.decide(policy_input))
+        return await self._validate_gpu_pod(request, policy_input, tenant)
+
+    async def _validate_gpu_pod(
+        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str
+    ) -> AdmissionResponse:
+        """Decide with the tenant's current GPU usage; if admitted, reserve by compare-and-swap, and on a
+        lost race decide again with the new usage (never two admissions spending the same GPUs)."""
+        metadata = (request.object or {}).get("metadata", {})
+        key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
+        ledgers = self.ledgers
+        ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
+        for attempt in range(MAX_LEDGER_ATTEMPTS):
+            policy_input["gpu_usage"] = usage(ledger, excluding=key).model_dump()
+            decision = await self.engine.decide(policy_input)
+            demand = decision.gpu_demand
+            if not decision.allowed or demand.total == 0 or request.dry_run:
+                return build_response(request=request, decision=decision)
+            if ledgers is None:
+                return engine_unavailable_response(
+                    request=request, reason="no GPU quota ledger to reserve in"
+                )
+            reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
+            try:
+                await asyncio.to_thread(ledgers.write, with_reservation(ledger, key, reservation, now=now()))
+            except LedgerConflictError:
+                log.info(
+                    "ledger of %s changed under %s (attempt %d); deciding again", tenant, key, attempt + 1
+                )
+                ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+                continue
+            return build_response(request=request, decision=decision)
+        message = (
+            f"[gpu-ledger-busy] tenant {tenant!r} is admitting many GPU pods at once and this one lost "
+            f"the race {MAX_LEDGER_ATTEMPTS} times. Fix: retry; Jobs retry by themselves"
+        )
+        return AdmissionResponse(
+            uid=request.uid,
+            allowed=False,
+            status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
+        )
+
+    async def mutate(self, request: AdmissionRequest) -> AdmissionResponse:
+        policy_input, _ = await self._gather(request)
+        mutation = await self.engine.mutate(policy_input)
+        warnings = [shorten_warning(w) for w in mutation.warnings] or None
+        if not mutation.patch:
+            return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+        patch = json.dumps([op.model_dump() for op in mutation.patch]).encode()
+        return AdmissionResponse(
+            uid=request.uid,
+            allowed=True,
+            warnings=warnings,
+            patch_type="JSONPatch",
+            patch=base64.b64encode(patch).decode(),
+        )
+
+
+def refuse_unavailable(request: AdmissionRequest, reason: str) -> AdmissionResponse:
+    """The refusal for any failure on the way to a decision."""
+    return engine_unavailable_response(request=request, reason=reason)
