@@ -141,8 +141,10 @@ def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
                     **_labels(name),
                     "pod-security.kubernetes.io/enforce": level,
                     "pod-security.kubernetes.io/enforce-version": "latest",
-                    "pod-security.kubernetes.io/warn": "restricted",
-                    "pod-security.kubernetes.io/warn-version": "latest",
+                    # audit, not warn: researchers should read labgate's messages, not a wall of
+                    # "restricted" advice on every GPU pod; the audit log still shows the gap.
+                    "pod-security.kubernetes.io/audit": "restricted",
+                    "pod-security.kubernetes.io/audit-version": "latest",
                 },
             },
         },

@@ -88,9 +88,15 @@ class TenantFactory:
         self.stack = stack
         self.created: list[tuple[str, str]] = []
 
-    def create(self, *, spec_extra: dict[str, Any] | None = None) -> TenantUnderTest:
+    def create(
+        self,
+        *,
+        name: str | None = None,
+        spec_extra: dict[str, Any] | None = None,
+        extra_researchers: list[dict[str, str]] | None = None,
+    ) -> TenantUnderTest:
         suffix = uuid.uuid4().hex[:6]
-        name = f"t-{suffix}"
+        name = name or f"t-{suffix}"
         group = f"{name}-researchers"
         tenant = {
             "apiVersion": "labgate.io/v1alpha1",
@@ -99,7 +105,7 @@ class TenantFactory:
             "spec": {
                 "members": {
                     "admins": [{"kind": "User", "name": f"admin-{suffix}"}],
-                    "researchers": [{"kind": "Group", "name": group}],
+                    "researchers": [{"kind": "Group", "name": group}, *(extra_researchers or [])],
                 },
                 "namespaces": {"names": [name]},
                 **(spec_extra or {}),

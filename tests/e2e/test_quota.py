@@ -1,0 +1,203 @@
+"""Tenant-wide GPU quota through the real apiserver: the ledger, races between webhook replicas,
+release on deletion and completion, and refusal of Jobs that can never fit."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import TenantFactory, TenantUnderTest
+from tests.e2e.test_reconciler import eventually, get_json
+from webhook.devcluster.stack import LabgateStack
+
+pytestmark = pytest.mark.quota
+
+SHARD_LABEL = "labgate.io/e2e-shard"
+
+
+def gpu_pod(
+    name: str, gpus: int, *, model: str | None = "h100", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "train",
+                "image": "registry.lab.example/research/trainer:v1",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ]
+    }
+    if model is not None:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": model}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def gpu_used(stack: LabgateStack, tenant: str) -> int | None:
+    tenant_obj = get_json(stack, f"tenant/{tenant}")
+    return None if tenant_obj is None else tenant_obj.get("status", {}).get("gpu", {}).get("used")
+
+
+def second_namespace(stack: LabgateStack, tenants: TenantFactory, team: TenantUnderTest) -> str:
+    """Give the tenant a second namespace, to show the quota is tenant-wide."""
+    extra = f"{team.name}-b"
+    tenant = get_json(stack, f"tenant/{team.name}")
+    assert tenant is not None
+    names = [*tenant["spec"]["namespaces"]["names"], extra]
+    stack.admin_kubectl(
+        "patch",
+        "tenant",
+        team.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"namespaces": {"names": names}}}),
+    )
+    tenants.created.append(("namespace", extra))
+    stack.admin_kubectl(
+        "wait", "--for=jsonpath={.status.phase}=Active", "--timeout=30s", f"namespace/{extra}"
+    )
+    eventually(
+        lambda: (
+            team.researcher.kubectl("auth", "can-i", "create", "pods", "-n", extra).stdout.strip() == "yes"
+        ),
+        what="researchers may work in the second namespace",
+    )
+    return extra
+
+
+def test_quota_is_tenant_wide_with_the_numbers_in_the_refusal(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8}})
+    other_namespace = second_namespace(stack, tenants, team)
+    me = team.researcher
+    assert me.apply(gpu_pod("first", 4, model=None), team.namespace).returncode == 0
+    assert me.apply(gpu_pod("second", 2, model=None), other_namespace).returncode == 0
+    refused = me.apply(gpu_pod("third", 4, model=None), other_namespace)
+    assert refused.returncode == 1
+    assert "[gpu-quota]" in refused.stderr
+    assert 'Pod "third"' in refused.stderr
+    assert f'tenant "{team.name}"' in refused.stderr
+    assert "6 of 8" in refused.stderr, refused.stderr  # in use of the total, across both namespaces
+    assert "Fix:" in refused.stderr
+    eventually(lambda: gpu_used(stack, team.name) == 6, what="Tenant status shows 6 GPUs used")
+    assert me.apply(gpu_pod("third", 2, model=None), other_namespace).returncode == 0
+
+
+def test_quota_per_gpu_model(tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 16, "models": {"h100": 6, "a100": 8}}})
+    me = team.researcher
+    assert me.apply(gpu_pod("h1", 4), team.namespace).returncode == 0
+    refused = me.apply(gpu_pod("h2", 3), team.namespace)
+    assert refused.returncode == 1
+    assert "[gpu-quota]" in refused.stderr
+    assert "h100: 4 of 6" in refused.stderr, refused.stderr
+    assert me.apply(gpu_pod("a1", 3, model="a100"), team.namespace).returncode == 0
+
+
+def test_a_model_the_tenant_has_no_quota_for_is_refused(tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8, "a100": 8}}})
+    refused = team.researcher.apply(gpu_pod("b200", 1, model="b200"), team.namespace)
+    assert refused.returncode == 1
+    assert "[gpu-model-unknown]" in refused.stderr
+    assert "h100" in refused.stderr
+    assert "a100" in refused.stderr
+
+
+def test_a_job_that_can_never_fit_is_refused_at_apply_time(tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 16}})
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {
+            "parallelism": 64,
+            "completions": 64,
+            "template": {"spec": {**gpu_pod("x", 8)["spec"], "restartPolicy": "Never"}},
+        },
+    }
+    refused = team.researcher.apply(job, team.namespace)
+    assert refused.returncode == 1
+    assert "[gpu-quota-unfit]" in refused.stderr
+    assert re.search(r"64 pods? × 8 GPUs = 512", refused.stderr), refused.stderr  # noqa: RUF001
+    job["spec"]["parallelism"] = 2
+    assert team.researcher.apply(job, team.namespace).returncode == 0
+
+
+def test_usage_is_released_when_pods_are_deleted_or_finish(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 4}})
+    me = team.researcher
+    for name in ("a", "b"):
+        assert me.apply(gpu_pod(name, 2), team.namespace).returncode == 0
+    assert me.apply(gpu_pod("c", 1), team.namespace).returncode == 1
+    me.kubectl("delete", "pod", "a", "-n", team.namespace, "--wait=false")
+    eventually(lambda: gpu_used(stack, team.name) == 2, what="deleted pod's GPUs released")
+    assert me.apply(gpu_pod("c", 2), team.namespace).returncode == 0
+    # A pod that finished (the kubelet would write this status) no longer holds its GPUs.
+    stack.admin_kubectl(
+        "patch",
+        "pod",
+        "b",
+        "-n",
+        team.namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"phase": "Succeeded"}}),
+    )
+    eventually(lambda: gpu_used(stack, team.name) == 2, what="finished pod's GPUs released")
+    assert me.apply(gpu_pod("d", 2), team.namespace).returncode == 0
+
+
+@pytest.fixture
+def two_replicas(stack: LabgateStack) -> Iterator[None]:
+    """A second webhook replica; objects labelled shard=1 go to it, the rest to the first."""
+    second = stack.start_webhook(opa_url=stack.opa_url)
+    stack.register_webhook(stack.webhook_urls[0], second, shard_label=SHARD_LABEL)
+    try:
+        yield
+    finally:
+        stack.register_webhook(stack.webhook_urls[0])
+
+
+@pytest.mark.usefixtures("two_replicas")
+def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    limit, attempts = 10, 50
+    team = tenants.create(spec_extra={"gpu": {"total": limit}})
+
+    def create(i: int) -> tuple[int, str]:
+        pod = gpu_pod(f"race-{i}", 1, labels={SHARD_LABEL: str(i % 2)})
+        result = team.researcher.kubectl("create", "-n", team.namespace, "-f", "-", stdin=json.dumps(pod))
+        return result.returncode, result.stderr
+
+    with ThreadPoolExecutor(max_workers=attempts) as pool:
+        results = list(pool.map(create, range(attempts)))
+    admitted = [i for i, (code, _) in enumerate(results) if code == 0]
+    refusals = [err for code, err in results if code != 0]
+    assert len(admitted) == limit, f"{len(admitted)} admitted: {refusals[:3]}"
+    assert {i % 2 for i in admitted} == {0, 1}, "both replicas admitted pods"
+    assert all("[gpu-quota]" in err or "[gpu-ledger-busy]" in err for err in refusals), refusals[:3]
+    pods = get_json(stack, "pods", "-n", team.namespace)
+    assert pods is not None
+    assert len(pods["items"]) == limit
+    eventually(lambda: gpu_used(stack, team.name) == limit, what="status shows the quota exactly used")
+    # Capacity returns after deletions, and the boundary holds again.
+    for i in admitted[:3]:
+        team.researcher.kubectl("delete", "pod", f"race-{i}", "-n", team.namespace, "--wait=false")
+    eventually(lambda: gpu_used(stack, team.name) == limit - 3, what="three GPUs released")
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        again = list(pool.map(create, range(100, 110)))
+    assert sum(1 for code, _ in again if code == 0) == 3
