@@ -120,27 +120,39 @@ class ObjectCache:
 
 
 class WorkQueue:
-    """Tenant names to reconcile; a name queued twice is reconciled once."""
+    """Tenant names to reconcile. A name queued twice is reconciled once, and never by two workers at
+    once: queued again while in progress, it is handed out again after `done`."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._pending: list[str] = []
+        self._pending: dict[str, None] = {}  # insertion-ordered set
+        self._active: set[str] = set()
 
     def add(self, name: str) -> None:
         with self._cond:
-            if name not in self._pending:
-                self._pending.append(name)
-                self._cond.notify()
+            self._pending[name] = None
+            self._cond.notify()
 
     def get(self, timeout: float) -> str | None:
         with self._cond:
-            if not self._pending:
+            for _ in range(2):
+                for name in self._pending:
+                    if name not in self._active:
+                        del self._pending[name]
+                        self._active.add(name)
+                        return name
                 self._cond.wait(timeout)
-            return self._pending.pop(0) if self._pending else None
+            return None
+
+    def done(self, name: str) -> None:
+        with self._cond:
+            self._active.discard(name)
+            self._cond.notify_all()
 
     def __len__(self) -> int:
+        """Names waiting or in progress."""
         with self._cond:
-            return len(self._pending)
+            return len(self._pending) + len(self._active)
 
 
 def _labels(obj: Object) -> dict[str, str]:
@@ -162,6 +174,7 @@ class Reconciler:
         identity: str,
         lease_seconds: float = 15.0,
         resync_seconds: float = 300.0,
+        workers: int = 2,
     ):
         self.kube = KubeApi(api, field_manager=FIELD_MANAGER)
         self.cache = ObjectCache()
@@ -193,7 +206,12 @@ class Reconciler:
         self.ledgers = LedgerCache(
             LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace)
         )
-        self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
+        self._workers = [
+            threading.Thread(target=self._work, args=(i,), name=f"reconcile-worker-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        self._shared_lock = threading.Lock()
+        self._shared_applied = False
         self.reconciled = 0  # tenants reconciled since start (for benchmarks and tests)
 
     # -- wiring -----------------------------------------------------------------------------------
@@ -282,7 +300,8 @@ class Reconciler:
         for reflector in self._reflectors:
             reflector.start()
         self.leader.start()
-        self._worker.start()
+        for worker in self._workers:
+            worker.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -290,7 +309,8 @@ class Reconciler:
         for reflector in self._reflectors:
             reflector.stop()
         self.ledgers.stop()
-        self._worker.join(timeout=5)
+        for worker in self._workers:
+            worker.join(timeout=5)
 
     @property
     def is_synced(self) -> bool:
@@ -303,15 +323,14 @@ class Reconciler:
         for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
             self.queue.add(key[3])
 
-    def _work(self) -> None:
+    def _work(self, index: int) -> None:
         next_resync = time.monotonic() + self.resync_seconds
         next_sweep = time.monotonic() + LEDGER_SWEEP_SECONDS
-        shared_applied = False
         while not self._stop.is_set():
-            if time.monotonic() >= next_resync:
+            if index == 0 and time.monotonic() >= next_resync:
                 self.enqueue_all()
                 next_resync = time.monotonic() + self.resync_seconds
-            if time.monotonic() >= next_sweep:
+            if index == 0 and time.monotonic() >= next_sweep:
                 self._enqueue_pending_reservations()
                 next_sweep = time.monotonic() + LEDGER_SWEEP_SECONDS
             if not (self.is_synced and self.leader.is_leader):
@@ -321,15 +340,17 @@ class Reconciler:
             if name is None:
                 continue
             try:
-                if not shared_applied:
-                    for role in shared_cluster_roles():
-                        self._ensure(role, tenant=None)
-                    shared_applied = True
+                with self._shared_lock:
+                    if not self._shared_applied:
+                        for role in shared_cluster_roles():
+                            self._ensure(role, tenant=None)
+                        self._shared_applied = True
                 self.reconcile(name)
-                self.reconciled += 1
+                with self._shared_lock:
+                    self.reconciled += 1
             except NotLeaderError:
                 log.warning("lost the lease while reconciling %s; another replica takes over", name)
-                shared_applied = False
+                self._shared_applied = False
             except ApiException as err:
                 log.warning("reconciling tenant %s failed (%s %s); retrying", name, err.status, err.reason)
                 self._stop.wait(0.5)
@@ -338,6 +359,8 @@ class Reconciler:
                 log.exception("reconciling tenant %s failed; retrying", name)
                 self._stop.wait(1.0)
                 self.queue.add(name)
+            finally:
+                self.queue.done(name)
 
     # -- writes (leader only) ---------------------------------------------------------------------
 
