@@ -100,7 +100,7 @@ def test_quota_per_gpu_model(tenants: TenantFactory) -> None:
     refused = me.apply(gpu_pod("h2", 3), team.namespace)
     assert refused.returncode == 1
     assert "[gpu-quota]" in refused.stderr
-    assert "h100: 4 of 6" in refused.stderr, refused.stderr
+    assert "uses 4 of 6 h100 GPUs" in refused.stderr, refused.stderr
     assert me.apply(gpu_pod("a1", 3, model="a100"), team.namespace).returncode == 0
 
 

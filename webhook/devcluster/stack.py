@@ -3,6 +3,7 @@ and the webhook (one or more replicas) registered with the apiserver over TLS on
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -116,9 +117,8 @@ class LabgateStack:
         try:
             self.cluster.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
-            self.admin_kubectl(
-                "wait", "--for=condition=Established", "--timeout=30s", "crd/tenants.labgate.io"
-            )
+            # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
+            wait_until(self._is_tenant_crd_established, what="Tenant CRD Established", timeout=30)
             self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
             self._start_opa(str(tools["opa"].binary()))
             self._start_webhooks()
@@ -135,6 +135,13 @@ class LabgateStack:
             process.stop()
         self.processes.clear()
         self.cluster.stop()
+
+    def _is_tenant_crd_established(self) -> bool:
+        result = self.cluster_kubectl("get", "crd/tenants.labgate.io", "-o", "json")
+        if result.returncode != 0:
+            return False
+        conditions = json.loads(result.stdout).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def _start_opa(self, opa: str) -> None:
         port = free_port()
