@@ -5,9 +5,12 @@
 #   It gathers the `violation` set of every package under data.labgate.rules, applies each rule's
 #   enforcement mode for the tenant (enforce, warn or dry-run; enforce when unset), and returns
 #   denials, warnings and dry-run findings. The webhook turns denials into one refusal message.
+#   gpu_demand is what the request's Pod asks of GPUs ({"total", "by_model"}; zero for anything else),
+#   which the webhook reserves in the quota ledger when the verdict is to admit.
 package labgate.admission
 
 import data.labgate.lib.tenancy
+import data.labgate.rules.gpu_quota
 
 findings contains finding if {
 	some package_name
@@ -33,6 +36,7 @@ decision := {
 	"warnings": warnings,
 	"dry_run": dry_run,
 	"tenant": tenant_name,
+	"gpu_demand": gpu_quota.demand,
 }
 
 tenant_name := tenancy.claimed_tenant_name

@@ -42,3 +42,39 @@ test_unknown_mode_falls_back_to_enforce if {
 		with data.labgate.inventory as inventory
 	not d.allowed
 }
+
+test_decision_carries_the_pods_gpu_demand if {
+	pod := testdata.pod("train-1", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": 1})],
+	})
+	d := admission.decision with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.labgate.inventory as testdata.gpu_inventory
+	d.allowed
+	d.gpu_demand == {"total": 5, "by_model": {"h100": 4, "mig-1g.10gb": 1}}
+}
+
+test_decision_without_gpus_demands_nothing if {
+	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
+		with data.labgate.inventory as testdata.inventory
+	d.gpu_demand == {"total": 0, "by_model": {}}
+}
+
+# What the mutating webhook changes, the validating webhook admits: a GPU pod placed by labgate
+# passes the placement rules.
+test_mutated_gpu_pod_is_admitted if {
+	pod := testdata.pod("train-1", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "2"})],
+	})
+	before := testdata.workload_input("Pod", "vision", testdata.vera, pod)
+	patch := data.labgate.mutation.patch with input as before
+		with data.labgate.inventory as testdata.gpu_inventory
+	count(patch) > 0
+	mutated := json.patch(pod, patch)
+	d := admission.decision with input as object.union(testdata.workload_input("Pod", "vision", testdata.vera, mutated), {"gpu_usage": {"total": 4, "by_model": {"h100": 2}}})
+		with data.labgate.inventory as testdata.gpu_inventory
+	d.allowed
+	d.gpu_demand == {"total": 2, "by_model": {"h100": 2}}
+	mutated.spec.nodeSelector["labgate.io/node-pool"] == "h100-spot"
+}

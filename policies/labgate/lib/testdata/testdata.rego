@@ -70,6 +70,7 @@ pod_request(namespace, user) := {
 kinds := {
 	"Pod": {"group": "", "version": "v1", "kind": "Pod", "resource": "pods"},
 	"Deployment": {"group": "apps", "version": "v1", "kind": "Deployment", "resource": "deployments"},
+	"Job": {"group": "batch", "version": "v1", "kind": "Job", "resource": "jobs"},
 	"CronJob": {"group": "batch", "version": "v1", "kind": "CronJob", "resource": "cronjobs"},
 	"Namespace": {"group": "", "version": "v1", "kind": "Namespace", "resource": "namespaces"},
 	"Secret": {"group": "", "version": "v1", "kind": "Secret", "resource": "secrets"},
@@ -102,18 +103,42 @@ _name(new, _) := new.metadata.name if new != null
 _name(null, old) := old.metadata.name
 
 # A whole policy input for a workload: the request plus its pod templates, found at the same paths
-# as webhook/workloads.py finds them.
+# as webhook/workloads.py finds them, with the metadata beside each spec and how many pods it makes at
+# once.
 workload_input(kind, namespace, user, obj) := {
 	"request": request("CREATE", kind, namespace, user, obj, null),
-	"pod_templates": [{"path": path, "spec": object.get(obj, split(path, "."), {})} |
-		some path in template_paths[kind]
-	],
+	"pod_templates": pod_templates(kind, obj),
+}
+
+pod_templates(kind, obj) := [{
+	"path": path,
+	"spec": object.get(obj, split(path, "."), {}),
+	"metadata": object.get(obj, _metadata_path(path), {}),
+	"replicas": _replicas(kind, obj),
+} |
+	some path in template_paths[kind]
+]
+
+_metadata_path(path) := array.concat(array.slice(parts, 0, count(parts) - 1), ["metadata"]) if {
+	parts := split(path, ".")
 }
 
 template_paths := {
 	"Pod": ["spec"],
+	"Job": ["spec.template.spec"],
 	"Deployment": ["spec.template.spec"],
 	"CronJob": ["spec.jobTemplate.spec.template.spec"],
+}
+
+# How many pods a workload runs at once: a Pod is one, other kinds say it (1 when unset).
+_replicas("Pod", _) := 1
+
+_replicas(kind, obj) := object.get(obj, replica_paths[kind], 1) if kind != "Pod"
+
+replica_paths := {
+	"Job": ["spec", "parallelism"],
+	"Deployment": ["spec", "replicas"],
+	"CronJob": ["spec", "jobTemplate", "spec", "parallelism"],
 }
 
 # A Pod named `name` with `spec`.
@@ -128,3 +153,101 @@ deployment(name, labels, spec) := {
 }
 
 main_container := {"name": "main", "image": "registry.lab.example/research/trainer:v1"}
+
+# A Job named `name` running `parallelism` pods at once, whose pod template has `annotations` and `spec`.
+job(name, parallelism, annotations, spec) := {
+	"apiVersion": "batch/v1",
+	"kind": "Job",
+	"metadata": {"name": name},
+	"spec": {
+		"parallelism": parallelism,
+		"template": {"metadata": {"annotations": annotations}, "spec": spec},
+	},
+}
+
+# A container asking `limits` (resource name -> quantity).
+gpu_container(name, limits) := object.union(main_container, {"name": name, "resources": {"limits": limits}})
+
+# --- GPU tenants: the shared inventory plus two tenants with GPU quotas and node pools ---
+
+# The taint every pool of a tenant carries, and the spot taint.
+pool_toleration(tenant) := {"key": "labgate.io/pool", "operator": "Equal", "value": tenant, "effect": "NoSchedule"}
+
+spot_toleration := {"key": "labgate.io/spot", "operator": "Exists", "effect": "NoSchedule"}
+
+# vision: 16 GPUs over three models, a spot pool and an on-demand pool it may not use, and an
+# operator whose pods keep their service-account token.
+vision := {
+	"metadata": {"name": "vision"},
+	"spec": {
+		"members": {
+			"admins": [{"kind": "User", "name": "vic"}],
+			"researchers": [{"kind": "Group", "name": "vision"}],
+		},
+		"namespaces": {"names": ["vision"], "prefix": "vision-"},
+		"gpu": {"total": 16, "models": {"h100": 8, "a100": 8, "mig-1g.10gb": 4}},
+		"placement": {
+			"nodePools": [
+				{
+					"name": "h100-reserved",
+					"nodeSelector": {"labgate.io/node-pool": "h100-reserved"},
+					"tolerations": [pool_toleration("vision")],
+					"spot": false,
+				},
+				{
+					"name": "h100-spot",
+					"nodeSelector": {"labgate.io/node-pool": "h100-spot"},
+					"tolerations": [pool_toleration("vision"), spot_toleration],
+					"spot": true,
+				},
+			],
+			"allowOnDemand": false,
+		},
+		"secrets": {"automountServiceAccountToken": ["operator"]},
+	},
+}
+
+# speech: one model (a100), a spot pool whose selector is not the pool label, and on-demand allowed.
+speech := {
+	"metadata": {"name": "speech"},
+	"spec": {
+		"members": {"researchers": [{"kind": "Group", "name": "speech"}]},
+		"namespaces": {"names": ["speech"], "prefix": "speech-"},
+		"gpu": {"total": 8, "models": {"a100": 8}},
+		"placement": {
+			"nodePools": [
+				{
+					"name": "a100-ondemand",
+					"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"},
+					"tolerations": [pool_toleration("speech")],
+				},
+				{
+					"name": "a100-spot",
+					"nodeSelector": {"cloud.example/pool": "speech-a100-spot"},
+					"tolerations": [pool_toleration("speech"), spot_toleration],
+					"spot": true,
+				},
+			],
+			"allowOnDemand": true,
+		},
+	},
+}
+
+gpu_inventory := {
+	"tenants": object.union(inventory.tenants, {"vision": vision, "speech": speech}),
+	"namespaces": object.union(inventory.namespaces, {
+		"vision": {"labels": {"labgate.io/tenant": "vision"}},
+		"vision-eval": {"labels": {"labgate.io/tenant": "vision"}},
+		"speech": {"labels": {"labgate.io/tenant": "speech"}},
+	}),
+}
+
+vera := {"username": "vera", "groups": ["vision", "system:authenticated"]}
+
+sam := {"username": "sam", "groups": ["speech", "system:authenticated"]}
+
+# The job controller, as kube-controller-manager runs it with per-controller credentials.
+job_controller := {
+	"username": "system:serviceaccount:kube-system:job-controller",
+	"groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
+}

@@ -1,0 +1,257 @@
+# METADATA
+# title: labgate mutations
+# description: |
+#   What the mutating webhook changes before the validating webhook decides: `patch`, a JSON Patch
+#   (RFC 6902, "add" operations with whole values, pointers into input.request.object, parents before
+#   children) and `warnings`, one short line per change for kubectl. The patch is idempotent: applied
+#   to its own result it is empty, so the webhook may be invoked again safely.
+#
+#   - A Namespace created by a listed member of the one tenant whose spec.namespaces.prefix its name
+#     starts with gets that tenant's label (config tenant_label).
+#   - In a tenant namespace, on CREATE (a Job's template is immutable afterwards, and every pod is
+#     created, so creation is where defaults belong):
+#     - a GPU pod template that selects no node pool is placed on the tenant's first spot pool (or,
+#       when it asks on-demand capacity and the Tenant allows it, the first pool that is not spot):
+#       the pool's nodeSelector is merged in (keys the template sets are kept) and its missing
+#       tolerations are appended;
+#     - a template asking whole GPUs with no model selector, in a tenant that lists exactly one
+#       (non-MIG) model, selects that model;
+#     - automountServiceAccountToken: false where the spec does not say, unless the pod runs as a
+#       service account the Tenant lists in spec.secrets.automountServiceAccountToken. On a Pod the
+#       ServiceAccount admission plugin has already mounted the token by then, so its volume
+#       (kube-api-access-*) and mounts are taken out too, or the token would stay mounted;
+#     - priorityClassName: config default_priority_class where none is named. Not on a pod whose
+#       spec.priority is already resolved (the Priority admission plugin runs before webhooks, so on a
+#       bare Pod): adding a class then would contradict that priority and the apiserver refuses it.
+package labgate.mutation
+
+import data.labgate.lib.gpu
+import data.labgate.lib.tenancy
+
+patch := [op | some change in _changes; some op in change.ops]
+
+warnings := [_short(change.warning) | some change in _changes; change.warning != ""]
+
+# Every change as {"ops", "warning"}: the namespace's label, then each pod template's in order.
+_changes := array.concat(_namespace_changes, [change |
+	input.request.operation == "CREATE"
+	tenant := tenancy.namespace_tenant
+	some template in input.pod_templates
+	some change in _template_changes(tenant, template)
+])
+
+_template_changes(tenant, template) := array.concat(
+	array.concat(_placement_changes(tenant, template), _automount_changes(tenant, template)),
+	_priority_changes(template),
+)
+
+# --- JSON pointers ---
+
+_escape(token) := replace(replace(token, "~", "~0"), "/", "~1")
+
+# "/spec/template/spec" for "spec.template.spec".
+_pointer(path) := concat("", ["/", concat("/", [_escape(part) | some part in split(path, ".")])])
+
+_field_pointer(template, field) := concat("/", [_pointer(template.path), _escape(field)])
+
+_object(value) := value if {
+	is_object(value)
+} else := {}
+
+_array(value) := value if {
+	is_array(value)
+} else := []
+
+# Warnings end up on one kubectl line.
+_short(text) := text if {
+	count(text) < 120
+} else := concat("", [substring(text, 0, 116), "..."])
+
+_subject(template) := "pod" if {
+	gpu.is_pod
+} else := sprintf("template %s", [template.path])
+
+# --- Namespace: the tenant label ---
+
+_is_namespace_create if {
+	input.request.kind.kind == "Namespace"
+	input.request.kind.group == ""
+	input.request.operation == "CREATE"
+}
+
+_namespace_name := object.get(input.request, ["object", "metadata", "name"], "")
+
+_prefix_tenants := {name |
+	some name, tenant in data.labgate.inventory.tenants
+	prefix := object.get(tenant, ["spec", "namespaces", "prefix"], "")
+	prefix != ""
+	startswith(_namespace_name, prefix)
+}
+
+_namespace_changes := [{"ops": [op], "warning": warning} |
+	_is_namespace_create
+	not tenancy.is_trusted_requester
+	count(_prefix_tenants) == 1
+	some name in _prefix_tenants
+	tenancy.is_listed_member(data.labgate.inventory.tenants[name], input.request.userInfo)
+	labels := object.get(input.request.object, ["metadata", "labels"], null)
+	not tenancy.tenant_label in object.keys(_object(labels))
+	op := _label_op(labels, name)
+	warning := sprintf("labgate labelled namespace %q %s=%s", [_namespace_name, tenancy.tenant_label, name])
+]
+
+_label_op(labels, name) := {"op": "add", "path": "/metadata/labels", "value": {tenancy.tenant_label: name}} if {
+	not is_object(labels)
+} else := {"op": "add", "path": concat("/", ["/metadata/labels", _escape(tenancy.tenant_label)]), "value": name}
+
+# --- GPU placement: node pool and model ---
+
+_selector(template) := _object(object.get(template.spec, "nodeSelector", {}))
+
+# The pool labgate places a GPU template on: only when it selects none itself.
+_pool(tenant, template) := pool if {
+	gpu.template_demand[template.path].total > 0
+	not gpu.node_pool_label in object.keys(_selector(template))
+	pool := gpu.default_pool(tenant, template)
+}
+
+_pool_selector(tenant, template) := {key: value |
+	some key, value in _object(object.get(_pool(tenant, template), "nodeSelector", {}))
+	not key in object.keys(_selector(template))
+}
+
+# The tenant's one model, for a template that asks whole GPUs of none and gets no model from its pool.
+_model_selector(tenant, template) := {gpu.model_label: model |
+	models := object.keys(_object(object.get(tenant, ["spec", "gpu", "models"], {})))
+	count(models) == 1
+	some model in models
+	not gpu.is_mig_model(model)
+	some ask in gpu.template_asks[template.path]
+	ask.model == gpu.unspecified_model
+	not gpu.model_label in object.keys(_pool_selector(tenant, template))
+}
+
+_selector_ops(template, additions) := [] if {
+	count(additions) == 0
+} else := [{"op": "add", "path": _field_pointer(template, "nodeSelector"), "value": additions}] if {
+	not is_object(object.get(template.spec, "nodeSelector", null))
+} else := [{"op": "add", "path": concat("/", [_field_pointer(template, "nodeSelector"), _escape(key)]), "value": additions[key]} |
+	some key in sort(object.keys(additions))
+]
+
+_missing_tolerations(tenant, template) := [toleration |
+	some toleration in _array(object.get(_pool(tenant, template), "tolerations", []))
+	not _has_toleration(template, toleration)
+]
+
+_has_toleration(template, toleration) if {
+	some existing in _array(object.get(template.spec, "tolerations", []))
+	gpu.same_toleration(existing, toleration)
+}
+
+_toleration_ops(template, missing) := [] if {
+	count(missing) == 0
+} else := [{"op": "add", "path": _field_pointer(template, "tolerations"), "value": missing}] if {
+	not is_array(object.get(template.spec, "tolerations", null))
+} else := [{"op": "add", "path": concat("/", [_field_pointer(template, "tolerations"), "-"]), "value": t} | some t in missing]
+
+_pool_kind(pool) := "spot" if {
+	object.get(pool, "spot", false) == true
+} else := "on-demand"
+
+# One change with the ops (the pool's and the model's selectors go into one nodeSelector), and one
+# without ops for each warning.
+_placement_changes(tenant, template) := array.concat(
+	[{"ops": ops, "warning": ""} |
+		ops := array.concat(
+			_selector_ops(template, object.union(_pool_selector(tenant, template), _model_selector(tenant, template))),
+			_toleration_ops(template, _missing_tolerations(tenant, template)),
+		)
+		count(ops) > 0
+	],
+	[{"ops": [], "warning": warning} |
+		some warning in [_pool_warning(tenant, template), _model_warning(tenant, template)]
+		warning != ""
+	],
+)
+
+_pool_warning(tenant, template) := sprintf("labgate placed %s on %s pool %q", [_subject(template), _pool_kind(pool), pool.name]) if {
+	count(_pool_selector(tenant, template)) + count(_missing_tolerations(tenant, template)) > 0
+	pool := _pool(tenant, template)
+} else := ""
+
+_model_warning(tenant, template) := sprintf("labgate selected GPU model %q (%s) for %s", [model, gpu.model_label, _subject(template)]) if {
+	model := _model_selector(tenant, template)[gpu.model_label]
+} else := ""
+
+# --- Service-account token automount ---
+
+_runs_as(spec) := name if {
+	name := object.get(spec, "serviceAccountName", "")
+	is_string(name)
+	name != ""
+} else := name if {
+	name := object.get(spec, "serviceAccount", "")
+	is_string(name)
+	name != ""
+} else := "default"
+
+_keeps_token(tenant, spec) if _runs_as(spec) in object.get(tenant, ["spec", "secrets", "automountServiceAccountToken"], [])
+
+_automount_changes(tenant, template) := [{"ops": ops, "warning": warning} |
+	not is_boolean(object.get(template.spec, "automountServiceAccountToken", null))
+	not _keeps_token(tenant, template.spec)
+	ops := array.concat(
+		[{"op": "add", "path": _field_pointer(template, "automountServiceAccountToken"), "value": false}],
+		_token_volume_ops(template),
+	)
+	warning := sprintf("labgate turned off token automount (service account %q) for %s", [_runs_as(template.spec), _subject(template)])
+]
+
+# The token volume the ServiceAccount admission plugin adds to a Pod: kube-api-access-<random>,
+# projected from a serviceAccountToken.
+_is_token_volume(volume) if {
+	startswith(volume.name, "kube-api-access-")
+	some source in volume.projected.sources
+	is_object(source.serviceAccountToken)
+}
+
+_token_volumes(template) := {volume.name |
+	gpu.is_pod
+	some volume in _array(object.get(template.spec, "volumes", []))
+	_is_token_volume(volume)
+}
+
+_token_volume_ops(template) := [] if {
+	count(_token_volumes(template)) == 0
+} else := array.concat(
+	[{"op": "add", "path": _field_pointer(template, "volumes"), "value": [v |
+		some v in template.spec.volumes
+		not v.name in _token_volumes(template)
+	]}],
+	[{"op": "add", "path": sprintf("%s/%s/%d/volumeMounts", [_pointer(template.path), group, i]), "value": [m |
+		some m in container.volumeMounts
+		not m.name in _token_volumes(template)
+	]} |
+		some group in ["initContainers", "containers"]
+		some i, container in _array(object.get(template.spec, group, []))
+		_mounts_token(container, _token_volumes(template))
+	],
+)
+
+_mounts_token(container, names) if {
+	some m in _array(object.get(container, "volumeMounts", []))
+	m.name in names
+}
+
+# --- Priority class ---
+
+_default_priority_class := object.get(data.labgate.config, "default_priority_class", "")
+
+_priority_changes(template) := [{"ops": [op], "warning": warning} |
+	_default_priority_class != ""
+	object.get(template.spec, "priorityClassName", "") in {"", null}
+	object.get(template.spec, "priority", null) == null
+	op := {"op": "add", "path": _field_pointer(template, "priorityClassName"), "value": _default_priority_class}
+	warning := sprintf("labgate set priorityClassName %q on %s", [_default_priority_class, _subject(template)])
+]

@@ -1,0 +1,233 @@
+# METADATA
+# title: Tenant GPU quota
+# description: |
+#   A tenant's GPUs are limited across all its namespaces by spec.gpu.total and, per model, by
+#   spec.gpu.models. A Pod created in a tenant namespace (by anyone: a Job's pods count too) is
+#   refused when its demand (lib.gpu) plus what the tenant already uses or has reserved
+#   (input.gpu_usage, gathered by the webhook from the quota ledger) exceeds a limit. A tenant that
+#   lists models gets only those: a pod asking another model, or naming none while several are
+#   listed, is refused. A workload whose pods, all running at once, could never fit the limits is
+#   refused when applied. A tenant without spec.gpu.total has no total limit; its per-model limits,
+#   when it lists any, still hold.
+#   `demand` is the request's Pod's demand, which the webhook reserves in the ledger when it admits.
+package labgate.rules.gpu_quota
+
+import data.labgate.lib.gpu
+import data.labgate.lib.tenancy
+
+# What the tenant uses or has reserved, not counting this request; nothing when not given.
+_usage := object.get(input, "gpu_usage", {})
+
+_used_total := object.get(_usage, "total", 0)
+
+_used(model) := object.get(_usage, ["by_model", model], 0)
+
+_models(tenant) := m if {
+	m := tenant.spec.gpu.models
+	is_object(m)
+} else := {}
+
+_has_total(tenant) if is_number(tenant.spec.gpu.total)
+
+# The request's Pod in a tenant namespace, being created: what the webhook reserves when it admits.
+_pod_template := template if {
+	gpu.is_pod
+	input.request.operation == "CREATE"
+	tenancy.namespace_tenant
+	some template in input.pod_templates
+	template.path == "spec"
+}
+
+default demand := {"total": 0, "by_model": {}}
+
+demand := gpu.template_demand[_pod_template.path]
+
+# The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)".
+_overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
+	_has_total(tenant)
+	d.total + _used_total > tenant.spec.gpu.total
+	parts := _model_overruns(tenant, d)
+} else := concat(", ", [sprintf("%v of %v %s GPUs", [o.used, o.limit, o.model]) | some o in _model_overrun_list(tenant, d)]) if {
+	count(_model_overrun_list(tenant, d)) > 0
+}
+
+_model_overrun_list(tenant, d) := [{"model": model, "used": _used(model), "limit": limit} |
+	some model in sort(object.keys(_models(tenant)))
+	limit := _models(tenant)[model]
+	asked := object.get(d.by_model, model, 0)
+	asked > 0
+	asked + _used(model) > limit
+]
+
+_model_overruns(tenant, d) := [sprintf("%s: %v of %v", [o.model, o.used, o.limit]) | some o in _model_overrun_list(tenant, d)]
+
+_in_parentheses(parts) := "" if {
+	count(parts) == 0
+} else := sprintf(" (%s)", [concat(", ", parts)])
+
+# METADATA
+# title: A tenant's pods fit its GPU quota
+# custom:
+#   rule_id: gpu-quota
+violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.containers", [template.path])} if {
+	template := _pod_template
+	tenant := tenancy.namespace_tenant
+	d := gpu.template_demand[template.path]
+	d.total > 0
+	overrun := _overrun_text(tenant, d)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s asks %s; tenant %q uses %s. Fix: lower the request or wait for running pods to finish",
+		[rule_id, tenancy.object_ref, gpu.describe_asks(template.spec), tenant.metadata.name, overrun],
+	)
+}
+
+_quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])
+
+_unknown_model_fix(template, resource) := sprintf("select one with %s.nodeSelector %s: <model>", [template.path, gpu.model_label]) if {
+	not gpu.is_mig_resource(resource)
+} else := "ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb)"
+
+_unknown_model_field(template, resource) := sprintf("%s.nodeSelector", [template.path]) if {
+	not gpu.is_mig_resource(resource)
+} else := sprintf("%s.containers", [template.path])
+
+_is_unknown_model(models, model) if {
+	model != gpu.unspecified_model
+	not model in object.keys(models)
+}
+
+# Without a model a pod could land on any of several; with one listed, the mutation selects it.
+_is_unknown_model(models, model) if {
+	model == gpu.unspecified_model
+	count(models) > 1
+}
+
+# METADATA
+# title: A tenant that lists GPU models gets only those
+# custom:
+#   rule_id: gpu-model-unknown
+violation contains {"rule": rule_id, "message": msg, "field": _unknown_model_field(template, resource)} if {
+	tenant := tenancy.namespace_tenant
+	models := _models(tenant)
+	count(models) > 0
+	some template in gpu.checked_templates
+	some [resource, model] in {[a.resource, a.model] | some a in gpu.template_asks[template.path]}
+	_is_unknown_model(models, model)
+	asked := sum([a.count | some a in gpu.template_asks[template.path]; a.resource == resource; a.model == model])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s asks %v %s%s; tenant %q has GPU models %s only. Fix: %s",
+		[
+			rule_id, tenancy.object_ref, template.path, asked, resource, _model_note(resource, model),
+			tenant.metadata.name, _quoted(object.keys(models)), _unknown_model_fix(template, resource),
+		],
+	)
+}
+
+_model_note(resource, _) := "" if gpu.is_mig_resource(resource)
+
+_model_note(resource, model) := sprintf(" (%s)", [_model_name(model)]) if not gpu.is_mig_resource(resource)
+
+_model_name(model) := "model unspecified" if {
+	model == gpu.unspecified_model
+} else := model
+
+# Where each workload kind says how many pods run at once.
+_replica_field := {
+	"Job": "spec.parallelism",
+	"CronJob": "spec.jobTemplate.spec.parallelism",
+	"Deployment": "spec.replicas",
+	"StatefulSet": "spec.replicas",
+	"ReplicaSet": "spec.replicas",
+	"ReplicationController": "spec.replicas",
+}
+
+_replicas(template) := object.get(template, "replicas", 1)
+
+# What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
+# model: [{"pods", "each"}] for the templates that ask any.
+_terms(model) := [{"pods": _replicas(t), "each": each} |
+	some t in input.pod_templates
+	d := gpu.template_demand[t.path]
+	each := _per_pod(d, model)
+	each > 0
+	_replicas(t) > 0
+]
+
+_per_pod(d, "") := d.total
+
+_per_pod(d, model) := object.get(d.by_model, model, 0) if model != ""
+
+_arithmetic(terms, model) := sprintf("%s = %v", [
+	concat(" + ", [sprintf("%s × %s", [gpu.plural(t.pods, "pod"), gpu.plural(t.each, _gpu_word(model))]) | some t in terms]),
+	sum([n | some t in terms; n := t.pods * t.each]),
+])
+
+_gpu_word("") := "GPU"
+
+_gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
+
+_limit_text(tenant, "") := sprintf("tenant %q has %v in total", [tenant.metadata.name, tenant.spec.gpu.total])
+
+_limit_text(tenant, model) := sprintf("tenant %q has %s", [tenant.metadata.name, gpu.plural(_models(tenant)[model], _gpu_word(model))]) if {
+	model != ""
+}
+
+_limit(tenant, "") := tenant.spec.gpu.total
+
+_limit(tenant, model) := _models(tenant)[model] if model != ""
+
+_limit_field("") := "spec.gpu.total"
+
+_limit_field(model) := sprintf("spec.gpu.models[%s]", [model]) if model != ""
+
+# One template: how many pods of this size fit; several: only the sum can be named.
+_unfit_fix(terms, limit) := sprintf("run at most %v at once (%s) or ask fewer GPUs per pod", [
+	gpu.plural(floor(limit / terms[0].each), "pod"),
+	object.get(_replica_field, input.request.kind.kind, "its replica count"),
+]) if {
+	count(terms) == 1
+	terms[0].each <= limit
+} else := sprintf("ask at most %v per pod", [gpu.plural(limit, "GPU")]) if {
+	count(terms) == 1
+} else := sprintf("lower the replica counts or the GPUs per pod until they total at most %v", [limit])
+
+# The limits a workload is checked against: the total ("") when the tenant has one, and each model.
+_checked_limits(tenant) := {"" | _has_total(tenant)} | object.keys(_models(tenant))
+
+# METADATA
+# title: A workload whose pods can never all run within the GPU quota is refused when applied
+# custom:
+#   rule_id: gpu-quota-unfit
+violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
+	not gpu.is_pod
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	some model in _checked_limits(tenant)
+	terms := _terms(model)
+	count(terms) > 0
+	limit := _limit(tenant, model)
+	_all_at_once(model) > limit
+	not _said_by_a_model_limit(tenant, model)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s runs %s; %s. Fix: %s, or ask the infra team to raise %s of Tenant %q",
+		[
+			rule_id, tenancy.object_ref, _arithmetic(terms, model), _limit_text(tenant, model),
+			_unfit_fix(terms, limit), _limit_field(model), tenant.metadata.name,
+		],
+	)
+}
+
+_all_at_once(model) := sum([n | some t in _terms(model); n := t.pods * t.each])
+
+# When every GPU asked is of one model whose limit is no larger than the total, the model's refusal
+# says all the total's would.
+_said_by_a_model_limit(tenant, "") if {
+	some model in object.keys(_models(tenant))
+	_all_at_once(model) == _all_at_once("")
+	_limit(tenant, model) <= _limit(tenant, "")
+}
+
+_unfit_field := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))

@@ -1,0 +1,227 @@
+package labgate.rules.gpu_quota_test
+
+import data.labgate.lib.testdata
+import data.labgate.rules.gpu_quota
+
+# A Pod named `name` asking `limits` with the model `model` selected ("" for none).
+gpu_pod(name, model, limits) := testdata.pod(name, object.union(
+	{"containers": [testdata.gpu_container("main", limits)]},
+	{"nodeSelector": {"nvidia.com/gpu.product": model} | model != ""},
+))
+
+pod_input(namespace, user, pod, usage) := object.union(
+	testdata.workload_input("Pod", namespace, user, pod),
+	{"gpu_usage": usage},
+)
+
+violations(input_doc) := v if {
+	v := gpu_quota.violation with input as input_doc
+		with data.labgate.inventory as testdata.gpu_inventory
+}
+
+# --- gpu-quota ---
+
+test_pod_within_quota_is_allowed if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "4"})
+	count(violations(pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}}))) == 0
+}
+
+test_pod_over_total_and_model_quota_is_refused if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "8"})
+	violations(pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "train-7" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 12 of 16 GPUs (h100: 4 of 8). Fix: lower the request or wait for running pods to finish`,
+	}}
+}
+
+test_pod_over_total_quota_only_is_refused if {
+	pod := gpu_pod("train-7", "a100", {"nvidia.com/gpu": "4"})
+	violations(pod_input("vision", testdata.vera, pod, {"total": 14, "by_model": {"h100": 8, "a100": 2}})) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "train-7" asks 4 nvidia.com/gpu (a100); tenant "vision" uses 14 of 16 GPUs. Fix: lower the request or wait for running pods to finish`,
+	}}
+}
+
+test_pod_over_model_quota_only_is_refused if {
+	pod := gpu_pod("train-7", "", {"nvidia.com/mig-1g.10gb": "2"})
+	violations(pod_input("vision", testdata.vera, pod, {"total": 3, "by_model": {"mig-1g.10gb": 3}})) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "train-7" asks 2 nvidia.com/mig-1g.10gb; tenant "vision" uses 3 of 4 mig-1g.10gb GPUs. Fix: lower the request or wait for running pods to finish`,
+	}}
+}
+
+test_missing_usage_counts_as_none if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "9"})
+	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "train-7" asks 9 nvidia.com/gpu (h100); tenant "vision" uses 0 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
+	}}
+	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"})))) == 0
+}
+
+test_controller_created_pods_count_too if {
+	pod := json.patch(gpu_pod("ignored", "h100", {"nvidia.com/gpu": "8"}), [
+		{"op": "remove", "path": "/metadata/name"},
+		{"op": "add", "path": "/metadata/generateName", "value": "sweep-"},
+	])
+	input_doc := json.patch(
+		pod_input("vision", testdata.job_controller, gpu_pod("ignored", "h100", {"nvidia.com/gpu": "8"}), {"total": 10, "by_model": {"h100": 2}}),
+		[{"op": "remove", "path": "/request/name"}, {"op": "replace", "path": "/request/object", "value": pod}],
+	)
+	[v.message | some v in violations(input_doc)] == [`[gpu-quota] Pod "sweep-" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 10 of 16 GPUs (h100: 2 of 8). Fix: lower the request or wait for running pods to finish`]
+}
+
+test_tenant_without_gpu_limits_is_unlimited if {
+	pod := gpu_pod("big", "", {"nvidia.com/gpu": "64"})
+	count(violations(pod_input("team-a", testdata.alice, pod, {"total": 1000, "by_model": {}}))) == 0
+}
+
+test_model_limits_hold_without_a_total if {
+	inventory := json.patch(testdata.gpu_inventory, [{"op": "remove", "path": "/tenants/speech/spec/gpu/total"}])
+	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "4"})
+	v := gpu_quota.violation with input as pod_input("speech", testdata.sam, pod, {"total": 40, "by_model": {"a100": 6}})
+		with data.labgate.inventory as inventory
+	[x.message | some x in v] == [`[gpu-quota] Pod "train-1" asks 4 nvidia.com/gpu (a100); tenant "speech" uses 6 of 8 a100 GPUs. Fix: lower the request or wait for running pods to finish`]
+}
+
+test_pod_updates_are_not_counted_again if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "8"})
+	input_doc := json.patch(pod_input("vision", testdata.vera, pod, {"total": 16, "by_model": {"h100": 8}}), [
+		{"op": "replace", "path": "/request/operation", "value": "UPDATE"},
+		{"op": "add", "path": "/request/oldObject", "value": pod},
+	])
+	count(violations(input_doc)) == 0
+}
+
+# --- demand, which the webhook reserves ---
+
+test_demand_of_a_pod_in_a_tenant_namespace if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "1"})
+	d := gpu_quota.demand with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.labgate.inventory as testdata.gpu_inventory
+	d == {"total": 3, "by_model": {"h100": 2, "mig-1g.10gb": 1}}
+}
+
+test_no_demand_outside_tenant_namespaces_or_for_workloads if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "2"})
+	d1 := gpu_quota.demand with input as testdata.workload_input("Pod", "default", testdata.vera, pod)
+		with data.labgate.inventory as testdata.gpu_inventory
+	d1 == {"total": 0, "by_model": {}}
+	job := testdata.job("sweep", 2, {}, pod.spec)
+	d2 := gpu_quota.demand with input as testdata.workload_input("Job", "vision", testdata.vera, job)
+		with data.labgate.inventory as testdata.gpu_inventory
+	d2 == {"total": 0, "by_model": {}}
+}
+
+# --- gpu-model-unknown ---
+
+test_listed_model_is_allowed if {
+	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"})
+	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, pod))) == 0
+}
+
+test_no_model_is_allowed_where_the_tenant_lists_one if {
+	pod := gpu_pod("train-1", "", {"nvidia.com/gpu": "1"})
+	count(violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))) == 0
+}
+
+test_no_model_among_several_is_refused if {
+	pod := gpu_pod("train-1", "", {"nvidia.com/gpu": "2"})
+	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
+		"rule": "gpu-model-unknown",
+		"field": "spec.nodeSelector",
+		"message": `[gpu-model-unknown] Pod "train-1" spec asks 2 nvidia.com/gpu (model unspecified); tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+	}}
+}
+
+test_unlisted_model_is_refused if {
+	pod := gpu_pod("train-1", "b200", {"nvidia.com/gpu": "1"})
+	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
+		"rule": "gpu-model-unknown",
+		"field": "spec.nodeSelector",
+		"message": `[gpu-model-unknown] Pod "train-1" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+	}}
+}
+
+test_unlisted_mig_profile_in_a_job_is_refused_when_applied if {
+	job := testdata.job("sweep", 2, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/mig-3g.40gb": "1"})]})
+	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
+		"rule": "gpu-model-unknown",
+		"field": "spec.template.spec.containers",
+		"message": `[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb)`,
+	}}
+}
+
+# --- gpu-quota-unfit ---
+
+test_job_that_fits_is_allowed if {
+	job := testdata.job("sweep", 2, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})],
+	})
+	count(violations(testdata.workload_input("Job", "vision", testdata.vera, job))) == 0
+}
+
+test_job_that_can_never_run_is_refused_with_the_arithmetic if {
+	job := testdata.job("sweep", 64, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "8"})],
+	})
+	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.parallelism",
+		"message": `[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 h100 GPUs = 512; tenant "vision" has 8 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+	}}
+}
+
+test_job_over_the_total_of_several_models_is_refused if {
+	job := testdata.job("sweep", 64, {}, {"containers": [testdata.gpu_container("main", {
+		"nvidia.com/mig-1g.10gb": "1",
+		"nvidia.com/gpu": "7",
+	})]})
+	input_doc := json.patch(testdata.workload_input("Job", "vision", testdata.vera, job), [{
+		"op": "add",
+		"path": "/pod_templates/0/spec/nodeSelector",
+		"value": {"nvidia.com/gpu.product": "a100"},
+	}])
+	{v.message | some v in violations(input_doc)} == {
+		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 GPUs = 512; tenant "vision" has 16 in total. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.total of Tenant "vision"`,
+		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 7 a100 GPUs = 448; tenant "vision" has 8 a100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "vision"`,
+		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 1 mig-1g.10gb GPU = 64; tenant "vision" has 4 mig-1g.10gb GPUs. Fix: run at most 4 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[mig-1g.10gb] of Tenant "vision"`,
+	}
+}
+
+test_deployment_pod_bigger_than_the_tenant_is_refused if {
+	deployment := testdata.deployment("serve", {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "10"})]})
+	violations(testdata.workload_input("Deployment", "speech", testdata.sam, deployment)) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.replicas",
+		"message": `[gpu-quota-unfit] Deployment "serve" runs 1 pod × 10 GPUs = 10; tenant "speech" has 8 in total. Fix: ask at most 8 GPUs per pod, or ask the infra team to raise spec.gpu.total of Tenant "speech"`,
+	}}
+}
+
+test_training_job_sums_its_replica_templates if {
+	spec := {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})]}
+	input_doc := {
+		"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}]),
+		"pod_templates": [
+			{"path": "spec.pytorchReplicaSpecs.Master.template.spec", "spec": spec, "metadata": {}, "replicas": 1},
+			{"path": "spec.pytorchReplicaSpecs.Worker.template.spec", "spec": spec, "metadata": {}, "replicas": 3},
+		],
+	}
+	violations(input_doc) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.pytorchReplicaSpecs.Master.template.spec.containers",
+		"message": `[gpu-quota-unfit] PyTorchJob "llm" runs 1 pod × 4 a100 GPUs + 3 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: lower the replica counts or the GPUs per pod until they total at most 8, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+	}}
+}
+
+test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
+	job := testdata.job("sweep", 64, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "8"})]})
+	count(violations(testdata.workload_input("Job", "team-a", testdata.alice, job))) == 0
+	count(violations(testdata.workload_input("Job", "speech", testdata.job_controller, job))) == 0
+}
