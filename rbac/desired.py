@@ -98,6 +98,25 @@ def shared_cluster_roles() -> list[Manifest]:
     ]
 
 
+DEFAULT_PRIORITY_CLASS = "research-default"
+
+
+def shared_priority_classes() -> list[Manifest]:
+    """The PriorityClass the mutation policy gives pod templates that name none (config
+    default_priority_class); it must exist, or the apiserver refuses the pods made from them."""
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": DEFAULT_PRIORITY_CLASS, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "value": 0,
+            "globalDefault": False,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "description": "Research experiments (labgate's default for tenant workloads).",
+        }
+    ]
+
+
 def tenant_namespaces(tenant: Tenant, labelled: set[str]) -> list[str]:
     """The tenant's namespaces: the ones it names, and those under its prefix that carry its label."""
     names = set(tenant.spec.namespaces.names)

@@ -30,6 +30,7 @@ from rbac.desired import (
     is_subset,
     object_key,
     shared_cluster_roles,
+    shared_priority_classes,
     tenant_namespaces,
 )
 from rbac.leader import LeaderElector
@@ -342,8 +343,8 @@ class Reconciler:
             try:
                 with self._shared_lock:
                     if not self._shared_applied:
-                        for role in shared_cluster_roles():
-                            self._ensure(role, tenant=None)
+                        for shared in [*shared_cluster_roles(), *shared_priority_classes()]:
+                            self._ensure(shared, tenant=None)
                         self._shared_applied = True
                 self.reconcile(name)
                 with self._shared_lock:

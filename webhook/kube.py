@@ -136,6 +136,7 @@ CLUSTER_ROLE_BINDING = Kind(
     "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", "clusterrolebindings", is_namespaced=False
 )
 NETWORK_POLICY = Kind("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies", is_namespaced=True)
+PRIORITY_CLASS = Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", is_namespaced=False)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
 TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
 
@@ -151,6 +152,7 @@ KINDS_BY_API = {
         CLUSTER_ROLE,
         CLUSTER_ROLE_BINDING,
         NETWORK_POLICY,
+        PRIORITY_CLASS,
         LEASE,
         TENANT,
     )
