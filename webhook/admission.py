@@ -6,18 +6,22 @@ from typing import Any
 
 from webhook.policy_engine import Decision, Finding
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
-from webhook.workloads import find_pod_templates
+from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 
 MAX_WARNING_LENGTH = 119  # kubectl shows warnings whole; keep them on one line
 
 
-def build_policy_input(*, request: AdmissionRequest) -> dict[str, Any]:
+def build_policy_input(
+    *, request: AdmissionRequest, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS
+) -> dict[str, Any]:
     """The `input` document for data.labgate.admission.decision.
 
     `input.request` is the AdmissionRequest in its wire form (camelCase, as Kubernetes docs show it);
     `input.pod_templates` lists the pod specs inside the object, so rules need not know every kind.
     """
-    templates = find_pod_templates(request.object, group=request.kind.group, kind=request.kind.kind)
+    templates = find_pod_templates(
+        request.object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
+    )
     return {
         "request": request.model_dump(by_alias=True, exclude_none=True),
         "pod_templates": [t.model_dump() for t in templates],

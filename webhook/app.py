@@ -20,6 +20,7 @@ from webhook.quota_ledger import LedgerCache, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from webhook.serving import AdmissionServer, refuse_unavailable
 from webhook.settings import Settings, get_settings
+from webhook.workloads import load_workload_kinds
 
 log = logging.getLogger("labgate.webhook")
 
@@ -48,6 +49,7 @@ class _Offline:
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
     """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
     resolved = settings or get_settings()
+    kinds = load_workload_kinds(resolved.workload_kinds_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,11 +65,11 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             for part in stoppable:
                 part.start()
             app.state.server = AdmissionServer(
-                engine=engine, inventory=inventory, ledgers=ledgers, secrets=secrets
+                engine=engine, inventory=inventory, ledgers=ledgers, secrets=secrets, workload_kinds=kinds
             )
         else:
             app.state.server = AdmissionServer(
-                engine=engine, inventory=_Offline(), ledgers=None, secrets=None
+                engine=engine, inventory=_Offline(), ledgers=None, secrets=None, workload_kinds=kinds
             )
         try:
             yield

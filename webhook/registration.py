@@ -97,6 +97,7 @@ def webhook_configurations(
     failure_policy: Literal["Fail", "Ignore"] = "Fail",
     timeout_seconds: int = 3,
     shard_label: str | None = None,
+    kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
 ) -> list[dict[str, Any]]:
     """The Mutating- and ValidatingWebhookConfiguration for webhook replica(s) at `urls`.
 
@@ -106,8 +107,8 @@ def webhook_configurations(
     """
     configurations = []
     for kind, webhook_name, path, rules in (
-        ("MutatingWebhookConfiguration", MUTATING_WEBHOOK_NAME, "/mutate", mutating_rules()),
-        ("ValidatingWebhookConfiguration", VALIDATING_WEBHOOK_NAME, "/validate", validating_rules()),
+        ("MutatingWebhookConfiguration", MUTATING_WEBHOOK_NAME, "/mutate", mutating_rules(kinds)),
+        ("ValidatingWebhookConfiguration", VALIDATING_WEBHOOK_NAME, "/validate", validating_rules(kinds)),
     ):
         webhooks = []
         for index, url in enumerate(urls):

@@ -16,6 +16,7 @@ from webhook.admission import build_policy_input, build_response, engine_unavail
 from webhook.policy_engine import Decision, Mutation
 from webhook.quota_ledger import GpuAmount, Ledger, LedgerConflictError, now, pod_key, usage, with_reservation
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
+from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 log = logging.getLogger("labgate.webhook")
 
@@ -68,7 +69,9 @@ class AdmissionServer:
         inventory: InventoryState,
         ledgers: LedgerAccess | None,
         secrets: SecretFacts | None,
+        workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
     ):
+        self.workload_kinds = workload_kinds
         self.engine = engine
         self.inventory = inventory
         self.ledgers = ledgers
@@ -89,7 +92,7 @@ class AdmissionServer:
         if namespace:
             await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
             tenant = self.inventory.tenant_of(namespace)
-        policy_input = build_policy_input(request=request)
+        policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
         return policy_input, tenant

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8443, description="HTTPS port.")
     tls_cert_file: Path | None = Field(default=None, description="PEM serving certificate (chain).")
     tls_key_file: Path | None = Field(default=None, description="PEM private key of the serving certificate.")
+    workload_kinds_file: Path | None = Field(
+        default=None,
+        description="YAML list of extra workload kinds (group, version, kind, resource, template paths).",
+    )
     namespace: str = Field(
         default="labgate-system", description="labgate's own namespace (never intercepted)."
     )

@@ -7,9 +7,11 @@ cluster adds another training resource with one more WorkloadKind (see `workload
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class TemplateLocation(BaseModel):
@@ -172,3 +174,13 @@ def find_pod_templates(
                         )
                     )
     return found
+
+
+def load_workload_kinds(path: Path | None) -> tuple[WorkloadKind, ...]:
+    """The built-in kinds plus those listed in a YAML file (a list of WorkloadKind), e.g. a training
+    operator the cluster runs. A file entry for a built-in group/kind replaces it."""
+    if path is None:
+        return BUILTIN_WORKLOAD_KINDS
+    extra = TypeAdapter(list[WorkloadKind]).validate_python(yaml.safe_load(path.read_text()) or [])
+    overridden = {(k.group, k.kind) for k in extra}
+    return (*[k for k in BUILTIN_WORKLOAD_KINDS if (k.group, k.kind) not in overridden], *extra)

@@ -55,7 +55,7 @@ def test_dry_run_mode_admits_silently(tenants: TenantFactory) -> None:
 
 
 def test_gpu_pods_are_placed_on_the_tenants_spot_pool(stack: LabgateStack, tenants: TenantFactory) -> None:
-    pool = {
+    pool: dict[str, Any] = {
         "name": "h100-spot",
         "nodeSelector": {"labgate.io/node-pool": "h100-spot"},
         "tolerations": [

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from webhook.workloads import TemplateLocation, WorkloadKind, find_pod_templates
+from webhook.workloads import (
+    BUILTIN_WORKLOAD_KINDS,
+    TemplateLocation,
+    WorkloadKind,
+    find_pod_templates,
+    load_workload_kinds,
+)
 
 SPEC = {"containers": [{"name": "main", "image": "trainer"}]}
 META = {"labels": {"app": "sweep"}}
@@ -97,3 +105,24 @@ def test_a_configured_training_resource_is_one_more_entry() -> None:
 
 def test_no_object_has_no_templates() -> None:
     assert find_pod_templates(None, group="", kind="Pod") == []
+
+
+def test_workload_kinds_file_adds_and_replaces(tmp_path: Path) -> None:
+    path = tmp_path / "kinds.yaml"
+    path.write_text(
+        "- {group: example.org, version: v1, kind: Sweep, resource: sweeps, templates: [{template: spec.pod}]}\n"
+        "- {group: batch, version: v1, kind: Job, resource: jobs, templates: [{template: spec.template, replicas: spec.completions}]}\n"
+    )
+    kinds = load_workload_kinds(path)
+    by_kind = {(k.group, k.kind): k for k in kinds}
+    assert ("example.org", "Sweep") in by_kind
+    assert by_kind[("batch", "Job")].templates[0].replicas == "spec.completions"
+    assert ("apps", "Deployment") in by_kind
+    assert load_workload_kinds(None) == BUILTIN_WORKLOAD_KINDS
+
+
+def test_a_malformed_kinds_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "kinds.yaml"
+    path.write_text("- {group: example.org, kind: Sweep}\n")
+    with pytest.raises(ValidationError, match="version"):
+        load_workload_kinds(path)
