@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.kube import KubeApi, api_client
+from webhook.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.quota_ledger import LedgerCache, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
@@ -45,6 +49,41 @@ class _Offline:
     def tenant_of(self, namespace: str) -> str | None:
         return None
 
+    def push_all(self) -> None:
+        """Nothing to push without a cluster."""
+
+
+async def _serve(
+    request: Request,
+    server: AdmissionServer,
+    handle: Callable[[AdmissionRequest], Awaitable[AdmissionResponse]],
+    *,
+    deadline: float,
+) -> JSONResponse:
+    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
+    try:
+        review = AdmissionReview.model_validate_json(await request.body())
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        return _bad_request(f"{where}: {first['msg']}")
+    started = time.perf_counter()
+    try:
+        response = await asyncio.wait_for(handle(review.request), timeout=deadline)
+    except TimeoutError:
+        POLICY_ENGINE_ERRORS.labels("timeout").inc()
+        log.error("no decision for %s within %.1fs", review.request.uid, deadline)
+        response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
+    except (PolicyEngineUnavailableError, ApiException, OSError) as err:
+        POLICY_ENGINE_ERRORS.labels("error").inc()
+        log.error("no decision for %s: %s", review.request.uid, err)
+        response = refuse_unavailable(review.request, str(err))
+    webhook = request.url.path.strip("/")
+    ADMISSION_SECONDS.labels(webhook).observe(time.perf_counter() - started)
+    tenant = server.inventory.tenant_of(review.request.namespace) if review.request.namespace else None
+    ADMISSION_REQUESTS.labels(webhook, "admitted" if response.allowed else "refused", tenant or "").inc()
+    return JSONResponse(content=response.to_review())
+
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
     """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
@@ -53,12 +92,17 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Blocking calls (API read-through, ledger compare-and-swap) run in threads; the default pool
+        # (cores + 4) queues them behind each other when many GPU pods arrive at once.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
         stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
         if watch_cluster:
             api = api_client(resolved.kubeconfig)
             kube = KubeApi(api, field_manager="labgate-webhook")
-            inventory = InventorySync(api, InventoryStore(resolved.opa_url))
+            inventory = InventorySync(
+                api, InventoryStore(resolved.opa_url), platform_namespace=resolved.namespace
+            )
             ledgers = LedgerCache(LedgerStore(kube, namespace=resolved.namespace))
             secrets = RestrictedSecrets(kube)
             stoppable = [inventory, ledgers, secrets]
@@ -80,37 +124,21 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    async def serve(
-        request: Request, handle: Callable[[AdmissionRequest], Awaitable[AdmissionResponse]]
-    ) -> JSONResponse:
-        try:
-            review = AdmissionReview.model_validate_json(await request.body())
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            return _bad_request(f"{where}: {first['msg']}")
-        deadline = resolved.admission_deadline_seconds
-        try:
-            response = await asyncio.wait_for(handle(review.request), timeout=deadline)
-        except TimeoutError:
-            log.error("no decision for %s within %.1fs", review.request.uid, deadline)
-            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
-        except (PolicyEngineUnavailableError, ApiException, OSError) as err:
-            log.error("no decision for %s: %s", review.request.uid, err)
-            response = refuse_unavailable(review.request, str(err))
-        return JSONResponse(content=response.to_review())
-
     @app.post("/validate")
     async def validate(
         request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
     ) -> JSONResponse:
-        return await serve(request, server.validate)
+        return await _serve(request, server, server.validate, deadline=resolved.admission_deadline_seconds)
 
     @app.post("/mutate")
     async def mutate(
         request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
     ) -> JSONResponse:
-        return await serve(request, server.mutate)
+        return await _serve(request, server, server.mutate, deadline=resolved.admission_deadline_seconds)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

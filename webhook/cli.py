@@ -3,6 +3,9 @@
 labgate serve                 run the admission webhook (settings from LABGATE_* variables)
 labgate dev up [--demo]       start the local control plane with labgate installed (for `make run`)
 labgate dev down              stop it
+labgate check -f FILE --as U  what a researcher applying FILE would see, evaluated offline
+labgate policy test           opa fmt/check/test and every policy sample
+labgate decisions verify FILE check the hash chain of a decision log
 """
 
 from __future__ import annotations
@@ -98,6 +101,180 @@ def _dev_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_policies() -> Path:
+    """./policies in a checkout, else the repository's."""
+    from webhook.devcluster.tools import REPO_ROOT
+
+    local = Path("policies")
+    return local if (local / "labgate").is_dir() else REPO_ROOT / "policies"
+
+
+def _opa_binary() -> str:
+    from webhook.devcluster.tools import binary, ensure_tools
+
+    ensure_tools("opa")
+    return binary("opa")
+
+
+def _groups(values: list[str] | None) -> list[str]:
+    return [g.strip() for value in values or [] for g in value.split(",") if g.strip()]
+
+
+def _check(args: argparse.Namespace) -> int:
+    from webhook.offline_admission import (
+        OfflineCheckError,
+        OfflineOpa,
+        admission_request,
+        dry_run_lines,
+        facts_from_manifests,
+        load_manifests,
+        parse_gpu_usage,
+        researcher_view,
+        with_namespace,
+    )
+    from webhook.workloads import load_workload_kinds
+
+    source = Path(args.file)
+    try:
+        usage = parse_gpu_usage(args.gpu_usage) if args.gpu_usage else None
+    except ValueError as err:
+        print(f"labgate check: --gpu-usage: {err}", file=sys.stderr)
+        return 2
+    policies = Path(args.policies) if args.policies else _default_policies()
+    is_refused = False
+    try:
+        manifests = load_manifests([source])
+        facts = facts_from_manifests(
+            load_manifests(Path(t) for t in args.tenants or []), platform_namespace=args.platform_namespace
+        )
+        kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+        if not manifests:
+            print(f"labgate check: {source} holds no objects", file=sys.stderr)
+            return 2
+        with OfflineOpa(_opa_binary(), policies, facts) as opa:
+            for number, manifest in enumerate(manifests, start=1):
+                request = admission_request(
+                    obj=manifest,
+                    username=args.as_user,
+                    groups=_groups(args.groups),
+                    namespace=args.namespace,
+                    uid=f"labgate-check-{number}",
+                    kinds=kinds,
+                )
+                namespace = request.namespace
+                if namespace and with_namespace(facts, namespace).tenant_of(namespace) is None:
+                    print(
+                        f"note: namespace {namespace!r} belongs to no tenant in the definitions given "
+                        "(--tenants)",
+                        file=sys.stderr,
+                    )
+                result = opa.check(request, gpu_usage=usage, kinds=kinds)
+                for line in researcher_view(result, source=str(source)):
+                    print(line)
+                for line in dry_run_lines(result):
+                    print(line, file=sys.stderr)
+                is_refused = is_refused or not result.is_allowed
+    except OfflineCheckError as err:
+        print(f"labgate check: {err}", file=sys.stderr)
+        return 2
+    return 1 if is_refused else 0
+
+
+def _opa_steps(opa: str, policies: Path) -> list[str]:
+    """opa fmt, check --strict and test on `policies`, reported; the titles of those that failed."""
+    from webhook.offline_admission import run_opa
+
+    failed: list[str] = []
+    # Samples are YAML data to OPA: leave them out of compiling and testing (as the server does).
+    steps = [
+        ("opa fmt --list --fail", ["fmt", "--list", "--fail", str(policies)]),
+        ("opa check --strict", ["check", "--strict", "--ignore=samples", str(policies)]),
+        ("opa test", ["test", "--ignore=samples", str(policies)]),
+    ]
+    for title, argv in steps:
+        completed = run_opa(opa, *argv)
+        output = (completed.stdout + completed.stderr).strip()
+        if completed.returncode == 0:
+            summary = output.splitlines()[-1] if title == "opa test" and output else ""
+            print(f"ok    {title}" + (f" ({summary})" if summary else ""))
+            continue
+        failed.append(title)
+        print(f"FAIL  {title}")
+        if title.startswith("opa fmt") and output:
+            output = "not formatted (run `opa fmt -w` on them):\n" + output
+        for line in output.splitlines():
+            print(f"      {line}")
+    return failed
+
+
+def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
+    """Every policy sample, reported; the names of those that failed."""
+    from webhook.offline_admission import OfflineCheckError, OfflineOpa, facts_from_manifests, load_manifests
+    from webhook.policy_samples import find_samples, inventory_path, run_sample
+
+    samples = find_samples(policies)
+    if not samples:
+        print(f"note  no samples under {policies}/**/samples/")
+        return []
+    inventory = inventory_path(policies)
+    try:
+        facts = facts_from_manifests(
+            load_manifests([inventory] if inventory.is_file() else []), platform_namespace=platform_namespace
+        )
+    except OfflineCheckError as err:
+        print(f"FAIL  sample inventory {inventory}: {err}")
+        return [f"sample inventory {inventory}"]
+    failed: list[str] = []
+    with OfflineOpa(opa, policies, facts) as offline:
+        for path in samples:
+            outcome = run_sample(offline, path)
+            shown = path.relative_to(policies) if path.is_relative_to(policies) else path
+            if outcome.is_passed:
+                print(f"ok    sample {shown}")
+                continue
+            failed.append(f"sample {shown}")
+            print(f"FAIL  sample {shown}" + (f" ({outcome.description})" if outcome.description else ""))
+            for failure in outcome.failures:
+                for line in failure.splitlines():
+                    print(f"      {line}")
+    print(f"samples: {len(samples) - len(failed)} of {len(samples)} passed")
+    return failed
+
+
+def _policy_test(args: argparse.Namespace) -> int:
+    policies = Path(args.policies) if args.policies else _default_policies()
+    if not policies.is_dir():
+        print(f"labgate policy test: no policy directory {policies}", file=sys.stderr)
+        return 2
+    opa = _opa_binary()
+    failed = _opa_steps(opa, policies) + _sample_runs(opa, policies, args.platform_namespace)
+    if failed:
+        print(f"policy test FAILED: {', '.join(failed)}")
+        return 1
+    print("policy test passed")
+    return 0
+
+
+def _decisions_verify(args: argparse.Namespace) -> int:
+    from webhook.decision_log import GENESIS, verify
+
+    prev = args.prev or GENESIS
+    try:
+        if args.file == "-":
+            result = verify(sys.stdin, prev=prev)
+        else:
+            with Path(args.file).open(encoding="utf-8") as lines:
+                result = verify(lines, prev=prev)
+    except (OSError, UnicodeDecodeError) as err:
+        print(f"labgate decisions verify: {err}", file=sys.stderr)
+        return 2
+    if result.ok:
+        print(f"ok: {result.records} records, chain intact")
+        return 0
+    print(f"TAMPERED: line {result.first_bad_line}: {result.reason}")
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labgate", description="labgate admission control for research clusters"
@@ -132,6 +309,61 @@ def build_parser() -> argparse.ArgumentParser:
     down = dev_commands.add_parser("down", help="stop what `labgate dev up` started")
     down.add_argument("--workdir", default=str(DEV_WORKDIR))
     down.set_defaults(handler=_dev_down)
+
+    check = commands.add_parser(
+        "check",
+        help="evaluate a manifest offline and print what a researcher would see",
+        description="Evaluate a manifest offline against the policies and Tenant definitions, and print "
+        "what kubectl would show the researcher. Exit 0 when admitted, 1 when refused, 2 on errors.",
+    )
+    check.add_argument(
+        "-f", "--filename", dest="file", required=True, help="manifest (YAML, may hold several)"
+    )
+    check.add_argument("--as", dest="as_user", required=True, help="the researcher's user name")
+    check.add_argument(
+        "--groups", action="append", help="the researcher's groups (comma-separated, repeatable)"
+    )
+    check.add_argument("-n", "--namespace", help="namespace (default: the manifest's, else default)")
+    check.add_argument(
+        "--tenants",
+        nargs="+",
+        action="extend",
+        help="YAML files of Tenants (their namespaces.names exist, labelled), Namespaces and Secrets",
+    )
+    check.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    check.add_argument("--gpu-usage", help="GPUs the tenant already uses, for a Pod: total=N[,<model>=N...]")
+    check.add_argument("--workload-kinds", help="extra workload kinds (as LABGATE_WORKLOAD_KINDS_FILE)")
+    check.add_argument(
+        "--platform-namespace",
+        default="labgate-system",
+        help="labgate's own namespace (default: %(default)s)",
+    )
+    check.set_defaults(handler=_check)
+
+    policy = commands.add_parser("policy", help="work on the Rego policies")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    policy_test = policy_commands.add_parser(
+        "test",
+        help="opa fmt, opa check --strict, opa test and every policy sample",
+        description="Run opa fmt --list --fail, opa check --strict and opa test on the policies, then "
+        "every policies/**/samples/*.yaml against policies/samples/inventory.yaml. Exit 1 if anything fails.",
+    )
+    policy_test.add_argument(
+        "--policies", help="policy directory (default: ./policies, else the repository's)"
+    )
+    policy_test.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
+    policy_test.set_defaults(handler=_policy_test)
+
+    decisions = commands.add_parser("decisions", help="the decision log")
+    decisions_commands = decisions.add_subparsers(dest="decisions_command", required=True)
+    decisions_verify = decisions_commands.add_parser(
+        "verify", help="check a decision log's hash chain (exit 1 when it was tampered with)"
+    )
+    decisions_verify.add_argument("file", help="decision log (JSON lines); - for standard input")
+    decisions_verify.add_argument(
+        "--prev", help="hash the first record links to (the last hash of the file before a rotation)"
+    )
+    decisions_verify.set_defaults(handler=_decisions_verify)
     return parser
 
 

@@ -7,6 +7,7 @@ query carries only the request itself and nothing on the admission path waits fo
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from typing import Any
@@ -44,10 +45,21 @@ def tenant_document(tenant: Object) -> dict[str, Any]:
 class InventorySync:
     """Two reflectors (Namespaces, Tenants) that write every change into OPA."""
 
-    def __init__(self, api: client.ApiClient, store: InventoryStore):
+    def __init__(self, api: client.ApiClient, store: InventoryStore, *, platform_namespace: str):
         self._store = store
+        # Two locks: `_lock` guards the in-memory copy and is held only for dictionary work (the
+        # event loop takes it for tenant_of); `_push_lock` orders writes to OPA, which may be slow or
+        # hang. Never hold `_lock` across network I/O.
         self._lock = threading.Lock()
-        self._inventory: dict[str, dict[str, Any]] = {"namespaces": {}, "tenants": {}}
+        self._push_lock = threading.Lock()
+        # platform.namespace: labgate's own namespace, whose service accounts (the reconciler) the
+        # policies trust as the platform, whatever namespace the chart was installed in.
+        self._inventory: dict[str, Any] = {
+            "namespaces": {},
+            "tenants": {},
+            "revision": 0,
+            "platform": {"namespace": platform_namespace},
+        }
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
         self._core = core
@@ -65,20 +77,22 @@ class InventorySync:
         def on_list(objects: list[Object]) -> None:
             with self._lock:
                 self._inventory[collection] = {o["metadata"]["name"]: to_doc(o) for o in objects}
-                self._store.replace_all(self._inventory)
+            self.push_all()
 
         def on_event(kind: str, obj: Object) -> None:
             name = obj["metadata"]["name"]
-            with self._lock:
+            with self._push_lock:
                 if kind == "DELETED":
-                    self._inventory[collection].pop(name, None)
+                    with self._lock:
+                        self._inventory[collection].pop(name, None)
                     self._store.delete(collection, name)
-                else:
-                    document = to_doc(obj)
+                    return
+                document = to_doc(obj)
+                with self._lock:
                     if self._inventory[collection].get(name) == document:
                         return  # a status-only change: nothing for OPA
                     self._inventory[collection][name] = document
-                    self._store.put(collection, name, document)
+                self._store.put(collection, name, document)
 
         return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
 
@@ -95,8 +109,9 @@ class InventorySync:
                     return
                 raise
             namespace = namespace_document(obj)
-            with self._lock:
-                self._inventory["namespaces"][name] = namespace
+            with self._push_lock:
+                with self._lock:
+                    self._inventory["namespaces"][name] = namespace
                 self._store.put("namespaces", name, namespace)
         tenant_name = namespace["labels"].get(TENANT_LABEL)
         if not tenant_name:
@@ -112,9 +127,20 @@ class InventorySync:
             if err.status == 404:
                 return
             raise
-        with self._lock:
-            self._inventory["tenants"][tenant_name] = tenant_document(tenant)
-            self._store.put("tenants", tenant_name, self._inventory["tenants"][tenant_name])
+        document = tenant_document(tenant)
+        with self._push_lock:
+            with self._lock:
+                self._inventory["tenants"][tenant_name] = document
+            self._store.put("tenants", tenant_name, document)
+
+    def push_all(self) -> None:
+        """Write the whole inventory into OPA. Its revision lets the webhook tell that OPA still holds
+        it (OPA forgets pushed data when --watch reloads its policies)."""
+        with self._push_lock:
+            with self._lock:
+                self._inventory["revision"] += 1
+                snapshot = copy.deepcopy(self._inventory)
+            self._store.replace_all(snapshot)
 
     def tenant_of(self, namespace: str) -> str | None:
         """The tenant whose label the namespace carries, as the inventory knows it."""

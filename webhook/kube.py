@@ -279,7 +279,12 @@ class KubeApi:
         return True
 
     def lister(
-        self, kind: Kind, *, label_selector: str | None = None, metadata_only: bool = False
+        self,
+        kind: Kind,
+        *,
+        label_selector: str | None = None,
+        metadata_only: bool = False,
+        namespace: str | None = None,
     ) -> ListFunction:
         """A list function (for Reflector) over all namespaces, optionally filtered by labels. With
         `metadata_only`, objects come as PartialObjectMetadata (e.g. Secrets without their data)."""
@@ -299,7 +304,7 @@ class KubeApi:
             return _raw_request(
                 self.api,
                 "GET",
-                kind.path(),
+                kind.path(namespace=namespace),
                 query=query,
                 accept=accept,
                 preload=not is_watch,

@@ -52,6 +52,7 @@ class Decision(BaseModel):
     dry_run: list[Finding] = Field(default_factory=list)
     tenant: str | None = None
     gpu_demand: GpuDemand = Field(default_factory=GpuDemand)
+    inventory_revision: int | None = None  # None: OPA holds no inventory (lost on a policy reload)
 
 
 class PatchOperation(BaseModel):
@@ -71,6 +72,7 @@ class Mutation(BaseModel):
 
     patch: list[PatchOperation] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    inventory_revision: int | None = None
 
 
 class PolicyEngineUnavailableError(RuntimeError):

@@ -190,7 +190,8 @@ class LedgerCache:
         self._reflector = Reflector(
             "gpu-ledgers",
             store.kube.api,
-            store.kube.lister(CONFIG_MAP, label_selector=f"{LEDGER_LABEL}=true"),
+            # Only labgate's namespace: the webhook's RBAC reaches ConfigMaps nowhere else.
+            store.kube.lister(CONFIG_MAP, label_selector=f"{LEDGER_LABEL}=true", namespace=store.namespace),
             on_list=self._on_list,
             on_event=self._on_event,
         )

@@ -13,7 +13,8 @@ import logging
 from typing import Any, Protocol
 
 from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
-from webhook.policy_engine import Decision, Mutation
+from webhook.metrics import LEDGER_CONFLICTS, RULE_FINDINGS
+from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
 from webhook.quota_ledger import GpuAmount, Ledger, LedgerConflictError, now, pod_key, usage, with_reservation
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -39,6 +40,8 @@ class InventoryState(Protocol):
     def ensure_namespace(self, name: str) -> None: ...
 
     def tenant_of(self, namespace: str) -> str | None: ...
+
+    def push_all(self) -> None: ...
 
 
 class LedgerAccess(Protocol):
@@ -103,8 +106,30 @@ class AdmissionServer:
             request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
         )
         if not (is_pod_create and tenant):
-            return build_response(request=request, decision=await self.engine.decide(policy_input))
+            decision = await self._decide(policy_input)
+            self._count(decision)
+            return build_response(request=request, decision=decision)
         return await self._validate_gpu_pod(request, policy_input, tenant)
+
+    async def _decide(self, policy_input: dict[str, Any]) -> Decision:
+        """One policy query; if OPA lost the inventory (it drops pushed data when it reloads its
+        policies), push it again and ask once more, rather than decide without tenants."""
+        decision = await self.engine.decide(policy_input)
+        if decision.inventory_revision is None and self.inventory.is_synced:
+            log.warning("OPA has no inventory (policies reloaded?); pushing it again")
+            await asyncio.to_thread(self.inventory.push_all)
+            decision = await self.engine.decide(policy_input)
+            if decision.inventory_revision is None:
+                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
+        return decision
+
+    @staticmethod
+    def _count(decision: Decision) -> None:
+        tenant = decision.tenant or ""
+        for finding in [*decision.denials, *decision.warnings, *decision.dry_run]:
+            RULE_FINDINGS.labels(finding.rule, finding.mode, tenant).inc()
+        for finding in decision.dry_run:
+            log.info("dry-run finding for tenant %s: %s", tenant, finding.message)
 
     async def _validate_gpu_pod(
         self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str
@@ -117,9 +142,10 @@ class AdmissionServer:
         ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
             policy_input["gpu_usage"] = usage(ledger, excluding=key).model_dump()
-            decision = await self.engine.decide(policy_input)
+            decision = await self._decide(policy_input)
             demand = decision.gpu_demand
             if not decision.allowed or demand.total == 0 or request.dry_run:
+                self._count(decision)
                 return build_response(request=request, decision=decision)
             if ledgers is None:
                 return engine_unavailable_response(
@@ -129,11 +155,13 @@ class AdmissionServer:
             try:
                 await asyncio.to_thread(ledgers.write, with_reservation(ledger, key, reservation, now=now()))
             except LedgerConflictError:
+                LEDGER_CONFLICTS.labels(tenant).inc()
                 log.info(
                     "ledger of %s changed under %s (attempt %d); deciding again", tenant, key, attempt + 1
                 )
                 ledger = await asyncio.to_thread(ledgers.fresh, tenant)
                 continue
+            self._count(decision)
             return build_response(request=request, decision=decision)
         message = (
             f"[gpu-ledger-busy] tenant {tenant!r} is admitting many GPU pods at once and this one lost "
@@ -148,6 +176,11 @@ class AdmissionServer:
     async def mutate(self, request: AdmissionRequest) -> AdmissionResponse:
         policy_input, _ = await self._gather(request)
         mutation = await self.engine.mutate(policy_input)
+        if mutation.inventory_revision is None and self.inventory.is_synced:
+            await asyncio.to_thread(self.inventory.push_all)
+            mutation = await self.engine.mutate(policy_input)
+            if mutation.inventory_revision is None:
+                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
         warnings = [shorten_warning(w) for w in mutation.warnings] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)

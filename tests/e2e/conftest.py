@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.stack import LabgateStack
+from webhook.devcluster.stack import POLICY_DIR, LabgateStack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,8 +52,13 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
         yield from kind_stack(tmp_path_factory.mktemp("kind"), reconciler_lease_seconds=4)
         return
-    # A short lease so that the failover test sees a takeover in seconds.
-    with LabgateStack(tmp_path_factory.mktemp("cluster"), reconciler_lease_seconds=4) as started:
+    # A copy of the policies, so that the hot-reload test can change them on disk; a short lease, so
+    # that the failover test sees a takeover in seconds.
+    policy_dir = tmp_path_factory.mktemp("policies") / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    with LabgateStack(
+        tmp_path_factory.mktemp("cluster"), reconciler_lease_seconds=4, policy_dir=policy_dir
+    ) as started:
         yield started
 
 
@@ -116,7 +121,10 @@ class TenantFactory:
             "kind": "Namespace",
             "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}},
         }
-        self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([tenant, namespace]))
+        # The namespace first: applied together, the reconciler may create it between kubectl's
+        # read and its create, and the apply would fail with AlreadyExists.
+        self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(namespace))
+        self.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(tenant))
         self.created.append(("namespace", name))
         self.created.append(("tenant", name))
         # The reconciler provisions the rest (RBAC, quota, policies) and then reports Ready.

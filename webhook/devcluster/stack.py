@@ -65,6 +65,7 @@ class LabgateStack:
         webhook_host: str = "127.0.0.1",
         with_reconciler: bool = True,
         reconciler_lease_seconds: float = 15.0,
+        policy_dir: Path = POLICY_DIR,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster)."""
@@ -73,6 +74,7 @@ class LabgateStack:
         self.webhook_replicas = webhook_replicas
         self.webhook_host = webhook_host
         self.with_reconciler = with_reconciler
+        self.policy_dir = policy_dir
         self.reconciler_lease_seconds = reconciler_lease_seconds
         self.cluster: ControlPlane = control_plane or LocalControlPlane(workdir, detached=detached)
         self.processes: list[ManagedProcess] = []
@@ -146,7 +148,7 @@ class LabgateStack:
     def _start_opa(self, opa: str) -> None:
         port = free_port()
         process = spawn(
-            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=POLICY_DIR), detached=self.detached
+            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=self.policy_dir), detached=self.detached
         )
         self.processes.append(process)
         self.opa_url = f"http://127.0.0.1:{port}"

@@ -36,6 +36,7 @@ decision := {
 	"warnings": warnings,
 	"dry_run": dry_run,
 	"tenant": tenant_name,
+	"inventory_revision": object.get(data.labgate.inventory, "revision", null),
 	"gpu_demand": gpu_quota.demand,
 }
 

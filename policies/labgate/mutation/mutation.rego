@@ -255,3 +255,6 @@ _priority_changes(template) := [{"ops": [op], "warning": warning} |
 	op := {"op": "add", "path": _field_pointer(template, "priorityClassName"), "value": _default_priority_class}
 	warning := sprintf("labgate set priorityClassName %q on %s", [_default_priority_class, _subject(template)])
 ]
+
+# Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
+inventory_revision := object.get(data.labgate.inventory, "revision", null)

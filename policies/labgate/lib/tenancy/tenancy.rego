@@ -37,6 +37,12 @@ is_trusted_requester if {
 	group in data.labgate.config.trusted_groups
 }
 
+# labgate's own service accounts (the reconciler), in whatever namespace labgate runs.
+is_trusted_requester if {
+	platform_namespace := data.labgate.inventory.platform.namespace
+	sprintf("system:serviceaccounts:%s", [platform_namespace]) in input.request.userInfo.groups
+}
+
 # Subjects a tenant lists as able to run workloads (admins and researchers).
 workload_subjects(tenant) := array.concat(
 	object.get(tenant, ["spec", "members", "admins"], []),

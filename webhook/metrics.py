@@ -1,0 +1,40 @@
+"""Prometheus metrics of the webhook (served at /metrics) and of the reconciler (--metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ADMISSION_REQUESTS = Counter(
+    "labgate_admission_requests_total",
+    "Admission requests answered, by webhook (validate, mutate), verdict (admitted, refused) and tenant",
+    ["webhook", "verdict", "tenant"],
+)
+RULE_FINDINGS = Counter(
+    "labgate_admission_rule_findings_total",
+    "Rule findings, by rule id, enforcement mode (enforce, warn, dry-run) and tenant",
+    ["rule", "mode", "tenant"],
+)
+ADMISSION_SECONDS = Histogram(
+    "labgate_admission_duration_seconds",
+    "Time to answer one admission request, by webhook",
+    ["webhook"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+POLICY_ENGINE_ERRORS = Counter(
+    "labgate_policy_engine_errors_total",
+    "Requests refused because no policy decision could be had, by reason (timeout, error)",
+    ["reason"],
+)
+LEDGER_CONFLICTS = Counter(
+    "labgate_gpu_ledger_conflicts_total",
+    "Compare-and-swap races lost on a tenant's GPU ledger (each re-reads and decides again)",
+    ["tenant"],
+)
+GPU_USED = Gauge(
+    "labgate_gpu_used",
+    "GPUs in use or reserved, per tenant and model (model 'all' is the total)",
+    ["tenant", "model"],
+)
+GPU_LIMIT = Gauge(
+    "labgate_gpu_limit", "GPU quota, per tenant and model (model 'all' is the total)", ["tenant", "model"]
+)

@@ -1,0 +1,138 @@
+"""Policy samples: admission requests with the verdict the policies must give them.
+
+A sample is one YAML file in a directory named `samples` beside a policy
+(policies/labgate/rules/<rule>/samples/<case>.yaml; the OPA server ignores such directories):
+
+    description: a researcher outside the tenant is refused
+    user: {username: bob, groups: [team-b]}
+    namespace: team-a              # omitted: the object's metadata.namespace, else "default"
+    operation: CREATE              # CREATE (default), UPDATE or DELETE
+    object: {apiVersion: v1, kind: Pod, ...}
+    old_object: {...}              # UPDATE and DELETE only
+    gpu_usage: {total: 12, by_model: {h100: 4}}   # optional: the tenant's GPUs in use
+    expect:
+      allowed: false
+      rules: [tenant-membership]   # every rule id that finds something (any mode), exactly
+      message_contains: ['[tenant-membership] user "bob"']   # optional: in the warnings or refusal
+
+All samples share one set of tenants: policies/samples/inventory.yaml, Tenant, Namespace and Secret
+manifests as an infra team applies them (webhook.offline_admission.facts_from_manifests), so the
+same file serves `labgate check --tenants` and a cluster for end-to-end runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from webhook.offline_admission import OfflineCheckError, OfflineOpa, admission_request
+from webhook.quota_ledger import GpuAmount
+from webhook.review import Operation
+
+SAMPLES_DIR = "samples"
+INVENTORY_FILE = "inventory.yaml"
+
+
+class _Config(BaseModel):
+    # Our own configuration: a misspelt key is an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SampleUser(_Config):
+    username: str
+    groups: list[str] = Field(default_factory=list)
+
+
+class Expectation(_Config):
+    allowed: bool
+    rules: list[str] = Field(default_factory=list, description="Every rule id that finds something.")
+    message_contains: list[str] = Field(default_factory=list)
+
+
+class Sample(_Config):
+    description: str
+    user: SampleUser
+    namespace: str | None = None
+    operation: Operation = "CREATE"
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
+    gpu_usage: GpuAmount | None = None
+    expect: Expectation
+
+
+@dataclass(frozen=True)
+class SampleOutcome:
+    """One sample's run: the failures (empty when it passed) and what the policies said."""
+
+    path: Path
+    description: str
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def is_passed(self) -> bool:
+        return not self.failures
+
+
+def inventory_path(policies: Path) -> Path:
+    """The tenants every sample runs against."""
+    return policies / SAMPLES_DIR / INVENTORY_FILE
+
+
+def find_samples(policies: Path) -> list[Path]:
+    """Every policies/**/samples/*.yaml but the shared inventory, in path order."""
+    shared = inventory_path(policies)
+    found = {*policies.glob(f"**/{SAMPLES_DIR}/*.yaml"), *policies.glob(f"**/{SAMPLES_DIR}/*.yml")}
+    return sorted(p for p in found if p != shared)
+
+
+def load_sample(path: Path) -> Sample:
+    """The sample in `path`; ValueError with the reason when it is not one."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Sample.model_validate(raw)
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"cannot read: {err}") from err
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"not a sample: {problems}") from err
+
+
+def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
+    """Evaluate one sample as the webhook would and compare with its expectation."""
+    try:
+        sample = load_sample(path)
+    except ValueError as err:
+        return SampleOutcome(path=path, description="", failures=[str(err)])
+    try:
+        request = admission_request(
+            obj=sample.object,
+            username=sample.user.username,
+            groups=sample.user.groups,
+            namespace=sample.namespace,
+            operation=sample.operation,
+            old_object=sample.old_object,
+            uid=f"sample-{path.stem}",
+        )
+        result = opa.check(request, gpu_usage=sample.gpu_usage)
+    except OfflineCheckError as err:
+        return SampleOutcome(path=path, description=sample.description, failures=[str(err)])
+    failures: list[str] = []
+    expect = sample.expect
+    verdict = "admitted" if result.is_allowed else "refused"
+    if result.is_allowed != expect.allowed:
+        said = result.response.status.message if result.response.status else "(no message)"
+        failures.append(f"expected {'admitted' if expect.allowed else 'refused'}, got {verdict}: {said}")
+    if result.rule_ids != sorted(set(expect.rules)):
+        failures.append(f"expected rules {sorted(set(expect.rules))}, got {result.rule_ids}")
+    failures.extend(
+        f"the researcher's text lacks {wanted!r}; it is:\n{result.visible_text}"
+        for wanted in expect.message_contains
+        if wanted not in result.visible_text
+    )
+    return SampleOutcome(path=path, description=sample.description, failures=failures)
