@@ -1,0 +1,198 @@
+{{/*
+Names, labels and shared fragments of the labgate chart.
+*/}}
+
+{{/* The chart name (or nameOverride). */}}
+{{- define "labgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The name prefix of every object: fullnameOverride, the release name, or release-chart. */}}
+{{- define "labgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* chart-version, as the helm.sh/chart label wants it. */}}
+{{- define "labgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The one source of labels: app.kubernetes.io/* for every object.
+Call with a dict: (dict "context" $ "component" "webhook").
+*/}}
+{{- define "labgate.labels" -}}
+{{- $ := .context -}}
+helm.sh/chart: {{ include "labgate.chart" $ }}
+{{ include "labgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ $.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: labgate
+app.kubernetes.io/managed-by: {{ $.Release.Service }}
+{{- with $.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that select a component's pods (a subset of labgate.labels; never change on upgrade). */}}
+{{- define "labgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "labgate.name" .context }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Object names per component. */}}
+{{- define "labgate.webhookName" -}}
+{{- printf "%s-webhook" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "labgate.reconcilerName" -}}
+{{- printf "%s-reconciler" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "labgate.policiesName" -}}
+{{- printf "%s-policies" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "labgate.preDeleteName" -}}
+{{- printf "%s-pre-delete" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{/* Both webhook configurations carry this name (as webhook/registration.py names them). */}}
+{{- define "labgate.webhookConfigurationName" -}}
+{{- include "labgate.fullname" . }}
+{{- end }}
+{{- define "labgate.tlsSecretName" -}}
+{{- default (printf "%s-webhook-tls" (include "labgate.fullname" .)) .Values.certificates.secretName }}
+{{- end }}
+{{- define "labgate.servingCertificateName" -}}
+{{- printf "%s-webhook" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* image reference from an image block (repository, tag, digest); the digest wins. */}}
+{{- define "labgate.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .defaultTag .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces the webhooks never intercept: kube-system and the release namespace always, then the
+values' extras. Sorted and unique, exactly like webhook.registration.exempt_namespace_selector.
+*/}}
+{{- define "labgate.exemptNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) .Values.webhook.exemptNamespaces | uniq | sortAlpha | toJson }}
+{{- end }}
+
+{{/*
+The policy files the OPA sidecar loads, one path (relative to policies/) per line: what
+`opa run --ignore=*_test.rego --ignore=samples --ignore=testdata policies/` loads (Rego modules and
+JSON/YAML data), from the chart's policies/ symlink to the repository's policies/.
+*/}}
+{{- define "labgate.policyFiles" -}}
+{{- range $path, $_ := .Files.Glob "policies/**" }}
+{{- $relative := trimPrefix "policies/" $path }}
+{{- $isLoaded := or (hasSuffix ".rego" $path) (hasSuffix ".json" $path) (hasSuffix ".yaml" $path) (hasSuffix ".yml" $path) }}
+{{- $isSkipped := or (hasSuffix "_test.rego" $path) (regexMatch "(^|/)(samples|testdata)/" $relative) }}
+{{- if and $isLoaded (not $isSkipped) }}
+{{ $relative }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap key of a policy file: its path with "/" as "." (keys may not hold "/"). */}}
+{{- define "labgate.policyKey" -}}
+{{- . | replace "/" "." }}
+{{- end }}
+
+{{/* Refuse combinations of values that the schema cannot express. */}}
+{{- define "labgate.validate" -}}
+{{- if ge (float64 .Values.webhook.admissionDeadlineSeconds) (float64 .Values.webhook.timeoutSeconds) }}
+{{- fail (printf "webhook.admissionDeadlineSeconds (%v) must be below webhook.timeoutSeconds (%v): labgate must answer before the apiserver gives up" .Values.webhook.admissionDeadlineSeconds .Values.webhook.timeoutSeconds) }}
+{{- end }}
+{{- if gt (float64 .Values.webhook.opaTimeoutSeconds) (float64 .Values.webhook.admissionDeadlineSeconds) }}
+{{- fail (printf "webhook.opaTimeoutSeconds (%v) must not exceed webhook.admissionDeadlineSeconds (%v)" .Values.webhook.opaTimeoutSeconds .Values.webhook.admissionDeadlineSeconds) }}
+{{- end }}
+{{- if and .Values.certificates.caBundle (eq .Values.certificates.mode "cert-manager") }}
+{{- fail "certificates.caBundle is for a certificate managed outside labgate and cert-manager; in mode cert-manager the cainjector fills it" }}
+{{- end }}
+{{- if eq (int .Values.opa.diagnosticPort) (int .Values.webhook.port) }}
+{{- fail "opa.diagnosticPort and webhook.port must differ" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Webhook rules: the same resources and operations as webhook/registration.py (validating_rules and
+mutating_rules); tests/unit/test_chart_render.py compares them. Call with a list of operations.
+Leases, Events and Nodes are never listed: intercepting them could stall leader election or nodes.
+*/}}
+{{- define "labgate.workloadRules" -}}
+{{- $operations := . }}
+{{- $workloads := list
+  (list "" "v1" "pods")
+  (list "batch" "v1" "jobs")
+  (list "batch" "v1" "cronjobs")
+  (list "apps" "v1" "deployments")
+  (list "apps" "v1" "statefulsets")
+  (list "apps" "v1" "replicasets")
+  (list "kubeflow.org" "v1" "pytorchjobs")
+  (list "jobset.x-k8s.io" "v1alpha2" "jobsets")
+  (list "ray.io" "v1" "rayclusters")
+  (list "ray.io" "v1" "rayjobs") }}
+{{- range $workloads }}
+- apiGroups: [{{ index . 0 | quote }}]
+  apiVersions: [{{ index . 1 | quote }}]
+  resources: [{{ index . 2 | quote }}]
+  operations: {{ toJson $operations }}
+  scope: Namespaced
+{{- end }}
+{{- end }}
+
+{{/* The namespaceSelector of both webhooks (see labgate.exemptNamespaces). */}}
+{{- define "labgate.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ include "labgate.exemptNamespaces" . }}
+{{- end }}
+
+{{/* clientConfig of a webhook: the Service, and a caBundle only when values give one (see values.yaml). */}}
+{{- define "labgate.clientConfig" -}}
+{{- $ := .context -}}
+clientConfig:
+  service:
+    name: {{ include "labgate.webhookName" $ }}
+    namespace: {{ $.Release.Namespace }}
+    path: {{ .path }}
+    port: 443
+  {{- with $.Values.certificates.caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+{{- end }}
+
+{{/* Annotations of both webhook configurations: in mode cert-manager, the cainjector fills caBundle. */}}
+{{- define "labgate.webhookConfigurationAnnotations" -}}
+{{- if eq .Values.certificates.mode "cert-manager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "labgate.servingCertificateName" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The restricted Pod Security profile for every container of the chart. */}}
+{{- define "labgate.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsNonRoot: true
+  capabilities:
+    drop: [ALL]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}

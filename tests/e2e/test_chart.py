@@ -1,0 +1,380 @@
+"""The Helm chart against the real apiserver: every rendered manifest passes a server-side dry run,
+and the chart's RBAC, applied for real, lets the webhook and the reconciler do exactly their jobs."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rbac.desired import desired_objects, shared_cluster_roles, shared_priority_classes
+from rbac.reconciler import FIELD_MANAGER
+from rbac.tenant import Tenant
+from webhook.devcluster.kubectl import kubectl
+from webhook.devcluster.processes import free_port, spawn
+from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from webhook.devcluster.tools import REPO_ROOT, ensure_tools
+
+pytestmark = pytest.mark.chart
+
+CHART = REPO_ROOT / "charts" / "labgate"
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(ensure_tools("helm")["helm"].binary())
+
+
+def render(
+    helm: str, release: str, *, values: dict[str, Any] | None = None, crds: bool = False
+) -> list[Manifest]:
+    """`helm template` of the chart into labgate's namespace (which the stack creates)."""
+    result = subprocess.run(
+        [
+            helm,
+            "template",
+            release,
+            str(CHART),
+            "-n",
+            LABGATE_NAMESPACE,
+            "-f",
+            "-",
+            *(["--include-crds"] if crds else []),
+        ],
+        input=yaml.safe_dump(values or {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def as_list(manifests: list[Manifest]) -> str:
+    # JSON, not YAML: PyYAML writes some strings unquoted that Go's YAML 1.2 reads as numbers.
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
+
+
+def reference(manifest: Manifest) -> str:
+    """How `kubectl -o name` names an object: kind.group/name (lowercase kind, no group for core)."""
+    group = manifest["apiVersion"].rpartition("/")[0]
+    kind = manifest["kind"].lower()
+    return (
+        f"{kind}.{group}/{manifest['metadata']['name']}"
+        if group
+        else f"{kind}/{manifest['metadata']['name']}"
+    )
+
+
+def admin_kubectl(stack: LabgateStack, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """kubectl as the cluster admin with a multi-object stdin, returning the result (never raises)."""
+    return kubectl(stack.admin_kubeconfig, *args, stdin=stdin)
+
+
+def dry_run_apply(stack: LabgateStack, manifests: list[Manifest]) -> subprocess.CompletedProcess[str]:
+    return admin_kubectl(
+        stack, "apply", "--dry-run=server", "-o", "name", "-f", "-", stdin=as_list(manifests)
+    )
+
+
+def assert_accepted(stack: LabgateStack, manifests: list[Manifest]) -> None:
+    result = dry_run_apply(stack, manifests)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == sorted(reference(m) for m in manifests)
+
+
+def test_every_rendered_manifest_is_accepted_by_the_apiserver(stack: LabgateStack, helm: str) -> None:
+    # A release name of its own, so nothing collides with the webhook the test stack registered.
+    manifests = render(helm, "chart-e2e", crds=True)
+    kinds = {m["kind"] for m in manifests}
+    assert {
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "Job",
+        "ClusterRole",
+        "Role",
+    } <= kinds
+    assert_accepted(stack, manifests)
+
+
+def test_cert_manager_mode_is_accepted_by_the_apiserver(stack: LabgateStack, helm: str) -> None:
+    manifests = render(helm, "chart-e2e-cm", values={"certificates": {"mode": "cert-manager"}})
+    # The test control plane has no cert-manager (its CRDs are not labgate's to install): its Issuers and
+    # Certificates are checked by the unit tests; everything else, with the injection annotation, here.
+    cert_manager = [m for m in manifests if m["apiVersion"].startswith("cert-manager.io/")]
+    assert {m["kind"] for m in cert_manager} == {"Issuer", "Certificate"}
+    assert_accepted(stack, [m for m in manifests if m not in cert_manager])
+
+
+@dataclass
+class Installed:
+    """The chart's RBAC applied for real under a release name of its own."""
+
+    release: str
+    manifests: list[Manifest]
+
+    def service_account(self, component: str) -> str:
+        return f"system:serviceaccount:{LABGATE_NAMESPACE}:{self.release}-labgate-{component}"
+
+
+@pytest.fixture(scope="module")
+def installed_rbac(stack: LabgateStack, helm: str) -> Iterator[Installed]:
+    release = f"chart-rbac-{uuid.uuid4().hex[:6]}"
+    rbac_kinds = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    manifests = [
+        m
+        for m in render(helm, release)
+        if m["kind"] in rbac_kinds and "helm.sh/hook" not in (m["metadata"].get("annotations") or {})
+    ]
+    stack.admin_kubectl("apply", "-f", "-", stdin=as_list(manifests))
+    try:
+        yield Installed(release, manifests)
+    finally:
+        admin_kubectl(
+            stack, "delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=as_list(manifests)
+        )
+
+
+def can_i(stack: LabgateStack, who: str, *args: str) -> bool:
+    result = stack.cluster_kubectl("auth", "can-i", f"--as={who}", *args)
+    return result.stdout.strip() == "yes"
+
+
+WEBHOOK_MAY = [
+    ("list", "namespaces"),
+    ("watch", "namespaces"),
+    ("get", "namespaces"),
+    ("list", "tenants.labgate.io"),
+    ("watch", "tenants.labgate.io"),
+    ("get", "tenants.labgate.io"),
+    ("list", "secrets", "--all-namespaces"),
+    ("watch", "secrets", "--all-namespaces"),
+    ("get", "configmaps", "-n", LABGATE_NAMESPACE),
+    ("create", "configmaps", "-n", LABGATE_NAMESPACE),
+    ("update", "configmaps", "-n", LABGATE_NAMESPACE),
+]
+WEBHOOK_MAY_NOT = [
+    ("get", "secrets", "-n", "default"),
+    ("create", "configmaps", "-n", "default"),
+    ("create", "pods", "-n", "default"),
+    ("update", "tenants.labgate.io"),
+    ("delete", "validatingwebhookconfigurations"),
+]
+RECONCILER_MAY = [
+    ("watch", "tenants.labgate.io"),
+    ("patch", "tenants.labgate.io"),
+    ("patch", "tenants.labgate.io", "--subresource=status"),
+    ("create", "namespaces"),
+    ("delete", "namespaces"),
+    ("patch", "rolebindings", "-n", "default"),
+    ("escalate", "clusterroles"),
+    ("bind", "clusterroles"),
+    ("create", "clusterrolebindings"),
+    ("patch", "networkpolicies", "-n", "default"),
+    ("list", "pods", "--all-namespaces"),
+    ("get", "leases", "-n", LABGATE_NAMESPACE),
+    ("update", "leases", "-n", LABGATE_NAMESPACE),
+    ("create", "events", "-n", "default"),
+    ("update", "configmaps", "-n", LABGATE_NAMESPACE),
+]
+RECONCILER_MAY_NOT = [
+    ("get", "secrets", "-n", "default"),
+    ("create", "pods", "-n", "default"),
+    ("create", "leases", "-n", "default"),
+    ("update", "configmaps", "-n", "default"),
+    ("delete", "tenants.labgate.io"),
+]
+
+
+@pytest.mark.parametrize(("component", "allowed", "refused"), [
+    ("webhook", WEBHOOK_MAY, WEBHOOK_MAY_NOT),
+    ("reconciler", RECONCILER_MAY, RECONCILER_MAY_NOT),
+])  # fmt: skip
+def test_service_accounts_get_what_they_need_and_no_more(
+    stack: LabgateStack,
+    installed_rbac: Installed,
+    component: str,
+    allowed: list[tuple[str, ...]],
+    refused: list[tuple[str, ...]],
+) -> None:
+    who = installed_rbac.service_account(component)
+    assert [a for a in allowed if not can_i(stack, who, *a)] == []
+    assert [a for a in refused if can_i(stack, who, *a)] == []
+
+
+def _tenant(suffix: str, namespaces: list[str]) -> Tenant:
+    return Tenant.from_object(
+        {
+            "metadata": {"name": f"chart-{suffix}", "generation": 1},
+            "spec": {
+                "members": {
+                    "admins": [{"kind": "User", "name": f"admin-{suffix}"}],
+                    "researchers": [{"kind": "Group", "name": f"team-{suffix}"}],
+                    "viewers": [{"kind": "User", "name": f"viewer-{suffix}"}],
+                },
+                "namespaces": {"names": namespaces, "prefix": f"chart-{suffix}-"},
+                "gpu": {"total": 4},
+            },
+        }
+    )
+
+
+def apply_as(stack: LabgateStack, who: str, objects: list[Manifest]) -> subprocess.CompletedProcess[str]:
+    """Server-side apply (dry run) as `who`, with the reconciler's field manager."""
+    return admin_kubectl(
+        stack,
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "--dry-run=server",
+        f"--as={who}",
+        "-o",
+        "name",
+        "-f",
+        "-",
+        stdin=as_list(objects),
+    )
+
+
+def test_reconciler_rbac_can_write_everything_a_tenant_needs(
+    stack: LabgateStack, installed_rbac: Installed
+) -> None:
+    """As the reconciler's service account, everything rbac.desired makes for a tenant: ClusterRoles
+    that grant more than the reconciler holds need `escalate`, bindings `bind`. Written into labgate's
+    own namespace, which the webhook never intercepts, so that only RBAC decides."""
+    suffix = uuid.uuid4().hex[:6]
+    objects = [
+        *shared_cluster_roles(),
+        *shared_priority_classes(),
+        *desired_objects(_tenant(suffix, [LABGATE_NAMESPACE]), namespaces=[LABGATE_NAMESPACE]),
+    ]
+    assert {o["kind"] for o in objects} >= {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "NetworkPolicy",
+    }
+    result = apply_as(stack, installed_rbac.service_account("reconciler"), objects)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == sorted(reference(o) for o in objects)
+    # Without the chart's RBAC the same writes are refused: the test above is not vacuous.
+    stranger = f"system:serviceaccount:{LABGATE_NAMESPACE}:nobody-{suffix}"
+    assert apply_as(stack, stranger, objects[:1]).returncode != 0
+
+
+def test_reconciler_writes_pass_admission_as_its_service_account(
+    stack: LabgateStack, installed_rbac: Installed
+) -> None:
+    """In a cluster the reconciler writes as its service account, through labgate's own webhook."""
+    suffix = uuid.uuid4().hex[:6]
+    name = f"chart-{suffix}"
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}},
+    }
+    tenant = {
+        "apiVersion": "labgate.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {
+            "members": {"admins": [{"kind": "User", "name": f"admin-{suffix}"}]},
+            "namespaces": {"names": [name]},
+        },
+    }
+    # The namespace first: the stack's reconciler creates a Tenant's namespaces as soon as it sees it.
+    stack.admin_kubectl("apply", "-f", "-", stdin=as_list([namespace, tenant]))
+    try:
+        stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=30s", f"tenant/{name}")
+        live = Tenant.from_object(json.loads(stack.admin_kubectl("get", f"tenant/{name}", "-o", "json")))
+        desired = desired_objects(live, namespaces=[name])
+        # What the reconciler does on every drift repair: apply the baseline NetworkPolicy.
+        repair = next(
+            o
+            for o in desired
+            if o["kind"] == "NetworkPolicy"
+            and o["metadata"]["name"] == "labgate-baseline-egress"
+            and o["metadata"]["namespace"] == name
+        )
+        result = apply_as(stack, installed_rbac.service_account("reconciler"), [repair])
+        assert result.returncode == 0, result.stderr
+    finally:
+        for kind, each in (("tenant", name), ("namespace", name)):
+            stack.admin_kubectl("delete", kind, each, "--wait=false", "--ignore-not-found")
+
+
+def service_account_kubeconfig(stack: LabgateStack, service_account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates with a token of `service_account` (as a pod's would)."""
+    name = service_account.rpartition(":")[2]
+    token = stack.admin_kubectl("create", "token", name, "-n", LABGATE_NAMESPACE, "--duration=1h").strip()
+    kubeconfig = yaml.safe_load(stack.admin_kubeconfig.read_text())
+    for user in kubeconfig["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return path
+
+
+def test_webhook_becomes_ready_with_the_charts_rbac(
+    stack: LabgateStack, installed_rbac: Installed, tmp_path: Path
+) -> None:
+    """The real `labgate serve`, authenticated as the chart's webhook service account: its watch-fed
+    caches (namespaces, tenants, secret metadata, GPU ledgers) sync, so /readyz answers 200."""
+    kubeconfig = service_account_kubeconfig(
+        stack, installed_rbac.service_account("webhook"), tmp_path / "webhook.kubeconfig"
+    )
+    pki = stack.workdir / "webhook-pki"
+    port = free_port()
+    process = spawn(
+        tmp_path,
+        "chart-webhook",
+        [sys.executable, "-m", "webhook.cli", "serve"],
+        env={
+            "LABGATE_OPA_URL": stack.opa_url,
+            "LABGATE_KUBECONFIG": str(kubeconfig),
+            "LABGATE_HOST": stack.webhook_host,
+            "LABGATE_PORT": str(port),
+            "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
+            "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
+            "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
+            "PYTHONPATH": str(REPO_ROOT),
+        },
+    )
+    context = ssl.create_default_context(cadata=stack.webhook_ca.cert_pem.decode())
+    last = "no answer"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            process.check_alive()
+            try:
+                with urllib.request.urlopen(
+                    f"https://{stack.webhook_host}:{port}/readyz", context=context, timeout=2
+                ) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as err:
+                last = f"{err.code} {err.read().decode(errors='replace')}"
+            except OSError as err:
+                last = str(err)
+            time.sleep(0.5)
+        pytest.fail(f"/readyz never answered 200 (last: {last}); log:\n{process.log_tail()}")
+    finally:
+        process.stop()

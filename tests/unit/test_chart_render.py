@@ -1,0 +1,649 @@
+"""The Helm chart (charts/labgate), rendered by the pinned helm: lint, schema, and the shape of what it
+renders against what labgate's Python registers and loads."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rbac.desired import DEFAULT_PRIORITY_CLASS
+from webhook.devcluster.stack import opa_argv
+from webhook.devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
+from webhook.registration import (
+    MUTATING_WEBHOOK_NAME,
+    VALIDATING_WEBHOOK_NAME,
+    exempt_namespace_selector,
+    mutating_rules,
+    validating_rules,
+    webhook_configurations,
+)
+from webhook.settings import Settings
+
+CHART = REPO_ROOT / "charts" / "labgate"
+POLICIES = REPO_ROOT / "policies"
+RELEASE = "labgate"
+NAMESPACE = "labgate-system"
+CERT_MANAGER = {"certificates": {"mode": "cert-manager"}}
+# Variables the chart sets for labgate's own certificate management (mode self-signed) before
+# webhook/settings.py reads them; each must become a Settings field of the same name.
+PENDING_SETTINGS = {"LABGATE_TLS_SECRET_NAME", "LABGATE_WEBHOOK_CONFIGURATION_NAME", "LABGATE_SERVICE_NAME"}
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(ensure_tools("helm")["helm"].binary())
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+class Renderer:
+    """`helm template` with values given as a dict (written to a file, as an operator would)."""
+
+    def __init__(self, helm: str, workdir: Path):
+        self.helm = helm
+        self.workdir = workdir
+        self.count = 0
+
+    def run(
+        self, values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE, extra: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        self.count += 1
+        values_file = self.workdir / f"values-{self.count}.yaml"
+        values_file.write_text(yaml.safe_dump(values or {}))
+        return run_helm(
+            self.helm, "template", RELEASE, str(CHART), "-n", namespace, "-f", str(values_file), *extra
+        )
+
+    def __call__(self, values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE) -> list[Manifest]:
+        result = self.run(values, namespace=namespace)
+        assert result.returncode == 0, result.stderr
+        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture
+def render(helm: str, tmp_path: Path) -> Renderer:
+    return Renderer(helm, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def default_manifests(helm: str, tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
+    return Renderer(helm, tmp_path_factory.mktemp("render"))()
+
+
+def one(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [m for m in manifests if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def webhooks(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for webhook in one(manifests, kind)["webhooks"]:
+            yield kind, webhook
+
+
+def container(deployment: Manifest, name: str) -> Manifest:
+    containers: list[Manifest] = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == name)
+
+
+def normal_rules(rules: list[Manifest]) -> set[tuple[str, str, str, tuple[str, ...], str]]:
+    """(group, version, resource, operations, scope) for every resource a rule list names."""
+    return {
+        (group, version, resource, tuple(sorted(rule["operations"])), rule.get("scope", "*"))
+        for rule in rules
+        for group in rule["apiGroups"]
+        for version in rule["apiVersions"]
+        for resource in rule["resources"]
+    }
+
+
+# -- lint, schema, values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [{}, CERT_MANAGER], ids=["self-signed", "cert-manager"])
+def test_lint_strict_is_clean(helm: str, tmp_path: Path, values: dict[str, Any]) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    result = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(values_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "unknown"),
+    [
+        ({"replicaCount": 3}, "replicaCount"),
+        ({"webhook": {"failurPolicy": "Ignore"}}, "failurPolicy"),
+        ({"certificates": {"certManager": {"issuerRef": {"nmae": "x"}}}}, "nmae"),
+    ],
+)
+def test_schema_refuses_unknown_keys(render: Renderer, values: dict[str, Any], unknown: str) -> None:
+    result = render.run(values)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert unknown in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"webhook": {"failurePolicy": "Maybe"}}, "failurePolicy"),
+        ({"webhook": {"timeoutSeconds": 31}}, "timeoutSeconds"),
+        ({"certificates": {"mode": "vault"}}, "mode"),
+        # The schema cannot compare two values; the templates refuse it with the reason.
+        ({"webhook": {"timeoutSeconds": 2}}, "must be below webhook.timeoutSeconds"),
+        ({"certificates": {"mode": "cert-manager", "caBundle": "Q0E="}}, "cainjector fills it"),
+    ],
+)
+def test_invalid_values_are_refused_with_a_reason(
+    render: Renderer, values: dict[str, Any], message: str
+) -> None:
+    result = render.run(values)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def _object_schemas(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
+    if isinstance(schema, dict):
+        if schema.get("type") == "object":
+            yield path, schema
+        for key, value in schema.items():
+            yield from _object_schemas(value, f"{path}.{key}")
+    elif isinstance(schema, list):
+        for index, value in enumerate(schema):
+            yield from _object_schemas(value, f"{path}[{index}]")
+
+
+def test_schema_closes_every_object() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    objects = list(_object_schemas(schema))
+    assert len(objects) > 20
+    for path, node in objects:
+        closed = node.get("additionalProperties")
+        # False, or a typed map (labels, annotations, resource quantities): never "anything goes".
+        assert closed is False or (isinstance(closed, dict) and closed), f"{path} accepts unknown keys"
+
+
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):(\s|$)")
+
+
+def _commented_keys(text: str) -> tuple[set[str], set[str]]:
+    """(every key path in values.yaml, the key paths with a comment line right above them)."""
+    keys: set[str] = set()
+    commented: set[str] = set()
+    stack: list[tuple[int, str]] = []
+    previous = ""
+    for line in text.splitlines():
+        match = _KEY.match(line)
+        if match:
+            indent = len(match["indent"])
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = ".".join([*(k for _, k in stack), match["key"]])
+            stack.append((indent, match["key"]))
+            keys.add(path)
+            if previous.strip().startswith("#"):
+                commented.add(path)
+        if line.strip():
+            previous = line
+    return keys, commented
+
+
+def _key_paths(values: Any, prefix: str = "") -> set[str]:
+    if not isinstance(values, dict):
+        return set()
+    paths = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        paths |= {path, *_key_paths(value, f"{path}.")}
+    return paths
+
+
+def test_every_values_key_has_a_comment_above_it() -> None:
+    text = (CHART / "values.yaml").read_text()
+    keys, commented = _commented_keys(text)
+    # The line parser saw exactly the keys YAML sees (no key hides in a flow mapping or a list).
+    assert keys == _key_paths(yaml.safe_load(text))
+    assert sorted(keys - commented) == []
+
+
+# -- webhook configurations ---------------------------------------------------------------------
+
+
+def test_webhook_rules_match_registration(default_manifests: list[Manifest]) -> None:
+    expected = {
+        "ValidatingWebhookConfiguration": normal_rules(validating_rules()),
+        "MutatingWebhookConfiguration": normal_rules(mutating_rules()),
+    }
+    for kind, webhook in webhooks(default_manifests):
+        assert normal_rules(webhook["rules"]) == expected[kind], kind
+        resources = {r for rule in webhook["rules"] for r in rule["resources"]}
+        assert not resources & {"leases", "events", "nodes", "*"}
+
+
+def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -> None:
+    """Every field labgate's own registration sets, the chart sets alike (clientConfig aside: a URL
+    there, the Service here)."""
+    registered = webhook_configurations(
+        name="labgate",
+        urls=["https://webhook.invalid"],
+        ca_bundle_pem=b"",
+        exempt_namespaces=["kube-system", NAMESPACE],
+    )
+    for configuration in registered:
+        rendered = one(default_manifests, configuration["kind"], "labgate")
+        assert [w["name"] for w in rendered["webhooks"]] == [w["name"] for w in configuration["webhooks"]]
+        for registered_webhook, rendered_webhook in zip(
+            configuration["webhooks"], rendered["webhooks"], strict=True
+        ):
+            expected = {k: v for k, v in registered_webhook.items() if k != "clientConfig"}
+            actual = {k: v for k, v in rendered_webhook.items() if k != "clientConfig"}
+            assert normal_rules(actual.pop("rules")) == normal_rules(expected.pop("rules"))
+            assert actual == expected
+    assert {w["name"] for _, w in webhooks(default_manifests)} == {
+        VALIDATING_WEBHOOK_NAME,
+        MUTATING_WEBHOOK_NAME,
+    }
+
+
+@pytest.mark.parametrize(
+    ("namespace", "extra"),
+    [(NAMESPACE, []), ("platform-admission", ["monitoring", "kube-system", "cert-manager"])],
+)
+def test_namespace_selector_always_exempts_kube_system_and_the_release_namespace(
+    render: Renderer, namespace: str, extra: list[str]
+) -> None:
+    manifests = render({"webhook": {"exemptNamespaces": extra}}, namespace=namespace)
+    expected = exempt_namespace_selector(["kube-system", namespace, *extra])
+    for _, webhook in webhooks(manifests):
+        assert webhook["namespaceSelector"] == expected
+        exempt = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert {"kube-system", namespace} <= set(exempt)
+
+
+@pytest.mark.parametrize(("policy", "timeout"), [("Fail", 3), ("Ignore", 10)])
+def test_failure_policy_and_timeout_come_from_values(render: Renderer, policy: str, timeout: int) -> None:
+    manifests = render({"webhook": {"failurePolicy": policy, "timeoutSeconds": timeout}})
+    for _, webhook in webhooks(manifests):
+        assert webhook["failurePolicy"] == policy
+        assert webhook["timeoutSeconds"] == timeout
+
+
+def test_webhooks_call_the_service(default_manifests: list[Manifest]) -> None:
+    service = one(default_manifests, "Service")
+    https = next(p for p in service["spec"]["ports"] if p["name"] == "https")
+    assert https["port"] == 443
+    assert https["targetPort"] == "https"
+    paths = {"ValidatingWebhookConfiguration": "/validate", "MutatingWebhookConfiguration": "/mutate"}
+    for kind, webhook in webhooks(default_manifests):
+        assert webhook["clientConfig"]["service"] == {
+            "name": service["metadata"]["name"],
+            "namespace": NAMESPACE,
+            "path": paths[kind],
+            "port": 443,
+        }
+    webhook_pods = one(default_manifests, "Deployment", "labgate-webhook")["spec"]["template"]["metadata"]
+    assert service["spec"]["selector"].items() <= webhook_pods["labels"].items()
+
+
+# -- certificates -------------------------------------------------------------------------------
+
+
+def test_self_signed_mode_leaves_the_ca_bundle_to_labgate(default_manifests: list[Manifest]) -> None:
+    # No caBundle at all (not even ""): `helm upgrade` would otherwise overwrite the injected one.
+    for _, webhook in webhooks(default_manifests):
+        assert "caBundle" not in webhook["clientConfig"]
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        assert "cert-manager.io/inject-ca-from" not in (
+            one(default_manifests, kind)["metadata"].get("annotations") or {}
+        )
+    assert not [m for m in default_manifests if m["apiVersion"].startswith("cert-manager.io/")]
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": True}
+    env = {e["name"]: e.get("value") for e in container(deployment, "labgate")["env"]}
+    assert env["LABGATE_TLS_SECRET_NAME"] == "labgate-webhook-tls"
+    assert env["LABGATE_WEBHOOK_CONFIGURATION_NAME"] == "labgate"
+    # labgate may write that one Secret and inject into its own two configurations, nothing else.
+    role = one(default_manifests, "Role", "labgate-webhook")
+    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls"],
+            "verbs": ["get", "update", "patch"]} in role["rules"]  # fmt: skip
+    cluster_role = one(default_manifests, "ClusterRole", "labgate-webhook")
+    injection = next(r for r in cluster_role["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"])
+    assert injection["resourceNames"] == ["labgate"]
+
+
+def test_a_given_ca_bundle_is_rendered(render: Renderer) -> None:
+    manifests = render({"certificates": {"caBundle": "Q0EgYnVuZGxl"}})
+    for _, webhook in webhooks(manifests):
+        assert webhook["clientConfig"]["caBundle"] == "Q0EgYnVuZGxl"
+
+
+def test_cert_manager_mode_renders_issuer_certificate_and_injection(render: Renderer) -> None:
+    manifests = render(CERT_MANAGER)
+    issuers = [m for m in manifests if m["kind"] == "Issuer"]
+    certificates = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Certificate"}
+    assert {i["metadata"]["name"] for i in issuers} == {"labgate-selfsigned", "labgate-ca"}
+    assert certificates["labgate-ca"]["spec"]["isCA"] is True
+    serving = certificates["labgate-webhook"]
+    assert serving["spec"]["issuerRef"]["name"] == "labgate-ca"
+    assert serving["spec"]["secretName"] == "labgate-webhook-tls"
+    assert set(serving["spec"]["dnsNames"]) == {
+        "labgate-webhook.labgate-system.svc",
+        "labgate-webhook.labgate-system.svc.cluster.local",
+    }
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        annotations = one(manifests, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "labgate-system/labgate-webhook"
+    for _, webhook in webhooks(manifests):
+        assert "caBundle" not in webhook["clientConfig"]
+    deployment = one(manifests, "Deployment", "labgate-webhook")
+    tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": False}
+    env = {e["name"] for e in container(deployment, "labgate")["env"]}
+    assert not env & PENDING_SETTINGS
+    # Nothing for labgate to write: no Secret rights, no webhook-configuration rights.
+    assert all("secrets" not in r["resources"] for r in one(manifests, "Role", "labgate-webhook")["rules"])
+    cluster_role = one(manifests, "ClusterRole", "labgate-webhook")
+    assert all(r["apiGroups"] != ["admissionregistration.k8s.io"] for r in cluster_role["rules"])
+
+
+def test_cert_manager_mode_with_the_clusters_issuer(render: Renderer) -> None:
+    issuer = {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    manifests = render({"certificates": {"mode": "cert-manager", "certManager": {"issuerRef": issuer}}})
+    assert not [m for m in manifests if m["kind"] == "Issuer"]
+    serving = one(manifests, "Certificate")
+    assert serving["spec"]["issuerRef"] == issuer
+
+
+# -- workloads ----------------------------------------------------------------------------------
+
+
+def test_webhook_deployment_replicas_spread_and_disruption_budget(default_manifests: list[Manifest]) -> None:
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    assert deployment["spec"]["replicas"] == 2
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [(s["topologyKey"], s["labelSelector"]["matchLabels"]) for s in spread] == [
+        ("kubernetes.io/hostname", selector)
+    ]
+    budget = one(default_manifests, "PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"] == selector
+    assert budget["spec"]["minAvailable"] == 1
+
+
+def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manifest]) -> None:
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    labgate = container(deployment, "labgate")
+    assert labgate["args"] == ["serve"]
+    env = {e["name"]: e.get("value") for e in labgate["env"]}
+    fields = {f"LABGATE_{name.upper()}" for name in Settings.model_fields}
+    assert set(env) <= fields | PENDING_SETTINGS
+    assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
+    assert env["LABGATE_NAMESPACE"] == NAMESPACE
+    assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
+    assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 1.0
+    # The values the chart sets are values Settings accepts.
+    Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
+    assert labgate["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert labgate["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert labgate["ports"] == [
+        {"name": "https", "containerPort": int(env["LABGATE_PORT"]), "protocol": "TCP"}
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in labgate["volumeMounts"]}
+    assert Path(env["LABGATE_TLS_CERT_FILE"]).parent == Path(mounts["tls"])
+    assert Path(env["LABGATE_TLS_KEY_FILE"]).parent == Path(mounts["tls"])
+
+
+def test_opa_sidecar_is_pinned_and_runs_like_the_local_stack(default_manifests: list[Manifest]) -> None:
+    opa = container(one(default_manifests, "Deployment", "labgate-webhook"), "opa")
+    version = pinned_versions()["OPA_VERSION"].removeprefix("v")
+    assert re.fullmatch(rf"openpolicyagent/opa:{re.escape(version)}(-static)?", opa["image"])
+    args = opa["args"]
+    assert args[:2] == ["run", "--server"]
+    assert "--addr=127.0.0.1:8181" in args
+    assert "--watch" in args
+    assert args[-1] == "/policies"
+    local = {a for a in opa_argv("opa", port=0, policy_dir=Path("/p")) if a.startswith("--ignore=")}
+    assert local == {"--ignore=*_test.rego", "--ignore=samples", "--ignore=testdata"}
+    # ..* keeps OPA from loading the kubelet's ..data copy of the ConfigMap a second time.
+    assert {a for a in args if a.startswith("--ignore=")} == local | {"--ignore=..*"}
+    assert {m["mountPath"] for m in opa["volumeMounts"]} == {"/policies"}
+
+
+def test_every_container_runs_restricted(default_manifests: list[Manifest]) -> None:
+    for manifest in default_manifests:
+        if manifest["kind"] not in ("Deployment", "Job"):
+            continue
+        pod = manifest["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for each in pod["containers"]:
+            context = each["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_reconciler_deployment_elects_a_leader_in_the_release_namespace(render: Renderer) -> None:
+    manifests = render(namespace="research-platform")
+    deployment = one(manifests, "Deployment", "labgate-reconciler")
+    assert deployment["spec"]["replicas"] == 2
+    reconciler = container(deployment, "reconciler")
+    args = reconciler["args"]
+    assert args[0] == "reconcile"
+    assert "--namespace=research-platform" in args
+    assert "--identity=$(POD_NAME)" in args
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in reconciler[
+        "env"
+    ]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "labgate-reconciler"
+    role = one(manifests, "Role", "labgate-reconciler")
+    assert role["metadata"]["namespace"] == "research-platform"
+    assert any(r["resources"] == ["leases"] for r in role["rules"])
+
+
+# -- RBAC ---------------------------------------------------------------------------------------
+
+
+def _grants(manifests: list[Manifest], role_kind: str, name: str) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in one(manifests, role_kind, name)["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_no_rbac_rule_uses_wildcards(default_manifests: list[Manifest]) -> None:
+    for manifest in default_manifests:
+        for rule in manifest.get("rules", []) if manifest["kind"] in ("Role", "ClusterRole") else []:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], manifest["metadata"]["name"]
+
+
+def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
+    render: Renderer,
+) -> None:
+    manifests = render(CERT_MANAGER)
+    cluster = _grants(manifests, "ClusterRole", "labgate-webhook")
+    assert cluster == {
+        ("", "namespaces", "get"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+        ("labgate.io", "tenants", "get"),
+        ("labgate.io", "tenants", "list"),
+        ("labgate.io", "tenants", "watch"),
+        ("", "secrets", "list"),  # a metadata-only watch still needs list/watch
+        ("", "secrets", "watch"),
+    }
+    role = one(manifests, "Role", "labgate-webhook")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(manifests, "Role", "labgate-webhook") == {
+        ("", "configmaps", verb) for verb in ("get", "list", "watch", "create", "update")
+    }
+    binding = one(manifests, "ClusterRoleBinding", "labgate-webhook")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "labgate-webhook", "namespace": NAMESPACE}
+    ]
+
+
+def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest]) -> None:
+    cluster = _grants(default_manifests, "ClusterRole", "labgate-reconciler")
+    writes = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    managed = [
+        ("", "namespaces"),
+        ("", "serviceaccounts"),
+        ("", "resourcequotas"),
+        ("", "limitranges"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    ]
+    for group, resource in managed:
+        assert {(group, resource, v) for v in writes} <= cluster, resource
+    assert {("rbac.authorization.k8s.io", "clusterroles", v) for v in ("escalate", "bind")} <= cluster
+    assert {("labgate.io", "tenants", v) for v in ("get", "list", "watch", "patch")} <= cluster
+    assert {("labgate.io", "tenants/status", v) for v in ("get", "patch")} <= cluster
+    assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
+    assert not {g for g in cluster if g[1] in ("secrets", "pods") and g[2] not in ("get", "list", "watch")}
+    assert not {g for g in cluster if g[1] == "secrets"}
+    own = _grants(default_manifests, "Role", "labgate-reconciler")
+    assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")} <= own
+    assert ("", "configmaps", "update") in own
+    priority = [r for r in one(default_manifests, "ClusterRole", "labgate-reconciler")["rules"]
+                if r["resources"] == ["priorityclasses"]]  # fmt: skip
+    assert {"create"} == {v for r in priority if "resourceNames" not in r for v in r["verbs"]}
+    assert [r["resourceNames"] for r in priority if "resourceNames" in r] == [[DEFAULT_PRIORITY_CLASS]]
+    events = one(default_manifests, "Role", "labgate-reconciler-events")
+    assert events["metadata"]["namespace"] == "default"  # where rbac/reconciler.py records Tenant events
+
+
+# -- uninstall ----------------------------------------------------------------------------------
+
+
+def test_pre_delete_hook_removes_both_webhook_configurations(default_manifests: list[Manifest]) -> None:
+    job = one(default_manifests, "Job", "labgate-pre-delete")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-delete"
+    assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
+    hook = job["spec"]["template"]["spec"]["containers"][0]
+    assert hook["command"] == ["kubectl"]
+    assert hook["args"][0] == "delete"
+    assert {"validatingwebhookconfiguration/labgate", "mutatingwebhookconfiguration/labgate"} <= set(
+        hook["args"]
+    )
+    assert "--ignore-not-found" in hook["args"]
+    # Its identity exists before the Job runs (lower hook weight) and may delete only those two.
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        support = one(default_manifests, kind, "labgate-pre-delete")["metadata"]["annotations"]
+        assert support["helm.sh/hook"] == "pre-delete"
+        assert int(support["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
+    rules = one(default_manifests, "ClusterRole", "labgate-pre-delete")["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "resourceNames": ["labgate"],
+            "verbs": ["get", "delete"],
+        }
+    ]
+    kubernetes = pinned_versions()["KUBERNETES_VERSION"]
+    assert hook["image"] == f"registry.k8s.io/kubectl:{kubernetes}"
+
+
+# -- policies -----------------------------------------------------------------------------------
+
+
+def _loaded_policy_files() -> dict[str, str]:
+    """What `opa run --ignore=*_test.rego --ignore=samples --ignore=testdata policies/` loads."""
+    files = {}
+    for path in sorted(POLICIES.rglob("*")):
+        relative = path.relative_to(POLICIES)
+        if not path.is_file() or path.suffix not in (".rego", ".json", ".yaml", ".yml"):
+            continue
+        if path.name.endswith("_test.rego") or {"samples", "testdata"} & set(relative.parts[:-1]):
+            continue
+        files[relative.as_posix()] = path.read_text()
+    return files
+
+
+def test_policies_config_map_holds_every_policy_and_no_tests(default_manifests: list[Manifest]) -> None:
+    expected = _loaded_policy_files()
+    rego = [p for p in expected if p.endswith(".rego")]
+    assert rego, "no policies found"
+    assert "labgate/config/data.json" in expected
+    config_map = one(default_manifests, "ConfigMap", "labgate-policies")
+    data: dict[str, str] = config_map["data"]
+    assert not [key for key in data if key.endswith("_test.rego")]
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "policies")
+    assert volume["configMap"]["name"] == "labgate-policies"
+    # Mounted back as the policies/ tree: each key at its path under policies/.
+    items = {item["path"]: item["key"] for item in volume["configMap"]["items"]}
+    assert set(items) == set(expected)
+    for path, content in expected.items():
+        assert data[items[path]] == content, path
+    assert set(data) == set(items.values())
+
+
+def test_helm_package_ships_the_policies(helm: str, tmp_path: Path) -> None:
+    """The chart's policies/ is a symlink to the repository's; `helm package` must store the files."""
+    assert (CHART / "policies").is_symlink()
+    assert (CHART / "policies").resolve() == POLICIES.resolve()
+    result = run_helm(helm, "package", str(CHART), "-d", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("labgate-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = {n.removeprefix("labgate/") for n in tar.getnames()}
+    shipped = {n.removeprefix("policies/") for n in names if n.startswith("policies/")}
+    assert set(_loaded_policy_files()) <= shipped
+    assert not [n for n in shipped if n.endswith("_test.rego")]
+    assert "crds/tenants.labgate.io.yaml" in names
+    # The packaged chart renders the same policies ConfigMap as the directory.
+    packaged = run_helm(helm, "template", RELEASE, str(archive), "-n", NAMESPACE)
+    assert packaged.returncode == 0, packaged.stderr
+    config_maps = [d for d in yaml.safe_load_all(packaged.stdout) if d and d["kind"] == "ConfigMap"]
+    assert set(config_maps[0]["data"]) == {p.replace("/", ".") for p in _loaded_policy_files()}
+
+
+# -- labels -------------------------------------------------------------------------------------
+
+
+def test_every_object_carries_the_standard_labels(render: Renderer) -> None:
+    for manifest in render(CERT_MANAGER):
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "labgate"
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/part-of"] == "labgate"
+        assert labels["app.kubernetes.io/component"]
+        assert labels["helm.sh/chart"].startswith("labgate-")
+
+
+def test_image_runs_labgate_as_a_numeric_non_root_user(default_manifests: list[Manifest]) -> None:
+    """runAsNonRoot can only verify a numeric USER; the chart's args are labgate subcommands."""
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.M)
+    user = re.findall(r"^USER (\S+)", dockerfile, re.M)
+    assert user
+    assert re.fullmatch(r"[1-9][0-9]*(:[0-9]+)?", user[-1])
+    assert re.search(r'^ENTRYPOINT \["labgate"\]', dockerfile, re.M)
+    assert "pip install ." in dockerfile
+    webhook = container(one(default_manifests, "Deployment", "labgate-webhook"), "labgate")
+    reconciler = container(one(default_manifests, "Deployment", "labgate-reconciler"), "reconciler")
+    assert (webhook["args"][0], reconciler["args"][0]) == ("serve", "reconcile")
