@@ -1,0 +1,239 @@
+package labgate.rules.provenance_test
+
+import data.labgate.admission
+import data.labgate.lib.testdata
+import data.labgate.rules.provenance
+
+digest := "sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b"
+
+other_digest := "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+# team-a trusts one registry path and one key, and requires signatures; team-b sets nothing.
+inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": {
+	"registries": ["registry.lab.example/research", "Ghcr.IO/lab-org/"],
+	"requireSignature": true,
+	"signingKeys": [{"name": "release", "publicKey": "PEM"}, {"name": "ci", "publicKey": "PEM"}],
+}}])
+
+trainer := "registry.lab.example/research/trainer:v1"
+
+# The fact the webhook hands over for an image that checked out.
+fact(reference, registry, repository, tag, signed_by) := {
+	"reference": reference,
+	"normalized": sprintf("%s/%s:%s", [registry, repository, tag]),
+	"registry": registry,
+	"repository": repository,
+	"tag": tag,
+	"digest": digest,
+	"signed_by": signed_by,
+	"error": null,
+}
+
+trainer_fact := fact(trainer, "registry.lab.example", "research/trainer", "v1", ["release"])
+
+pod_with(images) := testdata.pod("train-1", {"containers": [{"name": "main", "image": image} | some image in images]})
+
+violations_for(namespace, user, obj, images) := violations if {
+	workload := testdata.workload_input("Pod", namespace, user, obj)
+	violations := provenance.violation with input as object.union(workload, {"images": images})
+		with data.labgate.inventory as inventory
+}
+
+test_signed_image_from_allowed_registry_is_admitted if {
+	count(violations_for("team-a", testdata.alice, pod_with([trainer]), {trainer: trainer_fact})) == 0
+}
+
+test_tenant_without_image_rules_is_not_restricted if {
+	image := "docker.io/someone/anything:latest"
+	f := fact(image, "docker.io", "someone/anything", "latest", [])
+	count(violations_for("team-b", testdata.bob, pod_with([image]), {image: f})) == 0
+}
+
+test_namespace_of_no_tenant_and_the_platform_are_not_checked if {
+	image := "evil.example/x:v1"
+	f := fact(image, "evil.example", "x", "v1", [])
+	count(violations_for("default", testdata.alice, pod_with([image]), {image: f})) == 0
+	count(violations_for("team-a", testdata.cluster_admin, pod_with([image]), {image: f})) == 0
+}
+
+test_lookalike_registry_is_refused if {
+	image := "registry.lab.example.evil.com/research/trainer:v1"
+	f := fact(image, "registry.lab.example.evil.com", "research/trainer", "v1", ["release"])
+	violations_for("team-a", testdata.alice, pod_with([image]), {image: f}) == {{
+		"rule": "image-registry",
+		"field": "spec.containers[0].image",
+		"message": `[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example.evil.com/research/trainer:v1" (registry.lab.example.evil.com/research/trainer), which is not under a registry tenant "team-a" allows (registry.lab.example/research, Ghcr.IO/lab-org/). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries`,
+	}}
+}
+
+test_repository_prefix_respects_path_boundaries if {
+	image := "registry.lab.example/researchers/trainer:v1"
+	f := fact(image, "registry.lab.example", "researchers/trainer", "v1", ["release"])
+	[v.rule | some v in violations_for("team-a", testdata.alice, pod_with([image]), {image: f})] == ["image-registry"]
+
+	nested := "registry.lab.example/research/vision/trainer:v1"
+	g := fact(nested, "registry.lab.example", "research/vision/trainer", "v1", ["release"])
+	count(violations_for("team-a", testdata.alice, pod_with([nested]), {nested: g})) == 0
+}
+
+test_registry_entries_are_normalised if {
+	# "Ghcr.IO/lab-org/" in the tenant: host case and a trailing slash do not matter.
+	image := "ghcr.io/lab-org/tool@sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b"
+	f := object.union(fact(image, "ghcr.io", "lab-org/tool", "", ["ci"]), {"tag": null})
+	count(violations_for("team-a", testdata.alice, pod_with([image]), {image: f})) == 0
+}
+
+test_docker_hub_aliases_in_entries_match_docker_io if {
+	image := "nginx"
+	f := fact(image, "docker.io", "library/nginx", "latest", ["release"])
+	count(provenance.violation) == 0 with input as object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
+		{"images": {image: f}},
+	)
+		with data.labgate.inventory as inventory
+		with data.labgate.config.allowed_registries as ["index.docker.io/library"]
+}
+
+test_cluster_wide_registries_alone_restrict_every_tenant if {
+	image := "quay.io/someone/tool:v2"
+	f := fact(image, "quay.io", "someone/tool", "v2", [])
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
+		{"images": {image: f}},
+	)
+		with data.labgate.inventory as inventory
+		with data.labgate.config.allowed_registries as ["registry.lab.example"]
+	[v.message | some v in violations] == [`[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "quay.io/someone/tool:v2" (quay.io/someone/tool), which is not under a registry tenant "team-b" allows (registry.lab.example). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries`]
+}
+
+test_unsigned_image_is_refused_naming_digest_and_keys if {
+	f := object.union(trainer_fact, {"signed_by": []})
+	violations_for("team-a", testdata.alice, pod_with([trainer]), {trainer: f}) == {{
+		"rule": "image-signature",
+		"field": "spec.containers[0].image",
+		"message": `[image-signature] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1" (digest sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b), which no key tenant "team-a" trusts has signed (trusted keys: release, ci). Fix: sign it with one of those keys (cosign sign --key <key> registry.lab.example/research/trainer@sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b) or use an image that is`,
+	}}
+}
+
+test_signature_required_without_keys_says_so if {
+	no_keys := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/images", "value": {"requireSignature": true}}])
+	image := "registry.lab.example/b/tool:v1"
+	f := fact(image, "registry.lab.example", "b/tool", "v1", [])
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
+		{"images": {image: f}},
+	)
+		with data.labgate.inventory as no_keys
+	[v.message | some v in violations] == [`[image-signature] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/b/tool:v1" (digest sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b), which no key tenant "team-b" trusts has signed (trusted keys: none listed). Fix: ask the tenant's admins to add the signer's public key to spec.images.signingKeys`]
+}
+
+test_signing_keys_alone_require_signatures if {
+	keys_only := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/images", "value": {"signingKeys": [{"name": "k", "publicKey": "PEM"}]}}])
+	image := "registry.lab.example/b/tool:v1"
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
+		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
+	)
+		with data.labgate.inventory as keys_only
+	[v.rule | some v in violations] == ["image-signature"]
+}
+
+digest_inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/images", "value": {"requireDigest": true}}])
+
+test_tag_is_refused_when_tenant_requires_digests if {
+	image := "registry.lab.example/b/tool:v1"
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
+		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
+	)
+		with data.labgate.inventory as digest_inventory
+	violations == {{
+		"rule": "image-digest",
+		"field": "spec.containers[0].image",
+		"message": `[image-digest] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/b/tool:v1", which is not pinned by digest; tenant "team-b" requires digests (spec.images.requireDigest). Fix: write it as "registry.lab.example/b/tool@sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b"`,
+	}}
+}
+
+test_digest_rule_needs_no_facts if {
+	image := "busybox"
+	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
+		with data.labgate.inventory as digest_inventory
+	[v.message | some v in violations] == [concat("", [`[image-digest] Pod "train-1" spec.containers[0] ("main") runs image "busybox", which is not pinned by digest; tenant "team-b" requires digests (spec.images.requireDigest). Fix: write it as <image>@sha256:<digest> (`, "`crane digest <image>`", ` prints the digest)`])]
+}
+
+test_pinned_images_pass_the_digest_rule if {
+	pinned := concat("@", ["registry.lab.example/b/tool", digest])
+	tagged_and_pinned := concat("@", ["registry.lab.example/b/tool:v1", digest])
+	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([pinned, tagged_and_pinned]))
+		with data.labgate.inventory as digest_inventory
+	count(violations) == 0
+}
+
+test_image_with_a_fact_error_is_refused_with_the_reason if {
+	f := {
+		"reference": trainer, "normalized": "registry.lab.example/research/trainer:v1",
+		"registry": "registry.lab.example", "repository": "research/trainer", "tag": "v1",
+		"digest": null, "signed_by": [], "error": "registry registry.lab.example did not answer within 1.0s",
+	}
+	violations_for("team-a", testdata.alice, pod_with([trainer]), {trainer: f}) == {{
+		"rule": "image-unverifiable",
+		"field": "spec.containers[0].image",
+		"message": `[image-unverifiable] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1", which labgate could not check for tenant "team-a": registry registry.lab.example did not answer within 1.0s. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team`,
+	}}
+}
+
+test_errors_refuse_even_for_tenants_without_image_rules if {
+	image := "Bad/Ref"
+	f := {
+		"reference": image, "normalized": null, "registry": null, "repository": null, "tag": null,
+		"digest": null, "signed_by": [],
+		"error": "invalid image reference 'Bad/Ref': repository name must be lowercase",
+	}
+	[v.rule | some v in violations_for("team-b", testdata.bob, pod_with([image]), {image: f})] == ["image-unverifiable"]
+}
+
+test_missing_facts_are_refused_when_the_tenant_needs_them if {
+	violations := provenance.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer]))
+		with data.labgate.inventory as inventory
+	[v.message | some v in violations] == [`[image-unverifiable] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1", which labgate could not check for tenant "team-a": labgate has no facts about it. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team`]
+
+	# team-b needs none.
+	count(provenance.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([trainer]))
+		with data.labgate.inventory as inventory
+}
+
+test_init_and_ephemeral_containers_of_templates_are_checked if {
+	unsigned := "registry.lab.example/research/setup:v1"
+	stranger := "docker.io/library/busybox:latest"
+	deployment := testdata.deployment("web", {}, {
+		"containers": [{"name": "main", "image": trainer}],
+		"initContainers": [{"name": "setup", "image": unsigned}],
+		"ephemeralContainers": [{"name": "debug", "image": stranger}],
+	})
+	images := {
+		trainer: trainer_fact,
+		unsigned: fact(unsigned, "registry.lab.example", "research/setup", "v1", []),
+		stranger: fact(stranger, "docker.io", "library/busybox", "latest", ["release"]),
+	}
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Deployment", "team-a", testdata.alice, deployment),
+		{"images": images},
+	)
+		with data.labgate.inventory as inventory
+	{[v.rule, v.field] | some v in violations} == {
+		["image-signature", "spec.template.spec.initContainers[0].image"],
+		["image-registry", "spec.template.spec.ephemeralContainers[0].image"],
+	}
+}
+
+test_decision_applies_the_tenants_mode_to_image_signature if {
+	warn := json.patch(inventory, [{"op": "add", "path": "/tenants/team-a/spec/enforcement", "value": {"image-signature": "warn"}}])
+	f := object.union(trainer_fact, {"signed_by": []})
+	decision := admission.decision with input as object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer])),
+		{"images": {trainer: f}},
+	)
+		with data.labgate.inventory as warn
+	decision.allowed
+	[w.rule | some w in decision.warnings] == ["image-signature"]
+}
