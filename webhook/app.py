@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -20,6 +20,10 @@ from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.kube import KubeApi, api_client
 from webhook.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
+from webhook.provenance.admission import ImageGatherer
+from webhook.provenance.facts import ImageFacts
+from webhook.provenance.registry import RegistryClient
+from webhook.provenance.settings import get_provenance_settings
 from webhook.quota_ledger import LedgerCache, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from webhook.serving import AdmissionServer, refuse_unavailable
@@ -51,6 +55,9 @@ class _Offline:
 
     def push_all(self) -> None:
         """Nothing to push without a cluster."""
+
+    def tenant_spec(self, name: str) -> dict[str, Any] | None:
+        return None
 
 
 async def _serve(
@@ -97,6 +104,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
         stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
+        provenance = get_provenance_settings()
+        registry = RegistryClient(provenance)
         if watch_cluster:
             api = api_client(resolved.kubeconfig)
             kube = KubeApi(api, field_manager="labgate-webhook")
@@ -109,7 +118,13 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             for part in stoppable:
                 part.start()
             app.state.server = AdmissionServer(
-                engine=engine, inventory=inventory, ledgers=ledgers, secrets=secrets, workload_kinds=kinds
+                engine=engine,
+                inventory=inventory,
+                ledgers=ledgers,
+                secrets=secrets,
+                workload_kinds=kinds,
+                images=ImageGatherer(ImageFacts(registry, provenance), kube),
+                image_timeout=provenance.registry_timeout_seconds,
             )
         else:
             app.state.server = AdmissionServer(
@@ -121,6 +136,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             for part in stoppable:
                 part.stop()
             await engine.close()
+            await registry.aclose()
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
 

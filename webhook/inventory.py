@@ -142,6 +142,12 @@ class InventorySync:
                 snapshot = copy.deepcopy(self._inventory)
             self._store.replace_all(snapshot)
 
+    def tenant_spec(self, name: str) -> dict[str, Any] | None:
+        """The spec of tenant `name`, as the inventory knows it."""
+        with self._lock:
+            tenant = self._inventory["tenants"].get(name)
+        return None if tenant is None else dict(tenant.get("spec") or {})
+
     def tenant_of(self, namespace: str) -> str | None:
         """The tenant whose label the namespace carries, as the inventory knows it."""
         with self._lock:

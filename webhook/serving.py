@@ -43,6 +43,19 @@ class InventoryState(Protocol):
 
     def push_all(self) -> None: ...
 
+    def tenant_spec(self, name: str) -> dict[str, Any] | None: ...
+
+
+class ImageFactSource(Protocol):
+    async def images_for(
+        self,
+        *,
+        namespace: str,
+        tenant_spec: dict[str, Any],
+        pod_templates: list[dict[str, Any]],
+        timeout: float,
+    ) -> dict[str, dict[str, Any]] | None: ...
+
 
 class LedgerAccess(Protocol):
     @property
@@ -73,8 +86,12 @@ class AdmissionServer:
         ledgers: LedgerAccess | None,
         secrets: SecretFacts | None,
         workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+        images: ImageFactSource | None = None,
+        image_timeout: float = 1.0,
     ):
         self.workload_kinds = workload_kinds
+        self.images = images
+        self.image_timeout = image_timeout
         self.engine = engine
         self.inventory = inventory
         self.ledgers = ledgers
@@ -98,6 +115,17 @@ class AdmissionServer:
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
+        if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
+            spec = self.inventory.tenant_spec(tenant)
+            if spec is not None:
+                images = await self.images.images_for(
+                    namespace=request.namespace,
+                    tenant_spec=spec,
+                    pod_templates=policy_input["pod_templates"],
+                    timeout=self.image_timeout,
+                )
+                if images is not None:
+                    policy_input["images"] = images
         return policy_input, tenant
 
     async def validate(self, request: AdmissionRequest) -> AdmissionResponse:

@@ -176,7 +176,9 @@ class LabgateStack:
         for _ in range(self.webhook_replicas):
             self.webhook_urls.append(self.start_webhook(opa_url=self.opa_url))
 
-    def start_webhook(self, *, opa_url: str, wait_for: str = "/readyz") -> str:
+    def start_webhook(
+        self, *, opa_url: str, wait_for: str = "/readyz", extra_env: dict[str, str] | None = None
+    ) -> str:
         """Start one more webhook replica against `opa_url`; return its https URL once `wait_for` answers."""
         pki = self.workdir / "webhook-pki"
         port = free_port()
@@ -195,6 +197,7 @@ class LabgateStack:
                 "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
                 "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
                 "PYTHONPATH": str(REPO_ROOT),
+                **(extra_env or {}),
             },
         )
         self.processes.append(process)

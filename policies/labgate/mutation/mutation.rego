@@ -41,8 +41,11 @@ _changes := array.concat(_namespace_changes, [change |
 ])
 
 _template_changes(tenant, template) := array.concat(
-	array.concat(_placement_changes(tenant, template), _automount_changes(tenant, template)),
-	_priority_changes(template),
+	array.concat(
+		array.concat(_placement_changes(tenant, template), _automount_changes(tenant, template)),
+		_priority_changes(template),
+	),
+	_pinning_changes(tenant, template),
 )
 
 # --- JSON pointers ---
@@ -254,6 +257,22 @@ _priority_changes(template) := [{"ops": [op], "warning": warning} |
 	object.get(template.spec, "priority", null) == null
 	op := {"op": "add", "path": _field_pointer(template, "priorityClassName"), "value": _default_priority_class}
 	warning := sprintf("labgate set priorityClassName %q on %s", [_default_priority_class, _subject(template)])
+]
+
+# --- Image digests ---
+
+# Each image the webhook resolved (input.images[ref].pinned, for tenants with spec.images) runs by
+# digest: what was checked is what runs, even if the tag moves later. A tenant that requires images
+# to come pinned (spec.images.requireDigest) gets a refusal (image-digest) instead of a rewrite.
+_pinning_changes(tenant, template) := [{"ops": [op], "warning": warning} |
+	not tenant.spec.images.requireDigest
+	some field in ["containers", "initContainers", "ephemeralContainers"]
+	some i, container in _array(object.get(template.spec, field, []))
+	pinned := input.images[container.image].pinned
+	is_string(pinned)
+	pinned != container.image
+	op := {"op": "add", "path": sprintf("%s/%d/image", [_field_pointer(template, field), i]), "value": pinned}
+	warning := sprintf("labgate pinned %s to %s", [container.image, substring(split(pinned, "@")[1], 0, 19)])
 ]
 
 # Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).

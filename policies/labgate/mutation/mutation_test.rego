@@ -299,3 +299,41 @@ test_tenant_without_pools_gets_only_the_defaults if {
 	[op.path | some op in mutate(input_doc).patch] == ["/spec/automountServiceAccountToken", "/spec/priorityClassName"]
 	is_idempotent(input_doc)
 }
+
+# --- image pinning ---
+
+_pin_digest := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+_pin_images := {"registry.lab.example/vision/train:v1": {"pinned": concat("", ["registry.lab.example/vision/train@", _pin_digest])}}
+
+_pin_inventory(images_spec) := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": images_spec}])
+
+_pin_input := {
+	"request": testdata.pod_request("team-a", testdata.alice),
+	"pod_templates": [{"path": "spec", "spec": {"containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}], "automountServiceAccountToken": false, "priority": 0}, "metadata": {}, "replicas": 1}],
+	"images": _pin_images,
+}
+
+test_tags_are_pinned_to_the_resolved_digest if {
+	result := mutation.patch with input as _pin_input
+		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+	result == [{"op": "add", "path": "/spec/containers/0/image", "value": concat("", ["registry.lab.example/vision/train@", _pin_digest])}]
+	warnings := mutation.warnings with input as _pin_input
+		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+	warnings == ["labgate pinned registry.lab.example/vision/train:v1 to sha256:0123456789ab"]
+}
+
+test_a_pinned_image_is_left_alone if {
+	pinned := concat("", ["registry.lab.example/vision/train@", _pin_digest])
+	pinned_input := json.patch(_pin_input, [
+		{"op": "replace", "path": "/pod_templates/0/spec/containers/0/image", "value": pinned},
+		{"op": "replace", "path": "/images", "value": {pinned: {"pinned": pinned}}},
+	])
+	mutation.patch == [] with input as pinned_input
+		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+}
+
+test_tenants_that_require_pinned_images_are_not_rewritten if {
+	mutation.patch == [] with input as _pin_input
+		with data.labgate.inventory as _pin_inventory({"requireDigest": true})
+}

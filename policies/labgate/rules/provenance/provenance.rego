@@ -62,6 +62,14 @@ _under(repository, path) if repository == path
 
 _under(repository, path) if startswith(repository, concat("", [path, "/"]))
 
+# Known to be outside the allowed registries: decided from the reference alone, even when the
+# registry could not be reached (an unreachable, unallowed registry is refused for being unallowed).
+_is_disallowed(tenant, fact) if {
+	count(_allowed_registries(tenant)) > 0
+	is_string(fact.registry)
+	not _is_allowed(tenant, fact)
+}
+
 _is_allowed(tenant, fact) if {
 	some entry in _allowed_registries(tenant)
 	_allows(entry, fact)
@@ -78,8 +86,7 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 	count(allowed) > 0
 	some image in _images
 	fact := input.images[image.image]
-	fact.error == null
-	not _is_allowed(tenant, fact)
+	_is_disallowed(tenant, fact)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s runs image %q (%s/%s), which is not under a registry tenant %q allows (%s). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries",
@@ -130,7 +137,7 @@ _signature_fix(tenant, _) := "ask the tenant's admins to add the signer's public
 }
 
 _signature_fix(tenant, fact) := sprintf(
-	"sign it with one of those keys (cosign sign --key <key> %s/%s@%s) or use an image that is",
+	"sign it with one of those keys (cosign sign --key <key> %s/%s@%s) or use an image one of them signed",
 	[fact.registry, fact.repository, fact.digest],
 ) if {
 	count(_signing_key_names(tenant)) > 0
@@ -173,6 +180,7 @@ _unverifiable contains {"image": image, "reason": fact.error} if {
 	some image in _images
 	fact := input.images[image.image]
 	is_string(fact.error)
+	not _is_disallowed(tenancy.namespace_tenant, fact)
 }
 
 _unverifiable contains {"image": image, "reason": "labgate has no facts about it"} if {

@@ -111,7 +111,7 @@ test_unsigned_image_is_refused_naming_digest_and_keys if {
 	violations_for("team-a", testdata.alice, pod_with([trainer]), {trainer: f}) == {{
 		"rule": "image-signature",
 		"field": "spec.containers[0].image",
-		"message": `[image-signature] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1" (digest sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b), which no key tenant "team-a" trusts has signed (trusted keys: release, ci). Fix: sign it with one of those keys (cosign sign --key <key> registry.lab.example/research/trainer@sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b) or use an image that is`,
+		"message": `[image-signature] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1" (digest sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b), which no key tenant "team-a" trusts has signed (trusted keys: release, ci). Fix: sign it with one of those keys (cosign sign --key <key> registry.lab.example/research/trainer@sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b) or use an image one of them signed`,
 	}}
 }
 
@@ -236,4 +236,16 @@ test_decision_applies_the_tenants_mode_to_image_signature if {
 		with data.labgate.inventory as warn
 	decision.allowed
 	[w.rule | some w in decision.warnings] == ["image-signature"]
+}
+
+test_an_unreachable_registry_outside_the_allowed_ones_is_refused_for_its_registry if {
+	facts := {"evil.example/x/y:v1": {"reference": "evil.example/x/y:v1", "normalized": "evil.example/x/y:v1", "registry": "evil.example", "repository": "x/y", "tag": "v1", "digest": null, "signed_by": [], "error": "registry evil.example did not answer"}}
+	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": {"registries": ["registry.lab.example"]}}])
+	violations := provenance.violation with input as {
+		"request": testdata.pod_request("team-a", testdata.alice),
+		"pod_templates": [{"path": "spec", "spec": {"containers": [{"name": "main", "image": "evil.example/x/y:v1"}]}}],
+		"images": facts,
+	}
+		with data.labgate.inventory as inventory
+	[v.rule | some v in violations] == ["image-registry"]
 }
