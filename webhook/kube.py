@@ -136,6 +136,20 @@ CLUSTER_ROLE_BINDING = Kind(
     "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", "clusterrolebindings", is_namespaced=False
 )
 NETWORK_POLICY = Kind("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies", is_namespaced=True)
+MUTATING_CONFIGURATION = Kind(
+    "MutatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    is_namespaced=False,
+)
+VALIDATING_CONFIGURATION = Kind(
+    "ValidatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    is_namespaced=False,
+)
 PRIORITY_CLASS = Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", is_namespaced=False)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
 TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
@@ -247,6 +261,16 @@ class KubeApi:
             kind.path(namespace=namespace, name=name),
             body=patch,
             content_type="application/merge-patch+json",
+        )
+
+    def json_patch(
+        self, kind: Kind, name: str, patch: list[dict[str, Any]], *, namespace: str | None = None
+    ) -> Object:
+        return self._call(
+            "PATCH",
+            kind.path(namespace=namespace, name=name),
+            body=patch,
+            content_type="application/json-patch+json",
         )
 
     def create(self, kind: Kind, obj: Object, *, namespace: str | None = None) -> Object:
