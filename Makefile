@@ -9,7 +9,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-OPA = $(shell toolchain/build.sh --bin-dirs | grep '/opa-')/opa
 PYTEST_ARGS ?=
 
 .PHONY: run stop test setup tools venv lint policy-test unit e2e clean
@@ -43,10 +42,8 @@ lint: venv  ## ruff and mypy --strict
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-policy-test: tools  ## Rego: format, strict compile, unit tests
-	$(OPA) fmt --list --fail policies
-	$(OPA) check --strict policies
-	$(OPA) test policies
+policy-test: venv tools  ## Rego: format, strict compile, unit tests, and every policy sample
+	$(BIN)/labgate policy test --policies policies
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

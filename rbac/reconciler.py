@@ -35,6 +35,7 @@ from rbac.desired import (
 )
 from rbac.leader import LeaderElector
 from rbac.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from webhook.cert_rotation import CertificateManager
 from webhook.kube import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -176,6 +177,8 @@ class Reconciler:
         lease_seconds: float = 15.0,
         resync_seconds: float = 300.0,
         workers: int = 2,
+        certificates: CertificateManager | None = None,
+        certificate_check_seconds: float = 30.0,
     ):
         self.kube = KubeApi(api, field_manager=FIELD_MANAGER)
         self.cache = ObjectCache()
@@ -191,6 +194,8 @@ class Reconciler:
         )
         self.leader.on_elected = self._on_elected
         self.resync_seconds = resync_seconds
+        self.certificates = certificates
+        self.certificate_check_seconds = certificate_check_seconds
         self._stop = threading.Event()
         self._reflectors = [
             self._reflector(TENANT, None),
@@ -327,7 +332,11 @@ class Reconciler:
     def _work(self, index: int) -> None:
         next_resync = time.monotonic() + self.resync_seconds
         next_sweep = time.monotonic() + LEDGER_SWEEP_SECONDS
+        next_certificates = time.monotonic()
         while not self._stop.is_set():
+            if index == 0 and self.certificates is not None and time.monotonic() >= next_certificates:
+                next_certificates = time.monotonic() + self.certificate_check_seconds
+                self._rotate_certificates()
             if index == 0 and time.monotonic() >= next_resync:
                 self.enqueue_all()
                 next_resync = time.monotonic() + self.resync_seconds
@@ -362,6 +371,19 @@ class Reconciler:
                 self.queue.add(name)
             finally:
                 self.queue.done(name)
+
+    def _rotate_certificates(self) -> None:
+        """One step of the webhook certificates' rotation, by the leader only."""
+        if self.certificates is None or not self.leader.is_leader:
+            return
+        try:
+            step = self.certificates.step()
+        except (ApiException, OSError) as err:
+            log.warning("webhook certificates: %s; retrying", err)
+            return
+        if step != "none":
+            log.info("webhook certificates: %s", step)
+            WRITES.labels("certificates").inc()
 
     # -- writes (leader only) ---------------------------------------------------------------------
 
@@ -446,7 +468,7 @@ class Reconciler:
         """Make tenant `name`'s objects match its spec (or clean up after it)."""
         live_tenant = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", name))
         if live_tenant is None:
-            self._clean_up(name, delete_namespaces=())
+            self._clean_up(name, delete_namespaces=False)
             return
         tenant = Tenant.from_object(live_tenant)
         if tenant.is_deleting:
@@ -520,19 +542,24 @@ class Reconciler:
         self.cache.upsert(TENANT, result)
 
     def _finalize(self, tenant: Tenant) -> None:
-        delete = () if tenant.spec.namespaces.keep_on_delete else tuple(tenant.spec.namespaces.names)
-        self._clean_up(tenant.name, delete_namespaces=delete)
+        self._clean_up(
+            tenant.name,
+            delete_namespaces=not tenant.spec.namespaces.keep_on_delete,
+            named=tuple(tenant.spec.namespaces.names),
+        )
         if FINALIZER in tenant.finalizers:
             self._check_leader()
             remaining = [f for f in tenant.finalizers if f != FINALIZER]
             self.kube.merge_patch(TENANT, tenant.name, {"metadata": {"finalizers": remaining or None}})
             WRITES.labels("patch").inc()
 
-    def _clean_up(self, name: str, *, delete_namespaces: tuple[str, ...]) -> None:
+    def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
+        """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces
+        (the ones it named and the ones under its prefix that carry its label)."""
         for key, _ in self._owned(name):
             self._delete(key)
         if delete_namespaces:
-            for namespace in sorted(set(delete_namespaces) | self._labelled_namespaces(name)):
+            for namespace in sorted(set(named) | self._labelled_namespaces(name)):
                 self._delete(("v1", "Namespace", "", namespace))
 
 

@@ -282,3 +282,80 @@ class CertificateManager:
         if state is None or new_state.bundle != state.bundle:
             self.publish_bundle(new_state.bundle)
         return step
+
+
+SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
+ENDPOINT_SLICE = Kind("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices", is_namespaced=True)
+_SECRET_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key", "bundle.pem", "next-ca.crt", "next-ca.key")
+
+
+class SecretStore:
+    """The state in a Secret (in a cluster): the webhook pods mount tls.crt and tls.key from it, and the
+    kubelet refreshes the files, which the webhook's CertificateReloader picks up."""
+
+    def __init__(self, kube: KubeApi, *, namespace: str, name: str):
+        self.kube = kube
+        self.namespace = namespace
+        self.name = name
+        self._resource_version: str | None = None
+
+    def load(self) -> CertificateState | None:
+        secret = self.kube.get(SECRET, self.name, namespace=self.namespace)
+        if secret is None:
+            self._resource_version = None
+            return None
+        self._resource_version = secret.get("metadata", {}).get("resourceVersion")
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        if not all(data.get(k) for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")):
+            return None
+        return CertificateState(
+            ca=KeyPair(data["ca.crt"], data["ca.key"]),
+            serving=KeyPair(data["tls.crt"], data["tls.key"]),
+            bundle=tuple(split_bundle(data.get("bundle.pem") or data["ca.crt"])),
+            next_ca=KeyPair(data["next-ca.crt"], data["next-ca.key"])
+            if data.get("next-ca.crt") and data.get("next-ca.key")
+            else None,
+        )
+
+    def save(self, state: CertificateState) -> None:
+        values = {
+            "ca.crt": state.ca.cert_pem,
+            "ca.key": state.ca.key_pem,
+            "tls.crt": state.serving.cert_pem,
+            "tls.key": state.serving.key_pem,
+            "bundle.pem": b"".join(state.bundle),
+        }
+        if state.next_ca is not None:
+            values["next-ca.crt"] = state.next_ca.cert_pem
+            values["next-ca.key"] = state.next_ca.key_pem
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "labgate"},
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {k: base64.b64encode(v).decode() for k, v in values.items()},
+        }
+        if self._resource_version is None:
+            self.kube.create(SECRET, body, namespace=self.namespace)
+        else:
+            # Compare-and-swap: two leaders in a split second cannot both rotate.
+            metadata["resourceVersion"] = self._resource_version
+            self.kube.replace(SECRET, body)
+
+
+def endpoint_replicas(kube: KubeApi, *, namespace: str, service: str, port: int) -> list[tuple[str, int]]:
+    """The ready webhook pods behind `service`, from its EndpointSlices."""
+    listing = kube.list(
+        ENDPOINT_SLICE, namespace=namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    replicas = []
+    for endpoint_slice in listing.get("items") or []:
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready", True):
+                replicas += [(address, port) for address in endpoint.get("addresses") or []]
+    return replicas

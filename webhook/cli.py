@@ -14,6 +14,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 DEV_WORKDIR = Path(".labgate-dev")
 
@@ -23,12 +24,13 @@ def _serve(_: argparse.Namespace) -> int:
 
     from webhook.app import create_app
     from webhook.settings import get_settings
+    from webhook.tls_reload import CertificateReloader
 
     settings = get_settings()
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         print("labgate serve: LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required", file=sys.stderr)
         return 2
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
@@ -37,6 +39,16 @@ def _serve(_: argparse.Namespace) -> int:
         log_level="warning",
         access_log=False,
     )
+    config.load()  # builds the SSLContext that the reloader refreshes when the files are renewed
+    if config.ssl is None:
+        print("labgate serve: TLS did not load", file=sys.stderr)
+        return 2
+    reloader = CertificateReloader(config.ssl, settings.tls_cert_file, settings.tls_key_file)
+    reloader.start()
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        reloader.stop()
     return 0
 
 
@@ -52,12 +64,28 @@ def _reconcile(args: argparse.Namespace) -> int:
     from webhook.kube import api_client
 
     kubeconfig = _Path(args.kubeconfig) if args.kubeconfig else None
+    api = api_client(kubeconfig)
+    certificates = None
+    if args.webhook_certificates_secret:
+        from webhook.cert_rotation import CertificateManager, SecretStore, endpoint_replicas
+        from webhook.kube import KubeApi
+
+        kube = KubeApi(api, field_manager="labgate-certificates")
+        service, port = args.webhook_service, args.webhook_port
+        certificates = CertificateManager(
+            SecretStore(kube, namespace=args.namespace, name=args.webhook_certificates_secret),
+            kube,
+            configuration_name=args.webhook_configuration,
+            dns_names=(f"{service}.{args.namespace}.svc", f"{service}.{args.namespace}.svc.cluster.local"),
+            replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
+        )
     reconciler = Reconciler(
-        api_client(kubeconfig),
+        api,
         namespace=args.namespace,
         identity=args.identity or socket.gethostname(),
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
+        certificates=certificates,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
@@ -120,6 +148,21 @@ def _groups(values: list[str] | None) -> list[str]:
     return [g.strip() for value in values or [] for g in value.split(",") if g.strip()]
 
 
+def _image_facts(path: Path) -> dict[str, Any]:
+    """input.images from a YAML or JSON mapping: image as written -> facts."""
+    import yaml
+
+    from webhook.offline_admission import OfflineCheckError
+
+    try:
+        facts = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise OfflineCheckError(f"--image-facts: {err}") from err
+    if not isinstance(facts, dict):
+        raise OfflineCheckError("--image-facts: expected a mapping of image -> facts")
+    return facts
+
+
 def _check(args: argparse.Namespace) -> int:
     from webhook.offline_admission import (
         OfflineCheckError,
@@ -143,6 +186,7 @@ def _check(args: argparse.Namespace) -> int:
     policies = Path(args.policies) if args.policies else _default_policies()
     is_refused = False
     try:
+        images = _image_facts(Path(args.image_facts)) if args.image_facts else None
         manifests = load_manifests([source])
         facts = facts_from_manifests(
             load_manifests(Path(t) for t in args.tenants or []), platform_namespace=args.platform_namespace
@@ -168,7 +212,7 @@ def _check(args: argparse.Namespace) -> int:
                         "(--tenants)",
                         file=sys.stderr,
                     )
-                result = opa.check(request, gpu_usage=usage, kinds=kinds)
+                result = opa.check(request, gpu_usage=usage, images=images, kinds=kinds)
                 for line in researcher_view(result, source=str(source)):
                     print(line)
                 for line in dry_run_lines(result):
@@ -296,6 +340,15 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
     reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
     reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    reconcile.add_argument(
+        "--webhook-certificates-secret",
+        help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
+    )
+    reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
+    reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")
+    reconcile.add_argument(
+        "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
+    )
     reconcile.set_defaults(handler=_reconcile)
 
     dev = commands.add_parser("dev", help="the local control plane for trying labgate out")
@@ -332,6 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
     check.add_argument("--gpu-usage", help="GPUs the tenant already uses, for a Pod: total=N[,<model>=N...]")
+    check.add_argument(
+        "--image-facts",
+        help="YAML/JSON mapping image -> facts for input.images (no registry is asked; without it, "
+        "tenants that restrict images see no facts)",
+    )
     check.add_argument("--workload-kinds", help="extra workload kinds (as LABGATE_WORKLOAD_KINDS_FILE)")
     check.add_argument(
         "--platform-namespace",

@@ -13,10 +13,13 @@ Changing, removing, inserting or reordering any record breaks the chain at that 
 from the file alone: ship the records off the node too (`stdout=True` puts them in the container log)
 if the newest hash must be anchored elsewhere.
 
-Rotation is not built in. Rotate by moving the file away and restarting the writer, or with
-logrotate's copytruncate: either way the new file's first record carries `prev` = the last hash of
-the old file, so verify it with `labgate decisions verify --prev <that hash> FILE` (or verify the
-files concatenated in order).
+Rotation is not built in, but moving the file away is safe (logrotate's default "create" mode): like
+logging.handlers.WatchedFileHandler, the writer notices that its path no longer names the file it has
+open and starts a new file there, continuing the chain. The new file's first record carries
+`prev` = the last hash of the old file: verify it with `labgate decisions verify --prev <that hash>
+FILE` (or the files concatenated in order). Not copytruncate: records written between its copy and
+its truncation are lost (and the chain shows the gap). A writer started with no file at its path
+begins a new chain (GENESIS).
 
 Building and verifying records are pure functions; `DecisionLog` is the thin writer around them.
 """
@@ -247,8 +250,9 @@ def last_line(path: Path, *, chunk: int = 8192) -> str | None:
 class DecisionLog:
     """Appends chained decision records to a file (JSON lines), to stdout, or both. Thread-safe.
 
-    On start it reads the last record of an existing file and continues its chain. Each record is
-    written with one write call and flushed; `fsync=True` also syncs it to disk.
+    On start it reads the last record of an existing file and continues its chain; when the file is
+    moved away (rotated), the next record starts a new file at the path, still in the chain. Each
+    record is written with one write call and flushed; `fsync=True` also syncs it to disk.
     """
 
     def __init__(
@@ -265,6 +269,8 @@ class DecisionLog:
         self._fsync = fsync
         self._stream = stream if stream is not None else (sys.stdout if stdout else None)
         self._file: TextIO | None = None
+        self._path = path
+        self._identity: tuple[int, int] | None = None
         self.last_hash = GENESIS
         if path is not None:
             previous = last_line(path)
@@ -275,8 +281,27 @@ class DecisionLog:
                     raise DecisionLogError(
                         f"the last line of {path} is not a decision record ({err}); move the file aside"
                     ) from err
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8")
+            self._open()
+
+    def _open(self) -> None:
+        assert self._path is not None
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self._path.open("a", encoding="utf-8")
+        status = os.fstat(self._file.fileno())
+        self._identity = (status.st_dev, status.st_ino)
+
+    def _reopen_if_moved(self) -> None:
+        """Start a new file at the path when the open one was moved away (rotated) or deleted."""
+        if self._file is None or self._path is None:
+            return
+        try:
+            status = os.stat(self._path)
+            identity: tuple[int, int] | None = (status.st_dev, status.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if identity != self._identity:
+            self._file.close()
+            self._open()
 
     def record(
         self,
@@ -303,6 +328,7 @@ class DecisionLog:
         with self._lock:
             record = chain(body, self.last_hash)
             line = canonical_json(record).decode("utf-8") + "\n"
+            self._reopen_if_moved()
             if self._file is not None:
                 self._file.write(line)
                 self._file.flush()

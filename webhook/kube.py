@@ -290,6 +290,11 @@ class KubeApi:
                 return None
             raise
 
+    def list(self, kind: Kind, *, namespace: str | None = None, label_selector: str | None = None) -> Object:
+        """One list call (a Reflector is for what must stay current)."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return self._call("GET", kind.path(namespace=namespace), query=query)
+
     def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
         """Delete one object; False if it was already gone."""
         try:

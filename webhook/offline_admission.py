@@ -57,6 +57,19 @@ _CORE_RESOURCES = {
 _M = TypeVar("_M", bound=BaseModel)
 
 
+# Kinds without a namespace (a request for one carries none).
+_CLUSTER_SCOPED = {
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("labgate.io", "Tenant"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "StorageClass"),
+}
+
+
 class OfflineCheckError(RuntimeError):
     """The offline evaluation could not run (bad manifest, policies that do not compile, ...)."""
 
@@ -208,9 +221,8 @@ def admission_request(
     if not version or not kind:
         raise OfflineCheckError("the manifest has no apiVersion or kind")
     metadata = document.get("metadata") or {}
-    is_namespace = (group, kind) == ("", "Namespace")
     own_namespace = metadata.get("namespace")
-    if is_namespace:
+    if (group, kind) in _CLUSTER_SCOPED:
         namespace = None
     else:
         if namespace and own_namespace and own_namespace != namespace:
@@ -422,12 +434,14 @@ class OfflineOpa:
         request: AdmissionRequest,
         *,
         gpu_usage: GpuAmount | None = None,
+        images: dict[str, Any] | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
         A namespace the facts do not hold but that starts with one tenant's prefix counts as that
-        tenant's (see `with_namespace`)."""
+        tenant's (see `with_namespace`). No registry is asked: `images` are the image facts
+        (input.images, as webhook.provenance.facts gathers them) when the caller has any."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -436,6 +450,8 @@ class OfflineOpa:
             built = build_policy_input(request=req, kinds=kinds)
             if req.namespace:  # the webhook adds the namespace's restricted Secrets
                 built["secrets"] = facts.secrets.get(req.namespace, {})
+            if images is not None:
+                built["images"] = images
             return built
 
         mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request), facts=facts))

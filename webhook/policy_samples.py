@@ -10,6 +10,8 @@ A sample is one YAML file in a directory named `samples` beside a policy
     object: {apiVersion: v1, kind: Pod, ...}
     old_object: {...}              # UPDATE and DELETE only
     gpu_usage: {total: 12, by_model: {h100: 4}}   # optional: the tenant's GPUs in use
+    images: {<image as written>: {registry: ..., digest: ..., signed_by: [...], error: null, ...}}
+                                   # optional: image facts (input.images); no registry is asked
     expect:
       allowed: false
       rules: [tenant-membership]   # every rule id that finds something (any mode), exactly
@@ -61,6 +63,7 @@ class Sample(_Config):
     object: dict[str, Any] | None = None
     old_object: dict[str, Any] | None = None
     gpu_usage: GpuAmount | None = None
+    images: dict[str, dict[str, Any]] | None = None
     expect: Expectation
 
 
@@ -119,7 +122,7 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             old_object=sample.old_object,
             uid=f"sample-{path.stem}",
         )
-        result = opa.check(request, gpu_usage=sample.gpu_usage)
+        result = opa.check(request, gpu_usage=sample.gpu_usage, images=sample.images)
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])
     failures: list[str] = []

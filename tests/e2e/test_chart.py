@@ -168,12 +168,14 @@ WEBHOOK_MAY = [
     ("get", "tenants.labgate.io"),
     ("list", "secrets", "--all-namespaces"),
     ("watch", "secrets", "--all-namespaces"),
+    ("get", "secrets", "-n", "default"),  # a pod's pull secret, for image provenance
+    ("get", "serviceaccounts", "-n", "default"),
     ("get", "configmaps", "-n", LABGATE_NAMESPACE),
     ("create", "configmaps", "-n", LABGATE_NAMESPACE),
     ("update", "configmaps", "-n", LABGATE_NAMESPACE),
 ]
 WEBHOOK_MAY_NOT = [
-    ("get", "secrets", "-n", "default"),
+    ("create", "secrets", "-n", "default"),
     ("create", "configmaps", "-n", "default"),
     ("create", "pods", "-n", "default"),
     ("update", "tenants.labgate.io"),

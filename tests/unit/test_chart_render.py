@@ -32,9 +32,6 @@ POLICIES = REPO_ROOT / "policies"
 RELEASE = "labgate"
 NAMESPACE = "labgate-system"
 CERT_MANAGER = {"certificates": {"mode": "cert-manager"}}
-# Variables the chart sets for labgate's own certificate management (mode self-signed) before
-# webhook/settings.py reads them; each must become a Settings field of the same name.
-PENDING_SETTINGS = {"LABGATE_TLS_SECRET_NAME", "LABGATE_WEBHOOK_CONFIGURATION_NAME", "LABGATE_SERVICE_NAME"}
 
 Manifest = dict[str, Any]
 
@@ -314,14 +311,16 @@ def test_self_signed_mode_leaves_the_ca_bundle_to_labgate(default_manifests: lis
     deployment = one(default_manifests, "Deployment", "labgate-webhook")
     tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
     assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": True}
-    env = {e["name"]: e.get("value") for e in container(deployment, "labgate")["env"]}
-    assert env["LABGATE_TLS_SECRET_NAME"] == "labgate-webhook-tls"
-    assert env["LABGATE_WEBHOOK_CONFIGURATION_NAME"] == "labgate"
-    # labgate may write that one Secret and inject into its own two configurations, nothing else.
-    role = one(default_manifests, "Role", "labgate-webhook")
+    # The reconciler's leader makes and rotates the certificates: it gets the Secret's name, the
+    # Service and the configurations, and may write that one Secret and inject into those two only.
+    reconciler = one(default_manifests, "Deployment", "labgate-reconciler")
+    args = container(reconciler, "reconciler")["args"]
+    assert "--webhook-certificates-secret=labgate-webhook-tls" in args
+    assert "--webhook-configuration=labgate" in args
+    role = one(default_manifests, "Role", "labgate-reconciler")
     assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls"],
             "verbs": ["get", "update", "patch"]} in role["rules"]  # fmt: skip
-    cluster_role = one(default_manifests, "ClusterRole", "labgate-webhook")
+    cluster_role = one(default_manifests, "ClusterRole", "labgate-reconciler")
     injection = next(r for r in cluster_role["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"])
     assert injection["resourceNames"] == ["labgate"]
 
@@ -353,11 +352,11 @@ def test_cert_manager_mode_renders_issuer_certificate_and_injection(render: Rend
     deployment = one(manifests, "Deployment", "labgate-webhook")
     tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
     assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": False}
-    env = {e["name"] for e in container(deployment, "labgate")["env"]}
-    assert not env & PENDING_SETTINGS
+    reconciler = one(manifests, "Deployment", "labgate-reconciler")
+    assert not [a for a in container(reconciler, "reconciler")["args"] if a.startswith("--webhook-")]
     # Nothing for labgate to write: no Secret rights, no webhook-configuration rights.
-    assert all("secrets" not in r["resources"] for r in one(manifests, "Role", "labgate-webhook")["rules"])
-    cluster_role = one(manifests, "ClusterRole", "labgate-webhook")
+    assert all("secrets" not in r["resources"] for r in one(manifests, "Role", "labgate-reconciler")["rules"])
+    cluster_role = one(manifests, "ClusterRole", "labgate-reconciler")
     assert all(r["apiGroups"] != ["admissionregistration.k8s.io"] for r in cluster_role["rules"])
 
 
@@ -391,7 +390,7 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert labgate["args"] == ["serve"]
     env = {e["name"]: e.get("value") for e in labgate["env"]}
     fields = {f"LABGATE_{name.upper()}" for name in Settings.model_fields}
-    assert set(env) <= fields | PENDING_SETTINGS
+    assert set(env) <= fields
     assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
     assert env["LABGATE_NAMESPACE"] == NAMESPACE
     assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
@@ -487,8 +486,10 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("labgate.io", "tenants", "get"),
         ("labgate.io", "tenants", "list"),
         ("labgate.io", "tenants", "watch"),
+        ("", "secrets", "get"),  # pull secrets, read by name for image provenance
         ("", "secrets", "list"),  # a metadata-only watch still needs list/watch
         ("", "secrets", "watch"),
+        ("", "serviceaccounts", "get"),  # their imagePullSecrets
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -521,7 +522,7 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     assert {("labgate.io", "tenants/status", v) for v in ("get", "patch")} <= cluster
     assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
     assert not {g for g in cluster if g[1] in ("secrets", "pods") and g[2] not in ("get", "list", "watch")}
-    assert not {g for g in cluster if g[1] == "secrets"}
+    assert not {g for g in cluster if g[1] == "secrets"}, "no Secret anywhere but its own one (a Role)"
     own = _grants(default_manifests, "Role", "labgate-reconciler")
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")} <= own
     assert ("", "configmaps", "update") in own

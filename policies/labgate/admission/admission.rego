@@ -36,10 +36,16 @@ decision := {
 	"warnings": warnings,
 	"dry_run": dry_run,
 	"tenant": tenant_name,
-	"inventory_revision": object.get(data.labgate.inventory, "revision", null),
+	"inventory_revision": inventory_revision,
 	"gpu_demand": gpu_quota.demand,
 }
 
 tenant_name := tenancy.claimed_tenant_name
 
 default tenant_name := null
+
+# Which copy of the tenants OPA holds; null when it holds none (it drops pushed data when it reloads
+# its policies), so the webhook pushes them again instead of deciding without tenants.
+inventory_revision := data.labgate.inventory.revision
+
+default inventory_revision := null

@@ -78,3 +78,15 @@ test_mutated_gpu_pod_is_admitted if {
 	d.gpu_demand == {"total": 2, "by_model": {"h100": 2}}
 	mutated.spec.nodeSelector["labgate.io/node-pool"] == "h100-spot"
 }
+
+test_decision_without_an_inventory_is_defined_and_says_so if {
+	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
+	d.inventory_revision == null
+}
+
+test_decision_reports_the_inventory_revision if {
+	inventory := object.union(testdata.inventory, {"revision": 7})
+	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
+		with data.labgate.inventory as inventory
+	d.inventory_revision == 7
+}

@@ -276,4 +276,6 @@ _pinning_changes(tenant, template) := [{"ops": [op], "warning": warning} |
 ]
 
 # Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
-inventory_revision := object.get(data.labgate.inventory, "revision", null)
+inventory_revision := data.labgate.inventory.revision
+
+default inventory_revision := null

@@ -1,0 +1,261 @@
+"""`labgate check` and `labgate policy test`: the real command, the pinned OPA, the repository's policies."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from webhook.devcluster.tools import REPO_ROOT, ensure_tools
+from webhook.offline_admission import apply_patch, parse_gpu_usage
+from webhook.policy_engine import PatchOperation
+from webhook.quota_ledger import GpuAmount
+
+POLICIES = REPO_ROOT / "policies"
+
+TENANTS = """\
+apiVersion: labgate.io/v1alpha1
+kind: Tenant
+metadata: {name: vision}
+spec:
+  members:
+    admins: [{kind: User, name: ann}]
+    researchers: [{kind: Group, name: vision}]
+  namespaces: {names: [vision], prefix: vision-}
+  gpu: {total: 16, models: {h100: 16}}
+---
+apiVersion: labgate.io/v1alpha1
+kind: Tenant
+metadata: {name: nlp}
+spec:
+  members:
+    researchers: [{kind: Group, name: nlp}]
+  namespaces: {names: [nlp]}
+  enforcement: {pod-hardening: warn}
+"""
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: train-1}
+spec:
+  containers:
+    - name: main
+      image: registry.lab.example/vision/trainer:v1
+"""
+
+GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: train-7, namespace: vision}
+spec:
+  nodeSelector: {nvidia.com/gpu.product: h100}
+  containers:
+    - name: main
+      image: registry.lab.example/vision/trainer:v1
+      resources: {limits: {nvidia.com/gpu: 8}}
+"""
+
+SWEEP = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: sweep}
+spec:
+  parallelism: 64
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {nvidia.com/gpu.product: h100}
+      containers:
+        - name: train
+          image: registry.lab.example/vision/trainer:v1
+          resources: {limits: {nvidia.com/gpu: 8}}
+"""
+
+PRIVILEGED_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: profiler}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: main
+          image: registry.lab.example/nlp/profiler:v1
+          securityContext: {privileged: true}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _opa() -> None:
+    ensure_tools("opa")
+
+
+def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        timeout=100,
+    )
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    written = {}
+    for name, text in {
+        "tenants": TENANTS,
+        "pod": POD,
+        "gpu-pod": GPU_POD,
+        "sweep": SWEEP,
+        "privileged": PRIVILEGED_JOB,
+    }.items():
+        written[name] = tmp_path / f"{name}.yaml"
+        written[name].write_text(text)
+    return written
+
+
+def check(files: dict[str, Path], manifest: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return labgate(
+        "check", "-f", files[manifest], "--tenants", files["tenants"], "--policies", POLICIES, *args
+    )
+
+
+def test_a_member_pod_is_admitted_with_what_labgate_changed(files: dict[str, Path]) -> None:
+    result = check(files, "pod", "--as", "alice", "--groups", "vision", "--namespace", "vision")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        'Warning: labgate turned off token automount (service account "default") for pod',
+        "Pod/train-1 admitted",
+        "labgate changed it (JSON Patch):",
+        "  add /spec/automountServiceAccountToken = false",
+    ]
+
+
+def test_an_outsider_pod_is_refused_with_the_webhooks_message(files: dict[str, Path]) -> None:
+    result = check(files, "pod", "--as", "bob", "--groups", "nlp", "--namespace", "vision")
+    assert result.returncode == 1, result.stdout + result.stderr
+    message = (
+        '[tenant-membership] user "bob" (groups: nlp) may not create Pod "train-1" in namespace "vision": '
+        'it belongs to tenant "vision" and only its members may. Fix: apply it in a namespace of your own '
+        'tenant (nlp), or ask an admin of "vision" (ann) to add you'
+    )
+    assert result.stdout.splitlines()[-1] == (
+        f'Error from server (Forbidden): error when creating "{files["pod"]}": admission webhook '
+        f'"validate.labgate.io" denied the request: {message}'
+    )
+
+
+def test_a_job_that_can_never_fit_the_gpu_quota_is_refused(files: dict[str, Path]) -> None:
+    result = check(files, "sweep", "--as", "alice", "--groups", "vision", "-n", "vision")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].endswith(
+        'denied the request: [gpu-quota-unfit] Job "sweep" runs 64 pods × 8 h100 GPUs = 512; tenant "vision" '  # noqa: RUF001
+        "has 16 h100 GPUs. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or "
+        'ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"'
+    )
+
+
+def test_gpu_usage_counts_for_a_pod(files: dict[str, Path]) -> None:
+    admitted = check(files, "gpu-pod", "--as", "alice", "--groups", "vision")
+    assert admitted.returncode == 0, admitted.stdout + admitted.stderr
+    refused = check(
+        files, "gpu-pod", "--as", "alice", "--groups", "vision", "--gpu-usage", "total=12,h100=12"
+    )
+    assert refused.returncode == 1
+    assert (
+        '[gpu-quota] Pod "train-7" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 12 of 16 GPUs '
+        "(h100: 12 of 16)" in refused.stdout
+    )
+
+
+def test_warn_mode_admits_with_the_warning(files: dict[str, Path]) -> None:
+    result = check(files, "privileged", "--as", "bob", "--groups", "nlp", "-n", "nlp")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any(
+        line.startswith('Warning: [pod-hardening] Job "profiler" spec.template.spec.containers[0] ("main")')
+        for line in result.stdout.splitlines()
+    )
+    assert "Job/profiler admitted" in result.stdout
+
+
+def test_a_namespace_under_no_tenant_is_noted(files: dict[str, Path]) -> None:
+    result = check(files, "pod", "--as", "alice", "--groups", "vision", "-n", "scratch")
+    assert result.returncode == 0
+    assert "namespace 'scratch' belongs to no tenant" in result.stderr
+
+
+def test_bad_arguments_exit_2(files: dict[str, Path]) -> None:
+    result = check(files, "gpu-pod", "--as", "alice", "--gpu-usage", "lots")
+    assert result.returncode == 2
+    assert "--gpu-usage" in result.stderr
+    mismatch = check(files, "gpu-pod", "--as", "alice", "-n", "nlp")
+    assert mismatch.returncode == 2
+    assert "does not match" in mismatch.stderr
+
+
+def test_policy_test_passes_on_the_repositorys_policies() -> None:
+    result = labgate("policy", "test", "--policies", POLICIES)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok    opa test (PASS: " in result.stdout
+    assert "ok    sample labgate/rules/tenant_membership/samples/outsider-pod-refused.yaml" in result.stdout
+    assert result.stdout.splitlines()[-1] == "policy test passed"
+
+
+def test_policy_test_fails_and_names_a_sample_whose_expectation_is_wrong(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    sample = policies / "labgate/rules/tenant_membership/samples/outsider-pod-refused.yaml"
+    sample.write_text(sample.read_text().replace("allowed: false", "allowed: true"))
+    result = labgate("policy", "test", "--policies", policies)
+    assert result.returncode == 1, result.stdout
+    name = "sample labgate/rules/tenant_membership/samples/outsider-pod-refused.yaml"
+    assert f"FAIL  {name}" in result.stdout
+    assert "expected admitted, got refused: [tenant-membership]" in result.stdout
+    assert result.stdout.splitlines()[-1] == f"policy test FAILED: {name}"
+
+
+def test_policy_test_fails_on_a_rego_test_failure(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    (policies / "labgate/rules/tenant_membership/broken_test.rego").write_text(
+        textwrap.dedent("""\
+            package labgate.rules.tenant_membership_test
+
+            test_always_fails if {
+            \t1 == 2
+            }
+        """)
+    )
+    result = labgate("policy", "test", "--policies", policies)
+    assert result.returncode == 1
+    assert "FAIL  opa test" in result.stdout
+    assert "test_always_fails" in result.stdout
+
+
+def test_apply_patch_adds_at_escaped_pointers_and_array_ends() -> None:
+    document = {"metadata": {}, "spec": {"tolerations": [{"key": "a"}]}}
+    patch = [
+        PatchOperation(op="add", path="/metadata/labels", value={}),
+        PatchOperation(op="add", path="/metadata/labels/labgate.io~1tenant", value="vision"),
+        PatchOperation(op="add", path="/spec/tolerations/-", value={"key": "b"}),
+        PatchOperation(op="add", path="/spec/tolerations/0", value={"key": "z"}),
+    ]
+    assert apply_patch(document, patch) == {
+        "metadata": {"labels": {"labgate.io/tenant": "vision"}},
+        "spec": {"tolerations": [{"key": "z"}, {"key": "a"}, {"key": "b"}]},
+    }
+    assert document == {"metadata": {}, "spec": {"tolerations": [{"key": "a"}]}}
+
+
+def test_parse_gpu_usage() -> None:
+    assert parse_gpu_usage("total=12, h100=4") == GpuAmount(total=12, by_model={"h100": 4})
+    with pytest.raises(ValueError, match="name=count"):
+        parse_gpu_usage("total")
