@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.kube import KubeApi, api_client
 from webhook.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
@@ -26,7 +27,7 @@ from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import get_provenance_settings
 from webhook.quota_ledger import LedgerCache, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
-from webhook.serving import AdmissionServer, refuse_unavailable
+from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings
 from webhook.workloads import load_workload_kinds
 
@@ -63,9 +64,10 @@ class _Offline:
 async def _serve(
     request: Request,
     server: AdmissionServer,
-    handle: Callable[[AdmissionRequest], Awaitable[AdmissionResponse]],
+    handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
     deadline: float,
+    decisions: DecisionLog | None,
 ) -> JSONResponse:
     """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
     try:
@@ -75,20 +77,37 @@ async def _serve(
         where = ".".join(str(p) for p in first["loc"]) or "body"
         return _bad_request(f"{where}: {first['msg']}")
     started = time.perf_counter()
+    trace = DecisionTrace()
+    reason = None
     try:
-        response = await asyncio.wait_for(handle(review.request), timeout=deadline)
+        response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
     except TimeoutError:
         POLICY_ENGINE_ERRORS.labels("timeout").inc()
         log.error("no decision for %s within %.1fs", review.request.uid, deadline)
+        reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
     except (PolicyEngineUnavailableError, ApiException, OSError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
+        reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, str(err))
+    elapsed = time.perf_counter() - started
     webhook = request.url.path.strip("/")
-    ADMISSION_SECONDS.labels(webhook).observe(time.perf_counter() - started)
-    tenant = server.inventory.tenant_of(review.request.namespace) if review.request.namespace else None
-    ADMISSION_REQUESTS.labels(webhook, "admitted" if response.allowed else "refused", tenant or "").inc()
+    ADMISSION_SECONDS.labels(webhook).observe(elapsed)
+    ADMISSION_REQUESTS.labels(
+        webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
+    ).inc()
+    # The validating webhook's verdict is the one to audit; the mutating one records patches.
+    if decisions is not None and (webhook == "validate" or response.patch is not None):
+        decisions.record(
+            request=review.request,
+            decision=trace.decision,
+            tenant=trace.tenant,
+            verdict="allowed" if response.allowed else "refused",
+            patch_applied=response.patch is not None,
+            latency_ms=elapsed * 1000,
+            reason=reason,
+        )
     return JSONResponse(content=response.to_review())
 
 
@@ -96,6 +115,11 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
     """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
     resolved = settings or get_settings()
     kinds = load_workload_kinds(resolved.workload_kinds_file)
+    decisions = (
+        DecisionLog(resolved.decision_log_file, stdout=resolved.decision_log_stdout)
+        if resolved.decision_log_file is not None or resolved.decision_log_stdout
+        else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -144,13 +168,21 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
     async def validate(
         request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
     ) -> JSONResponse:
-        return await _serve(request, server, server.validate, deadline=resolved.admission_deadline_seconds)
+        return await _serve(
+            request,
+            server,
+            server.validate,
+            deadline=resolved.admission_deadline_seconds,
+            decisions=decisions,
+        )
 
     @app.post("/mutate")
     async def mutate(
         request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
     ) -> JSONResponse:
-        return await _serve(request, server, server.mutate, deadline=resolved.admission_deadline_seconds)
+        return await _serve(
+            request, server, server.mutate, deadline=resolved.admission_deadline_seconds, decisions=decisions
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
@@ -75,6 +76,14 @@ class SecretFacts(Protocol):
     def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
 
 
+@dataclass
+class DecisionTrace:
+    """Filled in while a request is served, for the decision log: the policy decision and the tenant."""
+
+    decision: Decision | None = None
+    tenant: str | None = None
+
+
 class AdmissionServer:
     """Everything one webhook replica needs to answer the apiserver."""
 
@@ -128,16 +137,21 @@ class AdmissionServer:
                     policy_input["images"] = images
         return policy_input, tenant
 
-    async def validate(self, request: AdmissionRequest) -> AdmissionResponse:
+    async def validate(
+        self, request: AdmissionRequest, trace: DecisionTrace | None = None
+    ) -> AdmissionResponse:
+        trace = trace if trace is not None else DecisionTrace()
         policy_input, tenant = await self._gather(request)
+        trace.tenant = tenant
         is_pod_create = (
             request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
         )
         if not (is_pod_create and tenant):
             decision = await self._decide(policy_input)
+            trace.decision = decision
             self._count(decision)
             return build_response(request=request, decision=decision)
-        return await self._validate_gpu_pod(request, policy_input, tenant)
+        return await self._validate_gpu_pod(request, policy_input, tenant, trace)
 
     async def _decide(self, policy_input: dict[str, Any]) -> Decision:
         """One policy query; if OPA lost the inventory (it drops pushed data when it reloads its
@@ -160,7 +174,7 @@ class AdmissionServer:
             log.info("dry-run finding for tenant %s: %s", tenant, finding.message)
 
     async def _validate_gpu_pod(
-        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str
+        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
     ) -> AdmissionResponse:
         """Decide with the tenant's current GPU usage; if admitted, reserve by compare-and-swap, and on a
         lost race decide again with the new usage (never two admissions spending the same GPUs)."""
@@ -171,6 +185,7 @@ class AdmissionServer:
         for attempt in range(MAX_LEDGER_ATTEMPTS):
             policy_input["gpu_usage"] = usage(ledger, excluding=key).model_dump()
             decision = await self._decide(policy_input)
+            trace.decision = decision
             demand = decision.gpu_demand
             if not decision.allowed or demand.total == 0 or request.dry_run:
                 self._count(decision)
@@ -201,8 +216,12 @@ class AdmissionServer:
             status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
         )
 
-    async def mutate(self, request: AdmissionRequest) -> AdmissionResponse:
-        policy_input, _ = await self._gather(request)
+    async def mutate(
+        self, request: AdmissionRequest, trace: DecisionTrace | None = None
+    ) -> AdmissionResponse:
+        policy_input, tenant = await self._gather(request)
+        if trace is not None:
+            trace.tenant = tenant
         mutation = await self.engine.mutate(policy_input)
         if mutation.inventory_revision is None and self.inventory.is_synced:
             await asyncio.to_thread(self.inventory.push_all)

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
         default=None,
         description="YAML list of extra workload kinds (group, version, kind, resource, template paths).",
     )
+    decision_log_file: Path | None = Field(
+        default=None,
+        description="Append hash-chained JSON decision records here (verify: labgate decisions verify).",
+    )
+    decision_log_stdout: bool = Field(default=False, description="Also write decision records to stdout.")
     namespace: str = Field(
         default="labgate-system", description="labgate's own namespace (never intercepted)."
     )

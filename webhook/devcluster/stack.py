@@ -196,6 +196,7 @@ class LabgateStack:
                 "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
                 "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
                 "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
+                "LABGATE_DECISION_LOG_FILE": str(self.workdir / "logs" / f"decisions-{index}.jsonl"),
                 "PYTHONPATH": str(REPO_ROOT),
                 **(extra_env or {}),
             },
