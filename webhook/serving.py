@@ -99,6 +99,7 @@ class AdmissionServer:
         image_timeout: float = 1.0,
     ):
         self.workload_kinds = workload_kinds
+        self._ledger_locks: dict[str, asyncio.Lock] = {}
         self.images = images
         self.image_timeout = image_timeout
         self.engine = engine
@@ -178,6 +179,14 @@ class AdmissionServer:
     ) -> AdmissionResponse:
         """Decide with the tenant's current GPU usage; if admitted, reserve by compare-and-swap, and on a
         lost race decide again with the new usage (never two admissions spending the same GPUs)."""
+        # One decision at a time per tenant in this replica: requests of the same replica would only
+        # lose compare-and-swaps to each other; races with other replicas are settled by the CAS.
+        async with self._ledger_locks.setdefault(tenant, asyncio.Lock()):
+            return await self._reserve(request, policy_input, tenant, trace)
+
+    async def _reserve(
+        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
+    ) -> AdmissionResponse:
         metadata = (request.object or {}).get("metadata", {})
         key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
         ledgers = self.ledgers
