@@ -52,6 +52,12 @@ class InventorySync:
         # hang. Never hold `_lock` across network I/O.
         self._lock = threading.Lock()
         self._push_lock = threading.Lock()
+        # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
+        # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
+        self._dirty: set[tuple[str, str]] = set()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
         # platform.namespace: labgate's own namespace, whose service accounts (the reconciler) the
         # policies trust as the platform, whatever namespace the chart was installed in.
         self._inventory: dict[str, Any] = {
@@ -81,18 +87,17 @@ class InventorySync:
 
         def on_event(kind: str, obj: Object) -> None:
             name = obj["metadata"]["name"]
-            with self._push_lock:
+            with self._lock:
                 if kind == "DELETED":
-                    with self._lock:
-                        self._inventory[collection].pop(name, None)
-                    self._store.delete(collection, name)
-                    return
-                document = to_doc(obj)
-                with self._lock:
+                    if self._inventory[collection].pop(name, None) is None:
+                        return
+                else:
+                    document = to_doc(obj)
                     if self._inventory[collection].get(name) == document:
                         return  # a status-only change: nothing for OPA
                     self._inventory[collection][name] = document
-                self._store.put(collection, name, document)
+                self._dirty.add((collection, name))
+            self._wake.set()
 
         return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
 
@@ -109,10 +114,10 @@ class InventorySync:
                     return
                 raise
             namespace = namespace_document(obj)
-            with self._push_lock:
-                with self._lock:
-                    self._inventory["namespaces"][name] = namespace
-                self._store.put("namespaces", name, namespace)
+            with self._lock:
+                self._inventory["namespaces"][name] = namespace
+            # Written at once, not queued behind a burst of watch events: this request waits for it.
+            self._store.put("namespaces", name, namespace)
         tenant_name = namespace["labels"].get(TENANT_LABEL)
         if not tenant_name:
             return
@@ -128,19 +133,52 @@ class InventorySync:
                 return
             raise
         document = tenant_document(tenant)
-        with self._push_lock:
-            with self._lock:
-                self._inventory["tenants"][tenant_name] = document
-            self._store.put("tenants", tenant_name, document)
+        with self._lock:
+            self._inventory["tenants"][tenant_name] = document
+        self._store.put("tenants", tenant_name, document)
+
+    def _push_changes(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            with self._push_lock:
+                with self._lock:
+                    dirty, self._dirty = self._dirty, set()
+                    patch = []
+                    for collection, name in sorted(dirty):
+                        document = self._inventory[collection].get(name)
+                        path = f"/{collection}/{name.replace('~', '~0').replace('/', '~1')}"
+                        if document is None:
+                            patch.append({"op": "remove", "path": path})
+                        else:
+                            patch.append({"op": "add", "path": path, "value": copy.deepcopy(document)})
+                if not patch:
+                    continue
+                try:
+                    self._store.patch(patch)
+                except Exception:  # OPA lost the inventory (a reload) or is down: write it all
+                    log.warning(
+                        "inventory patch of %d changes failed; pushing the whole inventory", len(patch)
+                    )
+                    try:
+                        self._push_all_holding_push_lock()
+                    except Exception:
+                        log.exception("inventory push failed; retrying")
+                        with self._lock:
+                            self._dirty |= dirty
+                        self._stopping.wait(1.0)
+
+    def _push_all_holding_push_lock(self) -> None:
+        with self._lock:
+            self._inventory["revision"] += 1
+            snapshot = copy.deepcopy(self._inventory)
+        self._store.replace_all(snapshot)
 
     def push_all(self) -> None:
         """Write the whole inventory into OPA. Its revision lets the webhook tell that OPA still holds
         it (OPA forgets pushed data when --watch reloads its policies)."""
         with self._push_lock:
-            with self._lock:
-                self._inventory["revision"] += 1
-                snapshot = copy.deepcopy(self._inventory)
-            self._store.replace_all(snapshot)
+            self._push_all_holding_push_lock()
 
     def tenant_spec(self, name: str) -> dict[str, Any] | None:
         """The spec of tenant `name`, as the inventory knows it."""
@@ -159,6 +197,7 @@ class InventorySync:
         return dict(self._reflectors[0].as_dict(obj))
 
     def start(self) -> None:
+        self._pusher.start()
         for reflector in self._reflectors:
             reflector.start()
 
@@ -168,8 +207,11 @@ class InventorySync:
         return all(r.has_synced.is_set() for r in self._reflectors)
 
     def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
         for reflector in self._reflectors:
             reflector.stop()
+        self._pusher.join(timeout=5)
         self._store.close()
 
 

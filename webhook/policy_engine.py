@@ -164,9 +164,9 @@ class InventoryStore:
         """Create or replace one tenant or namespace."""
         self._client.update_or_create_data(document, f"{INVENTORY_PATH}/{collection}/{name}")
 
-    def delete(self, collection: str, name: str) -> None:
-        """Forget one tenant or namespace."""
-        self._client.patch_data(INVENTORY_PATH, [{"op": "remove", "path": f"/{collection}/{name}"}])
+    def patch(self, operations: list[dict[str, Any]]) -> None:
+        """Apply a JSON Patch to the inventory (several changes in one request)."""
+        self._client.patch_data(INVENTORY_PATH, operations)
 
     def close(self) -> None:
         self._client.close_connection()
