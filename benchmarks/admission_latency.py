@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 from kubernetes import client, config
 
+from benchmarks.report import replace_section
 from webhook.admission import build_policy_input
 from webhook.devcluster.processes import free_port, spawn, wait_until
 from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
@@ -298,11 +299,7 @@ def main() -> int:
     table = markdown(results, facts, requests=args.requests, concurrency=args.concurrency)
     print(table)
     if args.write:
-        text = args.write.read_text()
-        begin, end = "<!-- admission-latency:begin -->", "<!-- admission-latency:end -->"
-        head, _, rest = text.partition(begin)
-        _, _, tail = rest.partition(end)
-        args.write.write_text(f"{head}{begin}\n{table}{end}{tail}")
+        replace_section(args.write, "admission-latency", table)
     return 0
 
 

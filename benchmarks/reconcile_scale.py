@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes import config
 
+from benchmarks.report import replace_section
 from rbac.reconciler import Reconciler
 from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
@@ -136,11 +137,7 @@ def main() -> int:
     print(json.dumps(result, indent=2))
     print(table)
     if args.write:
-        text = args.write.read_text()
-        begin, end = "<!-- reconcile-scale:begin -->", "<!-- reconcile-scale:end -->"
-        head, _, rest = text.partition(begin)
-        _, _, tail = rest.partition(end)
-        args.write.write_text(f"{head}{begin}\n{table}{end}{tail}")
+        replace_section(args.write, "reconcile-scale", table)
     return 0 if result["resync_writes"] == 0 else 1
 
 

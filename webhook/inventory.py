@@ -1,4 +1,4 @@
-"""OPA's copy of the cluster's tenants and namespaces (data.labgate.inventory), fed by watches.
+"""OPA's copy of the cluster's tenants and namespaces (data.inventory), fed by watches.
 
 Rego needs to know which tenant owns a namespace, who its members are and how other namespaces
 are labelled (network policy peers). The webhook keeps that in OPA as data, so each admission

@@ -79,7 +79,7 @@ class OfflineCheckError(RuntimeError):
 
 @dataclass(frozen=True)
 class Facts:
-    """What the webhook keeps in caches: data.labgate.inventory, and restricted Secrets by namespace."""
+    """What the webhook keeps in caches: data.inventory, and restricted Secrets by namespace."""
 
     inventory: dict[str, Any]
     secrets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
@@ -389,8 +389,8 @@ class OfflineOpa:
         self._tmp.cleanup()
 
     def _inventory_file(self, facts: Facts) -> Path:
-        """A data file that puts `facts.inventory` at data.labgate.inventory (one per distinct one)."""
-        text = json.dumps({"labgate": {"inventory": facts.inventory}}, sort_keys=True)
+        """A data file that puts `facts.inventory` at data.inventory (one per distinct one)."""
+        text = json.dumps({"inventory": facts.inventory}, sort_keys=True)
         if text not in self._inventory_files:
             path = Path(self._tmp.name) / f"inventory-{len(self._inventory_files)}.json"
             path.write_text(text)

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 DECISION_PACKAGE = "labgate/admission"
 DECISION_RULE = "decision"
 MUTATION_PACKAGE = "labgate/mutation"
-INVENTORY_PATH = "labgate/inventory"
+# Outside data.labgate on purpose: OPA checks every write under a policy root against the
+# policies (about 23 ms a write here, against 0.5 ms for a root of its own).
+INVENTORY_PATH = "inventory"
 
 
 class Finding(BaseModel):
@@ -149,7 +151,7 @@ class PolicyEngine:
 
 
 class InventoryStore:
-    """Synchronous writer of data.labgate.inventory (tenants and namespaces) for the inventory threads."""
+    """Synchronous writer of data.inventory (tenants and namespaces) for the inventory threads."""
 
     def __init__(self, url: str, *, timeout: float = 2.0):
         host, port, is_tls = _host_port(url)

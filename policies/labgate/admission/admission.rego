@@ -46,6 +46,6 @@ default tenant_name := null
 
 # Which copy of the tenants OPA holds; null when it holds none (it drops pushed data when it reloads
 # its policies), so the webhook pushes them again instead of deciding without tenants.
-inventory_revision := data.labgate.inventory.revision
+inventory_revision := data.inventory.revision
 
 default inventory_revision := null

@@ -5,7 +5,7 @@ import data.labgate.lib.testdata
 
 test_member_request_is_allowed if {
 	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	d.allowed
 	d.denials == []
 	d.tenant == "team-a"
@@ -13,7 +13,7 @@ test_member_request_is_allowed if {
 
 test_enforced_violation_denies if {
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	not d.allowed
 	[f.rule | some f in d.denials] == ["tenant-membership"]
 	d.denials[0].mode == "enforce"
@@ -22,7 +22,7 @@ test_enforced_violation_denies if {
 test_warn_mode_admits_with_warning if {
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "warn"}])
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	d.allowed
 	[f.rule | some f in d.warnings] == ["tenant-membership"]
 }
@@ -30,7 +30,7 @@ test_warn_mode_admits_with_warning if {
 test_dry_run_mode_admits_and_records if {
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "dry-run"}])
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	d.allowed
 	d.warnings == []
 	[f.rule | some f in d.dry_run] == ["tenant-membership"]
@@ -39,7 +39,7 @@ test_dry_run_mode_admits_and_records if {
 test_unknown_mode_falls_back_to_enforce if {
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "off"}])
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	not d.allowed
 }
 
@@ -49,14 +49,14 @@ test_decision_carries_the_pods_gpu_demand if {
 		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": 1})],
 	})
 	d := admission.decision with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	d.allowed
 	d.gpu_demand == {"total": 5, "by_model": {"h100": 4, "mig-1g.10gb": 1}}
 }
 
 test_decision_without_gpus_demands_nothing if {
 	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	d.gpu_demand == {"total": 0, "by_model": {}}
 }
 
@@ -69,11 +69,11 @@ test_mutated_gpu_pod_is_admitted if {
 	})
 	before := testdata.workload_input("Pod", "vision", testdata.vera, pod)
 	patch := data.labgate.mutation.patch with input as before
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	count(patch) > 0
 	mutated := json.patch(pod, patch)
 	d := admission.decision with input as object.union(testdata.workload_input("Pod", "vision", testdata.vera, mutated), {"gpu_usage": {"total": 4, "by_model": {"h100": 2}}})
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	d.allowed
 	d.gpu_demand == {"total": 2, "by_model": {"h100": 2}}
 	mutated.spec.nodeSelector["labgate.io/node-pool"] == "h100-spot"
@@ -87,6 +87,6 @@ test_decision_without_an_inventory_is_defined_and_says_so if {
 test_decision_reports_the_inventory_revision if {
 	inventory := object.union(testdata.inventory, {"revision": 7})
 	d := admission.decision with input.request as testdata.pod_request("team-a", testdata.alice)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	d.inventory_revision == 7
 }

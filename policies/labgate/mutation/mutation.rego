@@ -85,7 +85,7 @@ _is_namespace_create if {
 _namespace_name := object.get(input.request, ["object", "metadata", "name"], "")
 
 _prefix_tenants := {name |
-	some name, tenant in data.labgate.inventory.tenants
+	some name, tenant in data.inventory.tenants
 	prefix := object.get(tenant, ["spec", "namespaces", "prefix"], "")
 	prefix != ""
 	startswith(_namespace_name, prefix)
@@ -96,7 +96,7 @@ _namespace_changes := [{"ops": [op], "warning": warning} |
 	not tenancy.is_trusted_requester
 	count(_prefix_tenants) == 1
 	some name in _prefix_tenants
-	tenancy.is_listed_member(data.labgate.inventory.tenants[name], input.request.userInfo)
+	tenancy.is_listed_member(data.inventory.tenants[name], input.request.userInfo)
 	labels := object.get(input.request.object, ["metadata", "labels"], null)
 	not tenancy.tenant_label in object.keys(_object(labels))
 	op := _label_op(labels, name)
@@ -276,6 +276,6 @@ _pinning_changes(tenant, template) := [{"ops": [op], "warning": warning} |
 ]
 
 # Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
-inventory_revision := data.labgate.inventory.revision
+inventory_revision := data.inventory.revision
 
 default inventory_revision := null

@@ -5,8 +5,8 @@ import data.labgate.mutation
 
 # The mutation's output for `input_doc`: {"patch", "warnings"}.
 mutate(input_doc) := {"patch": p, "warnings": w} if {
-	p := mutation.patch with input as input_doc with data.labgate.inventory as testdata.gpu_inventory
-	w := mutation.warnings with input as input_doc with data.labgate.inventory as testdata.gpu_inventory
+	p := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	w := mutation.warnings with input as input_doc with data.inventory as testdata.gpu_inventory
 }
 
 # The input the webhook would send for the patched object: the patch applied, templates found again.
@@ -65,7 +65,7 @@ test_namespace_is_not_labelled_for_outsiders_platform_or_ambiguous_prefixes if {
 	mutate(namespace_input("vision-exp", testdata.vera, {"labgate.io/tenant": "team-a"})).patch == []
 	overlapping := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/team-a/spec/namespaces/prefix", "value": "vision-e"}])
 	count(mutation.patch) == 0 with input as namespace_input("vision-exp", testdata.vera, null)
-		with data.labgate.inventory as overlapping
+		with data.inventory as overlapping
 }
 
 # --- GPU placement ---
@@ -316,10 +316,10 @@ _pin_input := {
 
 test_tags_are_pinned_to_the_resolved_digest if {
 	result := mutation.patch with input as _pin_input
-		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 	result == [{"op": "add", "path": "/spec/containers/0/image", "value": concat("", ["registry.lab.example/vision/train@", _pin_digest])}]
 	warnings := mutation.warnings with input as _pin_input
-		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 	warnings == ["labgate pinned registry.lab.example/vision/train:v1 to sha256:0123456789ab"]
 }
 
@@ -330,10 +330,10 @@ test_a_pinned_image_is_left_alone if {
 		{"op": "replace", "path": "/images", "value": {pinned: {"pinned": pinned}}},
 	])
 	mutation.patch == [] with input as pinned_input
-		with data.labgate.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 }
 
 test_tenants_that_require_pinned_images_are_not_rewritten if {
 	mutation.patch == [] with input as _pin_input
-		with data.labgate.inventory as _pin_inventory({"requireDigest": true})
+		with data.inventory as _pin_inventory({"requireDigest": true})
 }

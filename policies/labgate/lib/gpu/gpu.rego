@@ -184,7 +184,7 @@ _on_demand_allowed(tenant, template) if {
 
 # Every taint key that some tenant's node pool tolerates: taints that keep pools for their tenants.
 pool_taint_keys contains key if {
-	some tenant in data.labgate.inventory.tenants
+	some tenant in data.inventory.tenants
 	some pool in node_pools(tenant)
 	some toleration in _array(object.get(pool, "tolerations", []))
 	key := object.get(toleration, "key", "")

@@ -86,7 +86,7 @@ test_pool_label_values_include_names_and_selectors if {
 }
 
 test_pool_taint_keys_come_from_every_tenant if {
-	gpu.pool_taint_keys == {"labgate.io/pool", "labgate.io/spot"} with data.labgate.inventory as testdata.gpu_inventory
+	gpu.pool_taint_keys == {"labgate.io/pool", "labgate.io/spot"} with data.inventory as testdata.gpu_inventory
 }
 
 test_a_narrower_toleration_is_covered if {

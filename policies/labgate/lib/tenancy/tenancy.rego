@@ -3,7 +3,7 @@
 # description: |
 #   Who owns a namespace, who is a member or admin of a tenant, and which requesters are the platform
 #   itself; plus the few request helpers every rule's messages share (how to name the object, where
-#   the containers of a pod spec are). Reads data.labgate.inventory (tenants and namespaces, kept in
+#   the containers of a pod spec are). Reads data.inventory (tenants and namespaces, kept in
 #   sync by the webhook), data.labgate.config and input.request.
 package labgate.lib.tenancy
 
@@ -21,13 +21,13 @@ request_namespace := input.request.name if {
 namespace_labels := object.get(input.request.object, ["metadata", "labels"], {}) if {
 	input.request.kind.kind == "Namespace"
 	input.request.kind.group == ""
-} else := data.labgate.inventory.namespaces[request_namespace].labels
+} else := data.inventory.namespaces[request_namespace].labels
 
 # The tenant named by the namespace's label, whether or not such a Tenant exists.
 claimed_tenant_name := namespace_labels[tenant_label]
 
 # The Tenant object that owns the request's namespace.
-namespace_tenant := data.labgate.inventory.tenants[claimed_tenant_name]
+namespace_tenant := data.inventory.tenants[claimed_tenant_name]
 
 # The platform itself: cluster admins, controllers, nodes.
 is_trusted_requester if input.request.userInfo.username in data.labgate.config.trusted_users
@@ -39,7 +39,7 @@ is_trusted_requester if {
 
 # labgate's own service accounts (the reconciler), in whatever namespace labgate runs.
 is_trusted_requester if {
-	platform_namespace := data.labgate.inventory.platform.namespace
+	platform_namespace := data.inventory.platform.namespace
 	sprintf("system:serviceaccounts:%s", [platform_namespace]) in input.request.userInfo.groups
 }
 
@@ -66,7 +66,7 @@ subject_matches(subject, user) if {
 
 # The tenant's own namespaces (those labelled with its name in the inventory).
 tenant_namespaces(tenant_name) := {name |
-	some name, ns in data.labgate.inventory.namespaces
+	some name, ns in data.inventory.namespaces
 	ns.labels[tenant_label] == tenant_name
 }
 
@@ -85,7 +85,7 @@ is_member(tenant, user) if {
 
 # Names of the tenants `user` belongs to, for messages that tell people where they may work.
 tenants_of(user) := {name |
-	some name, tenant in data.labgate.inventory.tenants
+	some name, tenant in data.inventory.tenants
 	is_member(tenant, user)
 }
 

@@ -16,7 +16,7 @@ pod_input(namespace, user, pod, usage) := object.union(
 
 violations(input_doc) := v if {
 	v := gpu_quota.violation with input as input_doc
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 }
 
 # --- gpu-quota ---
@@ -84,7 +84,7 @@ test_model_limits_hold_without_a_total if {
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "remove", "path": "/tenants/speech/spec/gpu/total"}])
 	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "4"})
 	v := gpu_quota.violation with input as pod_input("speech", testdata.sam, pod, {"total": 40, "by_model": {"a100": 6}})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	[x.message | some x in v] == [`[gpu-quota] Pod "train-1" asks 4 nvidia.com/gpu (a100); tenant "speech" uses 6 of 8 a100 GPUs. Fix: lower the request or wait for running pods to finish`]
 }
 
@@ -102,18 +102,18 @@ test_pod_updates_are_not_counted_again if {
 test_demand_of_a_pod_in_a_tenant_namespace if {
 	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "1"})
 	d := gpu_quota.demand with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	d == {"total": 3, "by_model": {"h100": 2, "mig-1g.10gb": 1}}
 }
 
 test_no_demand_outside_tenant_namespaces_or_for_workloads if {
 	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "2"})
 	d1 := gpu_quota.demand with input as testdata.workload_input("Pod", "default", testdata.vera, pod)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	d1 == {"total": 0, "by_model": {}}
 	job := testdata.job("sweep", 2, {}, pod.spec)
 	d2 := gpu_quota.demand with input as testdata.workload_input("Job", "vision", testdata.vera, job)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	d2 == {"total": 0, "by_model": {}}
 }
 

@@ -55,7 +55,7 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
-	tenant := data.labgate.inventory.tenants[_new_tenant]
+	tenant := data.inventory.tenants[_new_tenant]
 	not tenancy.is_listed_member(tenant, input.request.userInfo)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
@@ -75,7 +75,7 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
-	not data.labgate.inventory.tenants[_new_tenant]
+	not data.inventory.tenants[_new_tenant]
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] user %s may not create namespace %q labelled %s=%q: no Tenant %q exists. Fix: %s, or ask the infra team to create the Tenant",
@@ -118,7 +118,7 @@ _name_allowed(tenant) if {
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
 	_is_namespace
 	not tenancy.is_trusted_requester
-	tenant := data.labgate.inventory.tenants[_claimed_tenant]
+	tenant := data.inventory.tenants[_claimed_tenant]
 	not _name_allowed(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
@@ -167,12 +167,12 @@ _approving_tenants contains name if {
 }
 
 _admins_text(name) := sprintf("no Tenant %q exists", [name]) if {
-	not data.labgate.inventory.tenants[name]
-} else := tenancy.admin_names(data.labgate.inventory.tenants[name]) if {
-	tenancy.admin_names(data.labgate.inventory.tenants[name]) != ""
+	not data.inventory.tenants[name]
+} else := tenancy.admin_names(data.inventory.tenants[name]) if {
+	tenancy.admin_names(data.inventory.tenants[name]) != ""
 } else := "it lists no admins"
 
-_is_tenant_admin(name) if tenancy.is_admin(data.labgate.inventory.tenants[name], input.request.userInfo)
+_is_tenant_admin(name) if tenancy.is_admin(data.inventory.tenants[name], input.request.userInfo)
 
 # METADATA
 # title: Only the tenant's admins change labgate.io/ labels and annotations of its namespaces

@@ -16,7 +16,7 @@ update_namespace(user, old, new) := testdata.request("UPDATE", "Namespace", "", 
 violations_for(request) := violations if {
 	violations := namespace_ownership.violation with input.request as request
 		with input.pod_templates as []
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 # --- namespace-tenant-member and namespace-prefix (CREATE) ---
@@ -84,7 +84,7 @@ test_tenant_without_namespace_spec_allows_no_names if {
 	inventory := json.patch(testdata.inventory, [{"op": "remove", "path": "/tenants/team-b/spec/namespaces"}])
 	violations := namespace_ownership.violation with input.request as create_namespace(testdata.bob, "team-b", {"labgate.io/tenant": "team-b"})
 		with input.pod_templates as []
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	[v.message | some v in violations] == [`[namespace-prefix] namespace "team-b" may not be labelled labgate.io/tenant="team-b": tenant "team-b" allows no namespace names (its spec.namespaces is empty). Fix: use one of the tenant's names, or ask the infra team to add "team-b" to spec.namespaces.names of Tenant "team-b"`]
 }
 
@@ -165,19 +165,19 @@ test_labgate_keys_on_a_namespace_of_no_tenant_are_for_the_platform if {
 test_object_may_carry_its_own_tenant_label if {
 	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-a"}}})
 	count(namespace_ownership.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_unlabelled_object_is_allowed if {
 	obj := testdata.pod("train-1", {"containers": [testdata.main_container]})
 	count(namespace_ownership.violation) == 0 with input as testdata.workload_input("Pod", "default", testdata.alice, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_pod_may_not_claim_another_tenant if {
 	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
 	violations := namespace_ownership.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "tenant-identity-claim",
 		"field": "metadata.labels",
@@ -188,7 +188,7 @@ test_pod_may_not_claim_another_tenant if {
 test_pod_template_may_not_claim_another_tenant if {
 	obj := testdata.deployment("web", {"labgate.io/tenant": "team-a"}, {"containers": [testdata.main_container]})
 	violations := namespace_ownership.violation with input as testdata.workload_input("Deployment", "default", testdata.alice, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "tenant-identity-claim",
 		"field": "spec.template.metadata.labels",
@@ -207,14 +207,14 @@ test_cronjob_job_template_labels_are_checked if {
 		}},
 	}
 	violations := namespace_ownership.violation with input as testdata.workload_input("CronJob", "team-b", testdata.bob, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	[v.field | some v in violations] == ["spec.jobTemplate.metadata.labels"]
 }
 
 test_platform_may_label_objects if {
 	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
 	count(namespace_ownership.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.cluster_admin, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_label_and_annotation_changes_in_a_tenant_without_admins if {
@@ -223,7 +223,7 @@ test_label_and_annotation_changes_in_a_tenant_without_admins if {
 	new := namespace("team-b", {"labgate.io/tenant": "team-b", "labgate.io/tier": "gold"}, {"labgate.io/gpu-pool": "h100"})
 	violations := namespace_ownership.violation with input.request as update_namespace(testdata.bob, old, new)
 		with input.pod_templates as []
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	violations == {{
 		"rule": "tenant-label-protected",
 		"field": "metadata",

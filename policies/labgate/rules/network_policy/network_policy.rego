@@ -61,7 +61,7 @@ _allowed_tenants(tenant, "ingress") := {tenant.metadata.name} | {name |
 }
 
 _allowed_tenants(tenant, "egress") := {tenant.metadata.name} | {name |
-	some name, other in data.labgate.inventory.tenants
+	some name, other in data.inventory.tenants
 	tenant.metadata.name in object.get(other, ["spec", "network", "allowIngressFromTenants"], [])
 }
 
@@ -105,7 +105,7 @@ _has_peers(rule, key) if {
 # Namespaces labgate knows that belong to a tenant outside `allowed` and that `selector` selects,
 # shown as `"team-b" (tenant "team-b")`.
 _foreign_namespaces(selector, allowed) := {sprintf("%q (tenant %q)", [name, owner]) |
-	some name, namespace in data.labgate.inventory.namespaces
+	some name, namespace in data.inventory.namespaces
 	labels := object.get(namespace, "labels", {})
 	owner := labels[tenancy.tenant_label]
 	not owner in allowed

@@ -15,7 +15,7 @@ tenant_selector(tenant) := {"namespaceSelector": {"matchLabels": {"labgate.io/te
 violations_for(operation, namespace, user, new, old) := violations if {
 	violations := network_policy.violation with input.request as testdata.request(operation, "NetworkPolicy", namespace, user, new, old)
 		with input.pod_templates as []
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 # --- the label-selector semantics ---

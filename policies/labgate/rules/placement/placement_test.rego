@@ -17,7 +17,7 @@ gpu_pod(gpus, extra, annotations) := object.union(
 
 violations(namespace, user, pod) := v if {
 	v := placement.violation with input as testdata.workload_input("Pod", namespace, user, pod)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 }
 
 # --- placement-pool ---
@@ -41,7 +41,7 @@ test_pool_named_by_its_selector_value_is_allowed if {
 	}])
 	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "gpu-spot-1"}}, {})
 	count(placement.violation) == 0 with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_pod_on_another_pool_is_refused if {
@@ -74,7 +74,7 @@ test_toleration_of_every_taint_is_refused if {
 		"tolerations": [{"operator": "Exists"}],
 	})
 	v := placement.violation with input as testdata.workload_input("Job", "vision", testdata.vera, job)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	v == {{
 		"rule": "placement-pool",
 		"field": "spec.template.spec.tolerations[0]",
@@ -112,6 +112,6 @@ test_on_demand_in_a_job_template_is_refused_when_applied if {
 		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
 	})
 	v := placement.violation with input as testdata.workload_input("Job", "vision", testdata.vera, job)
-		with data.labgate.inventory as testdata.gpu_inventory
+		with data.inventory as testdata.gpu_inventory
 	[[x.rule, x.field] | some x in v] == [["placement-on-demand", "spec.template.metadata.annotations"]]
 }

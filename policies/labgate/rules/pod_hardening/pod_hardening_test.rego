@@ -8,7 +8,7 @@ privileged_container := object.union(testdata.main_container, {"securityContext"
 
 violations_for(kind, namespace, user, obj) := violations if {
 	violations := pod_hardening.violation with input as testdata.workload_input(kind, namespace, user, obj)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_plain_pod_is_allowed if {
@@ -87,14 +87,14 @@ test_host_path_exception_allows_host_path if {
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/exceptions/hostPath", "value": true}])
 	pod := testdata.pod("x", {"containers": [testdata.main_container], "volumes": [{"name": "d", "hostPath": {"path": "/data"}}]})
 	count(pod_hardening.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_decision_applies_the_tenants_mode_to_pod_hardening if {
 	pod := testdata.pod("x", {"containers": [privileged_container]})
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/pod-hardening", "value": "warn"}])
 	decision := admission.decision with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	decision.allowed
 	[f.rule | some f in decision.warnings] == ["pod-hardening"]
 }

@@ -36,7 +36,7 @@ pod_with(images) := testdata.pod("train-1", {"containers": [{"name": "main", "im
 violations_for(namespace, user, obj, images) := violations if {
 	workload := testdata.workload_input("Pod", namespace, user, obj)
 	violations := provenance.violation with input as object.union(workload, {"images": images})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_signed_image_from_allowed_registry_is_admitted if {
@@ -90,7 +90,7 @@ test_docker_hub_aliases_in_entries_match_docker_io if {
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
 		{"images": {image: f}},
 	)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 		with data.labgate.config.allowed_registries as ["index.docker.io/library"]
 }
 
@@ -101,7 +101,7 @@ test_cluster_wide_registries_alone_restrict_every_tenant if {
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: f}},
 	)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 		with data.labgate.config.allowed_registries as ["registry.lab.example"]
 	[v.message | some v in violations] == [`[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "quay.io/someone/tool:v2" (quay.io/someone/tool), which is not under a registry tenant "team-b" allows (registry.lab.example). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries`]
 }
@@ -123,7 +123,7 @@ test_signature_required_without_keys_says_so if {
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: f}},
 	)
-		with data.labgate.inventory as no_keys
+		with data.inventory as no_keys
 	[v.message | some v in violations] == [`[image-signature] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/b/tool:v1" (digest sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b), which no key tenant "team-b" trusts has signed (trusted keys: none listed). Fix: ask the tenant's admins to add the signer's public key to spec.images.signingKeys`]
 }
 
@@ -134,7 +134,7 @@ test_signing_keys_alone_require_signatures if {
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
 	)
-		with data.labgate.inventory as keys_only
+		with data.inventory as keys_only
 	[v.rule | some v in violations] == ["image-signature"]
 }
 
@@ -146,7 +146,7 @@ test_tag_is_refused_when_tenant_requires_digests if {
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
 	)
-		with data.labgate.inventory as digest_inventory
+		with data.inventory as digest_inventory
 	violations == {{
 		"rule": "image-digest",
 		"field": "spec.containers[0].image",
@@ -157,7 +157,7 @@ test_tag_is_refused_when_tenant_requires_digests if {
 test_digest_rule_needs_no_facts if {
 	image := "busybox"
 	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
-		with data.labgate.inventory as digest_inventory
+		with data.inventory as digest_inventory
 	[v.message | some v in violations] == [concat("", [`[image-digest] Pod "train-1" spec.containers[0] ("main") runs image "busybox", which is not pinned by digest; tenant "team-b" requires digests (spec.images.requireDigest). Fix: write it as <image>@sha256:<digest> (`, "`crane digest <image>`", ` prints the digest)`])]
 }
 
@@ -165,7 +165,7 @@ test_pinned_images_pass_the_digest_rule if {
 	pinned := concat("@", ["registry.lab.example/b/tool", digest])
 	tagged_and_pinned := concat("@", ["registry.lab.example/b/tool:v1", digest])
 	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([pinned, tagged_and_pinned]))
-		with data.labgate.inventory as digest_inventory
+		with data.inventory as digest_inventory
 	count(violations) == 0
 }
 
@@ -194,12 +194,12 @@ test_errors_refuse_even_for_tenants_without_image_rules if {
 
 test_missing_facts_are_refused_when_the_tenant_needs_them if {
 	violations := provenance.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer]))
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	[v.message | some v in violations] == [`[image-unverifiable] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1", which labgate could not check for tenant "team-a": labgate has no facts about it. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team`]
 
 	# team-b needs none.
 	count(provenance.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([trainer]))
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_init_and_ephemeral_containers_of_templates_are_checked if {
@@ -219,7 +219,7 @@ test_init_and_ephemeral_containers_of_templates_are_checked if {
 		testdata.workload_input("Deployment", "team-a", testdata.alice, deployment),
 		{"images": images},
 	)
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	{[v.rule, v.field] | some v in violations} == {
 		["image-signature", "spec.template.spec.initContainers[0].image"],
 		["image-registry", "spec.template.spec.ephemeralContainers[0].image"],
@@ -233,7 +233,7 @@ test_decision_applies_the_tenants_mode_to_image_signature if {
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer])),
 		{"images": {trainer: f}},
 	)
-		with data.labgate.inventory as warn
+		with data.inventory as warn
 	decision.allowed
 	[w.rule | some w in decision.warnings] == ["image-signature"]
 }
@@ -246,6 +246,6 @@ test_an_unreachable_registry_outside_the_allowed_ones_is_refused_for_its_registr
 		"pod_templates": [{"path": "spec", "spec": {"containers": [{"name": "main", "image": "evil.example/x/y:v1"}]}}],
 		"images": facts,
 	}
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	[v.rule | some v in violations] == ["image-registry"]
 }

@@ -56,7 +56,7 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 # Tenants that list the token's service account (this namespace, that name) as an admin or researcher.
 _tenants_listing_token_service_account contains name if {
 	sa := _token_service_account
-	some name, tenant in data.labgate.inventory.tenants
+	some name, tenant in data.inventory.tenants
 	some subject in tenancy.workload_subjects(tenant)
 	subject.kind == "ServiceAccount"
 	subject.namespace == input.request.namespace
@@ -71,7 +71,7 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	sa := _token_service_account
 	not tenancy.is_trusted_requester
 	some name in _tenants_listing_token_service_account
-	tenant := data.labgate.inventory.tenants[name]
+	tenant := data.inventory.tenants[name]
 	not tenancy.is_member(tenant, input.request.userInfo)
 	field := sprintf("metadata.annotations[%s]", [_token_annotation])
 	rule_id := rego.metadata.rule().custom.rule_id

@@ -13,7 +13,7 @@ token_secret(name, service_account) := {
 token_violations(namespace, user, secret) := violations if {
 	violations := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", namespace, user, secret, null)
 		with input.pod_templates as []
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 # --- service-account-token ---
@@ -59,13 +59,13 @@ test_token_for_another_tenants_member_service_account_is_refused if {
 test_pod_as_default_service_account_is_allowed if {
 	pod := testdata.pod("train-1", {"containers": [testdata.main_container]})
 	count(secret_scoping.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_pod_as_privileged_service_account_is_refused if {
 	deployment := testdata.deployment("web", {}, {"serviceAccountName": "labgate-reconciler", "containers": [testdata.main_container]})
 	violations := secret_scoping.violation with input as testdata.workload_input("Deployment", "team-a", testdata.alice, deployment)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "privileged-service-account",
 		"field": "spec.template.spec.serviceAccountName",
@@ -76,7 +76,7 @@ test_pod_as_privileged_service_account_is_refused if {
 test_deprecated_service_account_field_is_read if {
 	pod := testdata.pod("x", {"serviceAccount": "labgate-reconciler", "containers": [testdata.main_container]})
 	violations := secret_scoping.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	[v.field | some v in violations] == ["spec.serviceAccount"]
 }
 
@@ -104,18 +104,18 @@ pod_using_secrets(service_account) := testdata.pod("train-1", {
 test_pod_running_as_allowed_service_account_may_use_restricted_secrets if {
 	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
 	count(secret_scoping.violation) == 0 with input as input_doc
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_without_secret_facts_nothing_is_refused if {
 	count(secret_scoping.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("default"))
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 }
 
 test_evaluator_may_use_wandb_key_but_not_registry if {
 	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("evaluator")), {"secrets": restricted_secrets})
 	violations := secret_scoping.violation with input as input_doc
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "secret-scope",
 		"field": "spec.imagePullSecrets[0].name",
@@ -126,7 +126,7 @@ test_evaluator_may_use_wandb_key_but_not_registry if {
 test_pod_as_default_may_not_use_restricted_secrets if {
 	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("")), {"secrets": restricted_secrets})
 	violations := secret_scoping.violation with input as input_doc
-		with data.labgate.inventory as testdata.inventory
+		with data.inventory as testdata.inventory
 	{v.field | some v in violations} == {
 		"spec.imagePullSecrets[0].name",
 		"spec.volumes[0].secret.secretName",

@@ -50,7 +50,7 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.namespac
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
 	input.request.kind.kind != "Namespace"
 	name := tenancy.claimed_tenant_name
-	not data.labgate.inventory.tenants[name]
+	not data.inventory.tenants[name]
 	not tenancy.is_trusted_requester
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(

@@ -15,7 +15,7 @@ _is_tenant_write if {
 _name := input.request.object.metadata.name
 
 _others := {name: tenant |
-	some name, tenant in data.labgate.inventory.tenants
+	some name, tenant in data.inventory.tenants
 	name != _name
 }
 
@@ -23,7 +23,7 @@ _owner_of_namespace(namespace) := owner if {
 	some owner, tenant in _others
 	namespace in object.get(tenant, ["spec", "namespaces", "names"], [])
 } else := owner if {
-	owner := data.labgate.inventory.namespaces[namespace].labels[data.labgate.config.tenant_label]
+	owner := data.inventory.namespaces[namespace].labels[data.labgate.config.tenant_label]
 	owner != _name
 	_others[owner]
 }

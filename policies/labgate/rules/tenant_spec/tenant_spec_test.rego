@@ -17,17 +17,17 @@ inventory := json.patch(testdata.inventory, [
 
 test_new_tenant_with_its_own_namespaces_is_allowed if {
 	count(tenant_spec.violation) == 0 with input.request as tenant_request("team-c", {"names": ["team-c"], "prefix": "team-c-"})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_updating_a_tenant_with_its_own_namespace_is_allowed if {
 	count(tenant_spec.violation) == 0 with input.request as tenant_request("team-a", {"names": ["team-a"], "prefix": "team-a-"})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 }
 
 test_namespace_named_by_another_tenant_is_refused if {
 	violations := tenant_spec.violation with input.request as tenant_request("team-c", {"names": ["team-c", "team-a"]})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	violations == {{
 		"rule": "tenant-namespace-conflict",
 		"field": "spec.namespaces.names[1]",
@@ -37,13 +37,13 @@ test_namespace_named_by_another_tenant_is_refused if {
 
 test_namespace_labelled_for_another_tenant_is_refused if {
 	violations := tenant_spec.violation with input.request as tenant_request("team-c", {"names": ["team-b"]})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	[v.rule | some v in violations] == ["tenant-namespace-conflict"]
 }
 
 test_overlapping_prefix_is_refused if {
 	violations := tenant_spec.violation with input.request as tenant_request("team-c", {"prefix": "team-a-x-"})
-		with data.labgate.inventory as inventory
+		with data.inventory as inventory
 	violations == {{
 		"rule": "tenant-namespace-conflict",
 		"field": "spec.namespaces.prefix",
