@@ -91,30 +91,56 @@ class NotLeaderError(RuntimeError):
 
 
 class ObjectCache:
-    """The last seen version of every object the reflectors follow, by (apiVersion, kind, ns, name)."""
+    """The last seen version of every object the reflectors follow, by (apiVersion, kind, ns, name),
+    indexed by the tenant label, so that reconciling one tenant never scans everyone's objects."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[Key, Object] = {}
+        self._by_tenant: dict[str, set[Key]] = {}
+
+    @staticmethod
+    def _key(kind: Kind, obj: Object) -> Key:
+        return object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind})
+
+    def _forget(self, key: Key) -> None:
+        old = self._objects.pop(key, None)
+        if old is not None and (tenant := _labels(old).get(TENANT_LABEL)) is not None:
+            keys = self._by_tenant.get(tenant)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_tenant[tenant]
+
+    def _remember(self, key: Key, obj: Object) -> None:
+        self._forget(key)
+        self._objects[key] = obj
+        if (tenant := _labels(obj).get(TENANT_LABEL)) is not None:
+            self._by_tenant.setdefault(tenant, set()).add(key)
 
     def replace_kind(self, kind: Kind, objects: list[Object]) -> None:
         with self._lock:
             for key in [k for k in self._objects if k[:2] == (kind.api_version, kind.kind)]:
-                del self._objects[key]
+                self._forget(key)
             for obj in objects:
-                self._objects[object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind})] = obj
+                self._remember(self._key(kind, obj), obj)
 
     def upsert(self, kind: Kind, obj: Object) -> None:
         with self._lock:
-            self._objects[object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind})] = obj
+            self._remember(self._key(kind, obj), obj)
 
     def remove(self, kind: Kind, obj: Object) -> None:
         with self._lock:
-            self._objects.pop(object_key({**obj, "apiVersion": kind.api_version, "kind": kind.kind}), None)
+            self._forget(self._key(kind, obj))
 
     def get(self, key: Key) -> Object | None:
         with self._lock:
             return self._objects.get(key)
+
+    def labelled_for(self, tenant: str) -> list[tuple[Key, Object]]:
+        """Every cached object labelled labgate.io/tenant=<tenant> (namespaces included)."""
+        with self._lock:
+            return [(k, self._objects[k]) for k in self._by_tenant.get(tenant, ())]
 
     def select(self, predicate: Callable[[Key, Object], bool]) -> list[tuple[Key, Object]]:
         with self._lock:
@@ -449,20 +475,14 @@ class Reconciler:
     # -- one tenant -------------------------------------------------------------------------------
 
     def _owned(self, tenant_name: str) -> list[tuple[Key, Object]]:
-        return self.cache.select(
-            lambda k, o: (
-                k[1] != "Namespace"
-                and _labels(o).get(TENANT_LABEL) == tenant_name
-                and _labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY
-            )
-        )
+        return [
+            (k, o)
+            for k, o in self.cache.labelled_for(tenant_name)
+            if k[1] != "Namespace" and _labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY
+        ]
 
     def _labelled_namespaces(self, tenant_name: str) -> set[str]:
-        return {
-            k[3]
-            for k, o in self.cache.select(lambda k, o: k[1] == "Namespace")
-            if _labels(o).get(TENANT_LABEL) == tenant_name
-        }
+        return {k[3] for k, _ in self.cache.labelled_for(tenant_name) if k[1] == "Namespace"}
 
     def reconcile(self, name: str) -> None:
         """Make tenant `name`'s objects match its spec (or clean up after it)."""

@@ -107,3 +107,19 @@ def test_a_hardening_exception_lifts_pod_security_to_privileged() -> None:
 )
 def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
     assert is_subset(desired, live) is expected
+
+
+def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
+    from rbac.reconciler import ObjectCache
+    from webhook.kube import NAMESPACE, ROLE_BINDING
+
+    cache = ObjectCache()
+    binding = {"metadata": {"name": "b", "namespace": "vision", "labels": {"labgate.io/tenant": "vision"}}}
+    cache.replace_kind(ROLE_BINDING, [binding])
+    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "vision"}}})
+    assert sorted(k[1] for k, _ in cache.labelled_for("vision")) == ["Namespace", "RoleBinding"]
+    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "audio"}}})
+    assert [k[1] for k, _ in cache.labelled_for("vision")] == ["RoleBinding"]
+    assert [k[3] for k, _ in cache.labelled_for("audio")] == ["vision"]
+    cache.remove(ROLE_BINDING, binding)
+    assert cache.labelled_for("vision") == []
