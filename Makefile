@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run stop test setup tools venv lint policy-test unit e2e clean
+.PHONY: run stop test setup tools venv lint policy-test unit e2e e2e-kind clean
 
 run: setup  ## start everything and show the main job (stop with: make stop)
 	@$(BIN)/labgate dev down >/dev/null
@@ -50,6 +50,9 @@ unit: venv
 
 e2e: setup
 	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
+
+e2e-kind: setup  ## the same e2e tests on a kind cluster (needs a Docker engine; skipped with the reason otherwise)
+	$(BIN)/python -m pytest tests/e2e --cluster=kind -rs $(PYTEST_ARGS)
 
 clean: stop
 	rm -rf $(VENV) .labgate-dev .pytest_cache .mypy_cache .ruff_cache
