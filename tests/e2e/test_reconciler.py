@@ -312,3 +312,27 @@ def test_leader_failover_and_a_paused_leader_stops_writing(
     )["spec"]
     assert renewals["holderIdentity"] == "standby"
     assert renewals["leaseTransitions"] >= 1
+
+
+def test_invalid_tenant_specs_are_refused_at_apply_time_with_a_clear_message(stack: LabgateStack) -> None:
+    name = f"bad-{os.getpid()}"
+    cases = [
+        (
+            {"members": {"researchers": [{"kind": "ServiceAccount", "name": "ci"}]}},
+            "a ServiceAccount member needs its namespace",
+        ),
+        ({"members": {}, "enforcement": {"gpu-quota": "off"}}, 'Unsupported value: "off"'),
+        ({"members": {}, "gpu": {"total": -1}}, "spec.gpu.total"),
+        ({"members": {}, "namespaces": {"prefix": "No_Caps"}}, "spec.namespaces.prefix"),
+    ]
+    for spec, message in cases:
+        tenant = {
+            "apiVersion": "labgate.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        result = stack.cluster_kubectl("apply", "-f", "-", manifest=tenant)
+        assert result.returncode == 1, f"admitted: {spec}"
+        assert message in result.stderr, result.stderr
+        assert get_json(stack, f"tenant/{name}") is None, "never half-applied"
