@@ -99,6 +99,10 @@ def shared_cluster_roles() -> list[Manifest]:
 
 
 DEFAULT_PRIORITY_CLASS = "research-default"
+# Pods beyond a tenant's GPU quota (spec.gpu.overQuota: preemptible); name and value must match
+# preemptible_priority_class and preemptible_priority_value in policies/labgate/config/data.json.
+PREEMPTIBLE_PRIORITY_CLASS = "research-preemptible"
+PREEMPTIBLE_PRIORITY_VALUE = -100
 
 
 def shared_priority_classes() -> list[Manifest]:
@@ -113,7 +117,18 @@ def shared_priority_classes() -> list[Manifest]:
             "globalDefault": False,
             "preemptionPolicy": "PreemptLowerPriority",
             "description": "Research experiments (labgate's default for tenant workloads).",
-        }
+        },
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": PREEMPTIBLE_PRIORITY_CLASS, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "value": PREEMPTIBLE_PRIORITY_VALUE,
+            "globalDefault": False,
+            # The Pod already carries the default policy when the mutation gives it this class, and
+            # the apiserver refuses a mismatch; at the lowest priority it preempts nothing anyway.
+            "preemptionPolicy": "PreemptLowerPriority",
+            "description": "GPU pods admitted beyond their tenant's quota: first to be evicted.",
+        },
     ]
 
 
@@ -193,7 +208,19 @@ def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
                 "kind": "ResourceQuota",
                 "metadata": _meta("labgate-gpu", name, namespace),
                 # A backstop per namespace; the tenant-wide limit across namespaces is the webhook's ledger.
-                "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(tenant.spec.gpu.total)}},
+                # Preemptible pods admitted beyond quota (overQuota: preemptible) are not counted.
+                "spec": {
+                    "hard": {f"requests.{GPU_RESOURCE}": str(tenant.spec.gpu.total)},
+                    "scopeSelector": {
+                        "matchExpressions": [
+                            {
+                                "scopeName": "PriorityClass",
+                                "operator": "NotIn",
+                                "values": [PREEMPTIBLE_PRIORITY_CLASS],
+                            }
+                        ]
+                    },
+                },
             }
         )
     return objects

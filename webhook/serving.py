@@ -76,6 +76,10 @@ class SecretFacts(Protocol):
     def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
 
 
+def _is_pod_create(request: AdmissionRequest) -> bool:
+    return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
+
+
 @dataclass
 class DecisionTrace:
     """Filled in while a request is served, for the decision log: the policy decision and the tenant."""
@@ -125,6 +129,13 @@ class AdmissionServer:
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
+        if tenant and self.ledgers is not None and _is_pod_create(request):
+            # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
+            # preemptible (when the tenant allows it); the validation decides and reserves.
+            key = pod_key(
+                request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
+            )
+            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=key).model_dump()
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:
@@ -144,10 +155,7 @@ class AdmissionServer:
         trace = trace if trace is not None else DecisionTrace()
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
-        is_pod_create = (
-            request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
-        )
-        if not (is_pod_create and tenant):
+        if not (_is_pod_create(request) and tenant):
             decision = await self._decide(policy_input)
             trace.decision = decision
             self._count(decision)

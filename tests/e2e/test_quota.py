@@ -202,3 +202,29 @@ def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
     with ThreadPoolExecutor(max_workers=10) as pool:
         again = list(pool.map(create, range(100, 110)))
     assert sum(1 for code, _ in again if code == 0) == 3
+
+
+def test_beyond_quota_pods_run_as_preemptible_when_the_tenant_allows_it(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 2, "overQuota": "preemptible"}})
+    me = team.researcher
+    assert me.apply(gpu_pod("in-quota", 2, model=None), team.namespace).returncode == 0
+    extra = me.apply(gpu_pod("extra", 1, model=None), team.namespace)
+    assert extra.returncode == 0, extra.stderr
+    assert (
+        "Warning: labgate: beyond tenant quota, pod admitted as preemptible (research-preemptible)"
+        in extra.stderr
+    )
+    live = get_json(stack, "pod/extra", "-n", team.namespace)
+    assert live is not None
+    assert live["metadata"]["labels"]["labgate.io/preemptible"] == "true"
+    assert live["spec"]["priorityClassName"] == "research-preemptible"
+    assert live["spec"]["priority"] == -100
+    eventually(lambda: gpu_used(stack, team.name) == 2, what="the preemptible pod holds no reservation")
+    # Claiming the label by hand does not buy GPUs in a tenant that refuses beyond quota.
+    strict = tenants.create(spec_extra={"gpu": {"total": 1}})
+    claimed = gpu_pod("sneaky", 1, model=None, labels={"labgate.io/preemptible": "true"})
+    refused = strict.researcher.apply(claimed, strict.namespace)
+    assert refused.returncode == 1
+    assert "[gpu-preemptible]" in refused.stderr

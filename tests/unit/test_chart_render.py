@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rbac.desired import DEFAULT_PRIORITY_CLASS
+from rbac.desired import DEFAULT_PRIORITY_CLASS, shared_priority_classes
 from webhook.devcluster.stack import opa_argv
 from webhook.devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from webhook.registration import (
@@ -529,7 +529,9 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     priority = [r for r in one(default_manifests, "ClusterRole", "labgate-reconciler")["rules"]
                 if r["resources"] == ["priorityclasses"]]  # fmt: skip
     assert {"create"} == {v for r in priority if "resourceNames" not in r for v in r["verbs"]}
-    assert [r["resourceNames"] for r in priority if "resourceNames" in r] == [[DEFAULT_PRIORITY_CLASS]]
+    names = [c["metadata"]["name"] for c in shared_priority_classes()]
+    assert [r["resourceNames"] for r in priority if "resourceNames" in r] == [names]
+    assert DEFAULT_PRIORITY_CLASS in names
     events = one(default_manifests, "Role", "labgate-reconciler-events")
     assert events["metadata"]["namespace"] == "default"  # where rbac/reconciler.py records Tenant events
 

@@ -27,6 +27,7 @@ package labgate.mutation
 
 import data.labgate.lib.gpu
 import data.labgate.lib.tenancy
+import data.labgate.rules.gpu_quota
 
 patch := [op | some change in _changes; some op in change.ops]
 
@@ -45,7 +46,7 @@ _template_changes(tenant, template) := array.concat(
 		array.concat(_placement_changes(tenant, template), _automount_changes(tenant, template)),
 		_priority_changes(template),
 	),
-	_pinning_changes(tenant, template),
+	array.concat(_pinning_changes(tenant, template), _preemptible_changes(tenant, template)),
 )
 
 # --- JSON pointers ---
@@ -257,6 +258,30 @@ _priority_changes(template) := [{"ops": [op], "warning": warning} |
 	object.get(template.spec, "priority", null) == null
 	op := {"op": "add", "path": _field_pointer(template, "priorityClassName"), "value": _default_priority_class}
 	warning := sprintf("labgate set priorityClassName %q on %s", [_default_priority_class, _subject(template)])
+]
+
+# --- Beyond GPU quota, as preemptible ---
+
+# A tenant with spec.gpu.overQuota: preemptible gets a GPU pod that would exceed its quota admitted
+# at the preemptible priority (input.gpu_usage is the tenant's usage). The Priority admission plugin
+# has already resolved spec.priority on the Pod, so the class and its value are set together.
+_preemptible_changes(tenant, template) := [{"ops": ops, "warning": warning} |
+	gpu.is_pod
+	template.path == "spec"
+	tenant.spec.gpu.overQuota == "preemptible"
+	d := gpu.template_demand[template.path]
+	d.total > 0
+	gpu_quota.exceeds(tenant, d)
+	label := data.labgate.config.preemptible_label
+	object.get(template.metadata, ["labels", label], "") != "true"
+	class := data.labgate.config.preemptible_priority_class
+	labels := object.union(_object(object.get(template.metadata, "labels", {})), {label: "true"})
+	ops := [
+		{"op": "add", "path": "/metadata/labels", "value": labels},
+		{"op": "add", "path": "/spec/priorityClassName", "value": class},
+		{"op": "add", "path": "/spec/priority", "value": data.labgate.config.preemptible_priority_value},
+	]
+	warning := sprintf("labgate: beyond tenant quota, pod admitted as preemptible (%s), may be evicted", [class])
 ]
 
 # --- Image digests ---

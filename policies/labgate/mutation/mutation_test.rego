@@ -337,3 +337,31 @@ test_tenants_that_require_pinned_images_are_not_rewritten if {
 	mutation.patch == [] with input as _pin_input
 		with data.inventory as _pin_inventory({"requireDigest": true})
 }
+
+# --- beyond quota as preemptible ---
+
+_preempt_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
+
+_preempt_input(usage) := {
+	"request": object.union(testdata.pod_request("vision", testdata.vera), {"object": {"metadata": {"name": "extra"}}}),
+	"pod_templates": [{"path": "spec", "metadata": {"name": "extra"}, "replicas": 1, "spec": {
+		"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+		"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "h100-spot"},
+		"automountServiceAccountToken": false, "priority": 0,
+	}}],
+	"gpu_usage": usage,
+}
+
+test_a_pod_beyond_quota_is_marked_preemptible if {
+	patch := mutation.patch with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
+		with data.inventory as _preempt_inventory
+	{"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
+	{"op": "add", "path": "/spec/priority", "value": -100} in patch
+	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}} in patch
+}
+
+test_a_pod_within_quota_is_not_marked if {
+	patch := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
+		with data.inventory as _preempt_inventory
+	not {"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
+}

@@ -10,6 +10,9 @@
 #   refused when applied. A tenant without spec.gpu.total has no total limit; its per-model limits,
 #   when it lists any, still hold.
 #   `demand` is the request's Pod's demand, which the webhook reserves in the ledger when it admits.
+#   A tenant with spec.gpu.overQuota: preemptible gets pods beyond quota admitted instead of refused,
+#   never silently: the mutation labels them labgate.io/preemptible=true and gives them the
+#   preemptible priority class (config), they hold no reservation, and kubectl shows a warning.
 package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
@@ -40,7 +43,44 @@ _pod_template := template if {
 
 default demand := {"total": 0, "by_model": {}}
 
-demand := gpu.template_demand[_pod_template.path]
+# A preemptible pod beyond quota (tenant overQuota: preemptible) holds no reservation.
+demand := gpu.template_demand[_pod_template.path] if not _is_admitted_preemptible
+
+# --- beyond quota as preemptible (spec.gpu.overQuota: preemptible) ---
+
+_preemptible_label := data.labgate.config.preemptible_label
+
+_preemptible_class := data.labgate.config.preemptible_priority_class
+
+_allows_preemptible(tenant) if tenant.spec.gpu.overQuota == "preemptible"
+
+_is_marked_preemptible if object.get(_pod_template.metadata, ["labels", _preemptible_label], "") == "true"
+
+_is_admitted_preemptible if {
+	_is_marked_preemptible
+	_allows_preemptible(tenancy.namespace_tenant)
+	object.get(_pod_template.spec, "priorityClassName", "") == _preemptible_class
+}
+
+# Whether demand `d` would go beyond one of the tenant's limits (for the mutation).
+exceeds(tenant, d) if _overrun_text(tenant, d)
+
+# METADATA
+# title: Preemptible pods run at the preemptible priority
+# custom:
+#   rule_id: gpu-preemptible
+violation contains {"rule": rule_id, "message": msg, "field": "spec.priorityClassName"} if {
+	_is_marked_preemptible
+	tenant := tenancy.namespace_tenant
+	not _is_admitted_preemptible
+	rule_id := rego.metadata.rule().custom.rule_id
+	reason := _preemptible_refusal(tenant)
+	msg := sprintf("[%s] %s is labelled %s=true but %s. Fix: remove the label; labgate marks pods beyond quota itself", [rule_id, tenancy.object_ref, _preemptible_label, reason])
+}
+
+_preemptible_refusal(tenant) := sprintf("tenant %q admits no pods beyond quota (spec.gpu.overQuota is not preemptible)", [tenant.metadata.name]) if {
+	not _allows_preemptible(tenant)
+} else := sprintf("its priority class is %q, not %q", [object.get(_pod_template.spec, "priorityClassName", ""), _preemptible_class])
 
 # The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)".
 _overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
@@ -71,6 +111,7 @@ _in_parentheses(parts) := "" if {
 #   rule_id: gpu-quota
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.containers", [template.path])} if {
 	template := _pod_template
+	not _is_admitted_preemptible
 	tenant := tenancy.namespace_tenant
 	d := gpu.template_demand[template.path]
 	d.total > 0

@@ -225,3 +225,34 @@ test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
 	count(violations(testdata.workload_input("Job", "team-a", testdata.alice, job))) == 0
 	count(violations(testdata.workload_input("Job", "speech", testdata.job_controller, job))) == 0
 }
+
+# --- beyond quota as preemptible ---
+
+preemptible_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
+
+marked(pod, class) := json.patch(pod, [
+	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}},
+	{"op": "add", "path": "/spec/priorityClassName", "value": class},
+])
+
+test_a_marked_pod_beyond_quota_is_admitted_for_a_preemptible_tenant_and_reserves_nothing if {
+	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "8"}), "research-preemptible")
+	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})
+	count(gpu_quota.violation) == 0 with input as doc with data.inventory as preemptible_inventory
+	gpu_quota.demand == {"total": 0, "by_model": {}} with input as doc with data.inventory as preemptible_inventory
+}
+
+test_the_preemptible_label_without_the_tenants_consent_is_refused if {
+	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "1"}), "research-preemptible")
+	doc := pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})
+	[v.rule | some v in violations(doc)] == ["gpu-preemptible"]
+	some v in violations(doc)
+	contains(v.message, `tenant "vision" admits no pods beyond quota`)
+}
+
+test_a_preemptible_pod_at_another_priority_is_refused if {
+	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "8"}), "research-high")
+	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})
+	found := gpu_quota.violation with input as doc with data.inventory as preemptible_inventory
+	{v.rule | some v in found} == {"gpu-preemptible", "gpu-quota"}
+}
