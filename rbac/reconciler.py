@@ -53,6 +53,7 @@ from webhook.kube import (
     Reflector,
     kind_of,
 )
+from webhook.metrics import GPU_LIMIT, GPU_USED
 from webhook.quota_ledger import (
     GpuAmount,
     LedgerCache,
@@ -535,6 +536,13 @@ class Reconciler:
             "namespaces": states,
             "gpu": {"used": gpus.total, "usedByModel": dict(gpus.by_model)},
         }
+        GPU_USED.labels(tenant.name, "all").set(gpus.total)
+        for model, count in gpus.by_model.items():
+            GPU_USED.labels(tenant.name, model).set(count)
+        if tenant.spec.gpu.total is not None:
+            GPU_LIMIT.labels(tenant.name, "all").set(tenant.spec.gpu.total)
+        for model, limit in tenant.spec.gpu.models.items():
+            GPU_LIMIT.labels(tenant.name, model).set(limit)
         old_gpu = old.get("gpu") or {}
         unchanged = (
             is_subset({k: v for k, v in status.items() if k != "gpu"}, old)

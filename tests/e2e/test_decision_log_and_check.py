@@ -4,8 +4,10 @@ record; `labgate check` gives the same verdict and message as the webhook on the
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,24 @@ def test_the_decision_log_records_verifies_and_detects_an_edit(
     tampered = labgate("decisions", "verify", str(copy))
     assert tampered.returncode == 1
     assert f"TAMPERED: line {index + 1}" in tampered.stdout + tampered.stderr
+
+
+def test_metrics_count_refusals_by_rule_and_tenant(stack: LabgateStack, tenants: TenantFactory) -> None:
+    mine, theirs = tenants.create(), tenants.create()
+    tenants.open_rbac(theirs.namespace, *mine.researcher.groups)
+    assert mine.researcher.apply(pod_manifest("counted"), theirs.namespace).returncode == 1
+    context = ssl.create_default_context(cadata=stack.webhook_ca.cert_pem.decode())
+    with urllib.request.urlopen(f"{stack.webhook_urls[0]}/metrics", context=context, timeout=5) as response:  # noqa: S310
+        text = response.read().decode()
+    assert (
+        f'labgate_admission_rule_findings_total{{mode="enforce",rule="tenant-membership",tenant="{theirs.name}"}} 1.0'
+        in text
+    )
+    assert (
+        f'labgate_admission_requests_total{{tenant="{theirs.name}",verdict="refused",webhook="validate"}} 1.0'
+        in text
+    )
+    assert 'labgate_admission_duration_seconds_count{webhook="validate"}' in text
 
 
 @pytest.fixture(scope="module")

@@ -75,3 +75,19 @@ def test_a_policy_written_to_disk_is_enforced_without_restart(
     assert outsider.returncode == 1
     assert "[tenant-membership]" in outsider.stderr
     assert mine.researcher.apply(pod_manifest("fine"), mine.namespace).returncode == 0
+
+
+def test_a_broken_policy_never_replaces_the_working_one(
+    stack: LabgateStack, tenants: TenantFactory, probe_rule: Path
+) -> None:
+    mine, theirs = tenants.create(), tenants.create()
+    tenants.open_rbac(theirs.namespace, *mine.researcher.groups)
+    probe_rule.write_text("package labgate.rules.e2e_reload\n\nviolation contains x if {\n")  # does not parse
+    # OPA refuses the broken file and keeps deciding with the policies it had: nothing is refused
+    # for want of a policy, and the tenant rules still hold.
+    for i in range(5):
+        assert mine.researcher.apply(pod_manifest(f"ok-{i}"), mine.namespace).returncode == 0
+        outsider = mine.researcher.apply(pod_manifest(f"no-{i}"), theirs.namespace)
+        assert outsider.returncode == 1
+        assert "[tenant-membership]" in outsider.stderr
+        assert "policy-engine-unavailable" not in outsider.stderr
