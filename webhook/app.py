@@ -51,6 +51,9 @@ class _Offline:
     def ensure_namespace(self, name: str) -> None:
         """There is no cluster to read through to."""
 
+    def is_known(self, name: str) -> bool:
+        return True
+
     def tenant_of(self, namespace: str) -> str | None:
         return None
 

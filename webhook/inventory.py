@@ -101,6 +101,15 @@ class InventorySync:
 
         return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
 
+    def is_known(self, name: str) -> bool:
+        """Whether the namespace, and the tenant it names, are already in the inventory (no I/O)."""
+        with self._lock:
+            namespace = self._inventory["namespaces"].get(name)
+            if namespace is None:
+                return False
+            tenant = namespace["labels"].get(TENANT_LABEL)
+            return not tenant or tenant in self._inventory["tenants"]
+
     def ensure_namespace(self, name: str) -> None:
         """Read through on a cache miss: a namespace created an instant before its first pod may not
         have reached the watch yet, and deciding without it could admit what its owner would refuse."""

@@ -40,6 +40,8 @@ class InventoryState(Protocol):
 
     def ensure_namespace(self, name: str) -> None: ...
 
+    def is_known(self, name: str) -> bool: ...
+
     def tenant_of(self, namespace: str) -> str | None: ...
 
     def push_all(self) -> None: ...
@@ -124,7 +126,8 @@ class AdmissionServer:
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         tenant = None
         if namespace:
-            await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
+            if not self.inventory.is_known(namespace):  # the common case costs no thread hop
+                await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
             tenant = self.inventory.tenant_of(namespace)
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
