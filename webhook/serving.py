@@ -83,6 +83,17 @@ def _is_pod_create(request: AdmissionRequest) -> bool:
 
 
 @dataclass
+class _PendingReservation:
+    """A GPU pod waiting for its tenant's next ledger batch."""
+
+    request: AdmissionRequest
+    policy_input: dict[str, Any]
+    key: str
+    trace: DecisionTrace
+    response: asyncio.Future[AdmissionResponse]
+
+
+@dataclass
 class DecisionTrace:
     """Filled in while a request is served, for the decision log: the policy decision and the tenant."""
 
@@ -105,7 +116,9 @@ class AdmissionServer:
         image_timeout: float = 1.0,
     ):
         self.workload_kinds = workload_kinds
-        self._ledger_locks: dict[str, asyncio.Lock] = {}
+        self._pending: dict[str, list[_PendingReservation]] = {}
+        self._committing: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.images = images
         self.image_timeout = image_timeout
         self.engine = engine
@@ -188,53 +201,88 @@ class AdmissionServer:
     async def _validate_gpu_pod(
         self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
     ) -> AdmissionResponse:
-        """Decide with the tenant's current GPU usage; if admitted, reserve by compare-and-swap, and on a
-        lost race decide again with the new usage (never two admissions spending the same GPUs)."""
-        # One decision at a time per tenant in this replica: requests of the same replica would only
-        # lose compare-and-swaps to each other; races with other replicas are settled by the CAS.
-        async with self._ledger_locks.setdefault(tenant, asyncio.Lock()):
-            return await self._reserve(request, policy_input, tenant, trace)
+        """Decide with the tenant's current GPU usage and reserve what is admitted, by compare-and-swap;
+        a lost race decides again with the new usage (never two admissions spending the same GPUs).
 
-    async def _reserve(
-        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
-    ) -> AdmissionResponse:
+        Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
+        next batch; a batch is decided one pod after the other against a running ledger and written in
+        one compare-and-swap. A Job's thousand pods cost a few writes, not a thousand."""
         metadata = (request.object or {}).get("metadata", {})
         key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
+        future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(tenant, []).append(
+            _PendingReservation(request, policy_input, key, trace, future)
+        )
+        if tenant not in self._committing:
+            self._committing.add(tenant)
+            task = asyncio.create_task(self._commit_batches(tenant))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def _commit_batches(self, tenant: str) -> None:
+        try:
+            while batch := self._pending.pop(tenant, []):
+                try:
+                    await self._commit(tenant, batch)
+                except Exception as err:  # no decision for this batch: each of its requests refuses
+                    for item in batch:
+                        if not item.response.done():
+                            item.response.set_exception(err)
+        finally:
+            self._committing.discard(tenant)
+
+    async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:
         ledgers = self.ledgers
         ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
-            policy_input["gpu_usage"] = usage(ledger, excluding=key).model_dump()
-            decision = await self._decide(policy_input)
-            trace.decision = decision
-            demand = decision.gpu_demand
-            if not decision.allowed or demand.total == 0 or request.dry_run:
-                self._count(decision)
-                return build_response(request=request, decision=decision)
-            if ledgers is None:
-                return engine_unavailable_response(
-                    request=request, reason="no GPU quota ledger to reserve in"
-                )
-            reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-            try:
-                await asyncio.to_thread(ledgers.write, with_reservation(ledger, key, reservation, now=now()))
-            except LedgerConflictError:
-                LEDGER_CONFLICTS.labels(tenant).inc()
-                log.info(
-                    "ledger of %s changed under %s (attempt %d); deciding again", tenant, key, attempt + 1
-                )
-                ledger = await asyncio.to_thread(ledgers.fresh, tenant)
-                continue
-            self._count(decision)
-            return build_response(request=request, decision=decision)
+            working = ledger
+            responses: list[AdmissionResponse] = []
+            for item in batch:
+                item.policy_input["gpu_usage"] = usage(working, excluding=item.key).model_dump()
+                decision = await self._decide(item.policy_input)
+                item.trace.decision = decision
+                demand = decision.gpu_demand
+                if decision.allowed and demand.total > 0 and not item.request.dry_run:
+                    if ledgers is None:
+                        reason = "no GPU quota ledger to reserve in"
+                        responses.append(engine_unavailable_response(request=item.request, reason=reason))
+                        continue
+                    reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
+                    working = with_reservation(working, item.key, reservation, now=now())
+                responses.append(build_response(request=item.request, decision=decision))
+            if working is not ledger and ledgers is not None:
+                try:
+                    await asyncio.to_thread(ledgers.write, working)
+                except LedgerConflictError:
+                    LEDGER_CONFLICTS.labels(tenant).inc()
+                    log.info(
+                        "ledger of %s changed (attempt %d): deciding %d pods again",
+                        tenant,
+                        attempt + 1,
+                        len(batch),
+                    )
+                    ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+                    continue
+            for item, response in zip(batch, responses, strict=True):
+                if item.trace.decision is not None:
+                    self._count(item.trace.decision)
+                if not item.response.done():  # its caller may have given up at the deadline
+                    item.response.set_result(response)
+            return
         message = (
             f"[gpu-ledger-busy] tenant {tenant!r} is admitting many GPU pods at once and this one lost "
             f"the race {MAX_LEDGER_ATTEMPTS} times. Fix: retry; Jobs retry by themselves"
         )
-        return AdmissionResponse(
-            uid=request.uid,
-            allowed=False,
-            status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
-        )
+        for item in batch:
+            if not item.response.done():
+                item.response.set_result(
+                    AdmissionResponse(
+                        uid=item.request.uid,
+                        allowed=False,
+                        status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
+                    )
+                )
 
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
