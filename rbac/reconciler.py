@@ -55,6 +55,7 @@ from webhook.kube import (
 )
 from webhook.metrics import GPU_LIMIT, GPU_USED
 from webhook.quota_ledger import (
+    RESERVATION_TTL_SECONDS,
     GpuAmount,
     LedgerCache,
     LedgerConflictError,
@@ -230,6 +231,9 @@ class Reconciler:
             *[self._reflector(kind, f"{MANAGED_BY_LABEL}={MANAGED_BY}") for kind in MANAGED_KINDS],
         ]
         self._pod_phases: dict[str, str] = {}
+        self._pod_uids: dict[str, str] = {}
+        # uid -> when the pod was seen gone: its reservation, if still unconfirmed, is released at once.
+        self._gone_pod_uids: dict[str, float] = {}
         self._pods_lock = threading.Lock()
         self._reflectors.append(
             Reflector(
@@ -237,7 +241,8 @@ class Reconciler:
             )
         )
         self.ledgers = LedgerCache(
-            LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace)
+            LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace),
+            on_unconfirmed=self.queue.add,
         )
         self._workers = [
             threading.Thread(target=self._work, args=(i,), name=f"reconcile-worker-{i}", daemon=True)
@@ -283,12 +288,17 @@ class Reconciler:
         return _labels(self.cache.get(("v1", "Namespace", "", namespace)) or {}).get(TENANT_LABEL)
 
     def _on_pod_list(self, objects: list[Object]) -> None:
-        phases = {
-            pod_key(o["metadata"]["namespace"], o["metadata"]["name"]): o.get("status", {}).get("phase", "")
-            for o in objects
-        }
+        phases: dict[str, str] = {}
+        uids: dict[str, str] = {}
+        for o in objects:
+            key = pod_key(o["metadata"]["namespace"], o["metadata"]["name"])
+            phases[key] = o.get("status", {}).get("phase", "")
+            uids[key] = str(o["metadata"].get("uid", ""))
         with self._pods_lock:
-            self._pod_phases = phases
+            live = set(uids.values())
+            for uid in set(self._pod_uids.values()) - live:  # deleted while the watch was down
+                self._gone_pod_uids[uid] = time.monotonic()
+            self._pod_phases, self._pod_uids = phases, uids
         for tenant in {self._tenant_of_namespace(k.split("/", 1)[0]) for k in phases}:
             if tenant:
                 self.queue.add(tenant)
@@ -299,10 +309,21 @@ class Reconciler:
         with self._pods_lock:
             if event == "DELETED":
                 self._pod_phases.pop(key, None)
+                self._pod_uids.pop(key, None)
+                self._gone_pod_uids[str(metadata.get("uid", ""))] = time.monotonic()
             else:
                 self._pod_phases[key] = obj.get("status", {}).get("phase", "")
+                self._pod_uids[key] = str(metadata.get("uid", ""))
         if (tenant := self._tenant_of_namespace(metadata["namespace"])) is not None:
             self.queue.add(tenant)
+
+    def _recently_gone_pod_uids(self) -> frozenset[str]:
+        """Uids of pods seen deleted within a reservation's lifetime (older ones no longer matter:
+        a reservation whose pod never showed up has expired by then). Call with the pods lock held."""
+        horizon = time.monotonic() - RESERVATION_TTL_SECONDS
+        for uid in [u for u, seen in self._gone_pod_uids.items() if seen < horizon]:
+            del self._gone_pod_uids[uid]
+        return frozenset(self._gone_pod_uids)
 
     def _maintain_ledger(self, tenant: str) -> GpuAmount:
         """Confirm, release and expire the tenant's GPU reservations; return what it now uses."""
@@ -310,7 +331,8 @@ class Reconciler:
         for _ in range(5):
             with self._pods_lock:
                 phases = {k: self._pod_phases[k] for k in ledger.reservations if k in self._pod_phases}
-            maintained = maintain(ledger, pod_phases=phases, now=ledger_now())
+                gone = self._recently_gone_pod_uids()
+            maintained = maintain(ledger, pod_phases=phases, now=ledger_now(), gone_pod_uids=gone)
             if maintained == ledger or not ledger.reservations:
                 return usage(ledger)
             self._check_leader()
@@ -534,7 +556,9 @@ class Reconciler:
             "observedGeneration": tenant.generation,
             "namespaceList": ",".join(namespaces),
             "namespaces": states,
-            "gpu": {"used": gpus.total, "usedByModel": dict(gpus.by_model)},
+            # An empty map is left out: server-side apply turns a map emptied of the keys it owned
+            # into null, which the schema refuses, and the status would stay stuck at its old usage.
+            "gpu": {"used": gpus.total, **({"usedByModel": dict(gpus.by_model)} if gpus.by_model else {})},
         }
         GPU_USED.labels(tenant.name, "all").set(gpus.total)
         for model, count in gpus.by_model.items():

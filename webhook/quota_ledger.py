@@ -8,6 +8,10 @@ A reservation is made when the validating webhook admits a GPU pod, confirmed by
 the pod appears, and released when the pod is deleted or finishes. A reservation whose pod never
 appears (the create failed after admission) is dropped once it has expired. Until then it counts:
 an unconfirmed reservation over-counts for a moment rather than ever letting the quota be exceeded.
+
+A reservation records the uid the apiserver gave its pod (validating webhooks see it on CREATE), so
+that a pod which came and went before the reconciler read its reservation is still released at
+once: the reconciler remembers the uids of pods it saw deleted.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 from kubernetes.client.exceptions import ApiException
@@ -43,6 +48,7 @@ class Reservation(BaseModel):
     gpus: GpuAmount
     state: Literal["reserved", "confirmed"] = "reserved"
     expires: float = 0.0
+    pod_uid: str = ""  # empty in ledgers written before uids were recorded
 
 
 class Ledger(BaseModel):
@@ -76,20 +82,26 @@ def usage(ledger: Ledger, *, excluding: str | None = None) -> GpuAmount:
     return GpuAmount(total=total, by_model=by_model)
 
 
-def with_reservation(ledger: Ledger, key: str, gpus: GpuAmount, *, now: float) -> Ledger:
-    """The ledger with a fresh reservation for pod `key`."""
-    reservation = Reservation(gpus=gpus, state="reserved", expires=now + RESERVATION_TTL_SECONDS)
+def with_reservation(ledger: Ledger, key: str, gpus: GpuAmount, *, now: float, pod_uid: str = "") -> Ledger:
+    """The ledger with a fresh reservation for pod `key` (whose uid is `pod_uid`, when known)."""
+    reservation = Reservation(
+        gpus=gpus, state="reserved", expires=now + RESERVATION_TTL_SECONDS, pod_uid=pod_uid
+    )
     return ledger.model_copy(update={"reservations": {**ledger.reservations, key: reservation}})
 
 
-def maintain(ledger: Ledger, *, pod_phases: dict[str, str], now: float) -> Ledger:
+def maintain(
+    ledger: Ledger, *, pod_phases: dict[str, str], now: float, gone_pod_uids: Collection[str] = ()
+) -> Ledger:
     """Confirm reservations whose pod exists; release those whose pod finished, was deleted, or never
-    appeared before its reservation expired. `pod_phases` maps existing pods' keys to their phase."""
+    appeared before its reservation expired. `pod_phases` maps existing pods' keys to their phase;
+    `gone_pod_uids` holds the uids of pods seen deleted (recently enough to matter)."""
     kept: dict[str, Reservation] = {}
     for key, reservation in ledger.reservations.items():
         phase = pod_phases.get(key)
         if phase is None:
-            if reservation.state == "reserved" and reservation.expires > now:
+            pod_came_and_went = bool(reservation.pod_uid) and reservation.pod_uid in gone_pod_uids
+            if reservation.state == "reserved" and reservation.expires > now and not pod_came_and_went:
                 kept[key] = reservation  # admitted an instant ago; the pod is on its way
             continue
         if phase in FINISHED_PHASES:
@@ -183,8 +195,11 @@ class LedgerCache:
     """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
     a compare-and-swap that loses re-reads the one ledger it needs."""
 
-    def __init__(self, store: LedgerStore):
+    def __init__(self, store: LedgerStore, *, on_unconfirmed: Callable[[str], None] | None = None):
+        """`on_unconfirmed(tenant)` is called whenever a tenant's ledger is seen holding reservations
+        not yet confirmed (the reconciler confirms them; the webhook passes nothing)."""
         self.store = store
+        self._on_unconfirmed = on_unconfirmed
         self._lock = threading.Lock()
         self._ledgers: dict[str, Ledger] = {}
         self._reflector = Reflector(
@@ -211,15 +226,25 @@ class LedgerCache:
                 ledgers[tenant] = ledger_from_config_map(tenant, obj)
         with self._lock:
             self._ledgers = ledgers
+        for ledger in ledgers.values():
+            self._notify(ledger)
 
     def _on_event(self, event: str, obj: Object) -> None:
         if (tenant := self._tenant(obj)) is None:
             return
+        ledger = ledger_from_config_map(tenant, obj)
         with self._lock:
             if event == "DELETED":
                 self._ledgers.pop(tenant, None)
-            else:
-                self.remember(ledger_from_config_map(tenant, obj))
+                return
+            self.remember(ledger)
+        self._notify(ledger)
+
+    def _notify(self, ledger: Ledger) -> None:
+        if self._on_unconfirmed is not None and any(
+            r.state == "reserved" for r in ledger.reservations.values()
+        ):
+            self._on_unconfirmed(ledger.tenant)
 
     def remember(self, ledger: Ledger) -> None:
         """Keep `ledger` unless a newer version is already known (call with the lock held or not)."""

@@ -249,7 +249,8 @@ class AdmissionServer:
                         responses.append(engine_unavailable_response(request=item.request, reason=reason))
                         continue
                     reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-                    working = with_reservation(working, item.key, reservation, now=now())
+                    pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
+                    working = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
                 responses.append(build_response(request=item.request, decision=decision))
             if working is not ledger and ledgers is not None:
                 try:

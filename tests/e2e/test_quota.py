@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,7 +14,8 @@ import pytest
 
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import eventually, get_json
-from webhook.devcluster.stack import LabgateStack
+from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from webhook.quota_ledger import ledger_name
 
 pytestmark = pytest.mark.quota
 
@@ -158,6 +160,55 @@ def test_usage_is_released_when_pods_are_deleted_or_finish(
     )
     eventually(lambda: gpu_used(stack, team.name) == 2, what="finished pod's GPUs released")
     assert me.apply(gpu_pod("d", 2), team.namespace).returncode == 0
+
+
+def ledger_reservations(stack: LabgateStack, tenant: str) -> dict[str, Any]:
+    config_map = get_json(stack, "configmap", ledger_name(tenant), "-n", LABGATE_NAMESPACE)
+    assert config_map is not None, "the tenant has a GPU ledger"
+    reservations: dict[str, Any] = json.loads(config_map["data"]["reservations"])
+    return reservations
+
+
+def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """Watch streams are not ordered with each other: the reconciler may see a pod created and deleted
+    before it sees the ledger write that reserved its GPUs. That reservation must not hold the GPUs
+    until it expires (two minutes); the pod's uid in the reservation says its pod is gone."""
+    team = tenants.create(spec_extra={"gpu": {"total": 2}})
+    me = team.researcher
+    assert me.apply(gpu_pod("gone", 2), team.namespace).returncode == 0
+    key = f"{team.namespace}/gone"
+    eventually(
+        lambda: ledger_reservations(stack, team.name).get(key, {}).get("state") == "confirmed",
+        what="reservation confirmed",
+    )
+    reservation = ledger_reservations(stack, team.name)[key]
+    pod_uid = reservation["pod_uid"]
+    pod = get_json(stack, "pod", "gone", "-n", team.namespace)
+    assert pod is not None
+    assert pod_uid, "the reservation names its pod's uid"
+    assert pod["metadata"]["uid"] == pod_uid
+    stack.admin_kubectl("delete", "pod", "gone", "-n", team.namespace)
+    eventually(lambda: gpu_used(stack, team.name) == 0, what="deleted pod's GPUs released")
+    # Replay the webhook's write as the reconciler would read it late: unconfirmed, for the gone pod.
+    late = {key: {**reservation, "state": "reserved", "expires": time.time() + 120}}
+    stack.admin_kubectl(
+        "patch",
+        "configmap",
+        ledger_name(team.name),
+        "-n",
+        LABGATE_NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"reservations": json.dumps(late)}}),
+    )
+    # Well inside the reconciler's 15 s sweep of unconfirmed reservations: the ledger change itself
+    # wakes it, and the gone uid releases the GPUs.
+    eventually(
+        lambda: key not in ledger_reservations(stack, team.name), what="late reservation released", timeout=10
+    )
+    assert me.apply(gpu_pod("next", 2), team.namespace).returncode == 0
 
 
 @pytest.fixture

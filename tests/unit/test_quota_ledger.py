@@ -73,3 +73,21 @@ def test_config_map_round_trip() -> None:
     assert config_map["metadata"]["resourceVersion"] == "7"
     assert ledger_from_config_map("vision", config_map) == book
     assert ledger_from_config_map("vision", None) == Ledger(tenant="vision")
+
+
+def test_an_unconfirmed_reservation_whose_pod_was_seen_deleted_is_released_before_it_expires() -> None:
+    book = ledger(
+        a_gone=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="uid-gone"),
+        a_reborn=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="uid-new"),
+        a_legacy=Reservation(gpus=H100x4, state="reserved", expires=200),
+    )
+    # a_reborn's older namesake (uid-old) was deleted; its new pod is still on its way.
+    kept = maintain(book, pod_phases={}, now=100.0, gone_pod_uids={"uid-gone", "uid-old", ""})
+    assert sorted(kept.reservations) == ["a/legacy", "a/reborn"]
+
+
+def test_a_reservation_records_its_pods_uid() -> None:
+    book = with_reservation(ledger(), "a/p1", H100x4, now=0.0, pod_uid="0b6c")
+    assert book.reservations["a/p1"].pod_uid == "0b6c"
+    round_trip = ledger_from_config_map("vision", config_map_from_ledger(book, namespace="labgate-system"))
+    assert round_trip.reservations["a/p1"].pod_uid == "0b6c"
