@@ -30,6 +30,11 @@ LEDGER_CONFLICTS = Counter(
     "Compare-and-swap races lost on a tenant's GPU ledger (each re-reads and decides again)",
     ["tenant"],
 )
+LEDGER_FULL = Counter(
+    "labgate_gpu_ledger_full_total",
+    "GPU pods refused because the tenant's GPU ledger could not hold one more reservation",
+    ["tenant"],
+)
 GPU_USED = Gauge(
     "labgate_gpu_used",
     "GPUs in use or reserved, per tenant and model (model 'all' is the total)",

@@ -30,6 +30,8 @@ from webhook.kube import Kind, KubeApi, Object, Reflector
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 LEDGER_LABEL = "labgate.io/gpu-ledger"
 RESERVATION_TTL_SECONDS = 120.0
+# A ConfigMap holds at most 1 MiB of data; keep a margin for the object's metadata.
+LEDGER_MAX_BYTES = 1_000_000
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -106,10 +108,12 @@ def maintain(
             continue
         if phase in FINISHED_PHASES:
             continue
+        # A confirmed reservation needs neither its expiry nor its pod's uid: dropping them keeps
+        # the ledger small (see LEDGER_MAX_BYTES).
         kept[key] = (
             reservation
             if reservation.state == "confirmed"
-            else reservation.model_copy(update={"state": "confirmed"})
+            else Reservation(gpus=reservation.gpus, state="confirmed")
         )
     return ledger.model_copy(update={"reservations": kept})
 
@@ -137,13 +141,46 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
     }
     if ledger.resource_version is not None:
         metadata["resourceVersion"] = ledger.resource_version
-    reservations = {k: v.model_dump() for k, v in sorted(ledger.reservations.items())}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata,
-        "data": {"reservations": json.dumps(reservations)},
+        "data": {"reservations": encode_reservations(ledger.reservations)},
     }
+
+
+def _encode_entry(reservation: Reservation) -> dict[str, Any]:
+    return reservation.model_dump(exclude_defaults=True)
+
+
+def encode_reservations(reservations: dict[str, Reservation]) -> str:
+    """The ledger's stored form: compact JSON, defaults left out (a confirmed one-model reservation
+    takes some 80 bytes, so one tenant's ledger holds over ten thousand)."""
+    entries = {k: _encode_entry(v) for k, v in sorted(reservations.items())}
+    return json.dumps(entries, separators=(",", ":"))
+
+
+_SIZES: dict[tuple[str, str], int] = {}  # (tenant, resourceVersion) -> stored size
+_SIZES_KEPT = 256
+
+
+def stored_size(ledger: Ledger) -> int:
+    """The size of the ledger's stored form, in bytes (remembered per stored version, since the
+    webhook asks for every batch of GPU pods and a large ledger takes milliseconds to encode)."""
+    if ledger.resource_version is None:
+        return len(encode_reservations(ledger.reservations))
+    key = (ledger.tenant, ledger.resource_version)
+    if (size := _SIZES.get(key)) is None:
+        size = len(encode_reservations(ledger.reservations))
+        if len(_SIZES) >= _SIZES_KEPT:
+            _SIZES.pop(next(iter(_SIZES)))
+        _SIZES[key] = size
+    return size
+
+
+def encoded_size(key: str, reservation: Reservation) -> int:
+    """What one more reservation adds to the stored form, in bytes."""
+    return len(json.dumps({key: _encode_entry(reservation)}, separators=(",", ":")))
 
 
 class LedgerConflictError(RuntimeError):
@@ -171,7 +208,7 @@ class LedgerStore:
             else:
                 result = self.kube.replace(CONFIG_MAP, body)
         except ApiException as err:
-            if err.status in (409, 422):  # 409: changed since read, or created by another replica meanwhile
+            if err.status == 409:  # changed since read, or created by another replica meanwhile
                 raise LedgerConflictError(ledger.tenant) from err
             raise
         return ledger.model_copy(

@@ -14,9 +14,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
-from webhook.metrics import LEDGER_CONFLICTS, RULE_FINDINGS
+from webhook.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
-from webhook.quota_ledger import GpuAmount, Ledger, LedgerConflictError, now, pod_key, usage, with_reservation
+from webhook.quota_ledger import (
+    LEDGER_MAX_BYTES,
+    GpuAmount,
+    Ledger,
+    LedgerConflictError,
+    Reservation,
+    encoded_size,
+    now,
+    pod_key,
+    stored_size,
+    usage,
+    with_reservation,
+)
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
@@ -80,6 +92,21 @@ class SecretFacts(Protocol):
 
 def _is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
+
+
+def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
+    """The refusal when the tenant's GPU ledger cannot take one more pod."""
+    message = (
+        f"[gpu-ledger-full] tenant {tenant!r} already has {reservations} GPU pods running or admitted, "
+        "the most labgate can track for one tenant (its quota ledger is full). Fix: use fewer pods "
+        "with more GPUs each, or let some finish; if the tenant really needs more pods, ask the "
+        "infra team (docs/operations.md, 'GPU ledger capacity')"
+    )
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=ResponseStatus(code=403, reason="Forbidden", message=message),
+    )
 
 
 @dataclass
@@ -237,6 +264,7 @@ class AdmissionServer:
         ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
             working = ledger
+            size = stored_size(ledger)
             responses: list[AdmissionResponse] = []
             for item in batch:
                 item.policy_input["gpu_usage"] = usage(working, excluding=item.key).model_dump()
@@ -250,6 +278,16 @@ class AdmissionServer:
                         continue
                     reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
                     pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
+                    added = encoded_size(
+                        item.key, Reservation(gpus=reservation, expires=now(), pod_uid=pod_uid)
+                    )
+                    if size + added > LEDGER_MAX_BYTES:
+                        LEDGER_FULL.labels(tenant).inc()
+                        responses.append(
+                            ledger_full_response(item.request, tenant, len(working.reservations))
+                        )
+                        continue
+                    size += added
                     working = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
                 responses.append(build_response(request=item.request, decision=decision))
             if working is not ledger and ledgers is not None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from webhook.quota_ledger import (
+    LEDGER_MAX_BYTES,
     RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
     Reservation,
     config_map_from_ledger,
+    encode_reservations,
+    encoded_size,
     ledger_from_config_map,
     maintain,
+    stored_size,
     usage,
     with_reservation,
 )
@@ -91,3 +95,28 @@ def test_a_reservation_records_its_pods_uid() -> None:
     assert book.reservations["a/p1"].pod_uid == "0b6c"
     round_trip = ledger_from_config_map("vision", config_map_from_ledger(book, namespace="labgate-system"))
     assert round_trip.reservations["a/p1"].pod_uid == "0b6c"
+
+
+def test_confirmation_drops_what_only_an_unconfirmed_reservation_needs() -> None:
+    book = ledger(a_p1=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="0b6c"))
+    confirmed = maintain(book, pod_phases={"a/p1": "Running"}, now=100.0).reservations["a/p1"]
+    assert confirmed == Reservation(gpus=H100x4, state="confirmed")
+
+
+def test_the_stored_form_is_compact_and_its_size_is_what_one_more_reservation_adds() -> None:
+    one = Reservation(gpus=H100x4, state="confirmed")
+    assert (
+        encode_reservations({"a/p1": one})
+        == '{"a/p1":{"gpus":{"total":4,"by_model":{"h100":4}},"state":"confirmed"}}'
+    )
+    book = ledger(a_p1=one)
+    two = with_reservation(book, "a/p2", A100x2, now=5.0, pod_uid="u2")
+    added = encoded_size("a/p2", two.reservations["a/p2"])
+    # one more entry costs its own encoding, less the braces it would have alone, plus a comma
+    assert len(encode_reservations(two.reservations)) == stored_size(book) + added - 1
+    assert stored_size(book) == len(encode_reservations(book.reservations))
+    # Ten thousand confirmed one-model pods fit in one ConfigMap.
+    many = {
+        f"research-{i % 3}/sweep-{i:05d}": Reservation(gpus=A100x2, state="confirmed") for i in range(10_000)
+    }
+    assert len(encode_reservations(many)) < LEDGER_MAX_BYTES
