@@ -306,15 +306,17 @@ class Reconciler:
     def _on_pod(self, event: str, obj: Object) -> None:
         metadata = obj["metadata"]
         key = pod_key(metadata["namespace"], metadata["name"])
+        tenant = self._tenant_of_namespace(metadata["namespace"])
         with self._pods_lock:
             if event == "DELETED":
                 self._pod_phases.pop(key, None)
                 self._pod_uids.pop(key, None)
-                self._gone_pod_uids[str(metadata.get("uid", ""))] = time.monotonic()
+                if tenant is not None:  # only tenants' pods have reservations
+                    self._gone_pod_uids[str(metadata.get("uid", ""))] = time.monotonic()
             else:
                 self._pod_phases[key] = obj.get("status", {}).get("phase", "")
                 self._pod_uids[key] = str(metadata.get("uid", ""))
-        if (tenant := self._tenant_of_namespace(metadata["namespace"])) is not None:
+        if tenant is not None:
             self.queue.add(tenant)
 
     def _recently_gone_pod_uids(self) -> frozenset[str]:
