@@ -162,6 +162,7 @@ def encode_reservations(reservations: dict[str, Reservation]) -> str:
 
 _SIZES: dict[tuple[str, str], int] = {}  # (tenant, resourceVersion) -> stored size
 _SIZES_KEPT = 256
+_SIZES_LOCK = threading.Lock()  # asked on the event loop, filled by writes in worker threads
 
 
 def stored_size(ledger: Ledger) -> int:
@@ -170,12 +171,19 @@ def stored_size(ledger: Ledger) -> int:
     if ledger.resource_version is None:
         return len(encode_reservations(ledger.reservations))
     key = (ledger.tenant, ledger.resource_version)
-    if (size := _SIZES.get(key)) is None:
+    with _SIZES_LOCK:
+        size = _SIZES.get(key)
+    if size is None:
         size = len(encode_reservations(ledger.reservations))
+        _remember_size(key, size)
+    return size
+
+
+def _remember_size(key: tuple[str, str], size: int) -> None:
+    with _SIZES_LOCK:
         if len(_SIZES) >= _SIZES_KEPT:
             _SIZES.pop(next(iter(_SIZES)))
         _SIZES[key] = size
-    return size
 
 
 def encoded_size(key: str, reservation: Reservation) -> int:
@@ -211,9 +219,12 @@ class LedgerStore:
             if err.status == 409:  # changed since read, or created by another replica meanwhile
                 raise LedgerConflictError(ledger.tenant) from err
             raise
-        return ledger.model_copy(
+        written = ledger.model_copy(
             update={"resource_version": result.get("metadata", {}).get("resourceVersion")}
         )
+        if written.resource_version is not None:  # the next batch needs its size: no re-encoding
+            _remember_size((ledger.tenant, written.resource_version), len(body["data"]["reservations"]))
+        return written
 
 
 def now() -> float:
