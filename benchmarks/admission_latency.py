@@ -19,6 +19,7 @@ import os
 import platform
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +36,7 @@ from benchmarks.report import replace_section
 from webhook.admission import build_policy_input
 from webhook.devcluster.processes import free_port, spawn, wait_until
 from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
-from webhook.devcluster.tools import REPO_ROOT, pinned_versions
+from webhook.devcluster.tools import REPO_ROOT, binary, pinned_versions
 from webhook.review import AdmissionRequest
 
 
@@ -127,11 +128,63 @@ def measure_pod_creates(name: str, api: client.CoreV1Api, namespace: str, *, req
     return Result(name, latencies, requests / (time.perf_counter() - started_all))
 
 
+LARGE_LEDGER_PODS = 8000
+
+
+def create_pods(stack: LabgateStack, tenant: str, *, pods: int, workdir: Path, parallel: int = 4) -> None:
+    """Create `pods` one-GPU pods in the tenant's namespace through the apiserver and labgate, as a
+    member would; without a kubelet they stay Pending, which is all the reconciler needs to settle
+    them."""
+    kubeconfig = stack.kubeconfig_for("alice", (tenant,))
+    batches = []
+    for part in range(parallel):
+        items = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"sweep-{i:05d}", "namespace": tenant},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.lab.example/research/trainer:v1",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ]
+                },
+            }
+            for i in range(part, pods, parallel)
+        ]
+        path = workdir / f"pods-{tenant}-{part}.json"
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        batches.append(path)
+    kubectl_bin = binary("kubectl")
+    procs = [
+        subprocess.Popen(
+            [kubectl_bin, f"--kubeconfig={kubeconfig}", "create", "-f", str(path), "-o", "name"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for path in batches
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"creating the benchmark's pods failed: {err.strip()[-500:]}")
+
+
+def gpu_used(stack: LabgateStack, tenant: str) -> int | None:
+    found = json.loads(stack.admin_kubectl("get", "tenant", tenant, "-o", "json"))
+    used = found.get("status", {}).get("gpu", {}).get("used")
+    return used if isinstance(used, int) else None
+
+
 def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
     workdir = Path(tempfile.mkdtemp(prefix="labgate-bench-"))
     results: list[Result] = []
     with LabgateStack(workdir) as stack:
-        tenant = {
+        tenant: dict[str, Any] = {
             "apiVersion": "labgate.io/v1alpha1",
             "kind": "Tenant",
             "metadata": {"name": "bench"},
@@ -142,7 +195,25 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
             },
         }
         stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(tenant))
-        stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=60s", "tenant/bench")
+        big = {**tenant, "metadata": {"name": "bench-big"}}
+        big["spec"] = {
+            **tenant["spec"],
+            "members": {"researchers": [{"kind": "Group", "name": "bench-big"}]},
+            "namespaces": {"names": ["bench-big"]},
+        }
+        stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(big))
+        stack.admin_kubectl(
+            "wait", "--for=condition=Ready", "--timeout=60s", "tenant/bench", "tenant/bench-big"
+        )
+        started = time.monotonic()
+        create_pods(stack, "bench-big", pods=LARGE_LEDGER_PODS, workdir=workdir)
+        print(f"created {LARGE_LEDGER_PODS} pods in {time.monotonic() - started:.0f}s", file=sys.stderr)
+        wait_until(
+            lambda: gpu_used(stack, "bench-big") == LARGE_LEDGER_PODS,
+            what="the large tenant's pods settled",
+            timeout=600,
+            interval=2,
+        )
         pki = workdir / "webhook-pki"
         context = ssl.create_default_context(cadata=(pki / "ca.crt").read_text())
         noop_port = free_port()
@@ -174,6 +245,9 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
 
             def gpu_pod() -> dict[str, Any]:
                 return review("bench", "alice", ["bench"], gpus=1)
+
+            def gpu_pod_of_large_tenant() -> dict[str, Any]:
+                return review("bench-big", "alice", ["bench-big"], gpus=1)
 
             webhook = stack.webhook_urls[0]
             results.append(
@@ -224,6 +298,18 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
                         "labgate /validate, GPU pod (ledger write)",
                         f"{webhook}/validate",
                         gpu_pod,
+                        verify=context,
+                        requests=requests // 2,
+                        concurrency=concurrency,
+                    )
+                )
+            )
+            results.append(
+                asyncio.run(
+                    measure_http(
+                        f"labgate /validate, GPU pod, tenant already holding {LARGE_LEDGER_PODS:,} pods",
+                        f"{webhook}/validate",
+                        gpu_pod_of_large_tenant,
                         verify=context,
                         requests=requests // 2,
                         concurrency=concurrency,

@@ -60,11 +60,12 @@ from webhook.quota_ledger import (
     LedgerCache,
     LedgerConflictError,
     LedgerStore,
-    maintain,
     pod_key,
+    settle,
     usage,
 )
 from webhook.quota_ledger import now as ledger_now
+from webhook.settled_pods import SettledPods
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -232,7 +233,7 @@ class Reconciler:
         ]
         self._pod_phases: dict[str, str] = {}
         self._pod_uids: dict[str, str] = {}
-        # uid -> when the pod was seen gone: its reservation, if still unconfirmed, is released at once.
+        # uid -> when the pod was seen gone: its reservation, if not yet settled, is released at once.
         self._gone_pod_uids: dict[str, float] = {}
         self._pods_lock = threading.Lock()
         self._reflectors.append(
@@ -242,8 +243,9 @@ class Reconciler:
         )
         self.ledgers = LedgerCache(
             LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace),
-            on_unconfirmed=self.queue.add,
+            on_unsettled=self.queue.add,
         )
+        self.settled = SettledPods(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace)
         self._workers = [
             threading.Thread(target=self._work, args=(i,), name=f"reconcile-worker-{i}", daemon=True)
             for i in range(workers)
@@ -328,32 +330,49 @@ class Reconciler:
         return frozenset(self._gone_pod_uids)
 
     def _maintain_ledger(self, tenant: str) -> GpuAmount:
-        """Confirm, release and expire the tenant's GPU reservations; return what it now uses."""
+        """Settle, release and expire the tenant's GPU reservations; return what it now uses.
+
+        Settled pods are written first, the ledger second: a pod is never in neither (a crash in
+        between counts it twice until the next pass, which is the safe way to be wrong)."""
         ledger = self.ledgers.cached(tenant)
         for _ in range(5):
+            self.settled.ensure_at_least(tenant, ledger.settled_versions)
+            settled_pods = self.settled.pods(tenant)
             with self._pods_lock:
-                phases = {k: self._pod_phases[k] for k in ledger.reservations if k in self._pod_phases}
+                phases = {
+                    k: self._pod_phases[k]
+                    for k in (*ledger.reservations, *settled_pods)
+                    if k in self._pod_phases
+                }
                 gone = self._recently_gone_pod_uids()
-            maintained = maintain(ledger, pod_phases=phases, now=ledger_now(), gone_pod_uids=gone)
-            if maintained == ledger or not ledger.reservations:
+            updated, settled = settle(
+                ledger, settled_pods, pod_phases=phases, now=ledger_now(), gone_pod_uids=gone
+            )
+            if settled != settled_pods:
+                self._check_leader()
+                versions = self.settled.write(tenant, settled)
+                WRITES.labels("ledger").inc()
+                updated = updated.model_copy(update={"settled_versions": versions})
+            if updated == ledger:
                 return usage(ledger)
             self._check_leader()
             try:
-                self.ledgers.write(maintained)
+                self.ledgers.write(updated)
                 WRITES.labels("ledger").inc()
-                return usage(maintained)
+                return usage(updated)
             except LedgerConflictError:
                 ledger = self.ledgers.fresh(tenant)
         return usage(ledger)
 
     def _enqueue_pending_reservations(self) -> None:
-        """Tenants with unconfirmed reservations, so that those whose pod never came expire."""
+        """Tenants with reservations not yet settled, so that those whose pod never came expire."""
         for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
-            if any(r.state == "reserved" for r in self.ledgers.cached(key[3]).reservations.values()):
+            if self.ledgers.cached(key[3]).reservations:
                 self.queue.add(key[3])
 
     def start(self) -> None:
         self.ledgers.start()
+        self.settled.start()
         for reflector in self._reflectors:
             reflector.start()
         self.leader.start()
@@ -366,12 +385,17 @@ class Reconciler:
         for reflector in self._reflectors:
             reflector.stop()
         self.ledgers.stop()
+        self.settled.stop()
         for worker in self._workers:
             worker.join(timeout=5)
 
     @property
     def is_synced(self) -> bool:
-        return self.ledgers.is_synced and all(r.has_synced.is_set() for r in self._reflectors)
+        return (
+            self.ledgers.is_synced
+            and self.settled.is_synced
+            and all(r.has_synced.is_set() for r in self._reflectors)
+        )
 
     def _on_elected(self) -> None:
         self.enqueue_all()

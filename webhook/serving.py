@@ -95,12 +95,13 @@ def _is_pod_create(request: AdmissionRequest) -> bool:
 
 
 def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
-    """The refusal when the tenant's GPU ledger cannot take one more pod."""
+    """The refusal when the tenant's GPU ledger cannot take one more reservation: pods admitted and
+    not yet settled by the reconciler (which does so within seconds when it runs)."""
     message = (
-        f"[gpu-ledger-full] tenant {tenant!r} already has {reservations} GPU pods running or admitted, "
-        "the most labgate can track for one tenant (its quota ledger is full). Fix: use fewer pods "
-        "with more GPUs each, or let some finish; if the tenant really needs more pods, ask the "
-        "infra team (docs/operations.md, 'GPU ledger capacity')"
+        f"[gpu-ledger-full] tenant {tenant!r} has {reservations} GPU pods admitted that labgate has not "
+        "yet seen start, the most its quota ledger can hold. Fix: retry in a minute (Jobs retry by "
+        "themselves); if it persists, labgate's reconciler is not running: tell the infra team "
+        "(docs/operations.md, 'GPU ledger capacity')"
     )
     return AdmissionResponse(
         uid=request.uid,

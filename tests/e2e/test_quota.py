@@ -24,6 +24,7 @@ from webhook.quota_ledger import (
     encoded_size,
     ledger_name,
 )
+from webhook.settled_pods import settled_name, shard_of
 
 pytestmark = pytest.mark.quota
 
@@ -72,8 +73,10 @@ def second_namespace(stack: LabgateStack, tenants: TenantFactory, team: TenantUn
         json.dumps({"spec": {"namespaces": {"names": names}}}),
     )
     tenants.created.append(("namespace", extra))
-    stack.admin_kubectl(
-        "wait", "--for=jsonpath={.status.phase}=Active", "--timeout=30s", f"namespace/{extra}"
+    # The reconciler creates it an instant later (kubectl wait would fail on a namespace not yet there).
+    eventually(
+        lambda: (get_json(stack, f"namespace/{extra}") or {}).get("status", {}).get("phase") == "Active",
+        what="the second namespace is provisioned",
     )
     eventually(
         lambda: (
@@ -170,15 +173,70 @@ def test_usage_is_released_when_pods_are_deleted_or_finish(
     assert me.apply(gpu_pod("d", 2), team.namespace).returncode == 0
 
 
-def ledger_reservations(stack: LabgateStack, tenant: str) -> dict[str, Any]:
+def ledger_data(stack: LabgateStack, tenant: str) -> dict[str, Any]:
+    """The tenant's GPU ledger as stored: reservations and the settled pods' sum, decoded."""
     config_map = get_json(stack, "configmap", ledger_name(tenant), "-n", LABGATE_NAMESPACE)
     assert config_map is not None, "the tenant has a GPU ledger"
-    reservations: dict[str, Any] = json.loads(config_map["data"]["reservations"])
-    return reservations
+    data = config_map["data"]
+    return {
+        "reservations": json.loads(data["reservations"]),
+        "settled": json.loads(data.get("settled", "{}")),
+    }
+
+
+def settled_record(stack: LabgateStack, tenant: str, key: str) -> Any:
+    """The reconciler's record of one settled pod's GPUs, or None."""
+    shard = get_json(stack, "configmap", settled_name(tenant, shard_of(key)), "-n", LABGATE_NAMESPACE)
+    return None if shard is None else json.loads(shard["data"]["pods"]).get(key)
+
+
+def is_settled(stack: LabgateStack, tenant: str, key: str) -> bool:
+    return (
+        key not in ledger_data(stack, tenant)["reservations"]
+        and settled_record(stack, tenant, key) is not None
+    )
+
+
+def patch_reservations(stack: LabgateStack, tenant: str, encoded: str, tmp_path: Path) -> None:
+    patch = tmp_path / "reservations.json"
+    patch.write_text(json.dumps({"data": {"reservations": encoded}}))
+    stack.admin_kubectl(
+        "patch",
+        "configmap",
+        ledger_name(tenant),
+        "-n",
+        LABGATE_NAMESPACE,
+        "--type=merge",
+        f"--patch-file={patch}",
+    )
+
+
+def test_a_settled_pod_leaves_the_ledger_as_a_sum_and_its_record_goes_with_the_pod(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """The ledger every admission reads stays small: a pod that started is one record in the
+    reconciler's own store and a part of one sum in the ledger."""
+    team = tenants.create(spec_extra={"gpu": {"total": 4}})
+    me = team.researcher
+    assert me.apply(gpu_pod("p", 3), team.namespace).returncode == 0
+    key = f"{team.namespace}/p"
+    eventually(lambda: is_settled(stack, team.name, key), what="pod settled")
+    assert settled_record(stack, team.name, key) == {"total": 3, "by_model": {"h100": 3}}
+    assert ledger_data(stack, team.name) == {
+        "reservations": {},
+        "settled": {"total": 3, "by_model": {"h100": 3}},
+    }
+    refused = me.apply(gpu_pod("q", 2), team.namespace)
+    assert refused.returncode == 1
+    assert "[gpu-quota]" in refused.stderr, "the settled sum counts against the quota"
+    me.kubectl("delete", "pod", "p", "-n", team.namespace, "--wait=false")
+    eventually(lambda: settled_record(stack, team.name, key) is None, what="record dropped with its pod")
+    assert ledger_data(stack, team.name)["settled"]["total"] == 0
+    assert me.apply(gpu_pod("q", 2), team.namespace).returncode == 0
 
 
 def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
-    stack: LabgateStack, tenants: TenantFactory
+    stack: LabgateStack, tenants: TenantFactory, tmp_path: Path
 ) -> None:
     """Watch streams are not ordered with each other: the reconciler may see a pod created and deleted
     before it sees the ledger write that reserved its GPUs. That reservation must not hold the GPUs
@@ -187,32 +245,23 @@ def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
     me = team.researcher
     assert me.apply(gpu_pod("gone", 2), team.namespace).returncode == 0
     key = f"{team.namespace}/gone"
-    eventually(
-        lambda: ledger_reservations(stack, team.name).get(key, {}).get("state") == "confirmed",
-        what="reservation confirmed",
-    )
-    reservation = ledger_reservations(stack, team.name)[key]
+    eventually(lambda: is_settled(stack, team.name, key), what="pod settled")
     pod = get_json(stack, "pod", "gone", "-n", team.namespace)
     assert pod is not None
     pod_uid = pod["metadata"]["uid"]
     stack.admin_kubectl("delete", "pod", "gone", "-n", team.namespace)
     eventually(lambda: gpu_used(stack, team.name) == 0, what="deleted pod's GPUs released")
-    # Replay the webhook's write as the reconciler would read it late: unconfirmed, for the gone pod.
-    late = {key: {**reservation, "state": "reserved", "expires": time.time() + 120, "pod_uid": pod_uid}}
-    stack.admin_kubectl(
-        "patch",
-        "configmap",
-        ledger_name(team.name),
-        "-n",
-        LABGATE_NAMESPACE,
-        "--type=merge",
-        "-p",
-        json.dumps({"data": {"reservations": json.dumps(late)}}),
+    # Replay the webhook's write as the reconciler would read it late: unsettled, for the gone pod.
+    late = Reservation(
+        gpus=GpuAmount(total=2, by_model={"h100": 2}), expires=time.time() + 120, pod_uid=pod_uid
     )
-    # Well inside the reconciler's 15 s sweep of unconfirmed reservations: the ledger change itself
+    patch_reservations(stack, team.name, encode_reservations({key: late}), tmp_path)
+    # Well inside the reconciler's 15 s sweep of unsettled reservations: the ledger change itself
     # wakes it, and the gone uid releases the GPUs.
     eventually(
-        lambda: key not in ledger_reservations(stack, team.name), what="late reservation released", timeout=10
+        lambda: key not in ledger_data(stack, team.name)["reservations"],
+        what="late reservation released",
+        timeout=10,
     )
     assert me.apply(gpu_pod("next", 2), team.namespace).returncode == 0
 
@@ -220,51 +269,36 @@ def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
 def test_a_full_gpu_ledger_refuses_with_a_clear_message_and_recovers(
     stack: LabgateStack, tenants: TenantFactory, tmp_path: Path
 ) -> None:
-    """A ConfigMap holds 1 MiB: a tenant whose ledger cannot take one more reservation gets a refusal
-    that says so (not a retry hint that can never succeed), and admits again once there is room."""
+    """A ConfigMap holds 1 MiB. Settled pods are a sum, so only pods admitted and not yet settled
+    (the reconciler settles them within seconds) take room; if the reconciler stops, they pile up.
+    A tenant whose ledger cannot take one more gets a refusal that says so, and admits again once
+    there is room."""
     team = tenants.create(spec_extra={"gpu": {"total": 8}})
     me = team.researcher
     assert me.apply(gpu_pod("before", 1), team.namespace).returncode == 0
-    key = f"{team.namespace}/before"
-    eventually(
-        lambda: ledger_reservations(stack, team.name).get(key, {}).get("state") == "confirmed",
-        what="reservation confirmed",
-    )
-    # Fill the ledger with unconfirmed zero-GPU reservations that stay until they expire, up to a
-    # few bytes short of the limit in labgate's own encoding: no pod's reservation fits any more.
+    eventually(lambda: is_settled(stack, team.name, f"{team.namespace}/before"), what="pod settled")
+    # Fill the ledger with unsettled zero-GPU reservations that stay until they expire, up to a few
+    # bytes short of the limit in labgate's own encoding: no pod's reservation fits any more.
     filler = Reservation(gpus=GpuAmount(), expires=time.time() + 600)
-    reservations = {
-        k: Reservation.model_validate(v) for k, v in ledger_reservations(stack, team.name).items()
-    }
+    reservations: dict[str, Reservation] = {}
     size = len(encode_reservations(reservations))
     entry = encoded_size(f"{team.namespace}/filler-00000", filler) - 1  # less the braces, plus a comma
     while size + entry <= LEDGER_MAX_BYTES - 20:
         reservations[f"{team.namespace}/filler-{len(reservations):05d}"] = filler
         size += entry
     encoded = encode_reservations(reservations)
-    assert len(encoded) == size
-    patch = tmp_path / "full-ledger.json"
-    patch.write_text(json.dumps({"data": {"reservations": encoded}}))
-    stack.admin_kubectl(
-        "patch",
-        "configmap",
-        ledger_name(team.name),
-        "-n",
-        LABGATE_NAMESPACE,
-        "--type=merge",
-        f"--patch-file={patch}",
-    )
+    assert LEDGER_MAX_BYTES - 20 - entry < len(encoded) <= LEDGER_MAX_BYTES - 20
+    patch_reservations(stack, team.name, encoded, tmp_path)
     refused = me.apply(gpu_pod("after", 1), team.namespace)
     assert refused.returncode == 1
     assert "[gpu-ledger-full]" in refused.stderr, refused.stderr
-    held = f"tenant {team.name!r} already has {len(reservations)} GPU pods running or admitted"
-    assert held in refused.stderr
-    assert "Fix: use fewer pods with more GPUs each" in refused.stderr
-    # Room again: the pod is admitted and counted.
-    emptied = json.dumps({"data": {"reservations": encode_reservations({key: reservations[key]})}})
-    stack.admin_kubectl(
-        "patch", "configmap", ledger_name(team.name), "-n", LABGATE_NAMESPACE, "--type=merge", "-p", emptied
+    held = (
+        f"tenant {team.name!r} has {len(reservations)} GPU pods admitted that labgate has not yet seen start"
     )
+    assert held in refused.stderr
+    assert "Fix: retry in a minute" in refused.stderr
+    # Room again: the pod is admitted and counted with the settled one.
+    patch_reservations(stack, team.name, "{}", tmp_path)
     eventually(lambda: me.apply(gpu_pod("after", 1), team.namespace).returncode == 0, what="admitted again")
     eventually(lambda: gpu_used(stack, team.name) == 2, what="both pods counted")
 

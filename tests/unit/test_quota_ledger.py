@@ -1,4 +1,4 @@
-"""The GPU quota ledger's pure rules: what counts as used, and how reservations live and die."""
+"""The GPU quota ledger's pure rules: what counts as used, and how reservations live, settle and die."""
 
 from __future__ import annotations
 
@@ -12,66 +12,89 @@ from webhook.quota_ledger import (
     encode_reservations,
     encoded_size,
     ledger_from_config_map,
-    maintain,
+    settle,
     stored_size,
     usage,
     with_reservation,
 )
+from webhook.settled_pods import SETTLED_SHARDS, shard_of, split_into_shards
 
 H100x4 = GpuAmount(total=4, by_model={"h100": 4})
 A100x2 = GpuAmount(total=2, by_model={"a100": 2})
 
 
-def ledger(**reservations: Reservation) -> Ledger:
+def ledger(settled: GpuAmount | None = None, **reservations: Reservation) -> Ledger:
     return Ledger(
         tenant="vision",
         resource_version="7",
         reservations={k.replace("_", "/"): v for k, v in reservations.items()},
+        settled=settled or GpuAmount(),
     )
 
 
-def test_usage_sums_every_reservation_and_can_leave_one_out() -> None:
+def test_usage_is_the_settled_sum_plus_every_reservation_and_can_leave_one_out() -> None:
     book = ledger(
-        a_p1=Reservation(gpus=H100x4, state="confirmed"),
-        b_p2=Reservation(gpus=A100x2, state="reserved", expires=10),
-        b_p3=Reservation(gpus=H100x4, state="reserved", expires=10),
+        settled=H100x4,
+        b_p2=Reservation(gpus=A100x2, expires=10),
+        b_p3=Reservation(gpus=H100x4, expires=10),
     )
     assert usage(book) == GpuAmount(total=10, by_model={"h100": 8, "a100": 2})
     assert usage(book, excluding="b/p3") == GpuAmount(total=6, by_model={"h100": 4, "a100": 2})
 
 
 def test_a_new_reservation_expires_after_the_ttl() -> None:
-    book = with_reservation(ledger(), "a/p1", H100x4, now=1000.0)
+    book = with_reservation(ledger(), "a/p1", H100x4, now=1000.0, pod_uid="0b6c")
     assert book.reservations["a/p1"] == Reservation(
-        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS
+        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS, pod_uid="0b6c"
     )
     assert book.resource_version == "7", "the compare-and-swap must be against the version that was read"
 
 
-def test_maintenance_confirms_releases_and_expires() -> None:
+def test_settling_moves_pods_that_exist_and_drops_finished_deleted_and_expired_ones() -> None:
     book = ledger(
-        a_confirmed=Reservation(gpus=H100x4, state="reserved", expires=50),
-        a_running=Reservation(gpus=H100x4, state="confirmed"),
-        a_done=Reservation(gpus=H100x4, state="confirmed"),
-        a_failed=Reservation(gpus=H100x4, state="confirmed"),
-        a_deleted=Reservation(gpus=H100x4, state="confirmed"),
-        a_coming=Reservation(gpus=A100x2, state="reserved", expires=200),
-        a_never=Reservation(gpus=A100x2, state="reserved", expires=90),
+        settled=GpuAmount(total=8, by_model={"h100": 8}),
+        a_started=Reservation(gpus=H100x4, expires=50),
+        a_done=Reservation(gpus=H100x4, expires=500),
+        a_coming=Reservation(gpus=A100x2, expires=200),
+        a_never=Reservation(gpus=A100x2, expires=90),
     )
-    phases = {"a/confirmed": "Pending", "a/running": "Running", "a/done": "Succeeded", "a/failed": "Failed"}
-    kept = maintain(book, pod_phases=phases, now=100.0).reservations
-    assert sorted(kept) == ["a/coming", "a/confirmed", "a/running"]
-    assert kept["a/confirmed"].state == "confirmed"
-    assert kept["a/coming"].state == "reserved"
+    settled_before = {"a/running": H100x4, "a/deleted": H100x4, "a/failed": A100x2}
+    phases = {"a/started": "Pending", "a/done": "Succeeded", "a/running": "Running", "a/failed": "Failed"}
+    updated, settled = settle(book, settled_before, pod_phases=phases, now=100.0)
+    assert settled == {"a/running": H100x4, "a/started": H100x4}
+    assert sorted(updated.reservations) == ["a/coming"]
+    assert updated.settled == GpuAmount(total=8, by_model={"h100": 8})
+    assert usage(updated) == GpuAmount(total=10, by_model={"h100": 8, "a100": 2})
 
 
-def test_maintaining_a_settled_ledger_changes_nothing() -> None:
-    book = ledger(a_p1=Reservation(gpus=H100x4, state="confirmed"))
-    assert maintain(book, pod_phases={"a/p1": "Running"}, now=0) == book
+def test_settling_a_settled_ledger_changes_nothing() -> None:
+    book = ledger(settled=H100x4)
+    assert settle(book, {"a/p1": H100x4}, pod_phases={"a/p1": "Running"}, now=0) == (book, {"a/p1": H100x4})
+
+
+def test_reservations_of_ledgers_written_before_settling_are_settled_or_dropped() -> None:
+    book = ledger(
+        a_running=Reservation(gpus=H100x4, state="confirmed"),
+        a_gone=Reservation(gpus=H100x4, state="confirmed"),
+    )
+    updated, settled = settle(book, {}, pod_phases={"a/running": "Running"}, now=0)
+    assert (updated.reservations, settled, updated.settled) == ({}, {"a/running": H100x4}, H100x4)
+
+
+def test_an_unsettled_reservation_whose_pod_was_seen_deleted_is_released_before_it_expires() -> None:
+    book = ledger(
+        a_gone=Reservation(gpus=H100x4, expires=200, pod_uid="uid-gone"),
+        a_reborn=Reservation(gpus=H100x4, expires=200, pod_uid="uid-new"),
+        a_legacy=Reservation(gpus=H100x4, expires=200),
+    )
+    # a_reborn's older namesake (uid-old) was deleted; its new pod is still on its way.
+    updated, _ = settle(book, {}, pod_phases={}, now=100.0, gone_pod_uids={"uid-gone", "uid-old", ""})
+    assert sorted(updated.reservations) == ["a/legacy", "a/reborn"]
 
 
 def test_config_map_round_trip() -> None:
-    book = ledger(a_p1=Reservation(gpus=H100x4, state="confirmed"))
+    book = ledger(settled=A100x2, a_p1=Reservation(gpus=H100x4, expires=3.5, pod_uid="0b6c"))
+    book = book.model_copy(update={"settled_versions": {"0": "41", "5": "44"}})
     config_map = config_map_from_ledger(book, namespace="labgate-system")
     assert config_map["metadata"]["name"] == "labgate-gpu-ledger.vision"
     assert config_map["metadata"]["resourceVersion"] == "7"
@@ -79,35 +102,23 @@ def test_config_map_round_trip() -> None:
     assert ledger_from_config_map("vision", None) == Ledger(tenant="vision")
 
 
-def test_an_unconfirmed_reservation_whose_pod_was_seen_deleted_is_released_before_it_expires() -> None:
-    book = ledger(
-        a_gone=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="uid-gone"),
-        a_reborn=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="uid-new"),
-        a_legacy=Reservation(gpus=H100x4, state="reserved", expires=200),
-    )
-    # a_reborn's older namesake (uid-old) was deleted; its new pod is still on its way.
-    kept = maintain(book, pod_phases={}, now=100.0, gone_pod_uids={"uid-gone", "uid-old", ""})
-    assert sorted(kept.reservations) == ["a/legacy", "a/reborn"]
-
-
-def test_a_reservation_records_its_pods_uid() -> None:
-    book = with_reservation(ledger(), "a/p1", H100x4, now=0.0, pod_uid="0b6c")
-    assert book.reservations["a/p1"].pod_uid == "0b6c"
-    round_trip = ledger_from_config_map("vision", config_map_from_ledger(book, namespace="labgate-system"))
-    assert round_trip.reservations["a/p1"].pod_uid == "0b6c"
-
-
-def test_confirmation_drops_what_only_an_unconfirmed_reservation_needs() -> None:
-    book = ledger(a_p1=Reservation(gpus=H100x4, state="reserved", expires=200, pod_uid="0b6c"))
-    confirmed = maintain(book, pod_phases={"a/p1": "Running"}, now=100.0).reservations["a/p1"]
-    assert confirmed == Reservation(gpus=H100x4, state="confirmed")
+def test_a_ledger_written_before_settling_still_reads() -> None:
+    old = {
+        "metadata": {"resourceVersion": "3"},
+        "data": {
+            "reservations": '{"a/p1": {"gpus": {"total": 4, "by_model": {"h100": 4}}, "state": "confirmed", "expires": 0.0}}'
+        },
+    }
+    book = ledger_from_config_map("vision", old)
+    assert book.reservations["a/p1"] == Reservation(gpus=H100x4, state="confirmed")
+    assert book.settled == GpuAmount()
 
 
 def test_the_stored_form_is_compact_and_its_size_is_what_one_more_reservation_adds() -> None:
-    one = Reservation(gpus=H100x4, state="confirmed")
+    one = Reservation(gpus=H100x4, expires=5.0)
     assert (
         encode_reservations({"a/p1": one})
-        == '{"a/p1":{"gpus":{"total":4,"by_model":{"h100":4}},"state":"confirmed"}}'
+        == '{"a/p1":{"gpus":{"total":4,"by_model":{"h100":4}},"expires":5.0}}'
     )
     book = ledger(a_p1=one)
     two = with_reservation(book, "a/p2", A100x2, now=5.0, pod_uid="u2")
@@ -115,8 +126,18 @@ def test_the_stored_form_is_compact_and_its_size_is_what_one_more_reservation_ad
     # one more entry costs its own encoding, less the braces it would have alone, plus a comma
     assert len(encode_reservations(two.reservations)) == stored_size(book) + added - 1
     assert stored_size(book) == len(encode_reservations(book.reservations))
-    # Ten thousand confirmed one-model pods fit in one ConfigMap.
+    # Thousands of pods admitted in the same instant (before the reconciler settles them) fit.
     many = {
-        f"research-{i % 3}/sweep-{i:05d}": Reservation(gpus=A100x2, state="confirmed") for i in range(10_000)
+        f"research/sweep-{i:05d}": Reservation(gpus=A100x2, expires=1.8e9, pod_uid="x" * 36)
+        for i in range(6000)
     }
     assert len(encode_reservations(many)) < LEDGER_MAX_BYTES
+
+
+def test_settled_pods_spread_over_the_shards_by_key() -> None:
+    pods = {f"ns/p-{i}": H100x4 for i in range(400)}
+    shards = split_into_shards(pods)
+    assert sorted(shards) == list(range(SETTLED_SHARDS))
+    assert all(shard_of(key) == shard for shard, part in shards.items() for key in part)
+    assert sum(len(part) for part in shards.values()) == 400
+    assert min(len(part) for part in shards.values()) > 20, "no shard left empty or starved"

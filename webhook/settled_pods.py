@@ -1,0 +1,203 @@
+"""The GPUs of each tenant's settled pods, one entry per pod, kept by the reconciler alone.
+
+The ledger (`webhook.quota_ledger`) holds only their sum, so that admitting a GPU pod never reads or
+rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
+the sum when it is deleted or finishes: the GPU demand was decided by the policy at admission, and
+is not recomputed from the pod. The records are spread over `SETTLED_SHARDS` ConfigMaps per tenant
+in labgate's namespace (`labgate-gpu-settled.<tenant>.<shard>`), so that settling a burst of pods
+rewrites a fraction of them and a tenant can hold far more pods than one ConfigMap's 1 MiB.
+
+Only the reconciler's leader writes them. The webhook never watches them (its ledger watch selects
+another label), so their size costs admissions nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import TypeAdapter
+
+from webhook.kube import KubeApi, Object, Reflector
+from webhook.quota_ledger import CONFIG_MAP, GpuAmount, newer
+
+SETTLED_LABEL = "labgate.io/gpu-settled"
+SETTLED_SHARDS = 8
+_PODS: TypeAdapter[dict[str, GpuAmount]] = TypeAdapter(dict[str, GpuAmount])
+
+
+def settled_name(tenant: str, shard: int) -> str:
+    return f"labgate-gpu-settled.{tenant}.{shard}"
+
+
+def shard_of(pod_key: str) -> int:
+    return zlib.crc32(pod_key.encode()) % SETTLED_SHARDS
+
+
+def split_into_shards(pods: dict[str, GpuAmount]) -> dict[int, dict[str, GpuAmount]]:
+    shards: dict[int, dict[str, GpuAmount]] = {shard: {} for shard in range(SETTLED_SHARDS)}
+    for key, gpus in pods.items():
+        shards[shard_of(key)][key] = gpus
+    return shards
+
+
+class _Shard:
+    __slots__ = ("pods", "resource_version")
+
+    def __init__(self, resource_version: str | None, pods: dict[str, GpuAmount]):
+        self.resource_version = resource_version
+        self.pods = pods
+
+
+class SettledPods:
+    """Watch-fed copies of every tenant's settled-pod shards, and the leader's writes to them."""
+
+    def __init__(self, kube: KubeApi, *, namespace: str):
+        self.kube = kube
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._shards: dict[tuple[str, int], _Shard] = {}
+        self._reflector = Reflector(
+            "gpu-settled-pods",
+            kube.api,
+            kube.lister(CONFIG_MAP, label_selector=f"{SETTLED_LABEL}=true", namespace=namespace),
+            on_list=self._on_list,
+            on_event=self._on_event,
+        )
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _address(self, obj: Object) -> tuple[str, int] | None:
+        metadata = obj.get("metadata", {})
+        labels = metadata.get("labels") or {}
+        name = str(metadata.get("name", ""))
+        tenant = labels.get("labgate.io/tenant")
+        if metadata.get("namespace") != self.namespace or not tenant:
+            return None
+        shard = name.rsplit(".", 1)[-1]
+        if not shard.isdigit() or name != settled_name(tenant, int(shard)):
+            return None
+        return tenant, int(shard)
+
+    @staticmethod
+    def _parse(obj: Object) -> _Shard:
+        raw = (obj.get("data") or {}).get("pods") or "{}"
+        return _Shard(obj.get("metadata", {}).get("resourceVersion"), _PODS.validate_json(raw))
+
+    def _remember(self, address: tuple[str, int], shard: _Shard) -> None:
+        """Keep `shard` unless a newer version is known (call with the lock held)."""
+        current = self._shards.get(address)
+        if current is None or newer(shard.resource_version, current.resource_version):
+            self._shards[address] = shard
+
+    def _on_list(self, objects: list[Object]) -> None:
+        shards = {}
+        for obj in objects:
+            if (address := self._address(obj)) is not None:
+                shards[address] = self._parse(obj)
+        with self._lock:
+            self._shards = shards
+
+    def _on_event(self, event: str, obj: Object) -> None:
+        if (address := self._address(obj)) is None:
+            return
+        with self._lock:
+            if event == "DELETED":
+                self._shards.pop(address, None)
+            else:
+                self._remember(address, self._parse(obj))
+
+    def pods(self, tenant: str) -> dict[str, GpuAmount]:
+        """Every settled pod of `tenant`, with its GPUs."""
+        merged: dict[str, GpuAmount] = {}
+        with self._lock:
+            for shard in range(SETTLED_SHARDS):
+                if (found := self._shards.get((tenant, shard))) is not None:
+                    merged.update(found.pods)
+        return merged
+
+    def versions(self, tenant: str) -> dict[str, str]:
+        """The resourceVersion of each of the tenant's shards that exists."""
+        with self._lock:
+            return {
+                str(shard): found.resource_version
+                for shard in range(SETTLED_SHARDS)
+                if (found := self._shards.get((tenant, shard))) is not None
+                and found.resource_version is not None
+            }
+
+    def ensure_at_least(self, tenant: str, versions: dict[str, str]) -> None:
+        """Read afresh each shard whose cached copy is older than `versions` (those a ledger's sum
+        was computed from): a reconciler taking over must not settle against a lagging cache."""
+        for shard_name, wanted in versions.items():
+            if not shard_name.isdigit():
+                continue
+            address = (tenant, int(shard_name))
+            with self._lock:
+                cached = self._shards.get(address)
+            if cached is not None and newer(cached.resource_version, wanted):
+                continue
+            obj = self.kube.get(CONFIG_MAP, settled_name(tenant, address[1]), namespace=self.namespace)
+            if obj is not None:
+                with self._lock:
+                    self._remember(address, self._parse(obj))
+
+    # -- writing (the reconciler's leader only) ----------------------------------------------------
+
+    def write(self, tenant: str, pods: dict[str, GpuAmount]) -> dict[str, str]:
+        """Store `pods` as the tenant's settled pods, rewriting only the shards that change; return
+        the versions of all of the tenant's shards."""
+        for shard, wanted in split_into_shards(pods).items():
+            address = (tenant, shard)
+            with self._lock:
+                cached = self._shards.get(address)
+            if (cached.pods if cached is not None else {}) == wanted:
+                continue
+            written = self._write_shard(tenant, shard, wanted, cached)
+            with self._lock:
+                self._remember(address, written)
+        return self.versions(tenant)
+
+    def _write_shard(
+        self, tenant: str, shard: int, pods: dict[str, GpuAmount], cached: _Shard | None
+    ) -> _Shard:
+        metadata: dict[str, object] = {
+            "name": settled_name(tenant, shard),
+            "namespace": self.namespace,
+            "labels": {
+                SETTLED_LABEL: "true",
+                "labgate.io/tenant": tenant,
+                "app.kubernetes.io/managed-by": "labgate",
+            },
+        }
+        body: Object = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {"pods": _PODS.dump_json(dict(sorted(pods.items()))).decode()},
+        }
+        if cached is None or cached.resource_version is None:
+            try:
+                result = self.kube.create(CONFIG_MAP, body, namespace=self.namespace)
+            except ApiException as err:
+                if err.status != 409:  # it exists: a cache that lagged; overwrite it below
+                    raise
+                result = None
+            if result is not None:
+                return _Shard(result.get("metadata", {}).get("resourceVersion"), pods)
+        # The leader is the only writer: write over whatever version is there.
+        result = self.kube.replace(CONFIG_MAP, body)
+        return _Shard(result.get("metadata", {}).get("resourceVersion"), pods)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def is_synced(self) -> bool:
+        return self._reflector.has_synced.is_set()
+
+    def start(self) -> None:
+        self._reflector.start()
+
+    def stop(self) -> None:
+        self._reflector.stop()
