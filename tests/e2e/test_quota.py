@@ -4,7 +4,9 @@ release on deletion and completion, and refusal of Jobs that can never fit."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -301,6 +303,44 @@ def test_a_full_gpu_ledger_refuses_with_a_clear_message_and_recovers(
     patch_reservations(stack, team.name, "{}", tmp_path)
     eventually(lambda: me.apply(gpu_pod("after", 1), team.namespace).returncode == 0, what="admitted again")
     eventually(lambda: gpu_used(stack, team.name) == 2, what="both pods counted")
+
+
+def lease_holder(stack: LabgateStack) -> str | None:
+    lease = get_json(stack, "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE)
+    return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+def test_a_new_reconciler_leader_carries_on_with_the_settled_pods(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """The settled pods' records outlive the leader that wrote them: after a takeover, a deleted pod's
+    GPUs are still released and new pods are settled."""
+    team = tenants.create(spec_extra={"gpu": {"total": 4}})
+    me = team.researcher
+    for name in ("a", "b"):
+        assert me.apply(gpu_pod(name, 2), team.namespace).returncode == 0
+    eventually(
+        lambda: all(is_settled(stack, team.name, f"{team.namespace}/{name}") for name in ("a", "b")),
+        what="a and b settled",
+    )
+    leader = next(p for p in stack.processes if p.name == "reconciler-0")
+    assert lease_holder(stack) == "reconciler-0"
+    standby = stack.start_reconciler(identity="gpu-standby")
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        eventually(lambda: lease_holder(stack) == "gpu-standby", what="the standby holds the lease")
+        me.kubectl("delete", "pod", "a", "-n", team.namespace, "--wait=false")
+        eventually(lambda: gpu_used(stack, team.name) == 2, what="the new leader released a's GPUs")
+        assert ledger_data(stack, team.name)["settled"] == {"total": 2, "by_model": {"h100": 2}}
+        assert me.apply(gpu_pod("c", 2), team.namespace).returncode == 0
+        eventually(
+            lambda: is_settled(stack, team.name, f"{team.namespace}/c"), what="c settled by the new leader"
+        )
+        assert me.apply(gpu_pod("d", 1), team.namespace).returncode == 1, "the quota is exactly used"
+    finally:
+        os.kill(leader.pid, signal.SIGCONT)
+        standby.stop()
+    eventually(lambda: lease_holder(stack) == "reconciler-0", what="the first reconciler leads again")
 
 
 @pytest.fixture
