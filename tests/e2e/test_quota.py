@@ -358,7 +358,7 @@ def two_replicas(stack: LabgateStack) -> Iterator[None]:
 def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
-    limit, attempts = 10, 50
+    limit, simultaneous = 10, 50
     team = tenants.create(spec_extra={"gpu": {"total": limit}})
 
     def create(i: int) -> tuple[int, str]:
@@ -373,8 +373,8 @@ def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
     # One pod through each replica first, so that both hold reservations whoever wins the race.
     first = [create(0), create(1)]
     assert [code for code, _ in first] == [0, 0], first
-    with ThreadPoolExecutor(max_workers=attempts) as pool:
-        results = first + list(pool.map(create, range(2, attempts)))
+    with ThreadPoolExecutor(max_workers=simultaneous) as pool:
+        results = first + list(pool.map(create, range(2, 2 + simultaneous)))
     admitted = [i for i, (code, _) in enumerate(results) if code == 0]
     refusals = [err for code, err in results if code != 0]
     assert len(admitted) == limit, f"{len(admitted)} admitted: {refusals[:3]}"
