@@ -59,6 +59,7 @@ from webhook.quota_ledger import (
     GpuAmount,
     LedgerCache,
     LedgerConflictError,
+    LedgerCorruptError,
     LedgerStore,
     pod_key,
     settle,
@@ -329,11 +330,19 @@ class Reconciler:
             del self._gone_pod_uids[uid]
         return frozenset(self._gone_pod_uids)
 
-    def _maintain_ledger(self, tenant: str) -> GpuAmount:
+    def _maintain_ledger(self, tenant: str) -> GpuAmount | None:
         """Settle, release and expire the tenant's GPU reservations; return what it now uses.
 
         Settled pods are written first, the ledger second: a pod is never in neither (a crash in
-        between counts it twice until the next pass, which is the safe way to be wrong)."""
+        between counts it twice until the next pass, which is the safe way to be wrong). A ledger
+        that does not parse is left for a person to repair (None: usage unknown)."""
+        try:
+            return self._settle(tenant)
+        except LedgerCorruptError as err:
+            log.error("%s; not maintaining it until it is repaired", err)
+            return None
+
+    def _settle(self, tenant: str) -> GpuAmount:
         ledger = self.ledgers.cached(tenant)
         for _ in range(5):
             self.settled.ensure_at_least(tenant, ledger.settled_versions)
@@ -558,7 +567,12 @@ class Reconciler:
         gpus = self._maintain_ledger(name)
         self._update_status(tenant, live_tenant, namespaces, gpus)
 
-    def _update_status(self, tenant: Tenant, live: Object, namespaces: list[str], gpus: GpuAmount) -> None:
+    def _update_status(
+        self, tenant: Tenant, live: Object, namespaces: list[str], gpus: GpuAmount | None
+    ) -> None:
+        if gpus is None:  # unknown (ledger unreadable): keep what the status says
+            shown = (live.get("status") or {}).get("gpu") or {}
+            gpus = GpuAmount(total=shown.get("used") or 0, by_model=shown.get("usedByModel") or {})
         states = []
         for ns in namespaces:
             obj = self.cache.get(("v1", "Namespace", "", ns))

@@ -25,7 +25,7 @@ from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import get_provenance_settings
-from webhook.quota_ledger import LedgerCache, LedgerStore
+from webhook.quota_ledger import LedgerCache, LedgerCorruptError, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings
@@ -89,11 +89,16 @@ async def _serve(
         log.error("no decision for %s within %.1fs", review.request.uid, deadline)
         reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
-    except (PolicyEngineUnavailableError, ApiException, OSError) as err:
+    except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
         reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, str(err))
+    except Exception:  # a bug of labgate's: refuse with a message (never admit, never a bare 500)
+        POLICY_ENGINE_ERRORS.labels("internal").inc()
+        log.exception("no decision for %s: internal error", review.request.uid)
+        reason = "policy-engine-unavailable"
+        response = refuse_unavailable(review.request, "an internal error in labgate's webhook; see its log")
     elapsed = time.perf_counter() - started
     webhook = request.url.path.strip("/")
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)

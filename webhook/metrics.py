@@ -22,7 +22,7 @@ ADMISSION_SECONDS = Histogram(
 )
 POLICY_ENGINE_ERRORS = Counter(
     "labgate_policy_engine_errors_total",
-    "Requests refused because no policy decision could be had, by reason (timeout, error)",
+    "Requests refused because no policy decision could be had, by reason (timeout, error, internal)",
     ["reason"],
 )
 LEDGER_CONFLICTS = Counter(

@@ -22,15 +22,18 @@ once: the reconciler remembers the uids of pods it saw deleted.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal
 
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from webhook.kube import Kind, KubeApi, Object, Reflector
+
+log = logging.getLogger("labgate.quota_ledger")
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 LEDGER_LABEL = "labgate.io/gpu-ledger"
@@ -146,17 +149,33 @@ def settle(
     return updated, settled
 
 
+class LedgerCorruptError(ValueError):
+    """A tenant's ledger ConfigMap does not parse (edited by hand?): its GPU pods are refused until
+    it is fixed, rather than admitted against an unknown usage."""
+
+    def __init__(self, tenant: str, problem: str):
+        super().__init__(
+            f"the GPU ledger of tenant {tenant!r} (ConfigMap {ledger_name(tenant)}) is unreadable: {problem}"
+        )
+        self.tenant = tenant
+
+
 def ledger_from_config_map(tenant: str, config_map: Object | None) -> Ledger:
     if config_map is None:
         return Ledger(tenant=tenant)
     data = config_map.get("data") or {}
-    return Ledger(
-        tenant=tenant,
-        resource_version=config_map.get("metadata", {}).get("resourceVersion"),
-        reservations=_RESERVATIONS.validate_json(data.get("reservations") or "{}"),
-        settled=GpuAmount.model_validate_json(data.get("settled") or "{}"),
-        settled_versions=_VERSIONS.validate_json(data.get("settledVersions") or "{}"),
-    )
+    try:
+        return Ledger(
+            tenant=tenant,
+            resource_version=config_map.get("metadata", {}).get("resourceVersion"),
+            reservations=_RESERVATIONS.validate_json(data.get("reservations") or "{}"),
+            settled=GpuAmount.model_validate_json(data.get("settled") or "{}"),
+            settled_versions=_VERSIONS.validate_json(data.get("settledVersions") or "{}"),
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise LedgerCorruptError(tenant, f"{first['msg']}" + (f" at {where}" if where else "")) from err
 
 
 def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
@@ -283,6 +302,7 @@ class LedgerCache:
         (the reconciler settles them; the webhook passes nothing)."""
         self.store = store
         self._on_unsettled = on_unsettled
+        self._corrupt: dict[str, LedgerCorruptError] = {}
         self._lock = threading.Lock()
         self._ledgers: dict[str, Ledger] = {}
         self._reflector = Reflector(
@@ -302,26 +322,44 @@ class LedgerCache:
         prefix = ledger_name("")
         return name[len(prefix) :] if name.startswith(prefix) else None
 
+    def _parse(self, tenant: str, obj: Object) -> Ledger | LedgerCorruptError:
+        try:
+            return ledger_from_config_map(tenant, obj)
+        except LedgerCorruptError as err:
+            log.error("%s; that tenant's GPU pods are refused until it is repaired", err)
+            return err
+
     def _on_list(self, objects: list[Object]) -> None:
-        ledgers = {}
+        ledgers: dict[str, Ledger] = {}
+        corrupt: dict[str, LedgerCorruptError] = {}
         for obj in objects:
             if (tenant := self._tenant(obj)) is not None:
-                ledgers[tenant] = ledger_from_config_map(tenant, obj)
+                parsed = self._parse(tenant, obj)
+                if isinstance(parsed, LedgerCorruptError):
+                    corrupt[tenant] = parsed
+                else:
+                    ledgers[tenant] = parsed
         with self._lock:
-            self._ledgers = ledgers
+            self._ledgers, self._corrupt = ledgers, corrupt
         for ledger in ledgers.values():
             self._notify(ledger)
 
     def _on_event(self, event: str, obj: Object) -> None:
         if (tenant := self._tenant(obj)) is None:
             return
-        ledger = ledger_from_config_map(tenant, obj)
-        with self._lock:
-            if event == "DELETED":
+        if event == "DELETED":
+            with self._lock:
                 self._ledgers.pop(tenant, None)
+                self._corrupt.pop(tenant, None)
+            return
+        parsed = self._parse(tenant, obj)
+        with self._lock:
+            if isinstance(parsed, LedgerCorruptError):
+                self._corrupt[tenant] = parsed
                 return
-            self.remember(ledger)
-        self._notify(ledger)
+            self._corrupt.pop(tenant, None)
+            self.remember(parsed)
+        self._notify(parsed)
 
     def _notify(self, ledger: Ledger) -> None:
         if self._on_unsettled is not None and ledger.reservations:
@@ -334,7 +372,10 @@ class LedgerCache:
             self._ledgers[ledger.tenant] = ledger
 
     def cached(self, tenant: str) -> Ledger:
+        """The tenant's last known ledger; raises LedgerCorruptError if it does not parse."""
         with self._lock:
+            if (corrupt := self._corrupt.get(tenant)) is not None:
+                raise corrupt
             return self._ledgers.get(tenant) or Ledger(tenant=tenant)
 
     def fresh(self, tenant: str) -> Ledger:

@@ -305,6 +305,39 @@ def test_a_full_gpu_ledger_refuses_with_a_clear_message_and_recovers(
     eventually(lambda: gpu_used(stack, team.name) == 2, what="both pods counted")
 
 
+def test_a_ledger_edited_into_garbage_refuses_that_tenants_gpu_pods_clearly_and_no_others(
+    stack: LabgateStack, tenants: TenantFactory, tmp_path: Path
+) -> None:
+    """Someone edits a tenant's ledger by hand and breaks it: that tenant's GPU pods are refused with a
+    message naming the ConfigMap (never admitted against an unknown usage, never a bare webhook
+    failure); other tenants are untouched; repairing it restores admissions."""
+    team, other = (
+        tenants.create(spec_extra={"gpu": {"total": 4}}),
+        tenants.create(spec_extra={"gpu": {"total": 4}}),
+    )
+    assert team.researcher.apply(gpu_pod("before", 1), team.namespace).returncode == 0
+    eventually(lambda: is_settled(stack, team.name, f"{team.namespace}/before"), what="pod settled")
+    patch_reservations(stack, team.name, '{"oops": ', tmp_path)
+
+    def refused_for_the_ledger() -> bool:
+        result = team.researcher.apply(gpu_pod("after", 1), team.namespace)
+        return (
+            result.returncode == 1 and f"ConfigMap {ledger_name(team.name)}) is unreadable" in result.stderr
+        )
+
+    eventually(refused_for_the_ledger, what="GPU pods refused while the ledger is unreadable")
+    refused = team.researcher.apply(gpu_pod("after", 1), team.namespace)
+    assert "[policy-engine-unavailable]" in refused.stderr
+    assert "tell the infra team" in refused.stderr
+    assert get_json(stack, "pod", "after", "-n", team.namespace) is None
+    assert other.researcher.apply(gpu_pod("fine", 1), other.namespace).returncode == 0
+    patch_reservations(stack, team.name, "{}", tmp_path)
+    eventually(
+        lambda: team.researcher.apply(gpu_pod("after", 1), team.namespace).returncode == 0,
+        what="admitted again once the ledger is repaired",
+    )
+
+
 def lease_holder(stack: LabgateStack) -> str | None:
     lease = get_json(stack, "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE)
     return None if lease is None else lease["spec"].get("holderIdentity")

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from webhook.app import create_app
 from webhook.devcluster.processes import free_port
@@ -72,3 +74,56 @@ def test_not_ready_without_policy_engine(client: TestClient) -> None:
     assert response.status_code == 503
     assert response.json() == {"opa": False, "inventory": True, "ledgers": True, "secrets": True}
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+pod_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": st.dictionaries(
+            st.sampled_from(["name", "labels", "annotations", "namespace"]), json_values
+        ),
+        "spec": json_values
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "containers": json_values
+                | st.lists(
+                    st.dictionaries(
+                        st.sampled_from(["name", "image", "resources", "env", "volumeMounts"]), json_values
+                    ),
+                    max_size=2,
+                ),
+                "volumes": json_values,
+                "template": json_values,
+                "nodeSelector": json_values,
+                "tolerations": json_values,
+            },
+        ),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    obj=pod_like, kind=st.sampled_from(["Pod", "Job", "Deployment", "NetworkPolicy", "Secret", "Namespace"])
+)
+def test_no_object_shape_makes_a_server_error(client: TestClient, obj: dict[str, Any], kind: str) -> None:
+    """Whatever an object looks like, the webhook answers: a refusal (OPA is down here) or a 400 for
+    a review that is not one, never a 500 that kubectl would show as 'failed calling webhook'."""
+    request = {**REVIEW["request"], "kind": {"group": "", "version": "v1", "kind": kind}, "object": obj}
+    for path in ("/validate", "/mutate"):
+        response = client.post(path, json={**REVIEW, "request": request})
+        assert response.status_code in (200, 400), response.text
+        if response.status_code == 200:
+            assert response.json()["response"]["allowed"] is False

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from webhook.quota_ledger import (
     LEDGER_MAX_BYTES,
     RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
+    LedgerCorruptError,
     Reservation,
     config_map_from_ledger,
     encode_reservations,
@@ -141,3 +144,14 @@ def test_settled_pods_spread_over_the_shards_by_key() -> None:
     assert all(shard_of(key) == shard for shard, part in shards.items() for key in part)
     assert sum(len(part) for part in shards.values()) == 400
     assert min(len(part) for part in shards.values()) > 20, "no shard left empty or starved"
+
+
+def test_a_ledger_that_does_not_parse_says_which_and_why() -> None:
+    broken = {"metadata": {"resourceVersion": "9"}, "data": {"reservations": '{"a/p1": {"gpus": "four"}}'}}
+    with pytest.raises(LedgerCorruptError) as raised:
+        ledger_from_config_map("vision", broken)
+    message = str(raised.value)
+    assert "GPU ledger of tenant 'vision' (ConfigMap labgate-gpu-ledger.vision) is unreadable" in message
+    assert "a/p1.gpus" in message
+    with pytest.raises(LedgerCorruptError):
+        ledger_from_config_map("vision", {"data": {"reservations": "not json"}})
