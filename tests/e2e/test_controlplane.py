@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from webhook.devcluster.controlplane import LocalControlPlane
+from webhook.devcluster.demo import run_demo
 from webhook.devcluster.kubectl import kubectl
 from webhook.devcluster.stack import LabgateStack
 from webhook.devcluster.tools import pinned_versions
@@ -74,3 +75,23 @@ def test_a_second_control_plane_runs_beside_and_stops_without_leftovers(
     assert not any(_is_running(pid) for pid in pids)
     # The first control plane is untouched.
     assert "namespace/kube-system" in stack.admin_kubectl("get", "namespaces", "-o", "name").split()
+
+
+def test_the_make_run_demo_shows_an_accepted_and_two_refused_applies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the README's first command shows, on a stack of its own (the demo's tenants are named
+    like the policy samples'): alice's experiment is accepted, her sweep that could never fit is
+    refused by labgate with its rule and fix, and team-b's namespace is closed to her."""
+    with LabgateStack(tmp_path) as own:
+        run_demo(own)
+    shown = capsys.readouterr().out
+    steps = shown.split("# alice applies ")[1:]
+    assert len(steps) == 3, shown
+    assert "pod/hello-experiment created" in steps[0], steps[0]
+    assert "(exit code 0: accepted)" in steps[0]
+    assert "[gpu-quota-unfit]" in steps[1], steps[1]
+    assert "Fix:" in steps[1]
+    assert "(exit code 1: refused)" in steps[1]
+    assert "forbidden" in steps[2].lower(), steps[2]
+    assert "(exit code 1: refused)" in steps[2]
