@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -319,21 +320,26 @@ def test_a_ledger_edited_into_garbage_refuses_that_tenants_gpu_pods_clearly_and_
     eventually(lambda: is_settled(stack, team.name, f"{team.namespace}/before"), what="pod settled")
     patch_reservations(stack, team.name, '{"oops": ', tmp_path)
 
+    attempts: list[tuple[str, subprocess.CompletedProcess[str]]] = []
+
     def refused_for_the_ledger() -> bool:
-        result = team.researcher.apply(gpu_pod("after", 1), team.namespace)
+        # A new name each time: until the webhook has seen the edit, a pod may still be admitted.
+        name = f"after-{len(attempts)}"
+        attempts.append((name, team.researcher.apply(gpu_pod(name, 1), team.namespace)))
+        result = attempts[-1][1]
         return (
             result.returncode == 1 and f"ConfigMap {ledger_name(team.name)}) is unreadable" in result.stderr
         )
 
     eventually(refused_for_the_ledger, what="GPU pods refused while the ledger is unreadable")
-    refused = team.researcher.apply(gpu_pod("after", 1), team.namespace)
+    name, refused = attempts[-1]
     assert "[policy-engine-unavailable]" in refused.stderr
     assert "tell the infra team" in refused.stderr
-    assert get_json(stack, "pod", "after", "-n", team.namespace) is None
+    assert get_json(stack, "pod", name, "-n", team.namespace) is None
     assert other.researcher.apply(gpu_pod("fine", 1), other.namespace).returncode == 0
     patch_reservations(stack, team.name, "{}", tmp_path)
     eventually(
-        lambda: team.researcher.apply(gpu_pod("after", 1), team.namespace).returncode == 0,
+        lambda: team.researcher.apply(gpu_pod("repaired", 1), team.namespace).returncode == 0,
         what="admitted again once the ledger is repaired",
     )
 
