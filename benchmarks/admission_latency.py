@@ -249,85 +249,53 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
             def gpu_pod_of_large_tenant() -> dict[str, Any]:
                 return review("bench-big", "alice", ["bench-big"], gpus=1)
 
-            webhook = stack.webhook_urls[0]
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        "no-op webhook (FastAPI, TLS)",
-                        f"https://127.0.0.1:{noop_port}/validate",
-                        member,
-                        verify=context,
-                        requests=requests,
-                        concurrency=concurrency,
-                    )
-                )
-            )
-
             def opa_body() -> dict[str, Any]:
                 body = build_policy_input(request=AdmissionRequest.model_validate(member()["request"]))
                 body["gpu_usage"] = {"total": 0, "by_model": {}}
                 return {"input": body}
 
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        "OPA alone (decision query)",
-                        f"{stack.opa_url}/v1/data/labgate/admission/decision",
-                        opa_body,
-                        verify=False,
-                        requests=requests,
-                        concurrency=concurrency,
+            webhook = stack.webhook_urls[0]
+            # (row, url, body, TLS verification, requests): all in one run, in this order.
+            targets: list[tuple[str, str, Callable[[], dict[str, Any]], ssl.SSLContext | bool, int]] = [
+                (
+                    "no-op webhook (FastAPI, TLS)",
+                    f"https://127.0.0.1:{noop_port}/validate",
+                    member,
+                    context,
+                    requests,
+                ),
+                (
+                    "OPA alone (decision query)",
+                    f"{stack.opa_url}/v1/data/labgate/admission/decision",
+                    opa_body,
+                    False,
+                    requests,
+                ),
+                ("labgate /validate, pod without GPUs", f"{webhook}/validate", member, context, requests),
+                (
+                    "labgate /validate, GPU pod (ledger write)",
+                    f"{webhook}/validate",
+                    gpu_pod,
+                    context,
+                    requests // 2,
+                ),
+                (
+                    f"labgate /validate, GPU pod, tenant already holding {LARGE_LEDGER_PODS:,} pods",
+                    f"{webhook}/validate",
+                    gpu_pod_of_large_tenant,
+                    context,
+                    requests // 2,
+                ),
+                ("labgate /mutate, pod", f"{webhook}/mutate", member, context, requests),
+            ]
+            for name, url, make_body, verify, count in targets:
+                results.append(
+                    asyncio.run(
+                        measure_http(
+                            name, url, make_body, verify=verify, requests=count, concurrency=concurrency
+                        )
                     )
                 )
-            )
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        "labgate /validate, pod without GPUs",
-                        f"{webhook}/validate",
-                        member,
-                        verify=context,
-                        requests=requests,
-                        concurrency=concurrency,
-                    )
-                )
-            )
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        "labgate /validate, GPU pod (ledger write)",
-                        f"{webhook}/validate",
-                        gpu_pod,
-                        verify=context,
-                        requests=requests // 2,
-                        concurrency=concurrency,
-                    )
-                )
-            )
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        f"labgate /validate, GPU pod, tenant already holding {LARGE_LEDGER_PODS:,} pods",
-                        f"{webhook}/validate",
-                        gpu_pod_of_large_tenant,
-                        verify=context,
-                        requests=requests // 2,
-                        concurrency=concurrency,
-                    )
-                )
-            )
-            results.append(
-                asyncio.run(
-                    measure_http(
-                        "labgate /mutate, pod",
-                        f"{webhook}/mutate",
-                        member,
-                        verify=context,
-                        requests=requests,
-                        concurrency=concurrency,
-                    )
-                )
-            )
             api = client.CoreV1Api(config.new_client_from_config(config_file=str(stack.admin_kubeconfig)))
             creates = min(requests, 300)
             results.append(

@@ -15,7 +15,16 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from webhook.kube import TENANT_GROUP, TENANT_PLURAL, TENANT_VERSION, Kind, KubeApi, Object, Reflector
+from webhook.kube import (
+    TENANT_GROUP,
+    TENANT_PLURAL,
+    TENANT_VERSION,
+    Kind,
+    KubeApi,
+    Object,
+    Reflector,
+    WatchFed,
+)
 from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
@@ -228,7 +237,7 @@ RESTRICTED_SECRET_ANNOTATION = "labgate.io/restricted-to-service-account"  # noq
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 
 
-class RestrictedSecrets:
+class RestrictedSecrets(WatchFed):
     """Which Secrets are restricted to a service account, per namespace (metadata only: the webhook
     never holds secret data), for the secret-scope rule's input.secrets."""
 
@@ -278,13 +287,3 @@ class RestrictedSecrets:
         """name -> {"annotations": {...}} for the restricted Secrets of `namespace`."""
         with self._lock:
             return {n: {"annotations": dict(a)} for n, a in self._by_namespace.get(namespace, {}).items()}
-
-    @property
-    def is_synced(self) -> bool:
-        return self._reflector.has_synced.is_set()
-
-    def start(self) -> None:
-        self._reflector.start()
-
-    def stop(self) -> None:
-        self._reflector.stop()

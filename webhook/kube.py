@@ -103,6 +103,22 @@ class Reflector:
                 self._stop.wait(1.0)
 
 
+class WatchFed:
+    """A cache fed by one Reflector (set as `self._reflector`): its readiness and lifecycle."""
+
+    _reflector: Reflector
+
+    @property
+    def is_synced(self) -> bool:
+        return self._reflector.has_synced.is_set()
+
+    def start(self) -> None:
+        self._reflector.start()
+
+    def stop(self) -> None:
+        self._reflector.stop()
+
+
 @dataclass(frozen=True)
 class Kind:
     """Where one kind of object lives in the API."""

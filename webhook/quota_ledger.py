@@ -31,7 +31,7 @@ from typing import Any, Literal
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from webhook.kube import Kind, KubeApi, Object, Reflector
+from webhook.kube import Kind, KubeApi, Object, Reflector, WatchFed
 
 log = logging.getLogger("labgate.quota_ledger")
 
@@ -214,30 +214,10 @@ def encode_reservations(reservations: dict[str, Reservation]) -> str:
     return _RESERVATIONS.dump_json(ordered, exclude_defaults=True).decode()
 
 
-_SIZES: dict[tuple[str, str], int] = {}  # (tenant, resourceVersion) -> stored size
-_SIZES_KEPT = 256
-_SIZES_LOCK = threading.Lock()  # asked on the event loop, filled by writes in worker threads
-
-
 def stored_size(ledger: Ledger) -> int:
-    """The size of the ledger's stored form, in bytes (remembered per stored version, since the
-    webhook asks for every batch of GPU pods and a large ledger takes milliseconds to encode)."""
-    if ledger.resource_version is None:
-        return len(encode_reservations(ledger.reservations))
-    key = (ledger.tenant, ledger.resource_version)
-    with _SIZES_LOCK:
-        size = _SIZES.get(key)
-    if size is None:
-        size = len(encode_reservations(ledger.reservations))
-        _remember_size(key, size)
-    return size
-
-
-def _remember_size(key: tuple[str, str], size: int) -> None:
-    with _SIZES_LOCK:
-        if len(_SIZES) >= _SIZES_KEPT:
-            _SIZES.pop(next(iter(_SIZES)))
-        _SIZES[key] = size
+    """The size of the ledger's stored reservations, in bytes (the ledger holds only pods not yet
+    settled, so this stays small while the reconciler runs)."""
+    return len(encode_reservations(ledger.reservations))
 
 
 def encoded_size(key: str, reservation: Reservation) -> int:
@@ -273,12 +253,9 @@ class LedgerStore:
             if err.status == 409:  # changed since read, or created by another replica meanwhile
                 raise LedgerConflictError(ledger.tenant) from err
             raise
-        written = ledger.model_copy(
+        return ledger.model_copy(
             update={"resource_version": result.get("metadata", {}).get("resourceVersion")}
         )
-        if written.resource_version is not None:  # the next batch needs its size: no re-encoding
-            _remember_size((ledger.tenant, written.resource_version), len(body["data"]["reservations"]))
-        return written
 
 
 def now() -> float:
@@ -293,7 +270,7 @@ def newer(a: str | None, b: str | None) -> bool:
     return int(a) >= int(b)
 
 
-class LedgerCache:
+class LedgerCache(WatchFed):
     """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
     a compare-and-swap that loses re-reads the one ledger it needs."""
 
@@ -389,13 +366,3 @@ class LedgerCache:
         with self._lock:
             self.remember(written)
         return written
-
-    @property
-    def is_synced(self) -> bool:
-        return self._reflector.has_synced.is_set()
-
-    def start(self) -> None:
-        self._reflector.start()
-
-    def stop(self) -> None:
-        self._reflector.stop()

@@ -21,7 +21,6 @@ from webhook.quota_ledger import (
     GpuAmount,
     Ledger,
     LedgerConflictError,
-    Reservation,
     encoded_size,
     now,
     pod_key,
@@ -279,17 +278,15 @@ class AdmissionServer:
                         continue
                     reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
                     pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
-                    added = encoded_size(
-                        item.key, Reservation(gpus=reservation, expires=now(), pod_uid=pod_uid)
-                    )
+                    candidate = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
+                    added = encoded_size(item.key, candidate.reservations[item.key])
                     if size + added > LEDGER_MAX_BYTES:
                         LEDGER_FULL.labels(tenant).inc()
                         responses.append(
                             ledger_full_response(item.request, tenant, len(working.reservations))
                         )
                         continue
-                    size += added
-                    working = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
+                    size, working = size + added, candidate
                 responses.append(build_response(request=item.request, decision=decision))
             if working is not ledger and ledgers is not None:
                 try:

@@ -19,7 +19,7 @@ import zlib
 from kubernetes.client.exceptions import ApiException
 from pydantic import TypeAdapter
 
-from webhook.kube import KubeApi, Object, Reflector
+from webhook.kube import KubeApi, Object, Reflector, WatchFed
 from webhook.quota_ledger import CONFIG_MAP, GpuAmount, newer
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
@@ -50,7 +50,7 @@ class _Shard:
         self.pods = pods
 
 
-class SettledPods:
+class SettledPods(WatchFed):
     """Watch-fed copies of every tenant's settled-pod shards, and the leader's writes to them."""
 
     def __init__(self, kube: KubeApi, *, namespace: str):
@@ -189,15 +189,3 @@ class SettledPods:
         # The leader is the only writer: write over whatever version is there.
         result = self.kube.replace(CONFIG_MAP, body)
         return _Shard(result.get("metadata", {}).get("resourceVersion"), pods)
-
-    # -- lifecycle ---------------------------------------------------------------------------------
-
-    @property
-    def is_synced(self) -> bool:
-        return self._reflector.has_synced.is_set()
-
-    def start(self) -> None:
-        self._reflector.start()
-
-    def stop(self) -> None:
-        self._reflector.stop()
