@@ -17,7 +17,7 @@ source "$here/versions.env"
 
 cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
 jobs="${LABGATE_BUILD_JOBS:-2}"
-all_tools=(kubernetes etcd opa helm registry crane cosign-v2 cosign-v3)
+all_tools=(kubernetes etcd opa helm registry crane cosign-v2 cosign-v3 kwok vegeta gatekeeper)
 
 die() { echo "toolchain: error: $*" >&2; exit 1; }
 
@@ -36,8 +36,8 @@ tool_spec() {
   case "$1" in
     kubernetes)
       version=$KUBERNETES_VERSION module=k8s.io/kubernetes
-      packages="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl"
-      binaries="kube-apiserver kube-controller-manager kubectl"
+      packages="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl"
+      binaries="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
       local minor v m
       minor=${version#v1.}; minor=${minor%%.*}
       for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -71,12 +71,30 @@ tool_spec() {
       version=$COSIGN_V3_VERSION module=github.com/sigstore/cosign/v3
       packages=github.com/sigstore/cosign/v3/cmd/cosign binaries=cosign
       ldflags+=" -X sigs.k8s.io/release-utils/version.gitVersion=$version" ;;
+    kwok)
+      # KWOK simulates nodes and pod lifecycles for the scheduler-backed cluster tests.
+      version=$KWOK_VERSION module=sigs.k8s.io/kwok
+      packages=sigs.k8s.io/kwok/cmd/kwok binaries=kwok
+      ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${version#v}" ;;
+    vegeta)
+      version=$VEGETA_VERSION module=github.com/tsenart/vegeta/v12
+      packages=github.com/tsenart/vegeta/v12 binaries=vegeta ;;
+    gatekeeper)
+      # Gatekeeper run out of cluster, only as the benchmarks' reference webhook.
+      version=$GATEKEEPER_VERSION module=github.com/open-policy-agent/gatekeeper/v3
+      packages=github.com/open-policy-agent/gatekeeper/v3 binaries=gatekeeper ;;
     *) die "unknown tool '$1' (known: ${all_tools[*]})" ;;
   esac
 }
 
 tool_dir() { tool_spec "$1"; echo "$cache/$1-$version"; }
-is_built() { [ -f "$(tool_dir "$1")/.complete" ]; }
+# Built means stamped and every expected binary present, so adding a binary to a tool rebuilds it.
+is_built() {
+  local dir b
+  dir=$(tool_dir "$1")
+  [ -f "$dir/.complete" ] || return 1
+  for b in $binaries; do [ -x "$dir/bin/$b" ] || return 1; done
+}
 
 if [ "${1:-}" = "--bin-dirs" ]; then
   for t in "${all_tools[@]}"; do echo "$(tool_dir "$t")/bin"; done
