@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from webhook.policy_engine import Decision, Finding
+from webhook.provenance.reference import InvalidReferenceError, parse_reference
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 
@@ -17,23 +19,75 @@ def build_policy_input(
     """The `input` document for data.labgate.admission.decision.
 
     `input.request` is the AdmissionRequest in its wire form (camelCase, as Kubernetes docs show it);
-    `input.pod_templates` lists the pod specs inside the object, so rules need not know every kind.
+    `input.pod_templates` lists the pod specs inside the object, so rules need not know every kind;
+    `input.image_references` says where each image comes from, read from the reference alone (no
+    registry is asked), so registry allowlists hold for every tenant.
     """
     templates = find_pod_templates(
         request.object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
     )
+    pod_templates = [t.model_dump() for t in templates]
     return {
         "request": request.model_dump(by_alias=True, exclude_none=True),
-        "pod_templates": [t.model_dump() for t in templates],
+        "pod_templates": pod_templates,
+        "image_references": image_references(pod_templates),
     }
 
 
-def shorten_warning(text: str) -> str:
-    """A warning that fits on one line of kubectl output (under 120 characters)."""
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def image_references(pod_templates: list[dict[str, Any]]) -> dict[str, dict[str, str | None]]:
+    """Every image of the templates, as written -> {registry, repository, error}: what the reference
+    alone tells (Docker's normalisation), or why it is not a reference."""
+    references: dict[str, dict[str, str | None]] = {}
+    for template in pod_templates:
+        spec = template.get("spec") or {}
+        for field in _CONTAINER_LISTS:
+            for container in spec.get(field) or []:
+                image = container.get("image") if isinstance(container, dict) else None
+                if not isinstance(image, str) or image in references:
+                    continue
+                try:
+                    parsed = parse_reference(image)
+                except InvalidReferenceError as err:
+                    references[image] = {"registry": None, "repository": None, "error": str(err)}
+                    continue
+                references[image] = {
+                    "registry": parsed.registry,
+                    "repository": parsed.repository,
+                    "error": None,
+                }
+    return references
+
+
+_RULE_ID = re.compile(r"^\[([a-z0-9][a-z0-9-]*)\] ")
+
+
+def warning_lines(text: str) -> list[str]:
+    """A warning as kubectl lines under 120 characters, nothing cut: a long one is split at spaces
+    into several lines, each after the first starting with the rule id (`[rule-id] ...`) so that
+    every line says which rule it belongs to, and the `Fix:` is always shown."""
     single_line = " ".join(text.split())
     if len(single_line) <= MAX_WARNING_LENGTH:
-        return single_line
-    return single_line[: MAX_WARNING_LENGTH - 1].rstrip() + "…"
+        return [single_line] if single_line else []
+    match = _RULE_ID.match(single_line)
+    marker = f"[{match.group(1)}] ..." if match else "..."
+    lines: list[str] = []
+    current = ""
+    for word in single_line.split(" "):
+        if not current:
+            current = f"{marker} {word}" if lines else word
+        elif len(current) + 1 + len(word) <= MAX_WARNING_LENGTH or len(word) > MAX_WARNING_LENGTH // 2:
+            current = f"{current} {word}"
+        else:
+            lines.append(current)
+            current = f"{marker} {word}"
+        while len(current) > MAX_WARNING_LENGTH:  # a word longer than a line is cut in pieces
+            lines.append(current[:MAX_WARNING_LENGTH])
+            current = f"{marker} {current[MAX_WARNING_LENGTH:]}"
+    lines.append(current)
+    return lines
 
 
 def refusal_message(denials: list[Finding]) -> str:
@@ -43,7 +97,7 @@ def refusal_message(denials: list[Finding]) -> str:
 
 def build_response(*, request: AdmissionRequest, decision: Decision) -> AdmissionResponse:
     """The AdmissionResponse for `decision`: uid echoed, all refusals in one message, warnings."""
-    warnings = [shorten_warning(f.message) for f in decision.warnings] or None
+    warnings = [line for f in decision.warnings for line in warning_lines(f.message)] or None
     if decision.denials:
         return AdmissionResponse(
             uid=request.uid,

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from webhook.admission import build_policy_input, build_response, shorten_warning
+from webhook.admission import build_policy_input, build_response, warning_lines
 from webhook.inventory import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL, namespace_document, tenant_document
 from webhook.policy_engine import Decision, Mutation, PatchOperation
 from webhook.quota_ledger import GpuAmount
@@ -311,7 +311,7 @@ class CheckResult:
     @property
     def warnings(self) -> list[str]:
         """kubectl's warnings: the mutating webhook's, then the validating webhook's."""
-        mutation = [shorten_warning(w) for w in self.mutation.warnings]
+        mutation = [line for w in self.mutation.warnings for line in warning_lines(w)]
         return [*mutation, *(self.response.warnings or [])]
 
     @property

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
+from webhook.admission import build_policy_input, build_response, engine_unavailable_response, warning_lines
 from webhook.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
 from webhook.quota_ledger import (
@@ -333,7 +333,7 @@ class AdmissionServer:
             mutation = await self.engine.mutate(policy_input)
             if mutation.inventory_revision is None:
                 raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
-        warnings = [shorten_warning(w) for w in mutation.warnings] or None
+        warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
         patch = json.dumps([op.model_dump() for op in mutation.patch]).encode()

@@ -11,7 +11,7 @@ from webhook.admission import (
     build_policy_input,
     build_response,
     engine_unavailable_response,
-    shorten_warning,
+    warning_lines,
 )
 from webhook.policy_engine import Decision, Finding
 from webhook.review import AdmissionRequest
@@ -59,15 +59,34 @@ def test_allowed_decision_carries_warnings_and_no_status() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("short", "short"),
-        ("two\nlines  with   spaces", "two lines with spaces"),
-        ("x" * 200, "x" * (MAX_WARNING_LENGTH - 1) + "…"),
+        ("short", ["short"]),
+        ("two\nlines  with   spaces", ["two lines with spaces"]),
     ],
 )
-def test_warnings_fit_one_kubectl_line(text: str, expected: str) -> None:
-    shortened = shorten_warning(text)
-    assert shortened == expected
-    assert len(shortened) < 120
+def test_short_warnings_stay_one_kubectl_line(text: str, expected: list[str]) -> None:
+    assert warning_lines(text) == expected
+
+
+def test_a_long_warn_mode_finding_keeps_its_rule_id_and_fix_on_every_line() -> None:
+    # Regression: warn-mode findings were cut at 120 characters, before their "Fix:".
+    message = (
+        '[image-registry] Pod "train" spec.containers[0] ("main") runs image "docker.io/x/miner:v1" '
+        '(docker.io/x/miner), which is not under a registry tenant "vision" allows (registry.lab.example). '
+        "Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries"
+    )
+    decision = Decision(allowed=True, warnings=[Finding(rule="image-registry", message=message, mode="warn")])
+    warnings = build_response(request=_request(), decision=decision).warnings or []
+    assert len(warnings) > 1
+    assert all(len(line) < 120 for line in warnings)
+    assert all(line.startswith("[image-registry] ") for line in warnings)
+    assert " ".join(line.removeprefix("[image-registry] ...").strip() for line in warnings) == message
+    assert any("Fix: use an image" in line for line in warnings)
+
+
+def test_a_word_longer_than_a_line_is_cut_into_pieces_without_losing_text() -> None:
+    lines = warning_lines("[r] " + "x" * 300)
+    assert all(len(line) <= MAX_WARNING_LENGTH and line.startswith("[r] ") for line in lines)
+    assert sum(line.count("x") for line in lines) == 300
 
 
 def test_engine_failure_refuses_and_says_what_to_do() -> None:
@@ -93,3 +112,28 @@ def test_policy_input_keeps_the_wire_form_and_lists_pod_templates() -> None:
             "replicas": 1,
         }
     ]
+
+
+def test_policy_input_says_where_every_image_comes_from_without_asking_a_registry() -> None:
+    # The registry allowlist is decided from the reference alone, for every tenant (Rego:
+    # labgate.rules.provenance reads input.image_references).
+    obj = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "initContainers": [{"name": "i", "image": "nginx"}],
+                    "containers": [{"name": "c", "image": "Registry.Lab.Example/vision/train:v1"}],
+                    "ephemeralContainers": [{"name": "e", "image": "NOT A REFERENCE"}],
+                }
+            }
+        }
+    }
+    references = build_policy_input(request=_request(object=obj))["image_references"]
+    assert references["nginx"] == {"registry": "docker.io", "repository": "library/nginx", "error": None}
+    assert references["Registry.Lab.Example/vision/train:v1"] == {
+        "registry": "registry.lab.example",
+        "repository": "vision/train",
+        "error": None,
+    }
+    assert references["NOT A REFERENCE"]["registry"] is None
+    assert references["NOT A REFERENCE"]["error"]
