@@ -155,25 +155,71 @@ PIDS_FILE = "pids.json"
 def spawn(
     workdir: Path, name: str, argv: list[str], *, detached: bool = False, env: dict[str, str] | None = None
 ) -> ManagedProcess:
-    """Start `argv` with its log in workdir/logs/NAME.log and record its pid in workdir/pids.json."""
+    """Start `argv` with its log in workdir/logs/NAME.log and record it in workdir/pids.json: its pid,
+    and what identifies the process behind that pid (start time, command line), so that a later
+    `labgate dev down` never signals another process that got the same pid."""
     process = ManagedProcess(name, argv, workdir / "logs" / f"{name}.log", env=env)
     process.start(detached=detached)
-    pids = recorded_pids(workdir)
-    pids[name] = process.pid
-    (workdir / PIDS_FILE).write_text(json.dumps(pids, indent=2))
+    records = _read_records(workdir)
+    identity = process_identity(process.pid)
+    records[name] = {"pid": process.pid, **(identity or {})}
+    (workdir / PIDS_FILE).write_text(json.dumps(records, indent=2))
     return process
 
 
-def recorded_pids(workdir: Path) -> dict[str, int]:
-    """name -> pid of the processes started in `workdir`, oldest first."""
+def process_identity(pid: int) -> dict[str, str] | None:
+    """What tells this process from a later one with the same pid: its start time (clock ticks since
+    boot, /proc/<pid>/stat field 22) and its command line; None when no such process exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return {
+        "start_time": fields[19],
+        "cmdline": cmdline.replace(b"\0", b" ").decode(errors="replace").strip(),
+    }
+
+
+def _read_records(workdir: Path) -> dict[str, dict[str, object]]:
     path = workdir / PIDS_FILE
     if not path.is_file():
         return {}
-    return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    # An older pids.json held bare pids: they cannot be verified, so they are never signalled.
+    return {str(k): (v if isinstance(v, dict) else {"pid": int(v)}) for k, v in raw.items()}
+
+
+def _is_recorded_process(record: dict[str, object]) -> bool:
+    """The pid still belongs to the process that was recorded (same start time and command line)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or "start_time" not in record:
+        return False
+    identity = process_identity(pid)
+    return identity is not None and identity == {
+        "start_time": record["start_time"],
+        "cmdline": record.get("cmdline"),
+    }
+
+
+def recorded_pids(workdir: Path) -> dict[str, int]:
+    """name -> pid of the processes started in `workdir` that still run, oldest first. A recorded pid
+    that has exited, or now belongs to another process, is not listed."""
+    return {
+        name: int(str(record["pid"]))
+        for name, record in _read_records(workdir).items()
+        if _is_recorded_process(record)
+    }
 
 
 def stop_recorded(workdir: Path) -> list[str]:
-    """Stop every process recorded in workdir/pids.json, newest first (used by `labgate dev down`)."""
+    """Stop the processes recorded in workdir/pids.json that are still the ones started, newest first
+    (used by `labgate dev down`); forget the file. Idempotent: a second call stops nothing."""
     stopped = []
     for name, pid in reversed(list(recorded_pids(workdir).items())):
         stop_pid(pid)

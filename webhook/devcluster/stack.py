@@ -121,7 +121,11 @@ class LabgateStack:
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
             # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
             wait_until(self._is_tenant_crd_established, what="Tenant CRD Established", timeout=30)
-            self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
+            # Applied, not created: a restarted stack may find it from its previous run.
+            namespace = f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {LABGATE_NAMESPACE}}}\n"
+            self.admin_kubectl(
+                "apply", "--server-side", "--field-manager=labgate-dev", "-f", "-", stdin=namespace
+            )
             self._start_opa(str(tools["opa"].binary()))
             self._start_webhooks()
             self.register_webhook(self.webhook_urls[0])
