@@ -35,6 +35,7 @@ from rbac.desired import (
 )
 from rbac.leader import LeaderElector
 from rbac.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from rbac.tenant_view import gpu_summary, is_preemptible_running, pending_pods, pod_gpus
 from webhook.cert_rotation import CertificateManager
 from webhook.kube import (
     CLUSTER_ROLE,
@@ -234,6 +235,8 @@ class Reconciler:
         ]
         self._pod_phases: dict[str, str] = {}
         self._pod_uids: dict[str, str] = {}
+        # GPUs of each preemptible pod that has not finished, for the Tenant's status.
+        self._preemptible_gpus: dict[str, int] = {}
         # uid -> when the pod was seen gone: its reservation, if not yet settled, is released at once.
         self._gone_pod_uids: dict[str, float] = {}
         self._pods_lock = threading.Lock()
@@ -293,15 +296,18 @@ class Reconciler:
     def _on_pod_list(self, objects: list[Object]) -> None:
         phases: dict[str, str] = {}
         uids: dict[str, str] = {}
+        preemptible: dict[str, int] = {}
         for o in objects:
             key = pod_key(o["metadata"]["namespace"], o["metadata"]["name"])
             phases[key] = o.get("status", {}).get("phase", "")
             uids[key] = str(o["metadata"].get("uid", ""))
+            if is_preemptible_running(o):
+                preemptible[key] = pod_gpus(o)
         with self._pods_lock:
             live = set(uids.values())
             for uid in set(self._pod_uids.values()) - live:  # deleted while the watch was down
                 self._gone_pod_uids[uid] = time.monotonic()
-            self._pod_phases, self._pod_uids = phases, uids
+            self._pod_phases, self._pod_uids, self._preemptible_gpus = phases, uids, preemptible
         for tenant in {self._tenant_of_namespace(k.split("/", 1)[0]) for k in phases}:
             if tenant:
                 self.queue.add(tenant)
@@ -311,6 +317,10 @@ class Reconciler:
         key = pod_key(metadata["namespace"], metadata["name"])
         tenant = self._tenant_of_namespace(metadata["namespace"])
         with self._pods_lock:
+            if event == "DELETED" or not is_preemptible_running(obj):
+                self._preemptible_gpus.pop(key, None)
+            else:
+                self._preemptible_gpus[key] = pod_gpus(obj)
             if event == "DELETED":
                 self._pod_phases.pop(key, None)
                 self._pod_uids.pop(key, None)
@@ -567,6 +577,16 @@ class Reconciler:
         gpus = self._maintain_ledger(name)
         self._update_status(tenant, live_tenant, namespaces, gpus)
 
+    def _pod_counts(self, tenant: str, namespaces: list[str]) -> tuple[int, int]:
+        """(GPUs of the tenant's running preemptible pods, pods admitted that do not run yet)."""
+        inside = set(namespaces)
+        reservations = self.ledgers.cached(tenant).reservations
+        with self._pods_lock:
+            phases = [p for k, p in self._pod_phases.items() if k.split("/", 1)[0] in inside]
+            preemptible = sum(n for k, n in self._preemptible_gpus.items() if k.split("/", 1)[0] in inside)
+            unseen = sum(1 for k in reservations if k not in self._pod_phases)
+        return preemptible, pending_pods(phases, unseen)
+
     def _update_status(
         self, tenant: Tenant, live: Object, namespaces: list[str], gpus: GpuAmount | None
     ) -> None:
@@ -592,13 +612,26 @@ class Reconciler:
             if ready
             else "waiting for namespaces to become Active",
         }
+        preemptible, pending = self._pod_counts(tenant.name, namespaces)
+        summary = gpu_summary(
+            total=tenant.spec.gpu.total,
+            models=tenant.spec.gpu.models,
+            used_total=gpus.total,
+            used_by_model=gpus.by_model,
+        )
         status = {
             "observedGeneration": tenant.generation,
             "namespaceList": ",".join(namespaces),
             "namespaces": states,
             # An empty map is left out: server-side apply turns a map emptied of the keys it owned
             # into null, which the schema refuses, and the status would stay stuck at its old usage.
-            "gpu": {"used": gpus.total, **({"usedByModel": dict(gpus.by_model)} if gpus.by_model else {})},
+            "gpu": {
+                "used": gpus.total,
+                **({"usedByModel": dict(gpus.by_model)} if gpus.by_model else {}),
+                "summary": summary,
+                "preemptible": preemptible,
+                "pendingPods": pending,
+            },
         }
         GPU_USED.labels(tenant.name, "all").set(gpus.total)
         for model, count in gpus.by_model.items():
@@ -611,6 +644,8 @@ class Reconciler:
         unchanged = (
             is_subset({k: v for k, v in status.items() if k != "gpu"}, old)
             and (old_gpu.get("used"), old_gpu.get("usedByModel") or {}) == (gpus.total, gpus.by_model)
+            and (old_gpu.get("summary"), old_gpu.get("preemptible"), old_gpu.get("pendingPods"))
+            == (summary, preemptible, pending)
             and all(old_ready.get(k) == v for k, v in condition.items())
         )
         if unchanged:

@@ -1,0 +1,62 @@
+"""Pure: what `kubectl get tenant` shows a researcher, as status fields the reconciler writes.
+
+The CRD's printer columns can only show fields, not compute them, so the reconciler writes
+preformatted text (`status.gpu.summary`: "h100 2/8, a100 0/8, total 2/16") beside the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# Kept in step with policies/labgate/config/data.json (gpu_resources, mig_resource_prefix,
+# preemptible_label); the webhook's ledger counts the same resources.
+GPU_RESOURCES = ("nvidia.com/gpu",)
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+PREEMPTIBLE_LABEL = "labgate.io/preemptible"
+_FINISHED = ("Succeeded", "Failed")
+
+
+def gpu_summary(
+    *, total: int | None, models: Mapping[str, int], used_total: int, used_by_model: Mapping[str, int]
+) -> str:
+    """ "h100 2/8, a100 0/8, total 2/16": used of the limit per model (in the Tenant's order), then the
+    total; a model in use without a limit shows "-" as its limit; "2 (no limit)" without any limit."""
+    parts = [f"{model} {used_by_model.get(model, 0)}/{limit}" for model, limit in models.items()]
+    parts += [f"{model} {n}/-" for model, n in sorted(used_by_model.items()) if model not in models and n]
+    if total is not None:
+        parts.append(f"total {used_total}/{total}")
+    elif not parts:
+        parts.append(f"{used_total} (no limit)")
+    return ", ".join(parts)
+
+
+def _amount(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """The GPUs a pod's containers ask (limits, else requests; whole GPUs and MIG slices)."""
+    count = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        count += sum(
+            _amount(v) for r, v in asked.items() if r in GPU_RESOURCES or r.startswith(MIG_RESOURCE_PREFIX)
+        )
+    return count
+
+
+def is_preemptible_running(pod: Mapping[str, Any]) -> bool:
+    """A pod labgate admitted beyond quota as preemptible that has not finished."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    phase = (pod.get("status") or {}).get("phase", "")
+    return labels.get(PREEMPTIBLE_LABEL) == "true" and phase not in _FINISHED
+
+
+def pending_pods(phases: Iterable[str], reservations_without_pod: int) -> int:
+    """Pods admitted that do not run yet: those Pending, plus reservations whose pod is not seen yet."""
+    return sum(1 for phase in phases if phase in ("", "Pending")) + reservations_without_pod
