@@ -275,10 +275,13 @@ def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Man
             "metadata": _meta(f"labgate:tenant:{name}:member", name),
             "rules": [
                 {
+                    # Only their own Tenant: RBAC cannot filter a plain list by object, so `kubectl get
+                    # tenants` (all of them) is refused; get, and list/watch with
+                    # --field-selector metadata.name=<tenant>, work (docs/researchers.md).
                     "apiGroups": ["labgate.io"],
                     "resources": ["tenants"],
                     "resourceNames": [name],
-                    "verbs": ["get"],
+                    "verbs": ["get", "list", "watch"],
                 },
                 *(
                     [

@@ -123,3 +123,30 @@ def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
     assert [k[3] for k, _ in cache.labelled_for("audio")] == ["vision"]
     cache.remove(ROLE_BINDING, binding)
     assert cache.labelled_for("vision") == []
+
+
+def test_members_read_only_their_own_tenant_by_name() -> None:
+    from rbac.desired import member_cluster_objects
+    from rbac.tenant import Tenant
+
+    tenant = Tenant.from_object(
+        {
+            "apiVersion": "labgate.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": "vision", "generation": 1},
+            "spec": {"members": {"researchers": [{"kind": "Group", "name": "vision"}]}},
+        }
+    )
+    role = next(
+        o for o in member_cluster_objects(tenant, namespaces=["vision"]) if o["kind"] == "ClusterRole"
+    )
+    tenant_rules = [r for r in role["rules"] if r["resources"] == ["tenants"]]
+    # list/watch restricted by resourceNames serve only `--field-selector metadata.name=vision`.
+    assert tenant_rules == [
+        {
+            "apiGroups": ["labgate.io"],
+            "resources": ["tenants"],
+            "resourceNames": ["vision"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
