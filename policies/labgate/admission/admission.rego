@@ -18,10 +18,16 @@ findings contains finding if {
 	finding := object.union(violation, {"mode": mode(violation.rule)})
 }
 
-# Per-tenant mode from Tenant.spec.enforcement[rule_id]; unknown values fall back to enforce.
+_modes := {"enforce", "warn", "dry-run"}
+
+# The tenant's mode for a rule (Tenant.spec.enforcement[rule_id]), else the rule's default mode for
+# every tenant (config rule_modes[rule_id]: a new rule starts in dry-run or warn), else enforce.
 mode(rule_id) := m if {
 	m := tenancy.namespace_tenant.spec.enforcement[rule_id]
-	m in {"enforce", "warn", "dry-run"}
+	m in _modes
+} else := m if {
+	m := data.labgate.config.rule_modes[rule_id]
+	m in _modes
 } else := "enforce"
 
 denials := [f | some f in findings; f.mode == "enforce"]

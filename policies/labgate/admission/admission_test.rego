@@ -90,3 +90,29 @@ test_decision_reports_the_inventory_revision if {
 		with data.inventory as inventory
 	d.inventory_revision == 7
 }
+
+# --- per-rule default modes (config rule_modes), overridable per tenant ---
+
+test_config_default_mode_applies_to_every_tenant if {
+	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
+		with data.inventory as testdata.inventory
+		with data.labgate.config.rule_modes as {"tenant-membership": "dry-run"}
+	d.allowed
+	[f.rule | some f in d.dry_run] == ["tenant-membership"]
+}
+
+test_tenant_mode_overrides_the_config_default if {
+	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "enforce"}])
+	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
+		with data.inventory as inventory
+		with data.labgate.config.rule_modes as {"tenant-membership": "warn"}
+	not d.allowed
+	[f.rule | some f in d.denials] == ["tenant-membership"]
+}
+
+test_unknown_config_mode_falls_back_to_enforce if {
+	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
+		with data.inventory as testdata.inventory
+		with data.labgate.config.rule_modes as {"tenant-membership": "off"}
+	not d.allowed
+}

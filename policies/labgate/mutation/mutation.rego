@@ -29,17 +29,63 @@ import data.labgate.lib.gpu
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_quota
 
-patch := [op | some change in _changes; some op in change.ops]
+patch := array.concat(changes_patch, _record_ops)
+
+# The changes themselves, without the record of them (what the Rego tests compare).
+changes_patch := [op | some change in _changes; some op in change.ops]
 
 warnings := [_short(change.warning) | some change in _changes; change.warning != ""]
 
-# Every change as {"ops", "warning"}: the namespace's label, then each pod template's in order.
+# Every change as {"rule", "ops", "warning"}: the namespace's label, then each pod template's in order.
 _changes := array.concat(_namespace_changes, [change |
+	some change in _template_change_list
+])
+
+_template_change_list := [object.union(change, {"template": template.path}) |
 	input.request.operation == "CREATE"
 	tenant := tenancy.namespace_tenant
 	some template in input.pod_templates
 	some change in _template_changes(tenant, template)
+]
+
+# --- The record: every change labgate made, on the object itself ---
+
+# Annotation record_annotation on the object lists every patch and the mutation that made it, as
+# compact JSON ([{"rule", "op", "path"}], like Kyverno's last-applied-patches), so `kubectl get -o
+# yaml` explains why a pod landed on a pool. A workload's pod templates get the record of their own
+# changes too, so the pods made from them carry it. A namespace's label is not recorded (the label
+# says it, and labgate.io/ annotations on namespaces are for their admins to change).
+record_annotation := "labgate.io/mutations"
+
+_record(changes) := json.marshal([{"rule": c.rule, "op": op.op, "path": op.path} |
+	some c in changes
+	some op in c.ops
 ])
+
+_ops_of(changes) := [op | some c in changes; some op in c.ops]
+
+_record_ops := array.concat(
+	[op | count(_ops_of(_template_change_list)) > 0; some op in _annotation_ops([], _record(_template_change_list))],
+	[op |
+		not gpu.is_pod
+		some template in input.pod_templates
+		mine := [c | some c in _template_change_list; c.template == template.path]
+		count(_ops_of(mine)) > 0
+		some op in _annotation_ops(_metadata_parts(template), _record(mine))
+	],
+)
+
+# ["spec", "template"] for a template at "spec.template.spec": where its metadata sits.
+_metadata_parts(template) := array.slice(parts, 0, count(parts) - 1) if parts := split(template.path, ".")
+
+# Add the annotation at <parts>/metadata, creating what is missing (a parent before its child).
+_annotation_ops(parts, value) := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata"])), "value": {"annotations": {record_annotation: value}}}] if {
+	not is_object(object.get(input.request.object, array.concat(parts, ["metadata"]), null))
+} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations"])), "value": {record_annotation: value}}] if {
+	not is_object(object.get(input.request.object, array.concat(parts, ["metadata", "annotations"]), null))
+} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations", record_annotation])), "value": value}]
+
+_pointer_of(parts) := concat("", ["/", concat("/", [_escape(p) | some p in parts])])
 
 _template_changes(tenant, template) := array.concat(
 	array.concat(
@@ -92,7 +138,7 @@ _prefix_tenants := {name |
 	startswith(_namespace_name, prefix)
 }
 
-_namespace_changes := [{"ops": [op], "warning": warning} |
+_namespace_changes := [{"rule": "namespace-label", "ops": [op], "warning": warning} |
 	_is_namespace_create
 	not tenancy.is_trusted_requester
 	count(_prefix_tenants) == 1
@@ -166,14 +212,14 @@ _pool_kind(pool) := "spot" if {
 # One change with the ops (the pool's and the model's selectors go into one nodeSelector), and one
 # without ops for each warning.
 _placement_changes(tenant, template) := array.concat(
-	[{"ops": ops, "warning": ""} |
+	[{"rule": "placement", "ops": ops, "warning": ""} |
 		ops := array.concat(
 			_selector_ops(template, object.union(_pool_selector(tenant, template), _model_selector(tenant, template))),
 			_toleration_ops(template, _missing_tolerations(tenant, template)),
 		)
 		count(ops) > 0
 	],
-	[{"ops": [], "warning": warning} |
+	[{"rule": "placement", "ops": [], "warning": warning} |
 		some warning in [_pool_warning(tenant, template), _model_warning(tenant, template)]
 		warning != ""
 	],
@@ -202,7 +248,7 @@ _runs_as(spec) := name if {
 
 _keeps_token(tenant, spec) if _runs_as(spec) in object.get(tenant, ["spec", "secrets", "automountServiceAccountToken"], [])
 
-_automount_changes(tenant, template) := [{"ops": ops, "warning": warning} |
+_automount_changes(tenant, template) := [{"rule": "token-automount", "ops": ops, "warning": warning} |
 	not is_boolean(object.get(template.spec, "automountServiceAccountToken", null))
 	not _keeps_token(tenant, template.spec)
 	ops := array.concat(
@@ -252,7 +298,7 @@ _mounts_token(container, names) if {
 
 _default_priority_class := object.get(data.labgate.config, "default_priority_class", "")
 
-_priority_changes(template) := [{"ops": [op], "warning": warning} |
+_priority_changes(template) := [{"rule": "priority-class", "ops": [op], "warning": warning} |
 	_default_priority_class != ""
 	object.get(template.spec, "priorityClassName", "") in {"", null}
 	object.get(template.spec, "priority", null) == null
@@ -265,7 +311,7 @@ _priority_changes(template) := [{"ops": [op], "warning": warning} |
 # A tenant with spec.gpu.overQuota: preemptible gets a GPU pod that would exceed its quota admitted
 # at the preemptible priority (input.gpu_usage is the tenant's usage). The Priority admission plugin
 # has already resolved spec.priority on the Pod, so the class and its value are set together.
-_preemptible_changes(tenant, template) := [{"ops": ops, "warning": warning} |
+_preemptible_changes(tenant, template) := [{"rule": "gpu-preemptible", "ops": ops, "warning": warning} |
 	gpu.is_pod
 	template.path == "spec"
 	tenant.spec.gpu.overQuota == "preemptible"
@@ -289,7 +335,7 @@ _preemptible_changes(tenant, template) := [{"ops": ops, "warning": warning} |
 # Each image the webhook resolved (input.images[ref].pinned, for tenants with spec.images) runs by
 # digest: what was checked is what runs, even if the tag moves later. A tenant that requires images
 # to come pinned (spec.images.requireDigest) gets a refusal (image-digest) instead of a rewrite.
-_pinning_changes(tenant, template) := [{"ops": [op], "warning": warning} |
+_pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
 	not tenant.spec.images.requireDigest
 	some field in ["containers", "initContainers", "ephemeralContainers"]
 	some i, container in _array(object.get(template.spec, field, []))

@@ -5,7 +5,7 @@ import data.labgate.mutation
 
 # The mutation's output for `input_doc`: {"patch", "warnings"}.
 mutate(input_doc) := {"patch": p, "warnings": w} if {
-	p := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	p := mutation.changes_patch with input as input_doc with data.inventory as testdata.gpu_inventory
 	w := mutation.warnings with input as input_doc with data.inventory as testdata.gpu_inventory
 }
 
@@ -315,7 +315,7 @@ _pin_input := {
 }
 
 test_tags_are_pinned_to_the_resolved_digest if {
-	result := mutation.patch with input as _pin_input
+	result := mutation.changes_patch with input as _pin_input
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 	result == [{"op": "add", "path": "/spec/containers/0/image", "value": concat("", ["registry.lab.example/vision/train@", _pin_digest])}]
 	warnings := mutation.warnings with input as _pin_input
@@ -364,4 +364,56 @@ test_a_pod_within_quota_is_not_marked if {
 	patch := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
 		with data.inventory as _preempt_inventory
 	not {"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
+}
+
+# Regression: the opt-out written on the Job's own metadata was ignored and the pods went to spot.
+test_on_demand_on_a_jobs_own_metadata_places_its_template_on_demand if {
+	job := json.patch(testdata.job("sweep", 1, {}, {"containers": [gpu_container("1")]}), [{
+		"op": "add", "path": "/metadata/annotations",
+		"value": {"labgate.io/capacity": "on-demand"},
+	}])
+	input_doc := testdata.workload_input("Job", "speech", testdata.sam, job)
+	mutate(input_doc).patch[0] == {
+		"op": "add", "path": "/spec/template/spec/nodeSelector",
+		"value": {"labgate.io/node-pool": "a100-ondemand", "nvidia.com/gpu.product": "a100"},
+	}
+	`labgate placed template spec.template.spec on on-demand pool "a100-ondemand"` in mutate(input_doc).warnings
+	is_idempotent(input_doc)
+}
+
+# --- the record of every change, on the object ---
+
+# Regression: nothing on a pod said why labgate put it on a spot pool.
+test_every_change_is_recorded_on_the_pod_with_its_rule if {
+	input_doc := pod_input("speech", testdata.sam, {"containers": [gpu_container("1")]})
+	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	last := full[count(full) - 1]
+	last.path == "/metadata/annotations"
+	json.unmarshal(last.value["labgate.io/mutations"]) == [
+		{"rule": "placement", "op": "add", "path": "/spec/nodeSelector"},
+		{"rule": "placement", "op": "add", "path": "/spec/tolerations"},
+		{"rule": "token-automount", "op": "add", "path": "/spec/automountServiceAccountToken"},
+		{"rule": "priority-class", "op": "add", "path": "/spec/priorityClassName"},
+	]
+}
+
+test_a_jobs_template_carries_its_record_so_its_pods_do if {
+	job := testdata.job("sweep", 1, {"team": "x"}, {"containers": [gpu_container("1")]})
+	input_doc := testdata.workload_input("Job", "speech", testdata.sam, job)
+	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	paths := [op.path | some op in full; contains(op.path, "annotations")]
+	paths == ["/metadata/annotations", "/spec/template/metadata/annotations/labgate.io~1mutations"]
+	patched := json.patch(job, full)
+	record := json.unmarshal(patched.spec.template.metadata.annotations["labgate.io/mutations"])
+	{r.rule | some r in record} == {"placement", "token-automount", "priority-class"}
+	patched.spec.template.metadata.annotations.team == "x"
+}
+
+test_nothing_changed_nothing_recorded if {
+	input_doc := pod_input("speech", testdata.sam, {
+		"automountServiceAccountToken": true, "priorityClassName": "p",
+		"containers": [{"name": "main", "image": "x"}],
+	})
+	p := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	p == []
 }

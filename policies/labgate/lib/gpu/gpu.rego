@@ -148,8 +148,21 @@ metadata_field(template) := concat(".", array.concat(array.slice(parts, 0, count
 
 template_annotations(template) := _object(object.get(_object(object.get(template, "metadata", {})), "annotations", {}))
 
-# The pod opts out of spot capacity (annotation labgate.io/capacity: on-demand).
+# The pod opts out of spot capacity (annotation labgate.io/capacity: on-demand): on its template, or,
+# for a workload (a Job, a training job), on the workload's own metadata, where people also write it.
 wants_on_demand(template) if template_annotations(template)[capacity_annotation] == "on-demand"
+
+wants_on_demand(_) if _workload_wants_on_demand
+
+_workload_wants_on_demand if {
+	not is_pod
+	_object(object.get(input.request, ["object", "metadata", "annotations"], {}))[capacity_annotation] == "on-demand"
+}
+
+# Where the opt-out was written, for messages: the template's metadata, else the workload's.
+on_demand_field(template) := sprintf("%s.annotations", [metadata_field(template)]) if {
+	template_annotations(template)[capacity_annotation] == "on-demand"
+} else := "metadata.annotations"
 
 node_pools(tenant) := _array(object.get(tenant, ["spec", "placement", "nodePools"], []))
 

@@ -118,10 +118,27 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	overrun := _overrun_text(tenant, d)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s; tenant %q uses %s. Fix: lower the request or wait for running pods to finish",
-		[rule_id, tenancy.object_ref, gpu.describe_asks(template.spec), tenant.metadata.name, overrun],
+		"[%s] %s asks %s; tenant %q uses %s. Fix: %s",
+		[rule_id, tenancy.object_ref, gpu.describe_asks(template.spec), tenant.metadata.name, overrun, _quota_fix(tenant, d)],
 	)
 }
+
+# The limits the pod's demand exceeds on its own, whatever else runs: waiting can never help those.
+_alone_over(tenant, d) := array.concat(
+	[{"model": "", "limit": tenant.spec.gpu.total} | _has_total(tenant); d.total > tenant.spec.gpu.total],
+	[{"model": model, "limit": limit} |
+		some model in sort(object.keys(_models(tenant)))
+		limit := _models(tenant)[model]
+		object.get(d.by_model, model, 0) > limit
+	],
+)
+
+_quota_fix(tenant, d) := sprintf(
+	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
+	[gpu.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
+) if {
+	over := _alone_over(tenant, d)[0]
+} else := "lower the request or wait for running pods to finish"
 
 _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])
 
@@ -272,3 +289,71 @@ _said_by_a_model_limit(tenant, "") if {
 }
 
 _unfit_field := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
+
+# --- pods that will wait: a workload that fits its quota but not what is free now ---
+
+_used_of("") := _used_total
+
+_used_of(model) := _used(model) if model != ""
+
+_has_usage if is_object(input.gpu_usage)
+
+# The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
+_pending_limits(tenant) := {model |
+	some model in _checked_limits(tenant)
+	count(_terms(model)) > 0
+	_all_at_once(model) <= _limit(tenant, model)
+	_all_at_once(model) + _used_of(model) > _limit(tenant, model)
+}
+
+_free(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
+
+_can_start(tenant, model, terms) := "no pod can start now" if {
+	count(terms) == 1
+	floor(_free(tenant, model) / terms[0].each) == 0
+} else := sprintf("only %s can start now", [gpu.plural(floor(_free(tenant, model) / terms[0].each), "pod")]) if {
+	count(terms) == 1
+} else := sprintf("only %s are free now", [gpu.plural(_free(tenant, model), _gpu_word(model))])
+
+_usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
+
+_usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu.plural(_models(tenant)[model], _gpu_word(model))]) if model != ""
+
+# METADATA
+# title: A workload whose pods will wait for GPUs says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
+#   refused one by one when the controller creates them (gpu-quota), which shows only in the
+#   workload's events (FailedCreate), until running pods finish.
+# custom:
+#   rule_id: gpu-quota-pending
+violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
+	not gpu.is_pod
+	_has_usage
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	pending := _pending_limits(tenant)
+	some model in pending
+	_is_first_pending(pending, model)
+	terms := _terms(model)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s runs %s; tenant %q uses %s now, so %s and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (%s)",
+		[
+			rule_id, tenancy.object_ref, _arithmetic(terms, model), tenant.metadata.name,
+			_usage_text(tenant, model), _can_start(tenant, model, terms),
+			object.get(_replica_field, input.request.kind.kind, "its replica count"),
+		],
+	)
+}
+
+# One finding per workload: a model's limit before the total, models in name order.
+_is_first_pending(pending, model) if {
+	model != ""
+	model == min({m | some m in pending; m != ""})
+}
+
+_is_first_pending(pending, "") if {
+	"" in pending
+	count(pending) == 1
+}

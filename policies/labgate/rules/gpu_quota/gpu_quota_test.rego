@@ -53,12 +53,13 @@ test_pod_over_model_quota_only_is_refused if {
 	}}
 }
 
+# Regression: a pod asking more than the limit itself was told to "wait for running pods to finish".
 test_missing_usage_counts_as_none if {
 	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "9"})
 	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
 		"rule": "gpu-quota",
 		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "train-7" asks 9 nvidia.com/gpu (h100); tenant "vision" uses 0 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
+		"message": `[gpu-quota] Pod "train-7" asks 9 nvidia.com/gpu (h100); tenant "vision" uses 0 of 8 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
 	}}
 	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"})))) == 0
 }
@@ -255,4 +256,42 @@ test_a_preemptible_pod_at_another_priority_is_refused if {
 	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})
 	found := gpu_quota.violation with input as doc with data.inventory as preemptible_inventory
 	{v.rule | some v in found} == {"gpu-preemptible", "gpu-quota"}
+}
+
+test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
+	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
+	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
+	[v.message | some v in gpu_quota.violation with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as inventory] == [`[gpu-quota] Pod "train-9" asks 4 nvidia.com/gpu (h100); tenant "vision" uses 0 of 2 GPUs. Fix: ask at most 2 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
+}
+
+# --- gpu-quota-pending: pods that will wait, announced at apply time ---
+
+sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": per_pod})],
+	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+})
+
+job_input(job, usage) := object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"gpu_usage": usage})
+
+# Regression: a Job that fits the quota but not what is free now was created silently; its pods then
+# looped on FailedCreate in the Job's events.
+test_job_whose_pods_will_wait_is_announced_with_current_usage if {
+	violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})) == {{
+		"rule": "gpu-quota-pending",
+		"field": "spec.parallelism",
+		"message": `[gpu-quota-pending] Job "sweep" runs 4 pods × 2 h100 GPUs = 8; tenant "vision" uses 6 of 8 h100 GPUs now, so only 1 pod can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.parallelism)`,
+	}}
+}
+
+test_job_that_fits_what_is_free_is_not_announced if {
+	count(violations(job_input(sweep(2, "2"), {"total": 4, "by_model": {"h100": 4}}))) == 0
+}
+
+test_job_without_usage_given_is_not_announced if {
+	count(violations(testdata.workload_input("Job", "vision", testdata.vera, sweep(4, "2")))) == 0
+}
+
+test_job_that_can_never_fit_is_refused_not_announced if {
+	[v.rule | some v in violations(job_input(sweep(5, "2"), {"total": 6, "by_model": {"h100": 6}}))] == ["gpu-quota-unfit"]
 }

@@ -97,7 +97,7 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	some placed in _placed
 	gpu.wants_on_demand(placed.template)
 	not gpu.allows_on_demand(placed.tenant)
-	field := sprintf("%s.annotations", [gpu.metadata_field(placed.template)])
+	field := gpu.on_demand_field(placed.template)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s asks %s=%q, but tenant %q runs GPU pods on spot capacity only (spec.placement.allowOnDemand is not true). Fix: %s, or ask the infra team to allow on-demand capacity for Tenant %q",

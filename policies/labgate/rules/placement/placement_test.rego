@@ -115,3 +115,17 @@ test_on_demand_in_a_job_template_is_refused_when_applied if {
 		with data.inventory as testdata.gpu_inventory
 	[[x.rule, x.field] | some x in v] == [["placement-on-demand", "spec.template.metadata.annotations"]]
 }
+
+# Regression: the opt-out written on the Job's own metadata (not its template's) was ignored.
+test_on_demand_on_a_jobs_own_metadata_is_refused_where_not_allowed if {
+	job := json.patch(
+		testdata.job("sweep", 1, {}, {
+			"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+			"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
+		}),
+		[{"op": "add", "path": "/metadata/annotations", "value": {"labgate.io/capacity": "on-demand"}}],
+	)
+	v := placement.violation with input as testdata.workload_input("Job", "vision", testdata.vera, job)
+		with data.inventory as testdata.gpu_inventory
+	[[x.rule, x.field] | some x in v] == [["placement-on-demand", "metadata.annotations"]]
+}

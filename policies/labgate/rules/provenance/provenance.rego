@@ -5,10 +5,15 @@
 #   ephemeralContainers) must come from an allowed registry or repository prefix (the tenant's
 #   spec.images.registries plus data.labgate.config.allowed_registries; no list at all means no
 #   restriction), be pinned by digest when the tenant says spec.images.requireDigest, and be signed by
-#   one of the tenant's spec.images.signingKeys when it sets requireSignature or lists any key. The facts
-#   come from the webhook (webhook/provenance/facts.py) in input.images, keyed by the image as written:
+#   one of the tenant's spec.images.signingKeys when it sets requireSignature or lists any key. Which
+#   registry an image comes from is decided from the reference alone: input.image_references (parsed by
+#   the webhook's input builder for every image of every tenant, no registry asked) gives
+#   {registry, repository, error}, so the cluster-wide allowed_registries hold for tenants without
+#   spec.images too. Facts that need the registry come from the webhook (webhook/provenance/facts.py)
+#   in input.images, only for tenants with spec.images, keyed by the image as written:
 #   {reference, normalized, registry, repository, tag, digest, signed_by, error}. An image labgate could
-#   not check (error set, or no facts when the tenant needs them) is refused: never admitted by accident.
+#   not check (error set, or no facts when a signature must be verified) is refused: never admitted by
+#   accident.
 #   Pods the platform creates are not checked again: their templates were checked when the workload was
 #   applied.
 package labgate.rules.provenance
@@ -62,6 +67,14 @@ _under(repository, path) if repository == path
 
 _under(repository, path) if startswith(repository, concat("", [path, "/"]))
 
+# Where an image comes from, from its reference alone: input.image_references (every tenant), else the
+# registry facts (older callers and tests that give only input.images).
+_reference(image) := input.image_references[image] if {
+	is_string(input.image_references[image].registry)
+} else := input.images[image] if {
+	is_string(input.images[image].registry)
+}
+
 # Known to be outside the allowed registries: decided from the reference alone, even when the
 # registry could not be reached (an unreachable, unallowed registry is refused for being unallowed).
 _is_disallowed(tenant, fact) if {
@@ -85,7 +98,7 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 	allowed := _allowed_registries(tenant)
 	count(allowed) > 0
 	some image in _images
-	fact := input.images[image.image]
+	fact := _reference(image.image)
 	_is_disallowed(tenant, fact)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
@@ -171,17 +184,31 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 
 # --- images labgate could not check ---
 
-# Facts are needed to match registries and to know signatures (not to see a digest as written).
-_needs_facts(tenant) if count(_allowed_registries(tenant)) > 0
-
+# Registry facts are needed only to know signatures: registries are matched on the reference, and a
+# digest is seen as written.
 _needs_facts(tenant) if _requires_signature(tenant)
 
 _unverifiable contains {"image": image, "reason": fact.error} if {
 	some image in _images
 	fact := input.images[image.image]
 	is_string(fact.error)
-	not _is_disallowed(tenancy.namespace_tenant, fact)
+	not _is_disallowed(tenancy.namespace_tenant, _reference_or_fact(image.image, fact))
 }
+
+_reference_or_fact(image, _) := _reference(image)
+
+_reference_or_fact(image, fact) := fact if not _reference(image)
+
+# A reference that does not parse, where registries are restricted: which registry it names is unknown.
+_unverifiable contains {"image": image, "reason": reference.error} if {
+	count(_allowed_registries(tenancy.namespace_tenant)) > 0
+	some image in _images
+	reference := input.image_references[image.image]
+	is_string(reference.error)
+	not _has_fact_error(image.image)
+}
+
+_has_fact_error(image) if is_string(input.images[image].error)
 
 _unverifiable contains {"image": image, "reason": "labgate has no facts about it"} if {
 	_needs_facts(tenancy.namespace_tenant)

@@ -249,3 +249,46 @@ test_an_unreachable_registry_outside_the_allowed_ones_is_refused_for_its_registr
 		with data.inventory as inventory
 	[v.rule | some v in violations] == ["image-registry"]
 }
+
+# --- the cluster-wide allowed_registries (config), for a tenant without spec.images ---
+
+# What the webhook's input builder reads from the reference alone, for every tenant.
+reference(registry, repository) := {"registry": registry, "repository": repository, "error": null}
+
+cluster_list_violations(image, references) := violations if {
+	workload := testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
+	violations := provenance.violation with input as object.union(workload, {"image_references": references})
+		with data.inventory as inventory
+		with data.labgate.config.allowed_registries as ["registry.lab.example"]
+}
+
+# Regression: with no registry facts (team-b has no spec.images, so the webhook asks no registry), an
+# image from an allowed registry was refused as [image-unverifiable] "labgate has no facts about it".
+test_cluster_allowed_registry_needs_no_registry_facts if {
+	image := "registry.lab.example/team-b/train:v1"
+	count(cluster_list_violations(image, {image: reference("registry.lab.example", "team-b/train")})) == 0
+}
+
+test_cluster_allowed_registries_refuse_other_registries_from_the_reference if {
+	image := "docker.io/someone/miner:latest"
+	cluster_list_violations(image, {image: reference("docker.io", "someone/miner")}) == {{
+		"rule": "image-registry",
+		"field": "spec.containers[0].image",
+		"message": `[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "docker.io/someone/miner:latest" (docker.io/someone/miner), which is not under a registry tenant "team-b" allows (registry.lab.example). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries`,
+	}}
+}
+
+test_cluster_allowed_registries_refuse_a_reference_that_does_not_parse if {
+	image := "Registry.Lab.Example/UPPER:v1"
+	refs := {image: {"registry": null, "repository": null, "error": "repository name must be lowercase"}}
+	[v.rule | some v in cluster_list_violations(image, refs)] == ["image-unverifiable"]
+}
+
+test_no_allowed_registries_anywhere_leaves_unparsable_references_to_the_kubelet if {
+	image := "Registry.Lab.Example/UPPER:v1"
+	workload := testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
+	refs := {image: {"registry": null, "repository": null, "error": "repository name must be lowercase"}}
+	v := provenance.violation with input as object.union(workload, {"image_references": refs})
+		with data.inventory as inventory
+	count(v) == 0
+}

@@ -50,3 +50,32 @@ test_overlapping_prefix_is_refused if {
 		"message": `[tenant-namespace-conflict] Tenant "team-c" spec.namespaces.prefix "team-a-x-" overlaps the prefix "team-a-" of tenant "team-a": researchers of both could create the same namespaces. Fix: choose a prefix neither starts the other`,
 	}}
 }
+
+# --- tenant-enforcement-unknown ---
+
+with_enforcement(enforcement) := json.patch(tenant_request("team-c", {"names": ["team-c"]}), [
+	{"op": "add", "path": "/object/spec/enforcement", "value": enforcement},
+])
+
+test_enforcement_of_known_rules_is_allowed if {
+	count(tenant_spec.violation) == 0 with input.request as with_enforcement({"gpu-quota": "warn"})
+		with data.inventory as inventory
+		with data.labgate.rule_ids.known as ["gpu-quota", "pod-hardening"]
+}
+
+# Regression: a misspelt rule id was accepted silently and relaxed nothing.
+test_enforcement_of_an_unknown_rule_is_refused_with_the_known_ids if {
+	v := tenant_spec.violation with input.request as with_enforcement({"gpu-qouta": "warn"})
+		with data.inventory as inventory
+		with data.labgate.rule_ids.known as ["gpu-quota", "pod-hardening"]
+	v == {{
+		"rule": "tenant-enforcement-unknown",
+		"field": "spec.enforcement[gpu-qouta]",
+		"message": `[tenant-enforcement-unknown] Tenant "team-c" spec.enforcement names "gpu-qouta", which is not a rule id of labgate's policies. Fix: use one of gpu-quota, pod-hardening`,
+	}}
+}
+
+test_generated_rule_ids_are_loaded_with_the_policies if {
+	"gpu-quota" in data.labgate.rule_ids.known
+	"tenant-enforcement-unknown" in data.labgate.rule_ids.known
+}
