@@ -20,7 +20,8 @@ from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.kube import KubeApi, api_client
 from webhook.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
-from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
+from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
+from webhook.policy_sync import PolicySync
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
@@ -135,6 +136,13 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         # (cores + 4) queues them behind each other when many GPU pods arrive at once.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
+        policies = None
+        if resolved.policy_dir is not None:
+            policies = PolicySync(
+                resolved.policy_dir, PolicyStore(resolved.opa_url), interval=resolved.policy_poll_seconds
+            )
+            policies.start()
+        app.state.policies = policies
         stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
         provenance = get_provenance_settings()
         registry = RegistryClient(provenance)
@@ -167,6 +175,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         finally:
             for part in stoppable:
                 part.stop()
+            if policies is not None:
+                policies.stop()
             await engine.close()
             await registry.aclose()
 
@@ -201,8 +211,18 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz(server: Annotated[AdmissionServer, Depends(get_server)]) -> JSONResponse:
+    async def readyz(
+        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
+    ) -> JSONResponse:
         checks = {"opa": await server.engine.is_healthy(), **server.caches_synced}
-        return JSONResponse(status_code=200 if all(checks.values()) else 503, content=checks)
+        content: dict[str, Any] = dict(checks)
+        policies: PolicySync | None = request.app.state.policies
+        if policies is not None:
+            # Ready once a complete policy set is loaded; a later broken edit keeps the previous
+            # policies serving (still ready), and shows here with its error.
+            checks["policies"] = policies.status.revision is not None
+            content["policies"] = checks["policies"]
+            content["policy"] = policies.status.as_dict()
+        return JSONResponse(status_code=200 if all(checks.values()) else 503, content=content)
 
     return app

@@ -104,9 +104,19 @@ def _dev_up(args: argparse.Namespace) -> int:
     from webhook.devcluster.stack import LabgateStack
 
     workdir = Path(args.workdir).resolve()
-    if recorded_pids(workdir):
-        print(f"A local cluster already runs in {workdir}; stop it first: labgate dev down", file=sys.stderr)
+    running = recorded_pids(workdir)  # only processes that are still the ones recorded
+    if running:
+        print(
+            f"A local cluster already runs in {workdir} ({', '.join(running)}); stop it first: labgate dev down",
+            file=sys.stderr,
+        )
         return 1
+    # Nothing of a previous run is alive: start from a clean cluster (its etcd data and pids file go),
+    # so `make stop` then `make run` shows the same as the first run.
+    import shutil
+
+    shutil.rmtree(workdir / "etcd", ignore_errors=True)
+    (workdir / "pids.json").unlink(missing_ok=True)
     stack = LabgateStack(workdir, detached=True)
     stack.start()
     print(f"labgate: control plane, OPA and webhook ready in {stack.start_seconds:.1f}s")
@@ -137,11 +147,27 @@ def _default_policies() -> Path:
     return local if (local / "labgate").is_dir() else REPO_ROOT / "policies"
 
 
-def _opa_binary() -> str:
-    from webhook.devcluster.tools import binary, ensure_tools
+_OPA_HELP = "the opa binary (default: $LABGATE_OPA, else the pinned build in a checkout, else opa on PATH)"
 
-    ensure_tools("opa")
-    return binary("opa")
+
+def _opa_binary(explicit: str | None = None) -> str:
+    """The opa to run: --opa, $LABGATE_OPA, the pinned build (a checkout), else `opa` on PATH (an
+    installed package or the container image)."""
+    import os
+    import shutil
+
+    chosen = explicit or os.environ.get("LABGATE_OPA")
+    if chosen:
+        return chosen
+    from webhook.devcluster.tools import TOOLCHAIN_DIR, binary, ensure_tools
+
+    if (TOOLCHAIN_DIR / "versions.env").is_file():  # a checkout: the pinned version
+        ensure_tools("opa")
+        return binary("opa")
+    found = shutil.which("opa")
+    if found is None:
+        raise SystemExit("labgate: no opa binary: pass --opa PATH, set LABGATE_OPA, or put opa on PATH")
+    return found
 
 
 def _groups(values: list[str] | None) -> list[str]:
@@ -168,6 +194,7 @@ def _check(args: argparse.Namespace) -> int:
         OfflineCheckError,
         OfflineOpa,
         admission_request,
+        check_json,
         dry_run_lines,
         facts_from_manifests,
         load_manifests,
@@ -185,6 +212,7 @@ def _check(args: argparse.Namespace) -> int:
         return 2
     policies = Path(args.policies) if args.policies else _default_policies()
     is_refused = False
+    results: list[dict[str, Any]] = []
     try:
         images = _image_facts(Path(args.image_facts)) if args.image_facts else None
         manifests = load_manifests([source])
@@ -195,7 +223,7 @@ def _check(args: argparse.Namespace) -> int:
         if not manifests:
             print(f"labgate check: {source} holds no objects", file=sys.stderr)
             return 2
-        with OfflineOpa(_opa_binary(), policies, facts) as opa:
+        with OfflineOpa(_opa_binary(args.opa), policies, facts) as opa:
             for number, manifest in enumerate(manifests, start=1):
                 request = admission_request(
                     obj=manifest,
@@ -213,14 +241,21 @@ def _check(args: argparse.Namespace) -> int:
                         file=sys.stderr,
                     )
                 result = opa.check(request, gpu_usage=usage, images=images, kinds=kinds)
-                for line in researcher_view(result, source=str(source)):
-                    print(line)
-                for line in dry_run_lines(result):
-                    print(line, file=sys.stderr)
+                if args.output_format == "json":
+                    results.append(check_json(result))
+                else:
+                    for line in researcher_view(result, source=str(source)):
+                        print(line)
+                    for line in dry_run_lines(result):
+                        print(line, file=sys.stderr)
                 is_refused = is_refused or not result.is_allowed
     except OfflineCheckError as err:
         print(f"labgate check: {err}", file=sys.stderr)
         return 2
+    if args.output_format == "json":
+        import json
+
+        print(json.dumps(results, indent=2))
     return 1 if is_refused else 0
 
 
@@ -245,10 +280,38 @@ def _opa_steps(opa: str, policies: Path) -> list[str]:
         failed.append(title)
         print(f"FAIL  {title}")
         if title.startswith("opa fmt") and output:
-            output = "not formatted (run `opa fmt -w` on them):\n" + output
+            output = _fmt_failure(output)
         for line in output.splitlines():
             print(f"      {line}")
     return failed
+
+
+def _fmt_failure(output: str) -> str:
+    """What `opa fmt --list --fail` found: files that do not parse (with the parse error, which opa
+    prints for them), or files that only need formatting."""
+    if "rego_parse_error" in output or "parse error" in output:
+        return "does not parse (fix the error; `opa check` below shows it with its position):\n" + output
+    return "not formatted (run `opa fmt -w` on them):\n" + output
+
+
+def _rule_ids_step(policies: Path, *, write: bool = False) -> list[str]:
+    """data.labgate.rule_ids (what a Tenant's spec.enforcement may name) matches the rules' METADATA."""
+    from webhook.policy_samples import RULE_IDS_FILE, rule_ids_document
+
+    target = policies / RULE_IDS_FILE
+    wanted = rule_ids_document(policies)
+    current = target.read_text(encoding="utf-8") if target.is_file() else None
+    if current == wanted:
+        print(f"ok    rule ids ({target.relative_to(policies)})")
+        return []
+    if write:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(wanted, encoding="utf-8")
+        print(f"wrote rule ids to {target}")
+        return []
+    print(f"FAIL  rule ids: {target} does not list the rule ids of the policies' METADATA")
+    print("      run `labgate policy rule-ids --write` and commit the file")
+    return ["rule ids"]
 
 
 def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
@@ -290,12 +353,150 @@ def _policy_test(args: argparse.Namespace) -> int:
     if not policies.is_dir():
         print(f"labgate policy test: no policy directory {policies}", file=sys.stderr)
         return 2
-    opa = _opa_binary()
-    failed = _opa_steps(opa, policies) + _sample_runs(opa, policies, args.platform_namespace)
+    opa = _opa_binary(args.opa)
+    if args.output_format == "json":
+        import contextlib
+        import io
+        import json
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            failed = (
+                _opa_steps(opa, policies)
+                + _rule_ids_step(policies)
+                + _sample_runs(opa, policies, args.platform_namespace)
+            )
+        report = {"passed": not failed, "failed": failed, "report": buffer.getvalue().splitlines()}
+        print(json.dumps(report, indent=2))
+        return 1 if failed else 0
+    failed = (
+        _opa_steps(opa, policies)
+        + _rule_ids_step(policies)
+        + _sample_runs(opa, policies, args.platform_namespace)
+    )
     if failed:
         print(f"policy test FAILED: {', '.join(failed)}")
         return 1
     print("policy test passed")
+    return 0
+
+
+def _policy_rule_ids(args: argparse.Namespace) -> int:
+    policies = Path(args.policies) if args.policies else _default_policies()
+    if not args.write:
+        from webhook.policy_samples import rule_ids_document
+
+        print(rule_ids_document(policies), end="")
+        return 0
+    return 1 if _rule_ids_step(policies, write=True) else 0
+
+
+def _snapshot_from(args: argparse.Namespace) -> Any:
+    """The objects to evaluate: --snapshot FILE, else the live cluster (--kubeconfig; read-only)."""
+    from webhook.policy_impact import export_snapshot, load_snapshot
+
+    if args.snapshot:
+        return load_snapshot(Path(args.snapshot))
+    from webhook.kube import KubeApi, api_client
+
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    return export_snapshot(KubeApi(api_client(kubeconfig), field_manager="labgate-readonly"))
+
+
+def _snapshot_export(args: argparse.Namespace) -> int:
+    from webhook.policy_impact import dump_snapshot
+
+    text = dump_snapshot(_snapshot_from(argparse.Namespace(snapshot=None, kubeconfig=args.kubeconfig)))
+    if args.output in (None, "-"):
+        print(text, end="")
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"labgate: snapshot written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _impact_opa(args: argparse.Namespace, policies: Path, snapshot: Any) -> Any:
+    from webhook.offline_admission import OfflineOpa, facts_from_manifests
+
+    facts = facts_from_manifests(snapshot.definitions, platform_namespace=args.platform_namespace)
+    return OfflineOpa(_opa_binary(args.opa), policies, facts)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import json
+
+    from webhook.offline_admission import OfflineCheckError
+    from webhook.policy_impact import audit_rows, cluster_items, evaluate, grouped_text
+    from webhook.workloads import load_workload_kinds
+
+    policies = Path(args.policies) if args.policies else _default_policies()
+    kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+    try:
+        snapshot = _snapshot_from(args)
+        items = cluster_items(snapshot)
+        with _impact_opa(args, policies, snapshot) as opa:
+            rows = audit_rows(list(evaluate(opa, items, kinds)))
+    except OfflineCheckError as err:
+        print(f"labgate audit: {err}", file=sys.stderr)
+        return 2
+    if args.output_format == "json":
+        print(json.dumps({"evaluated": len(items), "findings": rows}, indent=2))
+    else:
+        print(f"labgate audit: {len(items)} objects evaluated against {policies}; {len(rows)} findings")
+        for line in grouped_text(rows, key="mode"):
+            print(line)
+    return 1 if any(r["mode"] == "enforce" for r in rows) else 0
+
+
+def _policy_diff(args: argparse.Namespace) -> int:
+    import json
+
+    from webhook.offline_admission import OfflineCheckError
+    from webhook.policy_impact import (
+        cluster_items,
+        decision_log_items,
+        diff_rows,
+        evaluate,
+        grouped_text,
+        read_decision_log,
+    )
+    from webhook.workloads import load_workload_kinds
+
+    candidate = Path(args.policies)
+    current = Path(args.current) if args.current else _default_policies()
+    kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+    try:
+        snapshot = _snapshot_from(args)
+        items = cluster_items(snapshot)
+        records = read_decision_log([Path(p) for p in args.decision_log or []], last=args.last)
+        replayed, missing = decision_log_items(snapshot, records)
+        everything = [*items, *replayed]
+        with _impact_opa(args, current, snapshot) as opa:
+            before = list(evaluate(opa, everything, kinds))
+        with _impact_opa(args, candidate, snapshot) as opa:
+            after = list(evaluate(opa, everything, kinds))
+    except (OfflineCheckError, OSError, ValueError) as err:
+        print(f"labgate policy diff: {err}", file=sys.stderr)
+        return 2
+    rows = diff_rows(before, after)
+    summary = {
+        "current": str(current),
+        "candidate": str(candidate),
+        "cluster_objects": len(items),
+        "decision_log_requests": len(replayed),
+        "decision_log_not_replayable": missing,
+    }
+    if args.output_format == "json":
+        print(json.dumps({**summary, "changes": rows}, indent=2))
+        return 0
+    print(
+        f"policy diff: {current} -> {candidate}: {len(items)} objects from the cluster, {len(replayed)} "
+        f"requests from the decision log ({missing} not replayable: object gone or never created)"
+    )
+    if not rows:
+        print("no change: every object and request gets the same verdict, findings and mutation")
+    for line in grouped_text(rows, key="change"):
+        print(line)
     return 0
 
 
@@ -317,6 +518,79 @@ def _decisions_verify(args: argparse.Namespace) -> int:
         return 0
     print(f"TAMPERED: line {result.first_bad_line}: {result.reason}")
     return 1
+
+
+def _add_policy_commands(commands: Any) -> None:
+    policy = commands.add_parser("policy", help="work on the Rego policies")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    policy_test = policy_commands.add_parser(
+        "test",
+        help="opa fmt, opa check --strict, opa test and every policy sample",
+        description="Run opa fmt --list --fail, opa check --strict and opa test on the policies, then "
+        "every policies/**/samples/*.yaml against policies/samples/inventory.yaml. Exit 1 if anything fails.",
+    )
+    policy_test.add_argument(
+        "--policies", help="policy directory (default: ./policies, else the repository's)"
+    )
+    policy_test.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
+    policy_test.add_argument("--opa", help=_OPA_HELP)
+    policy_test.add_argument("-o", "--output", dest="output_format", choices=["text", "json"], default="text")
+    policy_test.set_defaults(handler=_policy_test)
+    rule_ids = policy_commands.add_parser(
+        "rule-ids",
+        help="the rule ids of the policies (what Tenant spec.enforcement may name)",
+        description="Print data.labgate.rule_ids (from every rule's METADATA custom.rule_id); with --write, "
+        "update policies/labgate/rule_ids/data.json, which the policies load to refuse unknown ids.",
+    )
+    rule_ids.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    rule_ids.add_argument("--write", action="store_true", help="write policies/labgate/rule_ids/data.json")
+    rule_ids.set_defaults(handler=_policy_rule_ids)
+    diff = policy_commands.add_parser(
+        "diff",
+        help="impact preview: candidate policies vs current, on the cluster and the decision log",
+        description="Evaluate the cluster's objects (live with --kubeconfig, read-only, or --snapshot) and "
+        "the decision log's recent requests under the current and the candidate policies; print who "
+        "would newly be refused, newly admitted, or get another mutation, grouped by rule and tenant.",
+    )
+    diff.add_argument("--policies", required=True, help="the candidate policy directory")
+    diff.add_argument("--current", help="the current policies (default: ./policies, else the repository's)")
+    diff.add_argument("--decision-log", action="append", help="decision log file(s) to replay (JSON lines)")
+    diff.add_argument(
+        "--last", type=int, default=1000, help="replay the last N records (default: %(default)s)"
+    )
+    _add_cluster_source(diff)
+    diff.set_defaults(handler=_policy_diff)
+
+
+def _add_cluster_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--snapshot", help="a file `labgate snapshot export` wrote (offline)")
+    parser.add_argument("--kubeconfig", help="read the live cluster (list only) with this kubeconfig")
+    parser.add_argument("--opa", help=_OPA_HELP)
+    parser.add_argument("--workload-kinds", help="extra workload kinds (as LABGATE_WORKLOAD_KINDS_FILE)")
+    parser.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
+    parser.add_argument("-o", "--output", dest="output_format", choices=["text", "json"], default="text")
+
+
+def _add_impact_commands(commands: Any) -> None:
+    audit = commands.add_parser(
+        "audit",
+        help="evaluate the cluster's workloads and Tenants against the current policies",
+        description="Evaluate every workload in tenant namespaces and every Tenant, as a member of its "
+        "tenant would apply it now, and list what would be refused (enforce), warned or recorded (dry-run). "
+        "Exit 1 when anything would be refused.",
+    )
+    audit.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    _add_cluster_source(audit)
+    audit.set_defaults(handler=_audit)
+
+    snapshot = commands.add_parser("snapshot", help="the cluster's objects, for offline audits and diffs")
+    snapshot_commands = snapshot.add_subparsers(dest="snapshot_command", required=True)
+    export = snapshot_commands.add_parser(
+        "export", help="write Tenants, tenant namespaces, restricted Secrets (metadata), workloads, GPU usage"
+    )
+    export.add_argument("--kubeconfig", help="kubeconfig (read-only access is enough)")
+    export.add_argument("-f", "--file", dest="output", help="write here (default: standard output)")
+    export.set_defaults(handler=_snapshot_export)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -391,6 +665,15 @@ def build_parser() -> argparse.ArgumentParser:
         "tenants that restrict images see no facts)",
     )
     check.add_argument("--workload-kinds", help="extra workload kinds (as LABGATE_WORKLOAD_KINDS_FILE)")
+    check.add_argument("--opa", help=_OPA_HELP)
+    check.add_argument(
+        "-o",
+        "--output",
+        dest="output_format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object per manifest (allowed, warnings, refusal message, rules, patch)",
+    )
     check.add_argument(
         "--platform-namespace",
         default="labgate-system",
@@ -398,19 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=_check)
 
-    policy = commands.add_parser("policy", help="work on the Rego policies")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    policy_test = policy_commands.add_parser(
-        "test",
-        help="opa fmt, opa check --strict, opa test and every policy sample",
-        description="Run opa fmt --list --fail, opa check --strict and opa test on the policies, then "
-        "every policies/**/samples/*.yaml against policies/samples/inventory.yaml. Exit 1 if anything fails.",
-    )
-    policy_test.add_argument(
-        "--policies", help="policy directory (default: ./policies, else the repository's)"
-    )
-    policy_test.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
-    policy_test.set_defaults(handler=_policy_test)
+    _add_policy_commands(commands)
+    _add_impact_commands(commands)
 
     decisions = commands.add_parser("decisions", help="the decision log")
     decisions_commands = decisions.add_subparsers(dest="decisions_command", required=True)

@@ -43,3 +43,15 @@ GPU_USED = Gauge(
 GPU_LIMIT = Gauge(
     "labgate_gpu_limit", "GPU quota, per tenant and model (model 'all' is the total)", ["tenant", "model"]
 )
+POLICY_REVISION = Gauge(
+    "labgate_policy_revision_info",
+    "1 for the revision (digest of the policy directory) OPA serves, loaded completely by the webhook",
+    ["revision"],
+)
+POLICY_RELOAD_ERROR = Gauge(
+    "labgate_policy_reload_error",
+    "1 while the policy directory holds a change OPA refused (parse or compile error); see /readyz",
+)
+POLICY_RELOADS = Counter(
+    "labgate_policy_reloads_total", "Policy loads by result (loaded, failed)", ["result"]
+)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from webhook.admission import build_policy_input, build_response, warning_lines
+from webhook.admission import build_policy_input, build_response, needs_gpu_usage, warning_lines
 from webhook.inventory import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL, namespace_document, tenant_document
 from webhook.policy_engine import Decision, Mutation, PatchOperation
 from webhook.quota_ledger import GpuAmount
@@ -358,6 +358,26 @@ def researcher_view(result: CheckResult, *, source: str) -> list[str]:
     return lines
 
 
+def check_json(result: CheckResult) -> dict[str, Any]:
+    """One checked manifest for `labgate check -o json`."""
+    status = result.response.status
+    decision = result.decision
+    return {
+        "object": object_ref(result.request),
+        "namespace": result.request.namespace,
+        "allowed": result.is_allowed,
+        "message": status.message if status and not result.is_allowed else None,
+        "warnings": result.warnings,
+        "rules": {
+            "enforce": [f.rule for f in decision.denials],
+            "warn": [f.rule for f in decision.warnings],
+            "dry-run": [f.rule for f in decision.dry_run],
+        },
+        "dry_run": [f.message for f in decision.dry_run],
+        "patch": [op.model_dump() for op in result.mutation.patch],
+    }
+
+
 def dry_run_lines(result: CheckResult) -> list[str]:
     """Dry-run findings: recorded by the webhook, never shown to the researcher."""
     return [f"dry-run: {f.message}" for f in result.decision.dry_run]
@@ -459,10 +479,8 @@ class OfflineOpa:
         if mutation.patch and request.object is not None:
             mutated = with_request_object(request, apply_patch(request.object, mutation.patch))
         decision_input = policy_input(mutated)
-        is_pod_create = (
-            mutated.kind.group == "" and mutated.kind.kind == "Pod" and mutated.operation == "CREATE"
-        )
-        if is_pod_create and tenant:  # the webhook adds the tenant's usage from the quota ledger
+        if tenant and needs_gpu_usage(mutated, decision_input["pod_templates"]):
+            # the webhook adds the tenant's usage from the quota ledger
             decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).model_dump()
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))
         response = build_response(request=mutated, decision=decision)

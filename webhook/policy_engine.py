@@ -12,6 +12,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
+import requests
 from opa_client import AsyncOpaClient, OpaClient
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -172,3 +173,61 @@ class InventoryStore:
 
     def close(self) -> None:
         self._client.close_connection()
+
+
+class PolicyLoadError(RuntimeError):
+    """OPA refused a policy module (it does not parse or compile); the message says where and why."""
+
+
+def _opa_errors(body: Any) -> str:
+    """`file:row: code: message` lines from an OPA error response."""
+    if not isinstance(body, dict):
+        return str(body)
+    lines = []
+    for error in body.get("errors") or []:
+        location = error.get("location") or {}
+        where = f"{location.get('file', '')}:{location.get('row', '?')}: " if location else ""
+        lines.append(f"{where}{error.get('code', '')}: {error.get('message', '')}")
+    return "; ".join(lines) or str(body.get("message") or body)
+
+
+class PolicyStore:
+    """Synchronous writer of policy modules and policy data into OPA (webhook.policy_sync)."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0):
+        self._root = url.rstrip("/") + "/v1"
+        self._timeout = timeout
+        self._session = requests.Session()
+
+    def put_module(self, module_id: str, text: str) -> None:
+        """Create or replace one module; PolicyLoadError with OPA's parse or compile error."""
+        response = self._session.put(
+            f"{self._root}/policies/{module_id}",
+            data=text.encode("utf-8"),
+            headers={"Content-Type": "text/plain"},
+            timeout=self._timeout,
+        )
+        if response.status_code != 200:
+            raise PolicyLoadError(_opa_errors(response.json()))
+
+    def delete_module(self, module_id: str) -> None:
+        response = self._session.delete(f"{self._root}/policies/{module_id}", timeout=self._timeout)
+        if response.status_code not in (200, 404):
+            raise PolicyLoadError(_opa_errors(response.json()))
+
+    def put_data(self, path: str, document: Any) -> None:
+        """Create or replace the data document at `path` (e.g. labgate/config)."""
+        response = self._session.put(f"{self._root}/data/{path}", json=document, timeout=self._timeout)
+        if response.status_code not in (200, 204):
+            raise PolicyLoadError(_opa_errors(response.json()))
+
+    def get_marker(self) -> str | None:
+        """The revision policy_sync recorded in OPA after its last complete load (None: OPA has none,
+        e.g. it restarted)."""
+        response = self._session.get(f"{self._root}/data/labgate_policy_sync/revision", timeout=self._timeout)
+        response.raise_for_status()
+        result = response.json().get("result")
+        return result if isinstance(result, str) else None
+
+    def close(self) -> None:
+        self._session.close()

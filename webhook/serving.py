@@ -13,7 +13,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission import build_policy_input, build_response, engine_unavailable_response, warning_lines
+from webhook.admission import (
+    build_policy_input,
+    build_response,
+    engine_unavailable_response,
+    needs_gpu_usage,
+    warning_lines,
+)
 from webhook.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
 from webhook.quota_ledger import (
@@ -172,13 +178,15 @@ class AdmissionServer:
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
-        if tenant and self.ledgers is not None and _is_pod_create(request):
+        if tenant and self.ledgers is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
-            # preemptible (when the tenant allows it); the validation decides and reserves.
+            # preemptible (when the tenant allows it); the validation decides and reserves, and warns
+            # at apply time about a workload's pods that will wait for GPUs.
             key = pod_key(
                 request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
             )
-            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=key).model_dump()
+            excluding = key if _is_pod_create(request) else None
+            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=excluding).model_dump()
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:

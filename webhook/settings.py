@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     namespace: str = Field(
         default="labgate-system", description="labgate's own namespace (never intercepted)."
     )
+    policy_dir: Path | None = Field(
+        default=None,
+        description="Load the policies from this directory into OPA and keep them loaded (new files and "
+        "folders within policy_poll_seconds; errors in /readyz and metrics). Unset: OPA loads its own.",
+    )
+    policy_poll_seconds: float = Field(
+        default=1.0, gt=0, description="How often policy_dir is read for changes."
+    )
 
 
 @lru_cache(maxsize=1)

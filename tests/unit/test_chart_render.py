@@ -414,13 +414,18 @@ def test_opa_sidecar_is_pinned_and_runs_like_the_local_stack(default_manifests: 
     args = opa["args"]
     assert args[:2] == ["run", "--server"]
     assert "--addr=127.0.0.1:8181" in args
-    assert "--watch" in args
-    assert args[-1] == "/policies"
-    local = {a for a in opa_argv("opa", port=0, policy_dir=Path("/p")) if a.startswith("--ignore=")}
-    assert local == {"--ignore=*_test.rego", "--ignore=samples", "--ignore=testdata"}
-    # ..* keeps OPA from loading the kubelet's ..data copy of the ConfigMap a second time.
-    assert {a for a in args if a.startswith("--ignore=")} == local | {"--ignore=..*"}
-    assert {m["mountPath"] for m in opa["volumeMounts"]} == {"/policies"}
+    # OPA starts empty, as in the local stack: the webhook loads the policies through its API.
+    assert [a for a in args[1:] if not a.startswith("--")] == []  # no policy paths
+    assert [a for a in opa_argv("opa", port=8181)[2:] if not a.startswith("--")] == []
+    assert "--watch" not in args
+    assert "volumeMounts" not in opa
+
+
+def test_the_webhook_loads_the_policies_configmap_into_opa(default_manifests: list[Manifest]) -> None:
+    labgate = container(one(default_manifests, "Deployment", "labgate-webhook"), "labgate")
+    env = {e["name"]: e.get("value") for e in labgate["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in labgate["volumeMounts"]}
+    assert env["LABGATE_POLICY_DIR"] == mounts["policies"] == "/policies"
 
 
 def test_every_container_runs_restricted(default_manifests: list[Manifest]) -> None:

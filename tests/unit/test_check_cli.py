@@ -136,6 +136,9 @@ def test_a_member_pod_is_admitted_with_what_labgate_changed(files: dict[str, Pat
         "Pod/train-1 admitted",
         "labgate changed it (JSON Patch):",
         "  add /spec/automountServiceAccountToken = false",
+        # Every change is recorded on the object, with the mutation that made it.
+        '  add /metadata/annotations = {"labgate.io/mutations":"[{\\"op\\":\\"add\\",\\"path\\":'
+        '\\"/spec/automountServiceAccountToken\\",\\"rule\\":\\"token-automount\\"}]"}',
     ]
 
 
@@ -259,3 +262,90 @@ def test_parse_gpu_usage() -> None:
     assert parse_gpu_usage("total=12, h100=4") == GpuAmount(total=12, by_model={"h100": 4})
     with pytest.raises(ValueError, match="name=count"):
         parse_gpu_usage("total")
+
+
+def test_policy_test_prints_the_parse_error_not_a_formatting_complaint(tmp_path: Path) -> None:
+    # Regression: a file that does not parse was reported as "not formatted".
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    rule = policies / "labgate/rules/tenant_membership/tenant_membership.rego"
+    rule.write_text(rule.read_text() + "\nviolation contains {{{\n")
+    result = labgate("policy", "test", "--policies", policies)
+    assert result.returncode == 1
+    assert "not formatted" not in result.stdout
+    assert "does not parse" in result.stdout
+    assert "tenant_membership.rego:" in result.stdout
+    assert "rego_parse_error" in result.stdout
+
+
+def test_a_sample_asserts_only_the_rules_it_is_about(tmp_path: Path) -> None:
+    # Regression: a new rule elsewhere that found something in an unrelated sample broke it.
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    noisy = policies / "labgate/rules/noisy"
+    noisy.mkdir()
+    (noisy / "noisy.rego").write_text(
+        textwrap.dedent("""\
+            # METADATA
+            # title: a new rule, introduced in dry-run
+            package labgate.rules.noisy
+
+            # METADATA
+            # custom:
+            #   rule_id: noisy-new-rule
+            violation contains {"rule": rule_id, "message": "[noisy-new-rule] x. Fix: y"} if {
+            \tinput.request.kind.kind == "Pod"
+            \tinput.request.uid == "sample-member-pod-admitted"
+            \trule_id := rego.metadata.rule().custom.rule_id
+            }
+        """)
+    )
+    config = policies / "labgate/config/data.json"
+    config.write_text(
+        config.read_text().replace('"rule_modes": {', '"rule_modes": {"noisy-new-rule": "dry-run", ')
+    )
+    assert labgate("policy", "rule-ids", "--write", "--policies", policies).returncode == 0
+    result = labgate("policy", "test", "--policies", policies)
+    assert result.returncode == 0, result.stdout
+    assert "ok    sample labgate/rules/tenant_membership/samples/member-pod-admitted.yaml" in result.stdout
+
+
+def test_rule_ids_out_of_date_fail_policy_test(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    ids = policies / "labgate/rule_ids/data.json"
+    ids.write_text(ids.read_text().replace('    "gpu-quota",\n', ""))
+    result = labgate("policy", "test", "--policies", policies)
+    assert result.returncode == 1
+    assert "FAIL  rule ids" in result.stdout
+    assert "labgate policy rule-ids --write" in result.stdout
+
+
+def test_check_and_policy_test_speak_json(files: dict[str, Path]) -> None:
+    import json
+
+    result = check(files, "sweep", "--as", "alice", "--groups", "vision", "-n", "vision", "-o", "json")
+    assert result.returncode == 1
+    [verdict] = json.loads(result.stdout)
+    assert verdict["object"] == "Job/sweep"
+    assert verdict["allowed"] is False
+    assert verdict["rules"]["enforce"] == ["gpu-quota-unfit"]
+    assert verdict["message"].startswith('[gpu-quota-unfit] Job "sweep"')
+    report = json.loads(labgate("policy", "test", "--policies", POLICIES, "-o", "json").stdout)
+    assert report["passed"] is True
+    assert report["failed"] == []
+
+
+def test_opa_is_found_from_the_flag_or_the_environment(files: dict[str, Path], tmp_path: Path) -> None:
+    # An installed package has no toolchain/: --opa and LABGATE_OPA name the binary.
+    from webhook.devcluster.tools import binary
+
+    opa = binary("opa")
+    assert (
+        check(files, "pod", "--as", "alice", "--groups", "vision", "-n", "vision", "--opa", opa).returncode
+        == 0
+    )
+    missing = check(
+        files, "pod", "--as", "alice", "--groups", "vision", "-n", "vision", "--opa", str(tmp_path / "no")
+    )
+    assert missing.returncode != 0

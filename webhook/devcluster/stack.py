@@ -32,14 +32,16 @@ POLICY_DIR = Path(os.environ.get("LABGATE_POLICY_DIR", str(REPO_ROOT / "policies
 WEBHOOK_CONFIGURATION = "labgate"
 
 
-def opa_argv(opa: str, *, port: int, policy_dir: Path) -> list[str]:
-    """`opa run` as labgate uses it: server on loopback, policies watched for changes, tests skipped."""
+def opa_argv(opa: str, *, port: int, policy_dir: Path | None = None) -> list[str]:
+    """`opa run` as labgate uses it: server on loopback. Without `policy_dir` OPA starts empty and
+    the webhook loads the policies through OPA's API (webhook/policy_sync.py: new files and folders
+    too, errors visible), as the chart does; with it, OPA loads and watches the directory itself
+    (tests skipped)."""
+    argv = [opa, "run", "--server", f"--addr=127.0.0.1:{port}", "--log-level=error"]
+    if policy_dir is None:
+        return argv
     return [
-        opa,
-        "run",
-        "--server",
-        f"--addr=127.0.0.1:{port}",
-        "--log-level=error",
+        *argv,
         "--watch",
         "--ignore=*_test.rego",
         "--ignore=samples",
@@ -151,9 +153,7 @@ class LabgateStack:
 
     def _start_opa(self, opa: str) -> None:
         port = free_port()
-        process = spawn(
-            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=self.policy_dir), detached=self.detached
-        )
+        process = spawn(self.workdir, "opa", opa_argv(opa, port=port), detached=self.detached)
         self.processes.append(process)
         self.opa_url = f"http://127.0.0.1:{port}"
 
@@ -177,8 +177,10 @@ class LabgateStack:
         (pki / "tls.crt").write_bytes(serving.cert_pem)
         (pki / "tls.key").write_bytes(serving.key_pem)
         (pki / "tls.key").chmod(0o600)
+        # The stack's webhooks load the policies into OPA and keep them loaded (webhook/policy_sync.py).
+        policies = {"LABGATE_POLICY_DIR": str(self.policy_dir), "LABGATE_POLICY_POLL_SECONDS": "0.5"}
         for _ in range(self.webhook_replicas):
-            self.webhook_urls.append(self.start_webhook(opa_url=self.opa_url))
+            self.webhook_urls.append(self.start_webhook(opa_url=self.opa_url, extra_env=policies))
 
     def start_webhook(
         self, *, opa_url: str, wait_for: str = "/readyz", extra_env: dict[str, str] | None = None

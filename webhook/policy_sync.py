@@ -1,0 +1,212 @@
+"""The policy directory, kept loaded in OPA: new files and folders live within seconds, a broken
+policy visible.
+
+OPA's own `--watch` follows only the directories that existed when it started and reports a policy
+it refused nowhere but its info log. So the webhook loads the policies itself, through OPA's REST API:
+every `interval` seconds it reads the directory (`policies/` in a checkout, the mounted ConfigMap in
+the chart; names starting with "." are skipped, so the kubelet's `..data` copies are read once,
+through their links), and when anything changed it puts every changed module (`PUT
+/v1/policies/<path>`) and data file (`PUT /v1/data/<dir>`), and deletes removed modules. A module OPA
+refuses (parse or compile error) keeps its previous version; the error is kept with the revision it
+came from. Modules are put in path order, again until no more succeed, so a new rule and the new
+helper package it imports can arrive together.
+
+What is loaded is visible: `status` (revision of the last complete load, the revision tried, the
+error), the metrics `labgate_policy_revision_info`, `labgate_policy_reload_error` and
+`labgate_policy_reloads_total`, and the webhook's /readyz. Pushing modules does not touch data.inventory
+(a `--watch` reload dropped it). If OPA restarts and forgets everything, the next poll notices (the
+revision marker it keeps in OPA is gone) and loads everything again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from webhook.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
+from webhook.policy_engine import PolicyLoadError
+
+log = logging.getLogger("labgate.policy_sync")
+
+DATA_FILE = "data.json"
+SKIPPED_DIRECTORIES = frozenset({"samples", "testdata"})
+# Outside data.labgate (writes under a policy root are checked against the policies).
+MARKER_PATH = "labgate_policy_sync"
+
+
+class PolicyWriter(Protocol):
+    def put_module(self, module_id: str, text: str) -> None: ...
+
+    def delete_module(self, module_id: str) -> None: ...
+
+    def put_data(self, path: str, document: Any) -> None: ...
+
+    def get_marker(self) -> str | None: ...
+
+
+def policy_files(directory: Path) -> dict[str, bytes]:
+    """relative path -> content of every policy module (`*.rego` but tests) and data file, as OPA
+    would load them; samples, test data and hidden names (`..data`) left out."""
+    files: dict[str, bytes] = {}
+    for root, dirs, names in os.walk(directory, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRECTORIES)
+        for name in names:
+            is_module = name.endswith(".rego") and not name.endswith("_test.rego")
+            if name.startswith(".") or not (is_module or name == DATA_FILE):
+                continue
+            path = Path(root) / name
+            files[path.relative_to(directory).as_posix()] = path.read_bytes()
+    return files
+
+
+def load_order(path: str) -> tuple[int, str]:
+    """Shared helpers (lib/) before the rules that import them, rules before the entry points that
+    collect them; OPA compiles every module as it is put, so this order costs no failed attempts."""
+    parts = path.split("/")
+    rank = 0 if "lib" in parts else 1 if "rules" in parts else 2
+    return rank, path
+
+
+def revision(files: dict[str, bytes]) -> str:
+    """A short digest of the whole policy set (paths and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class PolicyStatus:
+    """What OPA serves: the revision of the last complete load, and the last attempt's error."""
+
+    revision: str | None = None
+    loaded_at: float | None = None
+    attempted: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "loaded_at": self.loaded_at,
+            "attempted_revision": self.attempted,
+            "error": self.error,
+        }
+
+
+class PolicySync:
+    """Keeps OPA's policies equal to `directory`, polling every `interval` seconds."""
+
+    def __init__(self, directory: Path, writer: PolicyWriter, *, interval: float = 1.0):
+        self.directory = directory
+        self.writer = writer
+        self.interval = interval
+        self._pushed: dict[str, bytes] = {}
+        self._status = PolicyStatus()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="policy-sync", daemon=True)
+
+    @property
+    def status(self) -> PolicyStatus:
+        return self._status
+
+    def sync_once(self) -> PolicyStatus:
+        """Load what changed since the last pass; the resulting status."""
+        try:
+            files = policy_files(self.directory)
+        except OSError as err:
+            return self._record(self._status.attempted, f"cannot read {self.directory}: {err}")
+        current = revision(files)
+        try:
+            if self._pushed and self.writer.get_marker() != self._status.revision:
+                log.warning("OPA lost the policies (restarted?); loading them all again")
+                self._pushed = {}
+            if current == self._status.attempted and self._pushed:
+                return self._status
+            errors = self._push(files)
+            if not errors:
+                self.writer.put_data(MARKER_PATH, {"revision": current})
+        except (OSError, ValueError) as err:  # OPA unreachable: try again at the next pass
+            return self._record(None, f"cannot reach OPA: {err}")
+        error = "; ".join(f"{path}: {message}" for path, message in sorted(errors.items())) or None
+        return self._record(current, error)
+
+    def _push(self, files: dict[str, bytes]) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        for path, content in sorted(files.items()):
+            if not path.endswith(DATA_FILE) or self._pushed.get(path) == content:
+                continue
+            target = Path(path).parent.as_posix()
+            if target in ("", "."):  # it would replace all of OPA's data, the inventory too
+                errors[path] = "not loaded: a data.json at the top of the policy directory is not supported"
+                continue
+            try:
+                document = json.loads(content)
+                self.writer.put_data(target, document)
+                self._pushed[path] = content
+            except (ValueError, PolicyLoadError) as err:
+                errors[path] = f"not loaded: {err}"
+        pending = sorted(
+            (p for p, c in files.items() if p.endswith(".rego") and self._pushed.get(p) != c), key=load_order
+        )
+        while pending:
+            failed = []
+            for path in pending:
+                try:
+                    self.writer.put_module(path, files[path].decode("utf-8", errors="replace"))
+                    self._pushed[path] = files[path]
+                    errors.pop(path, None)
+                except PolicyLoadError as err:
+                    errors[path] = str(err)
+                    failed.append(path)
+            if len(failed) == len(pending):
+                break
+            pending = failed
+        for path in sorted(set(self._pushed) - set(files), key=load_order, reverse=True):
+            if path.endswith(".rego"):
+                try:
+                    self.writer.delete_module(path)
+                except PolicyLoadError as err:
+                    errors[path] = f"not deleted: {err}"
+                    continue
+            del self._pushed[path]
+        return errors
+
+    def _record(self, attempted: str | None, error: str | None) -> PolicyStatus:
+        if error is None and attempted is not None:
+            if attempted != self._status.revision:
+                log.info("policies loaded: revision %s", attempted)
+                POLICY_RELOADS.labels("loaded").inc()
+                POLICY_REVISION.clear()
+                POLICY_REVISION.labels(attempted).set(1)
+            self._status = PolicyStatus(revision=attempted, loaded_at=time.time(), attempted=attempted)
+        else:
+            if error != self._status.error:
+                log.error("policy revision %s not loaded: %s", attempted, error)
+                POLICY_RELOADS.labels("failed").inc()
+            self._status = replace(self._status, attempted=attempted, error=error)
+        POLICY_RELOAD_ERROR.set(0 if self._status.error is None else 1)
+        return self._status
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync_once()
+            except Exception:  # never let the loader die: the next pass tries again
+                log.exception("policy sync failed")
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        """Load in the background (the first pass at once); readiness waits for `status.revision`."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
