@@ -20,23 +20,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from rbac.desired import (
-    Manifest,
-    desired_objects,
-    is_subset,
-    object_key,
-    shared_cluster_roles,
-    shared_priority_classes,
-    tenant_namespaces,
+from labgate.core.gpu_ledger import (
+    RESERVATION_TTL_SECONDS,
+    GpuAmount,
+    LedgerConflictError,
+    LedgerCorruptError,
+    pod_key,
+    settle,
+    usage,
 )
-from rbac.leader import LeaderElector
-from rbac.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
-from webhook.cert_rotation import CertificateManager
-from webhook.kube import (
+from labgate.core.gpu_ledger import now as ledger_now
+from labgate.core.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     EVENT,
@@ -48,25 +44,25 @@ from webhook.kube import (
     SERVICE_ACCOUNT,
     TENANT,
     Kind,
-    KubeApi,
     Object,
-    Reflector,
     kind_of,
 )
-from webhook.metrics import GPU_LIMIT, GPU_USED
-from webhook.quota_ledger import (
-    RESERVATION_TTL_SECONDS,
-    GpuAmount,
-    LedgerCache,
-    LedgerConflictError,
-    LedgerCorruptError,
-    LedgerStore,
-    pod_key,
-    settle,
-    usage,
+from labgate.core.kube import ApiClient, ApiException, KubeApi, Reflector
+from labgate.core.ledger_store import LedgerCache, LedgerStore
+from labgate.core.metrics import GPU_LIMIT, GPU_USED
+from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from rbac.cert_rotation import CertificateManager
+from rbac.desired import (
+    Manifest,
+    desired_objects,
+    is_subset,
+    object_key,
+    shared_cluster_roles,
+    shared_priority_classes,
+    tenant_namespaces,
 )
-from webhook.quota_ledger import now as ledger_now
-from webhook.settled_pods import SettledPods
+from rbac.leader import LeaderElector
+from rbac.settled_pods import SettledPods
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -200,7 +196,7 @@ class Reconciler:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         namespace: str,
         identity: str,

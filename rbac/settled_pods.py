@@ -1,6 +1,6 @@
 """The GPUs of each tenant's settled pods, one entry per pod, kept by the reconciler alone.
 
-The ledger (`webhook.quota_ledger`) holds only their sum, so that admitting a GPU pod never reads or
+The ledger (`labgate.core.gpu_ledger`) holds only their sum, so that admitting a GPU pod never reads or
 rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
 the sum when it is deleted or finishes: the GPU demand was decided by the policy at admission, and
 is not recomputed from the pod. The records are spread over `SETTLED_SHARDS` ConfigMaps per tenant
@@ -16,11 +16,11 @@ from __future__ import annotations
 import threading
 import zlib
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import TypeAdapter
 
-from webhook.kube import KubeApi, Object, Reflector, WatchFed
-from webhook.quota_ledger import CONFIG_MAP, GpuAmount, newer
+from labgate.core.gpu_ledger import CONFIG_MAP, GpuAmount, newer
+from labgate.core.kinds import Object
+from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
 SETTLED_SHARDS = 8
