@@ -191,6 +191,31 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def finalizer_added(live: Object) -> list[dict[str, Any]]:
+    """A JSON Patch that adds labgate's finalizer only if the Tenant's finalizers are still what this
+    replica read: a `test` op guards the write, so a concurrent change by anyone else fails it
+    (the next pass re-reads) instead of being overwritten by a stale list."""
+    metadata = live.get("metadata", {})
+    current = list(metadata.get("finalizers") or [])
+    if current:
+        return [
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ]
+    # No list yet: nothing to test a list against, so test the object's version instead.
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
+        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+    ]
+
+
+def finalizer_removed(finalizers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A JSON Patch that removes exactly labgate's finalizer, tested at the index it was read at."""
+    index = finalizers.index(FINALIZER)
+    path = f"/metadata/finalizers/{index}"
+    return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+
+
 class Reconciler:
     """Watch-driven reconciler for every Tenant."""
 
@@ -353,15 +378,15 @@ class Reconciler:
             updated, settled = settle(
                 ledger, settled_pods, pod_phases=phases, now=ledger_now(), gone_pod_uids=gone
             )
-            if settled != settled_pods:
-                self._check_leader()
-                versions = self.settled.write(tenant, settled)
-                WRITES.labels("ledger").inc()
-                updated = updated.model_copy(update={"settled_versions": versions})
-            if updated == ledger:
-                return usage(ledger)
-            self._check_leader()
             try:
+                if settled != settled_pods:
+                    self._check_leader()
+                    versions = self.settled.write(tenant, settled)  # a lost compare-and-swap re-reads
+                    WRITES.labels("ledger").inc()
+                    updated = updated.model_copy(update={"settled_versions": versions})
+                if updated == ledger:
+                    return usage(ledger)
+                self._check_leader()
                 self.ledgers.write(updated)
                 WRITES.labels("ledger").inc()
                 return usage(updated)
@@ -550,7 +575,7 @@ class Reconciler:
             return
         if FINALIZER not in tenant.finalizers:
             self._check_leader()
-            self.kube.merge_patch(TENANT, name, {"metadata": {"finalizers": [*tenant.finalizers, FINALIZER]}})
+            self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, self._labelled_namespaces(name))
         desired = desired_objects(tenant, namespaces=namespaces)
@@ -637,8 +662,7 @@ class Reconciler:
         )
         if FINALIZER in tenant.finalizers:
             self._check_leader()
-            remaining = [f for f in tenant.finalizers if f != FINALIZER]
-            self.kube.merge_patch(TENANT, tenant.name, {"metadata": {"finalizers": remaining or None}})
+            self.kube.json_patch(TENANT, tenant.name, finalizer_removed(tenant.finalizers))
             WRITES.labels("patch").inc()
 
     def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
