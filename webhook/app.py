@@ -12,21 +12,21 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from labgate.core.gpu_ledger import LedgerCorruptError
+from labgate.core.kube import ApiException, KubeApi, api_client
+from labgate.core.ledger_store import LedgerCache, LedgerStore
+from labgate.core.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
-from webhook.kube import KubeApi, api_client
-from webhook.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
 from webhook.policy_sync import PolicySync
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import get_provenance_settings
-from webhook.quota_ledger import LedgerCache, LedgerCorruptError, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from webhook.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
+from labgate.core.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
 from webhook.policy_engine import PolicyLoadError
 
 log = logging.getLogger("labgate.policy_sync")

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from webhook.devcluster.processes import ManagedProcess, free_port, wait_until
-from webhook.devcluster.stack import POLICY_DIR, opa_argv
-from webhook.devcluster.tools import binary, ensure_tools
+from devcluster.processes import ManagedProcess, free_port, wait_until
+from devcluster.stack import POLICY_DIR, opa_argv
+from devcluster.tools import binary, ensure_tools
 from webhook.policy_engine import PolicyStore
 from webhook.policy_sync import PolicySync, policy_files, revision
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from webhook.devcluster.tools import REPO_ROOT, ensure_tools
-from webhook.offline_admission import apply_patch, parse_gpu_usage
-from webhook.policy_engine import PatchOperation
-from webhook.quota_ledger import GpuAmount
+from devcluster.tools import REPO_ROOT, ensure_tools
+from labgate.cli.offline_admission import apply_patch, parse_gpu_usage
+from labgate.core.decisions import PatchOperation
+from labgate.core.gpu_ledger import GpuAmount
 
 POLICIES = REPO_ROOT / "policies"
 
@@ -98,7 +98,7 @@ def _opa() -> None:
 
 def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *map(str, args)],
+        [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
         capture_output=True,
         text=True,
         check=False,
@@ -338,7 +338,7 @@ def test_check_and_policy_test_speak_json(files: dict[str, Path]) -> None:
 
 def test_opa_is_found_from_the_flag_or_the_environment(files: dict[str, Path], tmp_path: Path) -> None:
     # An installed package has no toolchain/: --opa and LABGATE_OPA name the binary.
-    from webhook.devcluster.tools import binary
+    from devcluster.tools import binary
 
     opa = binary("opa")
     assert (

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from webhook.devcluster.processes import process_identity, recorded_pids, spawn, stop_pid, stop_recorded
+from devcluster.processes import process_identity, recorded_pids, spawn, stop_pid, stop_recorded
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -27,11 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client.exceptions import ApiException
 
-from webhook.inventory import TENANT_LABEL
-from webhook.kube import NAMESPACE, TENANT, Kind
-from webhook.offline_admission import (
+from labgate.cli.offline_admission import (
     CheckResult,
     Facts,
     OfflineCheckError,
@@ -40,7 +37,11 @@ from webhook.offline_admission import (
     facts_from_manifests,
     load_manifests,
 )
-from webhook.quota_ledger import GpuAmount, LedgerStore, usage
+from labgate.core.gpu_ledger import GpuAmount, usage
+from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
+from labgate.core.kube import ApiException
+from labgate.core.ledger_store import LedgerStore
+from labgate.core.tenant import TENANT_LABEL
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 Manifest = dict[str, Any]
@@ -107,13 +108,12 @@ def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOA
         if TENANT_LABEL in ((n.get("metadata") or {}).get("labels") or {})
     ]
     tenant_namespaces = [n["metadata"]["name"] for n in namespaces]
-    secret_kind = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
     secrets = []
     workloads: list[Manifest] = []
     pod_kind = Kind("Pod", "", "v1", "pods", is_namespaced=True)
     workload_kinds = [Kind(k.kind, k.group, k.version, k.resource, is_namespaced=True) for k in kinds]
     for namespace in tenant_namespaces:
-        for secret in kube.list(secret_kind, namespace=namespace)["items"]:
+        for secret in kube.list(SECRET, namespace=namespace)["items"]:
             annotations = (secret.get("metadata") or {}).get("annotations") or {}
             restricted = {k: v for k, v in annotations.items() if k.startswith("labgate.io/")}
             if restricted:

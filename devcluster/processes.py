@@ -99,7 +99,7 @@ def _is_alive(pid: int) -> bool:
         if waited == pid:
             return False
     except ChildProcessError:
-        pass  # not our child (e.g. `labgate dev down` stopping a detached stack)
+        pass  # not our child (e.g. `python -m devcluster down` stopping a detached stack)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -157,7 +157,7 @@ def spawn(
 ) -> ManagedProcess:
     """Start `argv` with its log in workdir/logs/NAME.log and record it in workdir/pids.json: its pid,
     and what identifies the process behind that pid (start time, command line), so that a later
-    `labgate dev down` never signals another process that got the same pid."""
+    `python -m devcluster down` never signals another process that got the same pid."""
     process = ManagedProcess(name, argv, workdir / "logs" / f"{name}.log", env=env)
     process.start(detached=detached)
     records = _read_records(workdir)
@@ -219,7 +219,7 @@ def recorded_pids(workdir: Path) -> dict[str, int]:
 
 def stop_recorded(workdir: Path) -> list[str]:
     """Stop the processes recorded in workdir/pids.json that are still the ones started, newest first
-    (used by `labgate dev down`); forget the file. Idempotent: a second call stops nothing."""
+    (used by `python -m devcluster down`); forget the file. Idempotent: a second call stops nothing."""
     stopped = []
     for name, pid in reversed(list(recorded_pids(workdir).items())):
         stop_pid(pid)
