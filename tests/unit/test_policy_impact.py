@@ -1,0 +1,183 @@
+"""`labgate audit` and `labgate policy diff` on a snapshot: the real command and the pinned OPA."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster.tools import REPO_ROOT
+
+POLICIES = REPO_ROOT / "policies"
+
+
+def _snapshot(h100: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "labgate.io/v1alpha1",
+                "kind": "Tenant",
+                "metadata": {"name": "team-a"},
+                "spec": {
+                    "members": {"researchers": [{"kind": "Group", "name": "team-a"}]},
+                    "namespaces": {"names": ["team-a"], "prefix": "team-a-"},
+                    "gpu": {"total": 16, "models": {"h100": h100}},
+                },
+            },
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "finetune", "namespace": "team-a", "labels": {"owner": "alice"}},
+                "spec": {
+                    "parallelism": 2,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "nodeSelector": {"nvidia.com/gpu.product": "h100"},
+                            "priorityClassName": "research-default",
+                            "automountServiceAccountToken": False,
+                            "containers": [
+                                {
+                                    "name": "train",
+                                    "image": "docker.io/lab/trainer:v1",
+                                    "resources": {"limits": {"nvidia.com/gpu": 4}},
+                                }
+                            ],
+                        }
+                    },
+                },
+            },
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "evaluate", "namespace": "team-a", "labels": {"owner": "alice"}},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "main", "image": "registry.lab.example/x:v1"}],
+                        }
+                    }
+                },
+            },
+            {
+                "apiVersion": "labgate.io/v1alpha1",
+                "kind": "TenantGpuUsage",
+                "metadata": {"name": "team-a"},
+                "usage": {"total": 8, "by_model": {"h100": 8}},
+            },
+        ],
+    }
+
+
+def labgate(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def snapshots(tmp_path: Path) -> dict[str, Path]:
+    paths = {}
+    for name, h100 in (("fits", 8), ("lowered", 4)):
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(yaml.safe_dump(_snapshot(h100)))
+    return paths
+
+
+def test_audit_finds_a_job_that_no_longer_fits_after_its_quota_was_lowered(
+    snapshots: dict[str, Path],
+) -> None:
+    before = labgate("audit", "--snapshot", snapshots["fits"], "--policies", POLICIES, "-o", "json")
+    assert before.returncode == 0, before.stdout + before.stderr
+    assert json.loads(before.stdout)["findings"] == []
+    after = labgate("audit", "--snapshot", snapshots["lowered"], "--policies", POLICIES, "-o", "json")
+    assert after.returncode == 1, after.stdout + after.stderr
+    [finding] = json.loads(after.stdout)["findings"]
+    assert finding["object"] == "Job team-a/finetune"
+    assert finding["rule"] == "gpu-quota-unfit"
+    assert finding["mode"] == "enforce"
+    assert 'tenant "team-a" has 4 h100 GPUs' in finding["message"]
+
+
+def _candidate(tmp_path: Path) -> Path:
+    candidate = tmp_path / "candidate"
+    shutil.copytree(POLICIES, candidate)
+    config = candidate / "labgate/config/data.json"
+    settings = json.loads(config.read_text())
+    settings["allowed_registries"] = ["registry.lab.example"]  # tightened: docker.io no longer
+    settings["default_priority_class"] = "research-low"  # another mutation
+    config.write_text(json.dumps(settings))
+    return candidate
+
+
+def test_policy_diff_names_who_is_newly_refused_and_whose_mutation_changes(
+    snapshots: dict[str, Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text(
+        json.dumps(
+            {
+                "user": "alice",
+                "groups": ["team-a", "system:authenticated"],
+                "operation": "CREATE",
+                "object": {"group": "batch", "kind": "Job", "name": "finetune", "namespace": "team-a"},
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "user": "alice",
+                "groups": ["team-a"],
+                "operation": "CREATE",
+                "object": {"group": "", "kind": "Pod", "name": "deleted-since", "namespace": "team-a"},
+            }
+        )
+        + "\n"
+    )
+    candidate = _candidate(tmp_path)
+    result = labgate(
+        "policy", "diff", "--policies", candidate, "--current", POLICIES,
+        "--snapshot", snapshots["fits"], "--decision-log", log, "-o", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["decision_log_requests"] == 1
+    assert report["decision_log_not_replayable"] == 1
+    changes = {(c["change"], c["rule"], c["object"], c["source"]) for c in report["changes"]}
+    assert ("newly refused", "image-registry", "Job team-a/finetune", "cluster") in changes
+    assert ("newly refused", "image-registry", "Job team-a/finetune", "decision-log") in changes
+    assert ("different mutation", "mutation", "Job team-a/evaluate", "cluster") in changes
+    # The text groups by change, rule and tenant.
+    text = labgate(
+        "policy",
+        "diff",
+        "--policies",
+        candidate,
+        "--current",
+        POLICIES,
+        "--snapshot",
+        snapshots["fits"],
+    ).stdout
+    assert "newly refused (1):\n  [image-registry] tenant team-a:\n    Job team-a/finetune" in text
+
+
+def test_policy_diff_of_identical_policies_changes_nothing(snapshots: dict[str, Path]) -> None:
+    result = labgate(
+        "policy", "diff", "--policies", POLICIES, "--current", POLICIES, "--snapshot", snapshots["fits"]
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no change" in result.stdout
