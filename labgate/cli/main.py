@@ -379,6 +379,9 @@ def _impact_opa(args: argparse.Namespace, policies: Path, snapshot: Any) -> Any:
     return OfflineOpa(_opa_binary(args.opa), policies, facts)
 
 
+REPORT_HINT = "kubectl get policyreport labgate-audit -n <namespace> -o yaml"
+
+
 def _audit(args: argparse.Namespace) -> int:
     import json
 
@@ -396,6 +399,19 @@ def _audit(args: argparse.Namespace) -> int:
     except OfflineCheckError as err:
         print(f"labgate audit: {err}", file=sys.stderr)
         return 2
+    if args.write_reports:
+        import time
+
+        from labgate.cli.policy_impact import policy_reports, tenant_namespaces
+        from labgate.core.kube import KubeApi, api_client
+
+        kube = KubeApi(
+            api_client(Path(args.kubeconfig) if args.kubeconfig else None), field_manager="labgate-audit"
+        )
+        reports = policy_reports(rows, tenant_namespaces(snapshot), now=time.time())
+        for report in reports:
+            kube.apply(report)
+        print(f"labgate audit: wrote {len(reports)} PolicyReports ({REPORT_HINT})", file=sys.stderr)
     if args.output_format == "json":
         print(json.dumps({"evaluated": len(items), "findings": rows}, indent=2))
     else:
@@ -537,6 +553,11 @@ def _add_impact_commands(commands: Any) -> None:
         "Exit 1 when anything would be refused.",
     )
     audit.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    audit.add_argument(
+        "--write-reports",
+        action="store_true",
+        help="write a PolicyReport (wgpolicyk8s.io/v1alpha2) labgate-audit into every tenant namespace",
+    )
     _add_cluster_source(audit)
     audit.set_defaults(handler=_audit)
 

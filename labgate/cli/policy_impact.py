@@ -340,9 +340,16 @@ def evaluate(
 
 
 def audit_rows(results: Iterable[tuple[Item, Outcome]]) -> list[Manifest]:
-    """One row per finding: tenant, object, rule, mode, message."""
+    """One row per finding: tenant, object (and its API reference), rule, mode, message."""
     rows = []
     for item, outcome in results:
+        metadata = item.obj.get("metadata") or {}
+        resource = {
+            "apiVersion": item.obj.get("apiVersion"),
+            "kind": item.obj.get("kind"),
+            "name": metadata.get("name"),
+            **({"namespace": metadata["namespace"]} if metadata.get("namespace") else {}),
+        }
         for mode, findings in (
             ("enforce", outcome.denials),
             ("warn", outcome.warnings),
@@ -353,6 +360,7 @@ def audit_rows(results: Iterable[tuple[Item, Outcome]]) -> list[Manifest]:
                     {
                         "tenant": item.tenant,
                         "object": item.ref,
+                        "resource": resource,
                         "rule": rule,
                         "mode": mode,
                         "message": message,
@@ -427,3 +435,58 @@ def grouped_text(rows: list[Manifest], *, key: str) -> list[str]:
 
 def dump_snapshot(snapshot: Snapshot) -> str:
     return yaml.safe_dump(snapshot.document(), sort_keys=False)
+
+
+REPORT_NAME = "labgate-audit"
+_RESULTS = {"enforce": "fail", "warn": "warn", "dry-run": "warn"}
+
+
+def policy_reports(rows: list[Manifest], namespaces: Iterable[str], *, now: float) -> list[Manifest]:
+    """One wgpolicyk8s.io/v1alpha2 PolicyReport per tenant namespace (empty when nothing was found, so
+    a fixed finding disappears): each finding as a result, `fail` for what enforce mode would refuse,
+    `warn` for warn and dry-run findings (the mode is in its properties)."""
+    by_namespace: dict[str, list[Manifest]] = {ns: [] for ns in namespaces}
+    for row in rows:
+        namespace = row["resource"].get("namespace")
+        if namespace is None:
+            continue  # a Tenant: cluster-scoped, reported by the CLI only
+        by_namespace.setdefault(namespace, []).append(
+            {
+                "source": "labgate",
+                "policy": row["rule"],
+                "rule": row["rule"],
+                "result": _RESULTS[row["mode"]],
+                "message": row["message"],
+                "properties": {"mode": row["mode"], "tenant": row["tenant"] or ""},
+                "resources": [row["resource"]],
+                "timestamp": {"seconds": int(now), "nanos": 0},
+            }
+        )
+    reports = []
+    for namespace, results in sorted(by_namespace.items()):
+        reports.append(
+            {
+                "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                "kind": "PolicyReport",
+                "metadata": {
+                    "name": REPORT_NAME,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "labgate"},
+                },
+                "summary": {
+                    "pass": 0,
+                    "fail": sum(1 for r in results if r["result"] == "fail"),
+                    "warn": sum(1 for r in results if r["result"] == "warn"),
+                    "error": 0,
+                    "skip": 0,
+                },
+                "results": results,
+            }
+        )
+    return reports
+
+
+def tenant_namespaces(snapshot: Snapshot) -> list[str]:
+    """The namespaces that belong to a tenant (where reports are written)."""
+    facts = facts_from_manifests(snapshot.definitions, platform_namespace="labgate-system")
+    return sorted(_tenants_by_namespace(facts))

@@ -63,6 +63,8 @@ VALIDATING_CONFIGURATION = Kind(
 PRIORITY_CLASS = Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", is_namespaced=False)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
 TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
+# wgpolicyk8s.io PolicyReport (CRD in the chart): `labgate audit --write-reports` keeps one per namespace.
+POLICY_REPORT = Kind("PolicyReport", "wgpolicyk8s.io", "v1alpha2", "policyreports", is_namespaced=True)
 
 KINDS_BY_API = {
     (k.api_version, k.kind): k
@@ -79,6 +81,7 @@ KINDS_BY_API = {
         PRIORITY_CLASS,
         LEASE,
         TENANT,
+        POLICY_REPORT,
     )
 }
 

@@ -181,3 +181,39 @@ def test_policy_diff_of_identical_policies_changes_nothing(snapshots: dict[str, 
     )
     assert result.returncode == 0, result.stderr
     assert "no change" in result.stdout
+
+
+def test_policy_reports_hold_every_finding_per_namespace_and_clear_fixed_ones() -> None:
+    from labgate.cli.policy_impact import policy_reports
+
+    rows = [
+        {
+            "tenant": "team-a",
+            "object": "Job team-a/finetune",
+            "resource": {"apiVersion": "batch/v1", "kind": "Job", "name": "finetune", "namespace": "team-a"},
+            "rule": "gpu-quota-unfit",
+            "mode": "enforce",
+            "message": "[gpu-quota-unfit] ...",
+        },
+        {
+            "tenant": "team-a",
+            "object": "Tenant team-a",
+            "resource": {"apiVersion": "labgate.io/v1alpha1", "kind": "Tenant", "name": "team-a"},
+            "rule": "tenant-enforcement-unknown",
+            "mode": "warn",
+            "message": "[tenant-enforcement-unknown] ...",
+        },
+    ]
+    reports = {
+        r["metadata"]["namespace"]: r for r in policy_reports(rows, ["team-a", "team-a-data"], now=1.5)
+    }
+    assert reports["team-a"]["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+    assert reports["team-a"]["metadata"]["name"] == "labgate-audit"
+    assert reports["team-a"]["summary"] == {"pass": 0, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+    [result] = reports["team-a"]["results"]
+    assert result["policy"] == result["rule"] == "gpu-quota-unfit"
+    assert result["result"] == "fail"
+    assert result["properties"] == {"mode": "enforce", "tenant": "team-a"}
+    assert result["resources"] == [rows[0]["resource"]]
+    # A namespace without findings gets an empty report, replacing any earlier findings.
+    assert reports["team-a-data"]["results"] == []
