@@ -32,17 +32,17 @@ POLICY_DIR = Path(os.environ.get("LABGATE_POLICY_DIR", str(REPO_ROOT / "policies
 WEBHOOK_CONFIGURATION = "labgate"
 
 
-def opa_argv(opa: str, *, port: int, policy_dir: Path | None = None) -> list[str]:
-    """`opa run` as labgate uses it: server on loopback. Without `policy_dir` OPA starts empty and
-    the webhook loads the policies through OPA's API (webhook/policy_sync.py: new files and folders
-    too, errors visible), as the chart does; with it, OPA loads and watches the directory itself
-    (tests skipped)."""
+def opa_argv(opa: str, *, port: int, policy_dir: Path | None = None, watch: bool = False) -> list[str]:
+    """`opa run` as labgate uses it: server on loopback; with `policy_dir`, the policies loaded once at
+    start (tests, samples and test data skipped). The webhook keeps them loaded after that through
+    OPA's API (webhook/policy_sync.py: new files and folders too, errors visible), as in the chart;
+    `watch` is OPA's own --watch, for a stack without that webhook."""
     argv = [opa, "run", "--server", f"--addr=127.0.0.1:{port}", "--log-level=error"]
     if policy_dir is None:
         return argv
     return [
         *argv,
-        "--watch",
+        *(["--watch"] if watch else []),
         "--ignore=*_test.rego",
         "--ignore=samples",
         "--ignore=testdata",
@@ -153,7 +153,9 @@ class LabgateStack:
 
     def _start_opa(self, opa: str) -> None:
         port = free_port()
-        process = spawn(self.workdir, "opa", opa_argv(opa, port=port), detached=self.detached)
+        process = spawn(
+            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=self.policy_dir), detached=self.detached
+        )
         self.processes.append(process)
         self.opa_url = f"http://127.0.0.1:{port}"
 

@@ -147,6 +147,12 @@ class PolicyStore:
         self._timeout = timeout
         self._session = requests.Session()
 
+    def modules(self) -> dict[str, str]:
+        """id -> source text of every module OPA holds (one request; used on a first pass only)."""
+        response = self._session.get(f"{self._root}/policies", timeout=self._timeout)
+        response.raise_for_status()
+        return {str(m["id"]): str(m.get("raw", "")) for m in response.json().get("result", [])}
+
     def put_module(self, module_id: str, text: str) -> None:
         """Create or replace one module; PolicyLoadError with OPA's parse or compile error."""
         response = self._session.put(

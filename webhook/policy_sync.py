@@ -2,7 +2,8 @@
 policy visible.
 
 OPA's own `--watch` follows only the directories that existed when it started and reports a policy
-it refused nowhere but its info log. So the webhook loads the policies itself, through OPA's REST API:
+it refused nowhere but its info log. So OPA loads the directory once at start (no --watch) and the
+webhook keeps it loaded through OPA's REST API:
 every `interval` seconds it reads the directory (`policies/` in a checkout, the mounted ConfigMap in
 the chart; names starting with "." are skipped, so the kubelet's `..data` copies are read once,
 through their links), and when anything changed it puts every changed module (`PUT
@@ -42,6 +43,8 @@ MARKER_PATH = "labgate_policy_sync"
 
 
 class PolicyWriter(Protocol):
+    def modules(self) -> dict[str, str]: ...
+
     def put_module(self, module_id: str, text: str) -> None: ...
 
     def delete_module(self, module_id: str) -> None: ...
@@ -108,6 +111,9 @@ class PolicySync:
         self.writer = writer
         self.interval = interval
         self._pushed: dict[str, bytes] = {}
+        # Module ids are the files' paths as `opa run <directory>` names them (without the leading
+        # "/"), so modules OPA loaded itself at start are the same modules, replaced in place.
+        self._id_prefix = directory.absolute().as_posix().lstrip("/") + "/"
         self._status = PolicyStatus()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-sync", daemon=True)
@@ -129,6 +135,8 @@ class PolicySync:
                 self._pushed = {}
             if current == self._status.attempted and self._pushed:
                 return self._status
+            if not self._pushed:
+                self._adopt(files)
             errors = self._push(files)
             if not errors:
                 self.writer.put_data(MARKER_PATH, {"revision": current})
@@ -136,6 +144,20 @@ class PolicySync:
             return self._record(None, f"cannot reach OPA: {err}")
         error = "; ".join(f"{path}: {message}" for path, message in sorted(errors.items())) or None
         return self._record(current, error)
+
+    def _adopt(self, files: dict[str, bytes]) -> None:
+        """On the first pass (or after OPA restarted): what OPA already holds of this directory, as
+        `opa run <directory>` loaded it at start, need not be put again (each put compiles every
+        module: loading ~30 modules one by one takes seconds, OPA's own start one compile); modules
+        it holds for files that are gone are deleted by the next push."""
+        for module_id, raw in self.writer.modules().items():
+            if not module_id.startswith(self._id_prefix):
+                continue
+            path = module_id.removeprefix(self._id_prefix)
+            if files.get(path) == raw.encode("utf-8"):
+                self._pushed[path] = files[path]
+            elif path not in files:
+                self._pushed[path] = b""  # held but deleted on disk: removed below
 
     def _push(self, files: dict[str, bytes]) -> dict[str, str]:
         errors: dict[str, str] = {}
@@ -159,7 +181,9 @@ class PolicySync:
             failed = []
             for path in pending:
                 try:
-                    self.writer.put_module(path, files[path].decode("utf-8", errors="replace"))
+                    self.writer.put_module(
+                        self._id_prefix + path, files[path].decode("utf-8", errors="replace")
+                    )
                     self._pushed[path] = files[path]
                     errors.pop(path, None)
                 except PolicyLoadError as err:
@@ -171,7 +195,7 @@ class PolicySync:
         for path in sorted(set(self._pushed) - set(files), key=load_order, reverse=True):
             if path.endswith(".rego"):
                 try:
-                    self.writer.delete_module(path)
+                    self.writer.delete_module(self._id_prefix + path)
                 except PolicyLoadError as err:
                     errors[path] = f"not deleted: {err}"
                     continue

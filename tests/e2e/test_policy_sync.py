@@ -41,10 +41,13 @@ violation contains {"rule": rule_id, "message": msg} if {
 
 
 @pytest.fixture
-def opa(tmp_path: Path) -> Iterator[str]:
+def opa(tmp_path: Path, policies: Path) -> Iterator[str]:
+    # As the stack and the chart run it: the policies loaded once at start, no --watch.
     ensure_tools("opa")
     port = free_port()
-    process = ManagedProcess("opa", opa_argv(binary("opa"), port=port), tmp_path / "opa.log")
+    process = ManagedProcess(
+        "opa", opa_argv(binary("opa"), port=port, policy_dir=policies), tmp_path / "opa.log"
+    )
     process.start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -166,8 +169,9 @@ def test_opa_restarted_empty_gets_everything_again(tmp_path: Path, policies: Pat
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     sync = PolicySync(policies, PolicyStore(url), interval=0.2)
-    for attempt in range(2):  # the same port: OPA restarted (empty), the webhook still running
-        process = ManagedProcess("opa", opa_argv(binary("opa"), port=port), tmp_path / f"opa-{attempt}.log")
+    for attempt in range(2):  # the same port: OPA restarted (its own copy only), the webhook running
+        argv = opa_argv(binary("opa"), port=port, policy_dir=policies)
+        process = ManagedProcess("opa", argv, tmp_path / f"opa-{attempt}.log")
         process.start()
         try:
             wait_until(lambda: _get(url, "/health") == {}, what="OPA /health", timeout=30, watch=[process])
@@ -175,6 +179,13 @@ def test_opa_restarted_empty_gets_everything_again(tmp_path: Path, policies: Pat
             assert status.error is None
             assert status.revision == revision(policy_files(policies))
             _push_inventory(url)
-            assert _decide(url, {})["allowed"] is True
+            # The rule folder added after the first start is served by the restarted OPA too.
+            assert _decide(url, {"sync-probe": "deny"})["allowed"] is (attempt == 0)
+            if attempt == 0:
+                folder = policies / "labgate" / "rules" / "sync_probe"
+                folder.mkdir()
+                (folder / "sync_probe.rego").write_text(NEW_RULE)
+                assert sync.sync_once().error is None
+                assert _decide(url, {"sync-probe": "deny"})["allowed"] is False
         finally:
             process.stop()

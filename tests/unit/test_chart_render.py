@@ -414,11 +414,15 @@ def test_opa_sidecar_is_pinned_and_runs_like_the_local_stack(default_manifests: 
     args = opa["args"]
     assert args[:2] == ["run", "--server"]
     assert "--addr=127.0.0.1:8181" in args
-    # OPA starts empty, as in the local stack: the webhook loads the policies through its API.
-    assert [a for a in args[1:] if not a.startswith("--")] == []  # no policy paths
-    assert [a for a in opa_argv("opa", port=8181)[2:] if not a.startswith("--")] == []
+    # As in the local stack: the policies once at start, no --watch (the webhook keeps them loaded).
     assert "--watch" not in args
-    assert "volumeMounts" not in opa
+    assert args[-1] == "/policies"
+    local = opa_argv("opa", port=0, policy_dir=Path("/p"))
+    assert "--watch" not in local
+    assert {a for a in args if a.startswith("--ignore=")} == {
+        a for a in local if a.startswith("--ignore=")
+    } | {"--ignore=..*"}
+    assert {m["mountPath"] for m in opa["volumeMounts"]} == {"/policies"}
 
 
 def test_the_webhook_loads_the_policies_configmap_into_opa(default_manifests: list[Manifest]) -> None:
