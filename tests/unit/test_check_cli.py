@@ -349,3 +349,30 @@ def test_opa_is_found_from_the_flag_or_the_environment(files: dict[str, Path], t
         files, "pod", "--as", "alice", "--groups", "vision", "-n", "vision", "--opa", str(tmp_path / "no")
     )
     assert missing.returncode != 0
+
+
+def test_cluster_allowed_registries_are_decided_offline_from_the_reference(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    # Regression: with the cluster-wide allowed_registries set, every pod of a tenant without
+    # spec.images was refused "[image-unverifiable] ... labgate has no facts about it", here too.
+    import json
+
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    config = policies / "labgate/config/data.json"
+    settings = json.loads(config.read_text())
+    settings["allowed_registries"] = ["registry.lab.example"]
+    config.write_text(json.dumps(settings))
+    args = ("--as", "alice", "--groups", "vision", "-n", "vision", "--policies", policies)
+    allowed = labgate("check", "-f", files["pod"], "--tenants", files["tenants"], *args)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(POD.replace("registry.lab.example/vision/trainer:v1", "docker.io/someone/miner:v1"))
+    refused = labgate("check", "-f", elsewhere, "--tenants", files["tenants"], *args)
+    assert refused.returncode == 1
+    assert (
+        '[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "docker.io/someone/miner:v1"'
+        in refused.stdout
+    )
+    assert "image-unverifiable" not in refused.stdout
