@@ -1,0 +1,211 @@
+"""The researcher's view and the traps of issue 12 on the real control plane: namespaces only under
+one's own tenant, the Tenant's usage columns and who may read it, the record of every mutation, an
+unknown rule id in spec.enforcement, a Job whose pods will wait, and a broken policy made visible."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster.stack import LabgateStack
+from tests.e2e.conftest import TenantFactory
+from tests.e2e.test_reconciler import eventually
+
+pytestmark = pytest.mark.tenancy
+
+
+def _gpu_pod(name: str, gpus: int, model: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": model},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.lab.example/research/trainer:v1",
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                }
+            ],
+        },
+    }
+
+
+def _status_gpu(stack: LabgateStack, tenant: str) -> dict[str, Any]:
+    result = stack.cluster_kubectl("get", "tenant", tenant, "-o", "json")
+    gpu: dict[str, Any] = (
+        json.loads(result.stdout).get("status", {}).get("gpu", {}) if result.returncode == 0 else {}
+    )
+    return gpu
+
+
+def test_researchers_create_namespaces_only_under_their_own_tenant(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    mine = tenants.create(spec_extra={"namespaces": {"names": [], "prefix": "mine-"}})
+    tenants.create(spec_extra={"namespaces": {"names": [], "prefix": "theirs-"}})
+    ours = f"mine-{mine.name}"
+    try:
+        # Regression: both were created, as namespaces of no tenant (orphans) or outside one's tenant.
+        orphan = mine.researcher.kubectl("create", "namespace", f"scratch-{mine.name}")
+        assert orphan.returncode != 0
+        assert "[namespace-orphan]" in orphan.stderr
+        assert "it would belong to no tenant" in orphan.stderr
+        foreign = mine.researcher.kubectl("create", "namespace", f"theirs-{mine.name}")
+        assert foreign.returncode != 0
+        assert "[namespace-orphan]" in foreign.stderr
+        assert "under tenant" in foreign.stderr
+        # The legitimate action it must not break: a namespace under one's own prefix, labelled for us.
+        created = mine.researcher.kubectl("create", "namespace", ours)
+        assert created.returncode == 0, created.stderr
+        labels = json.loads(stack.admin_kubectl("get", "namespace", ours, "-o", "json"))["metadata"]["labels"]
+        assert labels["labgate.io/tenant"] == mine.name
+    finally:
+        stack.admin_kubectl("delete", "namespace", ours, "--wait=false", "--ignore-not-found")
+
+
+def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 4, "a100": 4}}})
+    other = tenants.create()
+    applied = team.researcher.apply(_gpu_pod("train-1", 2, "h100"), team.namespace)
+    assert applied.returncode == 0, applied.stderr
+    # No scheduler here: the pod stays Pending, admitted and counted.
+    eventually(
+        lambda: _status_gpu(stack, team.name).get("summary") == "h100 2/4, a100 0/4, total 2/8",
+        what="status.gpu.summary",
+    )
+    eventually(lambda: _status_gpu(stack, team.name).get("pendingPods") == 1, what="one pod pending")
+    assert _status_gpu(stack, team.name)["preemptible"] == 0
+    shown = team.researcher.kubectl("get", "tenant", team.name)
+    assert shown.returncode == 0, shown.stderr
+    header, row = shown.stdout.splitlines()
+    assert header.split()[:7] == [
+        "NAME",
+        "NAMESPACES",
+        "GPUS",
+        "USED/LIMIT",
+        "PREEMPTIBLE",
+        "PENDING",
+        "READY",
+    ]
+    assert "h100 2/4, a100 0/4, total 2/8" in row
+    print(shown.stdout)  # the real output, for docs/researchers.md
+    # Their own Tenant by name (also as a list with a field selector); not another's, not all of them.
+    selected = team.researcher.kubectl("get", "tenants", "--field-selector", f"metadata.name={team.name}")
+    assert selected.returncode == 0, selected.stderr
+    assert team.researcher.kubectl("get", "tenant", other.name).returncode != 0
+    assert team.researcher.kubectl("get", "tenants").returncode != 0
+
+
+def test_every_mutation_is_recorded_on_the_pod(stack: LabgateStack, tenants: TenantFactory) -> None:
+    team = tenants.create()
+    assert team.researcher.apply(_gpu_pod("recorded", 1, "h100"), team.namespace).returncode == 0
+    pod = json.loads(stack.admin_kubectl("get", "pod", "recorded", "-n", team.namespace, "-o", "json"))
+    record = json.loads(pod["metadata"]["annotations"]["labgate.io/mutations"])
+    assert {"op": "add", "path": "/spec/automountServiceAccountToken", "rule": "token-automount"} in record
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_a_misspelt_rule_id_in_spec_enforcement_is_refused(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create()
+    tenant = json.loads(stack.admin_kubectl("get", "tenant", team.name, "-o", "json"))
+    tenant["spec"]["enforcement"] = {"gpu-qouta": "warn"}
+    for key in ("resourceVersion", "managedFields", "uid", "generation", "creationTimestamp"):
+        tenant["metadata"].pop(key, None)
+    tenant.pop("status", None)
+    refused = stack.cluster_kubectl("apply", "-f", "-", manifest=tenant)
+    assert refused.returncode != 0
+    assert '[tenant-enforcement-unknown] Tenant "' in refused.stderr
+    assert '"gpu-qouta", which is not a rule id' in refused.stderr
+    tenant["spec"]["enforcement"] = {"gpu-quota": "warn"}
+    assert stack.cluster_kubectl("apply", "-f", "-", manifest=tenant).returncode == 0
+
+
+def test_a_job_whose_pods_will_wait_is_announced_when_applied(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8}}})
+    assert team.researcher.apply(_gpu_pod("running", 6, "h100"), team.namespace).returncode == 0
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"nvidia.com/gpu.product": "h100"},
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.lab.example/research/trainer:v1",
+                            "resources": {"limits": {"nvidia.com/gpu": 2}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    # Regression: the Job was created silently and its pods looped on FailedCreate in its events.
+    result = team.researcher.apply(job, team.namespace)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "[gpu-quota-pending]" in line]
+    assert warnings, result.stderr
+    assert all(len(line.removeprefix("Warning: ")) < 120 for line in warnings)
+    text = " ".join(line.split("] ", 1)[1].removeprefix("... ") for line in warnings)
+    assert "uses 6 of 8 h100 GPUs now, so only 1 pod can start now" in text
+    assert "Fix: wait for running pods to finish" in text
+
+
+def _readyz(stack: LabgateStack) -> dict[str, Any]:
+    context = ssl.create_default_context(cadata=stack.webhook_ca.cert_pem.decode())
+    url = f"{stack.webhook_urls[0]}/readyz"  # https, the stack's own webhook
+    try:
+        with urllib.request.urlopen(  # noqa: S310
+            url, context=context, timeout=5
+        ) as response:
+            body: dict[str, Any] = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        body = json.loads(err.read())
+    return body
+
+
+def test_a_broken_policy_shows_in_readiness_and_the_old_one_keeps_deciding(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create()
+    good = _readyz(stack)["policy"]
+    assert good["error"] is None
+    assert good["revision"]
+    broken: Path = stack.policy_dir / "labgate" / "rules" / "e2e_broken" / "broken.rego"
+    broken.parent.mkdir()
+    try:
+        broken.write_text("package labgate.rules.e2e_broken\n\nviolation contains {{{\n")
+        eventually(lambda: _readyz(stack)["policy"]["error"] is not None, what="the error in /readyz")
+        policy = _readyz(stack)["policy"]
+        assert "labgate/rules/e2e_broken/broken.rego" in policy["error"]
+        assert "rego_parse_error" in policy["error"]
+        assert policy["revision"] == good["revision"]
+        assert (
+            team.researcher.apply(
+                yaml.safe_load("{apiVersion: v1, kind: ConfigMap, metadata: {name: still-decided}}"),
+                team.namespace,
+            ).returncode
+            == 0
+        )
+    finally:
+        broken.unlink(missing_ok=True)
+        broken.parent.rmdir()
+    eventually(lambda: _readyz(stack)["policy"]["error"] is None, what="the error cleared")
