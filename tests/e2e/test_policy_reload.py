@@ -56,7 +56,7 @@ def test_a_policy_written_to_disk_is_enforced_without_restart(
     assert mine.researcher.apply(labelled, mine.namespace).returncode == 0
     mine.researcher.kubectl("delete", "pod", "probe", "-n", mine.namespace, "--wait=false")
     probe_rule.write_text(RULE)
-    # OPA's --watch notices the file; bounded wait on the observable result, not a sleep.
+    # The webhook's policy loader notices the file; bounded wait on the observable result, not a sleep.
     deadline = time.monotonic() + 30
     while True:
         result = mine.researcher.apply(
@@ -69,8 +69,8 @@ def test_a_policy_written_to_disk_is_enforced_without_restart(
         assert time.monotonic() < deadline, f"new policy not enforced after 30s: {result.stderr}"
         time.sleep(0.5)
     assert "[e2e-reload] refused by a policy added at run time. Fix: drop the label" in result.stderr
-    # The reload dropped OPA's copy of the tenants; labgate noticed and pushed it again, so tenant
-    # rules still hold right after the reload.
+    # Loading the policy kept OPA's copy of the tenants (with OPA's --watch, a reload dropped it and
+    # labgate pushed it again), so tenant rules still hold right after the reload.
     outsider = mine.researcher.apply(pod_manifest("sneaky"), theirs.namespace)
     assert outsider.returncode == 1
     assert "[tenant-membership]" in outsider.stderr
