@@ -40,12 +40,11 @@ _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: list[dict[str, Any]]) -> bool:
     """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created (the
-    quota is checked and reserved), and a workload with pod templates being created or changed (its
-    pods that will wait for GPUs are announced at apply time)."""
-    is_pod = request.kind.group == "" and request.kind.kind == "Pod"
-    if is_pod:
-        return request.operation == "CREATE"
-    return request.operation in ("CREATE", "UPDATE") and bool(pod_templates)
+    quota is checked and reserved), and a workload with pod templates being created (its pods that
+    will wait for GPUs are announced at apply time; on an update its own pods are counted already)."""
+    return request.operation == "CREATE" and (
+        (request.kind.group == "" and request.kind.kind == "Pod") or bool(pod_templates)
+    )
 
 
 def image_references(pod_templates: list[dict[str, Any]]) -> dict[str, dict[str, str | None]]:

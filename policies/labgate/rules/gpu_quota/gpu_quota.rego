@@ -329,6 +329,7 @@ _usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu.plural(_mod
 #   rule_id: gpu-quota-pending
 violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	not gpu.is_pod
+	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
 	_has_usage
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0

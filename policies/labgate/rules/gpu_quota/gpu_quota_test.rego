@@ -295,3 +295,8 @@ test_job_without_usage_given_is_not_announced if {
 test_job_that_can_never_fit_is_refused_not_announced if {
 	[v.rule | some v in violations(job_input(sweep(5, "2"), {"total": 6, "by_model": {"h100": 6}}))] == ["gpu-quota-unfit"]
 }
+
+test_an_updated_job_is_not_announced if {
+	update := json.patch(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}), [{"op": "replace", "path": "/request/operation", "value": "UPDATE"}])
+	count(violations(update)) == 0
+}
