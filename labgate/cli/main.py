@@ -13,7 +13,6 @@ The local control plane for trying labgate out is not part of the shipped comman
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -664,8 +663,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from labgate.core import logs
+
     args = build_parser().parse_args(argv)
+    # The long-running services log JSON lines for machines; the commands people run log text.
+    logs.configure(json_lines=None if args.handler in (_serve, _reconcile) else False)
     code: int = args.handler(args)
     return code
 

@@ -259,31 +259,13 @@ def test_message_signature_bundle_verifies_over_the_image_digest(p256: ec.Ellipt
     assert cosign.verify(bundle, image_digest=OTHER_DIGEST, keys=[_key("release", p256)]) == []
 
 
-class FakeKeyless:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def verify_certificate_signature(
-        self, *, certificate_pem: str, signature: bytes, message: bytes, image_digest: str
-    ) -> list[str]:
-        self.calls += 1
-        return ["https://accounts.example|ci@lab.example"]
-
-    def verify_bundle(self, *, bundle: Any, image_digest: str) -> list[str]:
-        self.calls += 1
-        return ["https://accounts.example|ci@lab.example"]
-
-
-def test_keyless_material_verifies_only_through_the_seam(p256: ec.EllipticCurvePrivateKey) -> None:
+def test_keyless_material_verifies_nothing(p256: ec.EllipticCurvePrivateKey) -> None:
+    # A bundle whose verification material is a certificate is keyless: even if the envelope was
+    # signed by a key the tenant trusts, labgate does not accept it (no trust root, no identity policy).
     document = json.loads(_dsse_bundle(p256).content)
     document["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB..."}, "tlogEntries": []}
     bundle = Bundle(json.dumps(document).encode())
     assert cosign.verify(bundle, image_digest=DIGEST, keys=[_key("release", p256)]) == []
-    keyless = FakeKeyless()
-    assert cosign.verify(bundle, image_digest=DIGEST, keys=[], keyless=keyless) == [
-        "https://accounts.example|ci@lab.example"
-    ]
-    assert keyless.calls == 1
 
 
 @pytest.mark.parametrize(

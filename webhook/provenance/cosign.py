@@ -15,11 +15,10 @@ Two formats, both as current cosign writes them with `cosign sign --key`:
 
 Key types: ECDSA (P-256 with SHA-256, P-384 with SHA-384, P-521 with SHA-512), RSA (PKCS#1 v1.5 or PSS,
 SHA-256) and Ed25519. cosign signs with Ed25519 keys in the pre-hashed variant (Ed25519ph), which
-`cryptography` lacks; webhook.provenance.ed25519ph verifies it.
+`cryptography` lacks; webhook.provenance.ed25519ph verifies it with libsodium.
 
 Keyless signatures (a Fulcio certificate instead of a key, a Rekor entry as proof of time) cannot be
-verified offline without the Sigstore trust root; such material is handed to a KeylessVerifier when one
-is given (the seam), and otherwise verifies nothing. Transparency-log entries in bundles are not
+verified offline without the Sigstore trust root and an identity policy: such material verifies nothing. Transparency-log entries in bundles are not
 required and not checked: trust comes from the tenant's keys alone.
 """
 
@@ -34,7 +33,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -108,18 +107,6 @@ class Bundle:
 
 
 Signature = SimpleSigning | Bundle
-
-
-class KeylessVerifier(Protocol):
-    """The seam for keyless (Fulcio certificate + Rekor) verification, which needs the Sigstore trust
-    root and identity policy (issuer, subject) that labgate does not have offline. Returns the names of
-    the identities that verified, as they should appear in `signed_by`."""
-
-    def verify_certificate_signature(
-        self, *, certificate_pem: str, signature: bytes, message: bytes, image_digest: str
-    ) -> list[str]: ...
-
-    def verify_bundle(self, *, bundle: Mapping[str, Any], image_digest: str) -> list[str]: ...
 
 
 # --- which layers of which manifests hold signatures ---
@@ -261,7 +248,6 @@ def verify_simple_signing(
     *,
     image_digest: str,
     keys: Sequence[TrustedKey],
-    keyless: KeylessVerifier | None = None,
 ) -> list[str]:
     """Names of the keys whose signature over the payload verifies, when the payload names
     `image_digest`; [] otherwise."""
@@ -274,15 +260,7 @@ def verify_simple_signing(
         return []
     if named != image_digest:
         return []
-    signers = _names(keys, raw_signature, signature.payload)
-    if signature.certificate and keyless is not None:
-        signers += keyless.verify_certificate_signature(
-            certificate_pem=signature.certificate,
-            signature=raw_signature,
-            message=signature.payload,
-            image_digest=image_digest,
-        )
-    return signers
+    return _names(keys, raw_signature, signature.payload)
 
 
 def _pae(payload_type: str, payload: bytes) -> bytes:
@@ -344,7 +322,6 @@ def verify_bundle(
     *,
     image_digest: str,
     keys: Sequence[TrustedKey],
-    keyless: KeylessVerifier | None = None,
 ) -> list[str]:
     """Names of the keys that signed `image_digest` in a Sigstore bundle (DSSE or messageSignature)."""
     try:
@@ -353,7 +330,7 @@ def verify_bundle(
             return []
         material = document.get("verificationMaterial") or {}
         if "certificate" in material or "x509CertificateChain" in material:
-            return keyless.verify_bundle(bundle=document, image_digest=image_digest) if keyless else []
+            return []  # keyless: not accepted (see the module docstring)
         if isinstance(envelope := document.get("dsseEnvelope"), dict):
             return _verify_envelope(envelope, image_digest, keys)
         if isinstance(message_signature := document.get("messageSignature"), dict):
@@ -368,11 +345,10 @@ def verify(
     *,
     image_digest: str,
     keys: Sequence[TrustedKey],
-    keyless: KeylessVerifier | None = None,
 ) -> list[str]:
     """Names of the trusted keys that signed `image_digest` in `signature`, in the order of `keys`."""
     if isinstance(signature, SimpleSigning):
-        found = verify_simple_signing(signature, image_digest=image_digest, keys=keys, keyless=keyless)
+        found = verify_simple_signing(signature, image_digest=image_digest, keys=keys)
     else:
-        found = verify_bundle(signature, image_digest=image_digest, keys=keys, keyless=keyless)
+        found = verify_bundle(signature, image_digest=image_digest, keys=keys)
     return list(dict.fromkeys(found))

@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from webhook.provenance import cosign
-from webhook.provenance.cosign import Bundle, KeylessVerifier, SimpleSigning, TrustedKey
+from webhook.provenance.cosign import Bundle, SimpleSigning, TrustedKey
 from webhook.provenance.credentials import PullCredentials, RegistryCredential
 from webhook.provenance.reference import ImageReference, InvalidReferenceError, parse_reference
 from webhook.provenance.registry import RegistryClient, RegistryError, Repository
@@ -141,11 +141,9 @@ class ImageFacts:
         settings: ProvenanceSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
-        keyless: KeylessVerifier | None = None,
     ):
         self.registry = registry
         self.settings = settings
-        self.keyless = keyless
         self._tags: TtlCache[_TagKey, str] = TtlCache(settings.cache_max_entries, clock)
         self._signatures: TtlCache[_DigestKey, tuple[cosign.Signature, ...]] = TtlCache(
             settings.cache_max_entries, clock
@@ -299,15 +297,13 @@ class ImageFacts:
                 memo = (identity, digest, key.fingerprint)
                 hit = self._verified.get(memo)
                 if hit is None:
-                    ok = key.name in cosign.verify(signature, image_digest=digest, keys=[key], keyless=None)
+                    ok = key.name in cosign.verify(signature, image_digest=digest, keys=[key])
                     self._verified.put(memo, ok, self.settings.signature_ttl_seconds)
                 else:
                     ok = hit[0]
                 if ok:
                     signed.add(key.name)
-            if self.keyless is not None:
-                signed.update(cosign.verify(signature, image_digest=digest, keys=[], keyless=self.keyless))
-        return [k.name for k in keys if k.name in signed] + sorted(signed - {k.name for k in keys})
+        return [k.name for k in keys if k.name in signed]
 
     async def _fetch_signatures(
         self, repository: Repository, digest: str, credentials: list[RegistryCredential]
