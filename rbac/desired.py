@@ -72,6 +72,8 @@ def shared_cluster_roles() -> list[Manifest]:
             "verbs": _WORKLOAD_VERBS,
         },
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ_VERBS},
+        # labgate audit's findings about their namespaces (wgpolicyk8s.io PolicyReports, read only).
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": _READ_VERBS},
         *_TRAINING_RESOURCES,
     ]
     admin_rules = [
