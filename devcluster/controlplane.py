@@ -12,6 +12,7 @@ by its pid on `stop()` (and by the kernel if the parent dies, unless started det
 from __future__ import annotations
 
 import base64
+import shutil
 import ssl
 import urllib.request
 from pathlib import Path
@@ -159,6 +160,8 @@ class LocalControlPlane:
             etcd_port, etcd_peer_port = free_port(), free_port()
             self.apiserver_port = free_port()
             controller_port = free_port()
+            # A new CA and port each start: kubeconfigs of an earlier run would reach nothing.
+            shutil.rmtree(self.workdir / "kubeconfigs", ignore_errors=True)
             self._write_pki(pki)
 
             etcd = self._spawn(
