@@ -279,17 +279,25 @@ def cluster_items(snapshot: Snapshot) -> list[Item]:
 
 
 def decision_log_items(snapshot: Snapshot, records: Iterable[Manifest]) -> tuple[list[Item], int]:
-    """The decision log's requests (CREATE and UPDATE) replayed by their own user on the object as the
-    snapshot holds it; how many could not be (the object is gone or was never created)."""
+    """The decision log's requests (CREATE and UPDATE of Tenants and workloads, by people) replayed by
+    their own user on the object as the snapshot holds it; how many could not be (the object is gone
+    or was never created)."""
     by_ref = {
         (o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name")): o
         for o in [*snapshot.workloads, *snapshot.definitions]
     }
     facts = facts_from_manifests(snapshot.definitions, platform_namespace="labgate-system")
     owners = _tenants_by_namespace(facts)
+    kinds = {"Tenant", "Pod", *(k.kind for k in BUILTIN_WORKLOAD_KINDS)}
     items, missing, seen = [], 0, set()
     for record in records:
         if record.get("operation") not in ("CREATE", "UPDATE"):
+            continue
+        # People's requests for what a snapshot holds; controllers (a Job's pods) follow their owner.
+        if (
+            str(record.get("user", "")).startswith("system:")
+            or (record.get("object") or {}).get("kind") not in kinds
+        ):
             continue
         ref = record.get("object") or {}
         key = (ref.get("kind"), ref.get("namespace") or None, ref.get("name"))
