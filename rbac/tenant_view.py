@@ -1,7 +1,7 @@
 """Pure: what `kubectl get tenant` shows a researcher, as status fields the reconciler writes.
 
 The CRD's printer columns can only show fields, not compute them, so the reconciler writes
-preformatted text (`status.gpu.summary`: "h100 2/8, a100 0/8, total 2/16") beside the numbers.
+preformatted text (`status.gpu.summary`: "a100 0/8, h100 2/8, total 2/16") beside the numbers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def gpu_summary(
 ) -> str:
     """ "h100 2/8, a100 0/8, total 2/16": used of the limit per model (in the Tenant's order), then the
     total; a model in use without a limit shows "-" as its limit; "2 (no limit)" without any limit."""
-    parts = [f"{model} {used_by_model.get(model, 0)}/{limit}" for model, limit in models.items()]
+    parts = [f"{model} {used_by_model.get(model, 0)}/{limit}" for model, limit in sorted(models.items())]
     parts += [f"{model} {n}/-" for model, n in sorted(used_by_model.items()) if model not in models and n]
     if total is not None:
         parts.append(f"total {used_total}/{total}")

@@ -80,7 +80,7 @@ def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
     assert applied.returncode == 0, applied.stderr
     # No scheduler here: the pod stays Pending, admitted and counted.
     eventually(
-        lambda: _status_gpu(stack, team.name).get("summary") == "h100 2/4, a100 0/4, total 2/8",
+        lambda: _status_gpu(stack, team.name).get("summary") == "a100 0/4, h100 2/4, total 2/8",
         what="status.gpu.summary",
     )
     eventually(lambda: _status_gpu(stack, team.name).get("pendingPods") == 1, what="one pod pending")
@@ -97,7 +97,7 @@ def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
         "PENDING",
         "READY",
     ]
-    assert "h100 2/4, a100 0/4, total 2/8" in row
+    assert "a100 0/4, h100 2/4, total 2/8" in row
     print(shown.stdout)  # the real output, for docs/researchers.md
     # Their own Tenant by name (also as a list with a field selector); not another's, not all of them.
     selected = team.researcher.kubectl("get", "tenants", "--field-selector", f"metadata.name={team.name}")

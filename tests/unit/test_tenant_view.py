@@ -10,7 +10,7 @@ from rbac.tenant_view import gpu_summary, is_preemptible_running, pending_pods, 
 @pytest.mark.parametrize(
     ("total", "models", "used_total", "used_by_model", "expected"),
     [
-        (16, {"h100": 8, "a100": 8}, 2, {"h100": 2}, "h100 2/8, a100 0/8, total 2/16"),
+        (16, {"h100": 8, "a100": 8}, 2, {"h100": 2}, "a100 0/8, h100 2/8, total 2/16"),
         (8, {}, 3, {"unspecified": 3}, "unspecified 3/-, total 3/8"),
         (None, {"h100": 4}, 4, {"h100": 4}, "h100 4/4"),
         (None, {}, 0, {}, "0 (no limit)"),
