@@ -126,6 +126,14 @@ build_one() {  # runs in a subshell; output goes to the tool's log
   local name=$1 dir work pkg
   tool_spec "$name"
   dir="$cache/$name-$version"
+  # One build of a tool at a time, whoever started it (make, a test's ensure_tools, a second shell):
+  # wait for the other, then use what it built.
+  exec 9>"$cache/.lock-$name-$version"
+  if ! flock -n 9; then
+    echo "+ another build of $name $version is running; waiting for it"
+    flock 9
+  fi
+  if is_built "$name"; then echo "+ built meanwhile by the other build"; return 0; fi
   work="$cache/work/$name-$version"
   rm -rf "$work" && mkdir -p "$work/bin"
   cd "$work"

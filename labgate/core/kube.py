@@ -37,6 +37,9 @@ def api_client(kubeconfig: Path | None) -> client.ApiClient:
 
 
 ListFunction = Callable[..., Any]
+# Lists are read in pages, so that neither the apiserver nor labgate holds a whole large collection
+# (thousands of pods) in one response.
+LIST_PAGE_SIZE = 500
 
 
 class Reflector:
@@ -79,13 +82,25 @@ class Reflector:
     def as_dict(self, obj: Any) -> Object:
         return obj if isinstance(obj, dict) else dict(self._api.sanitize_for_serialization(obj))
 
+    def _list_all(self) -> tuple[list[Object], str | None]:
+        """Every object, a page of LIST_PAGE_SIZE at a time (as client-go's pager does), and the
+        collection's resourceVersion to watch from."""
+        items: list[Object] = []
+        token: str | None = None
+        while True:
+            page = self.as_dict(self._list(_request_timeout=10, limit=LIST_PAGE_SIZE, _continue=token))
+            items.extend(self.as_dict(item) for item in page.get("items") or [])
+            metadata = page.get("metadata", {})
+            token = metadata.get("continue") or None
+            if token is None:
+                return items, metadata.get("resourceVersion")
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                listing = self.as_dict(self._list(_request_timeout=10))
-                self._on_list([self.as_dict(item) for item in listing.get("items") or []])
+                items, resource_version = self._list_all()
+                self._on_list(items)
                 self.has_synced.set()
-                resource_version = listing.get("metadata", {}).get("resourceVersion")
                 while not self._stop.is_set():
                     self._watch = watch.Watch()
                     for event in self._watch.stream(
@@ -138,8 +153,9 @@ def _raw_request(
     preload: bool = True,
     timeout: Any = None,
 ) -> Any:
-    """One REST call through the client's auth and TLS; raises ApiException on a non-2xx answer.
-    With preload=False it returns the raw streaming response (what kubernetes.watch expects)."""
+    """One REST call through the client's auth and TLS, with the client's public API only
+    (`param_serialize`, `call_api`, `response_deserialize`); raises ApiException on a non-2xx
+    answer. With preload=False it returns the raw streaming response (what kubernetes.watch expects)."""
     request = api.param_serialize(
         method,
         path,
@@ -148,7 +164,14 @@ def _raw_request(
         body=body,
         auth_settings=["BearerToken"],
     )
-    return api._call_with_legacy_options(request, _RESPONSE_TYPES, None, preload, timeout, True)
+    response = api.call_api(*request, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    if not preload:
+        return response.response
+    response.read()
+    return api.response_deserialize(response_data=response, response_types_map=_RESPONSE_TYPES).data
 
 
 class KubeApi:
@@ -240,9 +263,17 @@ class KubeApi:
             raise
 
     def list(self, kind: Kind, *, namespace: str | None = None, label_selector: str | None = None) -> Object:
-        """One list call (a Reflector is for what must stay current)."""
-        query = [("labelSelector", label_selector)] if label_selector else []
-        return self._call("GET", kind.path(namespace=namespace), query=query)
+        """Every object of `kind`, read page by page (a Reflector is for what must stay current)."""
+        base = [("labelSelector", label_selector)] if label_selector else []
+        items: list[Object] = []
+        token: str | None = None
+        while True:
+            query = [*base, ("limit", LIST_PAGE_SIZE), *([("continue", token)] if token else [])]
+            page = self._call("GET", kind.path(namespace=namespace), query=query)
+            items.extend(page.get("items") or [])
+            token = page.get("metadata", {}).get("continue") or None
+            if token is None:
+                return {**page, "items": items}
 
     def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
         """Delete one object; False if it was already gone."""
@@ -271,6 +302,8 @@ class KubeApi:
             query: list[tuple[str, Any]] = [
                 (to_camel(k), v) for k, v in kwargs.items() if not k.startswith("_") and v is not None
             ]
+            if kwargs.get("_continue"):  # the generated clients' name for `continue`, a keyword
+                query.append(("continue", kwargs["_continue"]))
             if label_selector:
                 query.append(("labelSelector", label_selector))
             is_watch = bool(kwargs.get("watch"))
