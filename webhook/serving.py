@@ -18,6 +18,7 @@ from webhook.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
 from webhook.quota_ledger import (
     LEDGER_MAX_BYTES,
+    RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
     LedgerConflictError,
@@ -93,6 +94,15 @@ def _is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
 
 
+def reservation_key(request: AdmissionRequest) -> str:
+    """What a GPU pod's reservation is keyed by: the uid the apiserver gave the pod it is creating.
+    Never the pod's name: a CREATE of a name that exists is validated before the apiserver finds the
+    name taken, and must not touch the reservation or record of the pod that holds it. (Without a uid,
+    which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
+    uid = (request.object or {}).get("metadata", {}).get("uid")
+    return str(uid) if uid else f"no-pod-uid/{request.uid}"
+
+
 def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
     """The refusal when the tenant's GPU ledger cannot take one more reservation: pods admitted and
     not yet settled by the reconciler (which does so within seconds when it runs)."""
@@ -141,8 +151,10 @@ class AdmissionServer:
         workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         images: ImageFactSource | None = None,
         image_timeout: float = 1.0,
+        reservation_seconds: float = RESERVATION_TTL_SECONDS,
     ):
         self.workload_kinds = workload_kinds
+        self.reservation_seconds = reservation_seconds
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,10 +187,9 @@ class AdmissionServer:
         if tenant and self.ledgers is not None and _is_pod_create(request):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves.
-            key = pod_key(
-                request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
-            )
-            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=key).model_dump()
+            policy_input["gpu_usage"] = usage(
+                self.ledgers.cached(tenant), excluding=reservation_key(request)
+            ).model_dump()
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:
@@ -234,8 +245,7 @@ class AdmissionServer:
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
         next batch; a batch is decided one pod after the other against a running ledger and written in
         one compare-and-swap. A Job's thousand pods cost a few writes, not a thousand."""
-        metadata = (request.object or {}).get("metadata", {})
-        key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
+        key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(tenant, []).append(
             _PendingReservation(request, policy_input, key, trace, future)
@@ -277,8 +287,13 @@ class AdmissionServer:
                         responses.append(engine_unavailable_response(request=item.request, reason=reason))
                         continue
                     reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-                    pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
-                    candidate = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
+                    metadata = (item.request.object or {}).get("metadata", {})
+                    pod = pod_key(
+                        item.request.namespace or "", metadata.get("name") or item.request.name or ""
+                    )
+                    candidate = with_reservation(
+                        working, item.key, reservation, now=now(), pod=pod, ttl=self.reservation_seconds
+                    )
                     added = encoded_size(item.key, candidate.reservations[item.key])
                     if size + added > LEDGER_MAX_BYTES:
                         LEDGER_FULL.labels(tenant).inc()
