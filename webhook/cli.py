@@ -20,9 +20,12 @@ DEV_WORKDIR = Path(".labgate-dev")
 
 
 def _serve(_: argparse.Namespace) -> int:
+    import asyncio
+    import ssl
+
     import uvicorn
 
-    from webhook.app import create_app
+    from webhook.app import create_app, probes_only
     from webhook.settings import get_settings
     from webhook.tls_reload import CertificateReloader
 
@@ -30,14 +33,31 @@ def _serve(_: argparse.Namespace) -> int:
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         print("labgate serve: LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required", file=sys.stderr)
         return 2
+    if settings.tls_client_ca_file is None and not settings.allow_unauthenticated_callers:
+        print(
+            "labgate serve: LABGATE_TLS_CLIENT_CA_FILE is required: the CA of the client certificate the "
+            "apiserver presents to webhooks (see docs/operations.md, 'Authenticating the apiserver'); set "
+            "LABGATE_ALLOW_UNAUTHENTICATED_CALLERS=true only where the apiserver cannot present one",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_app(settings)
+    client_auth: dict[str, Any] = {}
+    if settings.tls_client_ca_file is not None:
+        # Callers without a certificate this CA signed fail the TLS handshake: nothing reaches the app.
+        client_auth = {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         ssl_certfile=str(settings.tls_cert_file),
         ssl_keyfile=str(settings.tls_key_file),
         log_level="warning",
         access_log=False,
+        # Slow or idle clients cannot hold connections: headers must fit 64 KiB, idle ones close.
+        timeout_keep_alive=10,
+        h11_max_incomplete_event_size=64 * 1024,
+        **client_auth,
     )
     config.load()  # builds the SSLContext that the reloader refreshes when the files are renewed
     if config.ssl is None:
@@ -45,8 +65,33 @@ def _serve(_: argparse.Namespace) -> int:
         return 2
     reloader = CertificateReloader(config.ssl, settings.tls_cert_file, settings.tls_key_file)
     reloader.start()
+    servers = [uvicorn.Server(config)]
+    if settings.health_port:
+        probes = uvicorn.Config(
+            probes_only(app),
+            host=settings.host,
+            port=settings.health_port,
+            lifespan="off",  # the admission server's lifespan owns the clients both answer from
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=5,
+        )
+        servers.append(uvicorn.Server(probes))
+
+    async def run() -> None:
+        # The probe server starts second: a signal stops the admission server first, which then
+        # hands the signal on (uvicorn re-raises it) to the probe server.
+        tasks = [asyncio.create_task(servers[0].serve())]
+        while not servers[0].started and not tasks[0].done():
+            await asyncio.sleep(0.05)
+        tasks += [asyncio.create_task(server.serve()) for server in servers[1:]]
+        await tasks[0]
+        for server in servers[1:]:
+            server.should_exit = True
+        await asyncio.gather(*tasks[1:])
+
     try:
-        uvicorn.Server(config).run()
+        asyncio.run(run())
     finally:
         reloader.stop()
     return 0

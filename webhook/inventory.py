@@ -224,6 +224,10 @@ class InventorySync:
         """True once every collection was listed and written to OPA."""
         return all(r.has_synced.is_set() for r in self._reflectors)
 
+    def age(self) -> float:
+        """Seconds since the API last proved the stalest collection current."""
+        return max(r.age() for r in self._reflectors)
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,6 +104,26 @@ def reservation_key(request: AdmissionRequest) -> str:
     return str(uid) if uid else f"no-pod-uid/{request.uid}"
 
 
+def facts_stale_response(request: AdmissionRequest, *, age: float, bound: float) -> AdmissionResponse:
+    """The refusal of a replica that cannot prove its watch-fed facts are current."""
+    heard = (
+        "never heard from the Kubernetes API"
+        if age == float("inf")
+        else f"not heard from the Kubernetes API for {age:.0f}s"
+    )
+    message = (
+        f"[facts-stale] this labgate webhook replica has {heard} (its bound is {bound:.0f}s), so it "
+        "cannot know the current tenants, namespaces and GPU usage, and refuses rather than decide on "
+        "old facts. Fix: retry; the other replicas answer while this one reports not ready. If it "
+        "persists, tell the infra team (docs/operations.md, 'Stale facts')"
+    )
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
+    )
+
+
 def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
     """The refusal when the tenant's GPU ledger cannot take one more reservation: pods admitted and
     not yet settled by the reconciler (which does so within seconds when it runs)."""
@@ -152,9 +173,15 @@ class AdmissionServer:
         images: ImageFactSource | None = None,
         image_timeout: float = 1.0,
         reservation_seconds: float = RESERVATION_TTL_SECONDS,
+        facts_age: Callable[[], float] | None = None,
+        facts_max_age: float = float("inf"),
     ):
+        """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
+        past `facts_max_age` every request is refused with [facts-stale]."""
         self.workload_kinds = workload_kinds
         self.reservation_seconds = reservation_seconds
+        self.facts_age = facts_age
+        self.facts_max_age = facts_max_age
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -171,7 +198,15 @@ class AdmissionServer:
             "inventory": self.inventory.is_synced,
             "ledgers": self.ledgers is None or self.ledgers.is_synced,
             "secrets": self.secrets is None or self.secrets.is_synced,
+            "facts_fresh": self.stale_facts_age() is None,
         }
+
+    def stale_facts_age(self) -> float | None:
+        """The age of the watch-fed facts when it is past the bound, else None."""
+        if self.facts_age is None:
+            return None
+        age = self.facts_age()
+        return age if age > self.facts_max_age else None
 
     async def _gather(self, request: AdmissionRequest) -> tuple[dict[str, Any], str | None]:
         """The policy input and the tenant that owns the request's namespace."""
@@ -207,6 +242,8 @@ class AdmissionServer:
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
         trace = trace if trace is not None else DecisionTrace()
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
         if not (_is_pod_create(request) and tenant):
@@ -339,6 +376,8 @@ class AdmissionServer:
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         if trace is not None:
             trace.tenant = tenant
