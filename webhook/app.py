@@ -257,11 +257,17 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         if watch_cluster:
             api = api_client(resolved.kubeconfig)
             kube = KubeApi(api, field_manager="labgate-webhook")
+            watch_timeout = resolved.watch_timeout_seconds
             inventory = InventorySync(
-                api, InventoryStore(resolved.opa_url), platform_namespace=resolved.namespace
+                api,
+                InventoryStore(resolved.opa_url),
+                platform_namespace=resolved.namespace,
+                watch_timeout_seconds=watch_timeout,
             )
-            ledgers = LedgerCache(LedgerStore(kube, namespace=resolved.namespace))
-            secrets = RestrictedSecrets(kube)
+            ledgers = LedgerCache(
+                LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
+            )
+            secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
             stoppable = [inventory, ledgers, secrets]
             for part in stoppable:
                 part.start()

@@ -19,6 +19,7 @@ from webhook.kube import (
     TENANT_GROUP,
     TENANT_PLURAL,
     TENANT_VERSION,
+    WATCH_TIMEOUT_SECONDS,
     Kind,
     KubeApi,
     Object,
@@ -54,8 +55,16 @@ def tenant_document(tenant: Object) -> dict[str, Any]:
 class InventorySync:
     """Two reflectors (Namespaces, Tenants) that write every change into OPA."""
 
-    def __init__(self, api: client.ApiClient, store: InventoryStore, *, platform_namespace: str):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        store: InventoryStore,
+        *,
+        platform_namespace: str,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+    ):
         self._store = store
+        self._watch_timeout = watch_timeout_seconds
         # Two locks: `_lock` guards the in-memory copy and is held only for dictionary work (the
         # event loop takes it for tenant_of); `_push_lock` orders writes to OPA, which may be slow or
         # hang. Never hold `_lock` across network I/O.
@@ -108,7 +117,14 @@ class InventorySync:
                 self._dirty.add((collection, name))
             self._wake.set()
 
-        return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
+        return Reflector(
+            collection,
+            api,
+            list_fn,
+            on_list=on_list,
+            on_event=on_event,
+            watch_timeout_seconds=self._watch_timeout,
+        )
 
     def is_known(self, name: str) -> bool:
         """Whether the namespace, and the tenant it names, are already in the inventory (no I/O)."""
@@ -245,7 +261,7 @@ class RestrictedSecrets(WatchFed):
     """Which Secrets are restricted to a service account, per namespace (metadata only: the webhook
     never holds secret data), for the secret-scope rule's input.secrets."""
 
-    def __init__(self, kube: KubeApi):
+    def __init__(self, kube: KubeApi, *, watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS):
         self._lock = threading.Lock()
         self._by_namespace: dict[str, dict[str, dict[str, str]]] = {}
         self._reflector = Reflector(
@@ -254,6 +270,7 @@ class RestrictedSecrets(WatchFed):
             kube.lister(SECRET, metadata_only=True),
             on_list=self._on_list,
             on_event=self._on_event,
+            watch_timeout_seconds=watch_timeout_seconds,
         )
 
     @staticmethod
