@@ -57,7 +57,6 @@ from webhook.kube import (
 from webhook.metrics import GPU_LIMIT, GPU_USED
 from webhook.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus
 from webhook.quota_ledger import (
-    RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
     LedgerCache,
@@ -109,7 +108,6 @@ class PodFacts:
     phase: str
     gpus: GpuAmount
     is_preemptible: bool
-    created: float  # wall-clock seconds of metadata.creationTimestamp (0 when unknown)
 
 
 Key = tuple[str, str, str, str]
@@ -322,19 +320,12 @@ class Reconciler:
 
     def _pod_facts(self, obj: Object) -> PodFacts:
         metadata = obj["metadata"]
-        created = 0.0
-        if stamp := metadata.get("creationTimestamp"):
-            try:
-                created = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                created = 0.0
         return PodFacts(
             namespace=str(metadata["namespace"]),
             name=str(metadata["name"]),
             phase=str((obj.get("status") or {}).get("phase", "")),
             gpus=pod_gpus(obj, self.gpu_counting),
             is_preemptible=is_admitted_preemptible(obj, self.gpu_counting),
-            created=created,
         )
 
     def _on_pod_list(self, objects: list[Object]) -> None:
@@ -458,7 +449,7 @@ class Reconciler:
                 versions = self.settled.write(tenant, settled)
                 WRITES.labels("ledger").inc()
                 updated = updated.model_copy(update={"settled_versions": versions})
-                if recounted := self._older_than_a_reservation([u for u in unrecorded if u in settled]):
+                if recounted := self._truly_unreserved(tenant, [u for u in unrecorded if u in settled]):
                     self._report_recount(tenant, recounted, unrecorded)
             if updated == ledger:
                 return usage(ledger)
@@ -472,13 +463,14 @@ class Reconciler:
             return usage(updated)
         return usage(ledger)
 
-    def _older_than_a_reservation(self, uids: list[str]) -> list[str]:
-        """The pods among `uids` created longer ago than a reservation lives: missing from both the
-        ledger and the store, they are a repair to report (younger ones are usually a reservation
-        this replica has not seen yet)."""
-        oldest = ledger_now() - RESERVATION_TTL_SECONDS
-        with self._pods_lock:
-            return [u for u in uids if (f := self._pods.get(u)) is not None and f.created <= oldest]
+    def _truly_unreserved(self, tenant: str, uids: list[str]) -> list[str]:
+        """The pods among `uids` that the ledger, read afresh, holds no reservation for: a repair to
+        report. (A pod seen an instant before its reservation reached this replica's cache is not.)"""
+        if not uids:
+            return []
+        fresh = self.ledgers.fresh(tenant)
+        reserved = {reservation_uid(k, r) for k, r in fresh.reservations.items()}
+        return [uid for uid in uids if uid not in reserved]
 
     def _report_recount(self, tenant: str, uids: list[str], gpus: dict[str, GpuAmount]) -> None:
         """Say so when live pods had to be counted from their specs: the settled-pods store lost them

@@ -117,14 +117,14 @@ class LabgateStack:
 
     def start(self) -> None:
         started = time.monotonic()
-        tools = ensure_tools("kubernetes", "opa")
+        ensure_tools("kubernetes", "opa")
         try:
             self.cluster.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
             # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
             wait_until(self._is_tenant_crd_established, what="Tenant CRD Established", timeout=30)
             self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
-            self._start_opa(str(tools["opa"].binary()))
+            self.opa_url = self.start_opa()
             self._start_webhooks()
             self.register_webhook(self.webhook_urls[0])
             if self.with_reconciler:
@@ -147,19 +147,26 @@ class LabgateStack:
         conditions = json.loads(result.stdout).get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
-    def _start_opa(self, opa: str) -> None:
+    def start_opa(self) -> str:
+        """Start one OPA server with the stack's policies; return its URL once it is healthy."""
+        opa = str(ensure_tools("opa")["opa"].binary())
         port = free_port()
+        index = sum(1 for p in self.processes if p.name.startswith("opa"))
         process = spawn(
-            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=self.policy_dir), detached=self.detached
+            self.workdir,
+            "opa" if index == 0 else f"opa-{index}",
+            opa_argv(opa, port=port, policy_dir=self.policy_dir),
+            detached=self.detached,
         )
         self.processes.append(process)
-        self.opa_url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
 
         def is_healthy() -> bool:
-            with urllib.request.urlopen(f"{self.opa_url}/health", timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
                 return bool(response.status == 200)
 
         wait_until(is_healthy, what="OPA /health", timeout=30, watch=[process])
+        return url
 
     def _start_webhooks(self) -> None:
         pki = self.workdir / "webhook-pki"
