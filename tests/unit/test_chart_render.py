@@ -18,7 +18,9 @@ from rbac.desired import DEFAULT_PRIORITY_CLASS, shared_priority_classes
 from webhook.devcluster.stack import opa_argv
 from webhook.devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from webhook.registration import (
+    MUTATING_CLUSTER_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,
+    VALIDATING_CLUSTER_WEBHOOK_NAME,
     VALIDATING_WEBHOOK_NAME,
     exempt_namespace_selector,
     mutating_rules,
@@ -225,10 +227,13 @@ def test_webhook_rules_match_registration(default_manifests: list[Manifest]) -> 
         "ValidatingWebhookConfiguration": normal_rules(validating_rules()),
         "MutatingWebhookConfiguration": normal_rules(mutating_rules()),
     }
+    rendered: dict[str, list[Manifest]] = {}
     for kind, webhook in webhooks(default_manifests):
-        assert normal_rules(webhook["rules"]) == expected[kind], kind
+        rendered.setdefault(kind, []).extend(webhook["rules"])
         resources = {r for rule in webhook["rules"] for r in rule["resources"]}
         assert not resources & {"leases", "events", "nodes", "*"}
+    for kind, rules in rendered.items():
+        assert normal_rules(rules) == expected[kind], kind
 
 
 def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -> None:
@@ -252,7 +257,9 @@ def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -
             assert actual == expected
     assert {w["name"] for _, w in webhooks(default_manifests)} == {
         VALIDATING_WEBHOOK_NAME,
+        VALIDATING_CLUSTER_WEBHOOK_NAME,
         MUTATING_WEBHOOK_NAME,
+        MUTATING_CLUSTER_WEBHOOK_NAME,
     }
 
 
@@ -264,8 +271,9 @@ def test_namespace_selector_always_exempts_kube_system_and_the_release_namespace
     render: Renderer, namespace: str, extra: list[str]
 ) -> None:
     manifests = render({"webhook": {"exemptNamespaces": extra}}, namespace=namespace)
-    expected = exempt_namespace_selector(["kube-system", namespace, *extra])
     for _, webhook in webhooks(manifests):
+        is_cluster = webhook["name"] in (VALIDATING_CLUSTER_WEBHOOK_NAME, MUTATING_CLUSTER_WEBHOOK_NAME)
+        expected = exempt_namespace_selector(["kube-system", namespace, *extra], tenants_only=not is_cluster)
         assert webhook["namespaceSelector"] == expected
         exempt = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
         assert {"kube-system", namespace} <= set(exempt)

@@ -1,0 +1,386 @@
+"""The fault suite: labgate under the faults it must survive, each bounded in time and load.
+
+Every test asserts what a user would notice: no wrongful admission, no quota overshoot (counted from
+the pods the apiserver holds, independently of labgate's ledger), and recovery within a bound. The
+measured figures (wrongful admissions, refused legitimate requests, recovery time) are printed with
+`-s` as `FAULT <name>: ...` lines; docs/operations.md keeps the table.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import TenantFactory, pod_manifest
+from tests.e2e.test_quota import gpu_pod, ledger_data, second_namespace
+from tests.e2e.test_reconciler import eventually, get_json
+from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+
+pytestmark = pytest.mark.faults
+
+FINISHED = ("Succeeded", "Failed")
+
+
+def report(fault: str, **figures: object) -> None:
+    print(f"FAULT {fault}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def gpus_held(stack: LabgateStack, *namespaces: str) -> int:
+    """The GPUs the apiserver's unfinished pods in `namespaces` ask (container limits), whatever
+    labgate's ledger says."""
+    total = 0
+    for namespace in namespaces:
+        pods = get_json(stack, "pods", "-n", namespace)
+        assert pods is not None
+        for pod in pods["items"]:
+            if pod.get("status", {}).get("phase") in FINISHED:
+                continue
+            for container in pod["spec"]["containers"]:
+                total += int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+    return total
+
+
+def create(who: Any, manifest: dict[str, Any], namespace: str) -> Any:
+    """`kubectl create` (not apply: a name that exists must reach the apiserver as a CREATE)."""
+    return who.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+
+
+# -- duplicate names -------------------------------------------------------------------------------
+
+
+@pytest.mark.quota
+def test_a_duplicate_name_cannot_rewrite_a_live_pods_count(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """The apiserver asks the validating webhook about a CREATE before it finds the name taken. That
+    request must not touch the GPUs counted for the pod that holds the name."""
+    team = tenants.create(spec_extra={"gpu": {"total": 8}})
+    other = second_namespace(stack, tenants, team)
+    me = team.researcher
+    assert create(me, gpu_pod("big-1", 7), team.namespace).returncode == 0
+    eventually(
+        lambda: (
+            ledger_data(stack, team.name)
+            == {"reservations": {}, "settled": {"total": 7, "by_model": {"h100": 7}}}
+        ),
+        what="big-1 settled",
+    )
+    duplicate = create(me, gpu_pod("big-1", 1), team.namespace)
+    assert duplicate.returncode == 1
+    assert "AlreadyExists" in duplicate.stderr, duplicate.stderr
+    started = time.monotonic()
+    refused = create(me, gpu_pod("big-2", 7), other)
+    assert refused.returncode == 1, "7 + 7 GPUs on a quota of 8"
+    assert "[gpu-quota]" in refused.stderr, refused.stderr
+    # The duplicate's reservation waits for a pod that never comes (no pod has its uid): released
+    # within seconds, and the live pod's 7 GPUs stay counted.
+    eventually(
+        lambda: ledger_data(stack, team.name)["reservations"] == {}, what="duplicate released", timeout=30
+    )
+    released = time.monotonic() - started
+    assert ledger_data(stack, team.name)["settled"]["total"] == 7
+    assert create(me, gpu_pod("small", 1), other).returncode == 0
+    over = create(me, gpu_pod("one-more", 1), other)
+    assert over.returncode == 1
+    assert "[gpu-quota]" in over.stderr
+    held = gpus_held(stack, team.namespace, other)
+    assert held == 8
+    report("duplicate-name", wrongful_admits=0, held=f"{held}/8", duplicate_released_s=f"{released:.1f}")
+
+
+# -- forged requests -------------------------------------------------------------------------------
+
+
+def forged_review(namespace: str, user: str, groups: list[str], gpus: int, *, dry_run: bool = False) -> bytes:
+    """What someone who can reach the webhook port might send: a GPU pod CREATE that reserves GPUs in
+    another tenant's ledger if the webhook believes it."""
+    pod = gpu_pod("forged", gpus)
+    pod["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()))
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "name": "forged",
+            "operation": "CREATE",
+            "userInfo": {"username": user, "groups": groups},
+            "object": pod,
+            "dryRun": dry_run,
+        },
+    }
+    return json.dumps(review).encode()
+
+
+def post(url: str, body: bytes, context: ssl.SSLContext) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})  # noqa: S310
+    with urllib.request.urlopen(request, context=context, timeout=5) as response:  # noqa: S310
+        return dict(json.loads(response.read()))
+
+
+@pytest.mark.quota
+def test_a_forged_review_without_the_apiservers_certificate_is_refused_at_tls(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    victim = tenants.create(spec_extra={"gpu": {"total": 8}})
+    url = f"{stack.webhook_urls[0]}/validate"
+    body = forged_review(victim.namespace, victim.researcher.name, list(victim.researcher.groups), 8)
+    trusting_only = ssl.create_default_context(cadata=stack.webhook_ca.cert_pem.decode())
+    with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+        post(url, body, trusting_only)
+    # The same port answers the apiserver's certificate (a dry run: nothing is reserved either way).
+    answered = post(
+        url,
+        forged_review(
+            victim.namespace, victim.researcher.name, list(victim.researcher.groups), 8, dry_run=True
+        ),
+        stack.webhook_client_context(),
+    )
+    assert answered["response"]["allowed"] is True
+    # Nothing was reserved: the victim's own 8-GPU pod is admitted at once.
+    ledger = get_json(stack, "configmap", f"labgate-gpu-ledger.{victim.name}", "-n", LABGATE_NAMESPACE)
+    assert ledger is None or json.loads(ledger["data"]["reservations"]) == {}
+    assert victim.researcher.apply(gpu_pod("real", 8), victim.namespace).returncode == 0
+    report("forged-request", wrongful_admits=0, reserved_by_forgery=0)
+
+
+# -- the settled-pods store deleted ----------------------------------------------------------------
+
+
+@pytest.mark.quota
+def test_deleting_the_settled_pods_store_loses_no_running_pod(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8}})
+    me = team.researcher
+    for i in range(4):
+        assert create(me, gpu_pod(f"run-{i}", 2), team.namespace).returncode == 0
+    eventually(
+        lambda: (
+            ledger_data(stack, team.name)
+            == {"reservations": {}, "settled": {"total": 8, "by_model": {"h100": 8}}}
+        ),
+        what="four pods settled",
+    )
+    stack.admin_kubectl(
+        "delete",
+        "configmap",
+        "-n",
+        LABGATE_NAMESPACE,
+        "-l",
+        f"labgate.io/gpu-settled=true,labgate.io/tenant={team.name}",
+    )
+    started = time.monotonic()
+    # Pod events follow (what recomputed the sum as 0 before): no GPU pod may fit while 8 GPUs run.
+    assert me.apply(pod_manifest("cpu-only"), team.namespace).returncode == 0
+    wrongful = 0
+    for i in range(3):
+        result = create(me, gpu_pod(f"more-{i}", 1), team.namespace)
+        wrongful += result.returncode == 0
+        assert "[gpu-quota]" in result.stderr, result.stderr
+    assert wrongful == 0
+
+    def recount_reported() -> bool:
+        events = get_json(
+            stack,
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            f"involvedObject.name={team.name},reason=GpuUsageRecounted",
+        )
+        return bool(events and events["items"])
+
+    eventually(recount_reported, what="the repair is reported on the Tenant", timeout=30)
+    recovered = time.monotonic() - started
+
+    def store_pods() -> int:
+        shards = get_json(
+            stack,
+            "configmaps",
+            "-n",
+            LABGATE_NAMESPACE,
+            "-l",
+            f"labgate.io/gpu-settled=true,labgate.io/tenant={team.name}",
+        )
+        return sum(len(json.loads(s["data"]["pods"])) for s in (shards or {}).get("items", []))
+
+    eventually(lambda: store_pods() == 4, what="the store holds the four running pods again")
+    assert ledger_data(stack, team.name)["settled"]["total"] == 8
+    assert gpus_held(stack, team.namespace) == 8
+    report(
+        "settled-store-deleted", wrongful_admits=wrongful, held="8/8", repair_reported_s=f"{recovered:.1f}"
+    )
+
+
+# -- partition of one replica ----------------------------------------------------------------------
+
+
+class Partition:
+    """A TCP relay between a webhook replica and the apiserver that can drop the link as a network
+    partition does: the apiserver's side of every connection goes away, the replica's side stays
+    open and silent (no FIN or RST ever reaches it). New connections after `heal` pass again."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._cut = threading.Event()
+        self._lock = threading.Lock()
+        self._upstreams: list[socket.socket] = []
+        self._held: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._held.append(client)
+            if self._cut.is_set():
+                continue  # accepted and never answered, as across a partition
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._upstreams.append(upstream)
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if self._cut.is_set():
+                    return
+                sink.sendall(data)
+        except OSError:
+            return
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            upstreams, self._upstreams = self._upstreams, []
+        for upstream in upstreams:  # the apiserver forgets these connections; the replica is not told
+            upstream.close()
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            for sock in [*self._held, *self._upstreams]:
+                sock.close()
+
+
+@pytest.fixture
+def partitioned_replica(stack: LabgateStack, tmp_path: Path) -> Iterator[tuple[str, Partition]]:
+    """A webhook replica with its own OPA whose connection to the API runs through a Partition; it is
+    the only replica the apiserver calls while the test runs."""
+    server = stack.cluster.server.removeprefix("https://")
+    host, port = server.rsplit(":", 1)
+    partition = Partition((host, int(port)))
+    config = yaml.safe_load(stack.admin_kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{partition.port}"
+    kubeconfig = tmp_path / "partitioned.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    url = stack.start_webhook(
+        opa_url=stack.start_opa(),
+        extra_env={
+            "LABGATE_KUBECONFIG": str(kubeconfig),
+            "LABGATE_WATCH_TIMEOUT_SECONDS": "3",
+            "LABGATE_FACTS_MAX_AGE_SECONDS": "8",
+        },
+    )
+    stack.register_webhook(url)
+    try:
+        yield url, partition
+    finally:
+        stack.register_webhook(stack.webhook_urls[0])
+        partition.close()
+
+
+def is_ready(stack: LabgateStack, url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{stack.health_urls[url]}/readyz", timeout=2) as response:  # noqa: S310
+            return bool(response.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
+def privileged_pod(name: str) -> dict[str, Any]:
+    pod = pod_manifest(name)
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    return pod
+
+
+@pytest.mark.tenancy
+def test_a_partitioned_replica_refuses_on_stale_facts_and_recovers(
+    stack: LabgateStack, tenants: TenantFactory, partitioned_replica: tuple[str, Partition]
+) -> None:
+    url, partition = partitioned_replica
+    team = tenants.create(spec_extra={"enforcement": {"pod-hardening": "warn"}})
+    me = team.researcher
+    assert create(me, privileged_pod("warned"), team.namespace).returncode == 0, "warn mode admits"
+    bound, slack = 8.0, 4.0
+    partition.cut()
+    cut_at = time.monotonic()
+    # The infra team now enforces pod hardening; the partitioned replica cannot see it.
+    stack.admin_kubectl(
+        "patch",
+        "tenant",
+        team.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"enforcement": {"pod-hardening": "enforce"}}}),
+    )
+    admitted_late: list[float] = []
+    stale_refusals = 0
+    attempt = 0
+    while time.monotonic() - cut_at < bound + slack + 4:
+        result = create(me, privileged_pod(f"p-{attempt}"), team.namespace)
+        attempt += 1
+        if result.returncode == 0:
+            admitted_late.append(time.monotonic() - cut_at)
+        elif "[facts-stale]" in result.stderr:
+            stale_refusals += 1
+        time.sleep(0.5)
+    # Within the bound the replica may still decide on what it knew; past it, never.
+    assert [t for t in admitted_late if t > bound + slack] == [], admitted_late
+    assert stale_refusals > 0
+    assert not is_ready(stack, url), "a replica on stale facts reports not ready"
+    partition.heal()
+    healed_at = time.monotonic()
+    eventually(lambda: is_ready(stack, url), what="ready again after the partition heals", timeout=30)
+    recovered = time.monotonic() - healed_at
+    refused = create(me, privileged_pod("after"), team.namespace)
+    assert refused.returncode == 1
+    assert "[pod-hardening]" in refused.stderr, refused.stderr
+    assert create(me, pod_manifest("plain"), team.namespace).returncode == 0
+    report(
+        "partition-one-replica",
+        admitted_within_bound=len(admitted_late),
+        wrongful_admits_past_bound=0,
+        stale_refusals=stale_refusals,
+        recovery_s=f"{recovered:.1f}",
+    )
