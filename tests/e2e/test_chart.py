@@ -21,6 +21,7 @@ import yaml
 from rbac.desired import desired_objects, shared_cluster_roles, shared_priority_classes
 from rbac.reconciler import FIELD_MANAGER
 from rbac.tenant import Tenant
+from tests.unit.test_chart_render import with_cluster
 from webhook.devcluster.kubectl import kubectl
 from webhook.devcluster.processes import free_port, spawn
 from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
@@ -53,7 +54,7 @@ def render(
             "-",
             *(["--include-crds"] if crds else []),
         ],
-        input=yaml.safe_dump(values or {}),
+        input=yaml.safe_dump(with_cluster(values)),
         capture_output=True,
         text=True,
         timeout=60,

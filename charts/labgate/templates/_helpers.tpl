@@ -69,6 +69,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "labgate.tlsSecretName" -}}
 {{- default (printf "%s-webhook-tls" (include "labgate.fullname" .)) .Values.certificates.secretName }}
 {{- end }}
+{{- define "labgate.clientCAName" -}}
+{{- default (printf "%s-apiserver-client-ca" (include "labgate.fullname" .)) .Values.webhook.clientAuth.configMapName }}
+{{- end }}
 {{- define "labgate.servingCertificateName" -}}
 {{- printf "%s-webhook" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -124,6 +127,15 @@ JSON/YAML data), from the chart's policies/ symlink to the repository's policies
 {{- end }}
 {{- if eq (int .Values.opa.diagnosticPort) (int .Values.webhook.port) }}
 {{- fail "opa.diagnosticPort and webhook.port must differ" }}
+{{- end }}
+{{- if has (int .Values.webhook.healthPort) (list (int .Values.webhook.port) (int .Values.opa.diagnosticPort)) }}
+{{- fail "webhook.healthPort must differ from webhook.port and opa.diagnosticPort" }}
+{{- end }}
+{{- if and .Values.webhook.clientAuth.required (not (or .Values.webhook.clientAuth.caBundle .Values.webhook.clientAuth.configMapName)) }}
+{{- fail "webhook.clientAuth.required: give the CA of the apiserver's webhook client certificate (webhook.clientAuth.caBundle or .configMapName; docs/operations.md, 'Authenticating the apiserver'), or set webhook.clientAuth.required=false where the apiserver cannot present one" }}
+{{- end }}
+{{- if and .Values.webhook.networkPolicy.enabled (not .Values.webhook.networkPolicy.apiserverCIDRs) }}
+{{- fail "webhook.networkPolicy.apiserverCIDRs: give the addresses the apiserver calls the webhook from (the control-plane nodes), or set webhook.networkPolicy.enabled=false" }}
 {{- end }}
 {{- end }}
 
