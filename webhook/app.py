@@ -56,19 +56,27 @@ class BodyTooLargeError(ValueError):
     """The request body is larger than any AdmissionReview the apiserver sends."""
 
 
+# A body that has not fully arrived this long after its head is abandoned (a stalled client).
+BODY_TIMEOUT_SECONDS = 10.0
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refusing more than `limit` bytes without reading them all."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise BodyTooLargeError
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    return await asyncio.wait_for(read(), timeout=BODY_TIMEOUT_SECONDS)
 
 
 class AdmissionGate:
@@ -174,6 +182,8 @@ async def _serve(
         )
     except ClientDisconnect:  # the caller went away mid-body: nothing to answer, nothing to log
         return Response(status_code=400)
+    except TimeoutError:
+        return JSONResponse(status_code=408, content={"error": "request body not received in time"})
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"

@@ -21,11 +21,11 @@ DEV_WORKDIR = Path(".labgate-dev")
 
 def _serve(_: argparse.Namespace) -> int:
     import asyncio
-    import ssl
 
     import uvicorn
 
     from webhook.app import create_app, probes_only
+    from webhook.http_guard import admission_server_config
     from webhook.settings import get_settings
     from webhook.tls_reload import CertificateReloader
 
@@ -42,23 +42,7 @@ def _serve(_: argparse.Namespace) -> int:
         )
         return 2
     app = create_app(settings)
-    client_auth: dict[str, Any] = {}
-    if settings.tls_client_ca_file is not None:
-        # Callers without a certificate this CA signed fail the TLS handshake: nothing reaches the app.
-        client_auth = {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ssl_certfile=str(settings.tls_cert_file),
-        ssl_keyfile=str(settings.tls_key_file),
-        log_level="warning",
-        access_log=False,
-        # Slow or idle clients cannot hold connections: headers must fit 64 KiB, idle ones close.
-        timeout_keep_alive=10,
-        h11_max_incomplete_event_size=64 * 1024,
-        **client_auth,
-    )
+    config = admission_server_config(app, settings)
     config.load()  # builds the SSLContext that the reloader refreshes when the files are renewed
     if config.ssl is None:
         print("labgate serve: TLS did not load", file=sys.stderr)
