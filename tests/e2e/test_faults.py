@@ -9,6 +9,8 @@ measured figures (wrongful admissions, refused legitimate requests, recovery tim
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import ssl
 import threading
@@ -26,6 +28,8 @@ import yaml
 from tests.e2e.conftest import TenantFactory, pod_manifest
 from tests.e2e.test_quota import gpu_pod, ledger_data, second_namespace
 from tests.e2e.test_reconciler import eventually, get_json
+from webhook.devcluster.kubectl import kubectl
+from webhook.devcluster.processes import ManagedProcess
 from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
 pytestmark = pytest.mark.faults
@@ -383,4 +387,227 @@ def test_a_partitioned_replica_refuses_on_stale_facts_and_recovers(
         wrongful_admits_past_bound=0,
         stale_refusals=stale_refusals,
         recovery_s=f"{recovered:.1f}",
+    )
+
+
+# -- an outage of labgate: OPA killed, then the webhook ----------------------------------------------
+
+
+@pytest.fixture
+def doomed_replica(stack: LabgateStack) -> Iterator[tuple[ManagedProcess, ManagedProcess]]:
+    """A webhook replica with an OPA of its own, the only one the apiserver calls, for killing."""
+    opa_url = stack.start_opa()
+    opa = stack.processes[-1]
+    url = stack.start_webhook(opa_url=opa_url)
+    webhook = stack.processes[-1]
+    stack.register_webhook(url)
+    try:
+        yield opa, webhook
+    finally:
+        stack.register_webhook(stack.webhook_urls[0])
+        webhook.stop()
+        opa.stop()
+
+
+def everything_else_is_writable(stack: LabgateStack, suffix: str, operator_user: str) -> list[str]:
+    """Writes by the platform and by platform operators outside tenants; the ones that failed."""
+    failed: list[str] = []
+
+    def run(*args: str, manifest: dict[str, Any] | None = None, kubeconfig: Path | None = None) -> None:
+        if kubeconfig is None:
+            result = stack.cluster_kubectl(*args, manifest=manifest)
+        else:
+            result = kubectl(kubeconfig, *args, stdin=None if manifest is None else json.dumps(manifest))
+        if result.returncode != 0:
+            failed.append(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+
+    operator_ns = f"gpu-operator-{suffix}"
+    for namespace in ("kube-system", "default"):
+        run("create", "configmap", f"outage-{suffix}", "-n", namespace, "--from-literal=k=v")
+        run("apply", "-n", namespace, "-f", "-", manifest=pod_manifest(f"outage-{suffix}"))
+    # A GPU operator's namespace, made by the cluster admin, opted out for its own controller.
+    run(
+        "apply",
+        "-f",
+        "-",
+        manifest={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": operator_ns, "labels": {"labgate.io/ignore": "true"}},
+        },
+    )
+    run("create", "configmap", "operator-state", "-n", operator_ns, "--from-literal=k=v")
+    deadline = time.monotonic() + 15  # pods need the namespace's default ServiceAccount
+    while (
+        get_json(stack, "serviceaccount/default", "-n", operator_ns) is None and time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    run("apply", "-n", operator_ns, "-f", "-", manifest=pod_manifest("device-plugin"))
+    operator = stack.kubeconfig_for(operator_user)
+    run("label", "namespace", operator_ns, "driver=ready", "--overwrite", kubeconfig=operator)
+    # Cluster-scoped objects that are not a tenant's.
+    run("create", "clusterrole", f"outage-{suffix}", "--verb=get", "--resource=pods")
+    run("create", "priorityclass", f"outage-{suffix}", "--value=10")
+    run("create", "namespace", f"plain-{suffix}")
+    for args in (
+        ("delete", "namespace", operator_ns, f"plain-{suffix}", "--wait=false"),
+        ("delete", "clusterrole", f"outage-{suffix}"),
+        ("delete", "priorityclass", f"outage-{suffix}"),
+        ("delete", "configmap", f"outage-{suffix}", "-n", "kube-system"),
+        ("delete", "configmap", f"outage-{suffix}", "-n", "default"),
+        ("delete", "pod", f"outage-{suffix}", "-n", "kube-system", "--wait=false"),
+        ("delete", "pod", f"outage-{suffix}", "-n", "default", "--wait=false"),
+    ):
+        stack.cluster_kubectl(*args)
+    return failed
+
+
+@pytest.fixture
+def gpu_operator(stack: LabgateStack) -> Iterator[str]:
+    """A platform operator's identity (not the platform's groups) that may label namespaces."""
+    user = f"gpu-operator-{uuid.uuid4().hex[:6]}"
+    stack.admin_kubectl("create", "clusterrole", user, "--verb=get,patch,update", "--resource=namespaces")
+    stack.admin_kubectl("create", "clusterrolebinding", user, f"--clusterrole={user}", f"--user={user}")
+    try:
+        yield user
+    finally:
+        stack.cluster_kubectl("delete", "clusterrolebinding", user)
+        stack.cluster_kubectl("delete", "clusterrole", user)
+
+
+@pytest.mark.tenancy
+def test_an_outage_of_labgate_touches_only_the_tenants(
+    stack: LabgateStack,
+    tenants: TenantFactory,
+    doomed_replica: tuple[ManagedProcess, ManagedProcess],
+    gpu_operator: str,
+) -> None:
+    team = tenants.create()
+    me = team.researcher
+    opa, webhook = doomed_replica
+    assert create(me, pod_manifest("before"), team.namespace).returncode == 0
+    opa.stop()
+    refused = create(me, pod_manifest("no-opa"), team.namespace)
+    assert refused.returncode == 1
+    assert "[policy-engine-unavailable]" in refused.stderr, refused.stderr
+    assert everything_else_is_writable(stack, uuid.uuid4().hex[:6], gpu_operator) == []
+    webhook.stop()
+    refused = create(me, pod_manifest("no-webhook"), team.namespace)
+    assert refused.returncode == 1
+    assert 'failed calling webhook "mutate.labgate.io"' in refused.stderr, refused.stderr
+    # A new namespace for the tenant and a change of its Tenant fail closed as well.
+    claimed = me.kubectl("create", "namespace", f"{team.name}-x")
+    assert claimed.returncode == 1
+    assert 'failed calling webhook "mutate-cluster.labgate.io"' in claimed.stderr, claimed.stderr
+    patched = stack.cluster_kubectl("label", "namespace", team.namespace, "extra=1", "--overwrite")
+    assert patched.returncode == 1
+    assert "labgate.io" in patched.stderr, patched.stderr
+    assert everything_else_is_writable(stack, uuid.uuid4().hex[:6], gpu_operator) == []
+    assert get_json(stack, "pod", "no-opa", "-n", team.namespace) is None
+    assert get_json(stack, "pod", "no-webhook", "-n", team.namespace) is None
+    report("outage-opa-then-webhook", wrongful_admits=0, non_tenant_writes_failed=0)
+
+
+# -- OPA paused, etcd paused -----------------------------------------------------------------------
+
+
+class Stream:
+    """A researcher creating 1-GPU pods one after the other (bounded load), recording each outcome."""
+
+    def __init__(self, who: Any, namespace: str, prefix: str):
+        self.who, self.namespace, self.prefix = who, namespace, prefix
+        self.outcomes: list[tuple[float, bool, str]] = []  # (monotonic, admitted, stderr)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            name = f"{self.prefix}-{len(self.outcomes)}"
+            result = self.who.kubectl(
+                "create",
+                "-n",
+                self.namespace,
+                "--request-timeout=8s",
+                "-f",
+                "-",
+                stdin=json.dumps(gpu_pod(name, 1)),
+            )
+            self.outcomes.append((time.monotonic(), result.returncode == 0, result.stderr))
+            self._stop.wait(0.3)
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def first_admitted_after(self, moment: float) -> float | None:
+        return next((t - moment for t, ok, _ in self.outcomes if ok and t > moment), None)
+
+
+def paused(pid: int, seconds: float) -> float:
+    """SIGSTOP `pid` for `seconds`; return when it was resumed (monotonic)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)  # the fault's duration, not a wait for a condition
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return time.monotonic()
+
+
+@pytest.mark.quota
+def test_opa_paused_refuses_within_the_deadline_and_recovers(
+    stack: LabgateStack, tenants: TenantFactory, doomed_replica: tuple[ManagedProcess, ManagedProcess]
+) -> None:
+    opa, _ = doomed_replica
+    team = tenants.create(spec_extra={"gpu": {"total": 6}})
+    with Stream(team.researcher, team.namespace, "opa") as stream:
+        time.sleep(1.5)  # some admissions before the fault
+        started = time.monotonic()
+        resumed = paused(opa.pid, 5.0)
+        eventually(
+            lambda: stream.first_admitted_after(resumed) is not None, what="admitting again", timeout=20
+        )
+    during = [(ok, err) for t, ok, err in stream.outcomes if started + 1 < t < resumed]
+    assert during, "requests were made during the pause"
+    assert not any(ok for ok, _ in during), "nothing admitted without a decision"
+    assert all("[policy-engine-unavailable]" in err for _, err in during), during[:2]
+    held = gpus_held(stack, team.namespace)
+    assert held <= 6
+    recovery = stream.first_admitted_after(resumed)
+    report(
+        "opa-paused-5s",
+        wrongful_admits=0,
+        refused_legit=len(during),
+        held=f"{held}/6",
+        recovery_s=f"{recovery:.1f}",
+    )
+
+
+@pytest.mark.quota
+def test_etcd_paused_admits_nothing_wrongly_and_recovers(stack: LabgateStack, tenants: TenantFactory) -> None:
+    etcd = next(p for p in stack.cluster.processes if p.name == "etcd")  # type: ignore[attr-defined]
+    team = tenants.create(spec_extra={"gpu": {"total": 6}})
+    with Stream(team.researcher, team.namespace, "etcd") as stream:
+        time.sleep(1.5)
+        resumed = paused(etcd.pid, 5.0)
+        eventually(
+            lambda: stream.first_admitted_after(resumed) is not None, what="admitting again", timeout=40
+        )
+    eventually(
+        lambda: gpus_held(stack, team.namespace) >= min(6, sum(ok for _, ok, _ in stream.outcomes)),
+        what="counted",
+    )
+    held = gpus_held(stack, team.namespace)
+    assert held <= 6, f"{held} GPUs held on a quota of 6"
+    refused = [err for _, ok, err in stream.outcomes if not ok and "[gpu-quota]" not in err]
+    recovery = stream.first_admitted_after(resumed)
+    report(
+        "etcd-paused-5s",
+        wrongful_admits=max(0, held - 6),
+        refused_legit=len(refused),
+        held=f"{held}/6",
+        recovery_s=f"{recovery:.1f}",
     )
