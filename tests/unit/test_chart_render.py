@@ -354,7 +354,7 @@ def test_self_signed_mode_leaves_the_ca_bundle_to_labgate(default_manifests: lis
     assert "--webhook-certificates-secret=labgate-webhook-tls" in args
     assert "--webhook-configuration=labgate" in args
     role = one(default_manifests, "Role", "labgate-reconciler")
-    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls"],
+    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls", "labgate-webhook-tls-ca"],
             "verbs": ["get", "update", "patch"]} in role["rules"]  # fmt: skip
     cluster_role = one(default_manifests, "ClusterRole", "labgate-reconciler")
     injection = next(r for r in cluster_role["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"])
