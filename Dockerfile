@@ -13,6 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 # Only what `pip install .` needs (pyproject.toml names README.md as the long description).
 COPY pyproject.toml README.md ./
+COPY labgate ./labgate
 COPY webhook ./webhook
 COPY rbac ./rbac
 # A numeric, unprivileged user, so that the pod's runAsNonRoot can verify it.

@@ -14,11 +14,11 @@ PYTEST_ARGS ?=
 .PHONY: run stop test setup tools venv lint policy-test unit e2e e2e-kind clean
 
 run: setup  ## start everything and show the main job (stop with: make stop)
-	@$(BIN)/labgate dev down >/dev/null
-	$(BIN)/labgate dev up --demo
+	@$(BIN)/python -m devcluster down >/dev/null
+	$(BIN)/python -m devcluster up --demo
 
 stop:  ## stop what `make run` started
-	@if [ -x $(BIN)/labgate ]; then $(BIN)/labgate dev down; else echo "nothing to stop"; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devcluster down; else echo "nothing to stop"; fi
 
 test: setup lint policy-test  ## every test
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
@@ -37,10 +37,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-lint: venv  ## ruff and mypy --strict
+lint: venv  ## ruff, mypy --strict and the import-layer contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 policy-test: venv tools  ## Rego: format, strict compile, unit tests, and every policy sample
 	$(BIN)/labgate policy test --policies policies

@@ -33,10 +33,10 @@ import httpx
 from kubernetes import client, config
 
 from benchmarks.report import replace_section
+from devcluster.processes import free_port, spawn, wait_until
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from devcluster.tools import REPO_ROOT, binary, pinned_versions
 from webhook.admission import build_policy_input
-from webhook.devcluster.processes import free_port, spawn, wait_until
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
-from webhook.devcluster.tools import REPO_ROOT, binary, pinned_versions
 from webhook.review import AdmissionRequest
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from webhook.devcluster.stack import LabgateStack
+from devcluster.stack import LabgateStack
 
 
 def review(namespace: str) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from typing import Any
 from kubernetes import config
 
 from benchmarks.report import replace_section
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from rbac.reconciler import Reconciler
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
 
 def tenant(name: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rbac.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Subject, Tenant
+from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Subject, Tenant
 
 Manifest = dict[str, Any]
 

@@ -3,6 +3,11 @@
 The holder renews every `lease_seconds / 3`. It counts as leader only until `2/3 * lease_seconds`
 after its last successful renewal: a replica that cannot reach the API stops writing well before
 another replica may take the lease (which needs the full lease duration to pass without renewal).
+
+No decision compares two machines' clocks. As client-go does, a candidate judges the holder's lease
+by when *it* last saw the lease record change (holder, renewTime or leaseTransitions), on its own
+monotonic clock: the lease has expired once the record stayed the same for the lease duration. A
+holder whose wall clock runs hours ahead or behind neither keeps the lease forever nor loses it early.
 """
 
 from __future__ import annotations
@@ -13,9 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kubernetes.client.exceptions import ApiException
-
-from webhook.kube import LEASE, KubeApi
+from labgate.core.kinds import LEASE
+from labgate.core.kube import ApiException, KubeApi
 
 log = logging.getLogger("labgate.leader")
 
@@ -24,17 +28,26 @@ def _micro_time(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    return dt.datetime.strptime(value.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
-
-
 class LeaderElector:
     def __init__(
-        self, kube: KubeApi, *, namespace: str, name: str, identity: str, lease_seconds: float = 15.0
+        self,
+        kube: KubeApi,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: float = 15.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ):
+        """`monotonic` judges durations (the lease's expiry, this replica's leadership); `wall_clock`
+        only fills the Lease's timestamps for people to read. Both are injectable for tests."""
         self.kube = kube
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        # The lease record as last seen, and when (on this replica's monotonic clock) it last changed.
+        self._observed_record: tuple[object, ...] | None = None
+        self._observed_at = 0.0
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -46,7 +59,7 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        return time.monotonic() < self._valid_until
+        return self._monotonic() < self._valid_until
 
     def start(self) -> None:
         self._thread.start()
@@ -67,7 +80,7 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            renewed_at = time.monotonic()
+            renewed_at = self._monotonic()
             was_leader = self.is_leader
             try:
                 if self._try_acquire_or_renew():
@@ -81,8 +94,17 @@ class LeaderElector:
                 log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
             self._stop.wait(self.lease_seconds / 3)
 
+    def _observe(self, spec: dict[str, object]) -> float:
+        """Seconds since the lease record last changed, as this replica observed it."""
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
+        now = self._monotonic()
+        if record != self._observed_record:
+            self._observed_record = record
+            self._observed_at = now
+        return now - self._observed_at
+
     def _try_acquire_or_renew(self) -> bool:
-        now = dt.datetime.now(dt.UTC)
+        now = self._wall_clock()
         lease = self.kube.get(LEASE, self.name, namespace=self.namespace)
         spec = {
             "holderIdentity": self.identity,
@@ -103,9 +125,9 @@ class LeaderElector:
             return True
         current = lease.get("spec", {})
         holder = current.get("holderIdentity")
-        renewed = _parse(current.get("renewTime"))
         duration = float(current.get("leaseDurationSeconds") or self.lease_seconds)
-        expired = renewed is None or (now - renewed).total_seconds() > duration
+        unchanged_for = self._observe(current)
+        expired = current.get("renewTime") is None or unchanged_for > duration
         if holder and holder != self.identity and not expired:
             return False
         if holder != self.identity:

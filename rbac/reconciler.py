@@ -21,23 +21,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from rbac.desired import (
-    Manifest,
-    desired_objects,
-    is_subset,
-    object_key,
-    shared_cluster_roles,
-    shared_priority_classes,
-    tenant_namespaces,
+from labgate.core.gpu_ledger import (
+    GpuAmount,
+    Ledger,
+    LedgerConflictError,
+    LedgerCorruptError,
+    reservation_uid,
+    settle,
+    usage,
 )
-from rbac.leader import LeaderElector
-from rbac.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
-from webhook.cert_rotation import CertificateManager
-from webhook.kube import (
+from labgate.core.gpu_ledger import now as ledger_now
+from labgate.core.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     EVENT,
@@ -49,26 +45,26 @@ from webhook.kube import (
     SERVICE_ACCOUNT,
     TENANT,
     Kind,
-    KubeApi,
     Object,
-    Reflector,
     kind_of,
 )
-from webhook.metrics import GPU_LIMIT, GPU_USED
-from webhook.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus
-from webhook.quota_ledger import (
-    GpuAmount,
-    Ledger,
-    LedgerCache,
-    LedgerConflictError,
-    LedgerCorruptError,
-    LedgerStore,
-    reservation_uid,
-    settle,
-    usage,
+from labgate.core.kube import ApiClient, ApiException, KubeApi, Reflector
+from labgate.core.ledger_store import LedgerCache, LedgerStore
+from labgate.core.metrics import GPU_LIMIT, GPU_USED
+from labgate.core.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus
+from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from rbac.cert_rotation import CertificateManager
+from rbac.desired import (
+    Manifest,
+    desired_objects,
+    is_subset,
+    object_key,
+    shared_cluster_roles,
+    shared_priority_classes,
+    tenant_namespaces,
 )
-from webhook.quota_ledger import now as ledger_now
-from webhook.settled_pods import SettledPods
+from rbac.leader import LeaderElector
+from rbac.settled_pods import SettledPods
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -218,12 +214,37 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def finalizer_added(live: Object) -> list[dict[str, Any]]:
+    """A JSON Patch that adds labgate's finalizer only if the Tenant's finalizers are still what this
+    replica read: a `test` op guards the write, so a concurrent change by anyone else fails it
+    (the next pass re-reads) instead of being overwritten by a stale list."""
+    metadata = live.get("metadata", {})
+    current = list(metadata.get("finalizers") or [])
+    if current:
+        return [
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ]
+    # No list yet: nothing to test a list against, so test the object's version instead.
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
+        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+    ]
+
+
+def finalizer_removed(finalizers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A JSON Patch that removes exactly labgate's finalizer, tested at the index it was read at."""
+    index = finalizers.index(FINALIZER)
+    path = f"/metadata/finalizers/{index}"
+    return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+
+
 class Reconciler:
     """Watch-driven reconciler for every Tenant."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         namespace: str,
         identity: str,
@@ -444,23 +465,23 @@ class Reconciler:
                 gone_pod_uids=gone,
                 unrecorded=unrecorded,
             )
-            if settled != settled_pods:
-                self._check_leader()
-                versions = self.settled.write(tenant, settled)
-                WRITES.labels("ledger").inc()
-                updated = updated.model_copy(update={"settled_versions": versions})
-                if recounted := self._truly_unreserved(tenant, [u for u in unrecorded if u in settled]):
-                    self._report_recount(tenant, recounted, unrecorded)
-            if updated == ledger:
-                return usage(ledger)
-            self._check_leader()
             try:
+                if settled != settled_pods:
+                    self._check_leader()
+                    versions = self.settled.write(tenant, settled)  # a lost compare-and-swap re-reads
+                    WRITES.labels("ledger").inc()
+                    updated = updated.model_copy(update={"settled_versions": versions})
+                    recounted = [u for u in unrecorded if u in settled]
+                    if recounted := self._truly_unreserved(tenant, recounted):
+                        self._report_recount(tenant, recounted, unrecorded)
+                if updated == ledger:
+                    return usage(ledger)
+                self._check_leader()
                 self.ledgers.write(updated)
                 WRITES.labels("ledger").inc()
+                return usage(updated)
             except LedgerConflictError:
                 ledger = self.ledgers.fresh(tenant)
-                continue
-            return usage(updated)
         return usage(ledger)
 
     def _truly_unreserved(self, tenant: str, uids: list[str]) -> list[str]:
@@ -668,7 +689,7 @@ class Reconciler:
             return
         if FINALIZER not in tenant.finalizers:
             self._check_leader()
-            self.kube.merge_patch(TENANT, name, {"metadata": {"finalizers": [*tenant.finalizers, FINALIZER]}})
+            self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, self._labelled_namespaces(name))
         desired = desired_objects(tenant, namespaces=namespaces)
@@ -755,8 +776,7 @@ class Reconciler:
         )
         if FINALIZER in tenant.finalizers:
             self._check_leader()
-            remaining = [f for f in tenant.finalizers if f != FINALIZER]
-            self.kube.merge_patch(TENANT, tenant.name, {"metadata": {"finalizers": remaining or None}})
+            self.kube.json_patch(TENANT, tenant.name, finalizer_removed(tenant.finalizers))
             WRITES.labels("patch").inc()
 
     def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:

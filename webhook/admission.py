@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.policy_engine import Decision, Finding
+from labgate.core.decisions import Decision, Finding
+from labgate.core.kinds import Object
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 
@@ -65,3 +66,22 @@ def engine_unavailable_response(*, request: AdmissionRequest, reason: str) -> Ad
         allowed=False,
         status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
     )
+
+
+def namespace_document(namespace: Object) -> dict[str, Any]:
+    """What policies see of a Namespace."""
+    metadata = namespace.get("metadata", {})
+    return {"labels": metadata.get("labels") or {}, "annotations": metadata.get("annotations") or {}}
+
+
+def tenant_document(tenant: Object) -> dict[str, Any]:
+    """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
+    metadata = tenant.get("metadata", {})
+    return {
+        "metadata": {
+            "name": metadata.get("name", ""),
+            "labels": metadata.get("labels") or {},
+            "generation": metadata.get("generation", 0),
+        },
+        "spec": tenant.get("spec") or {},
+    }

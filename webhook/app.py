@@ -13,28 +13,28 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from webhook.decision_log import DecisionLog
-from webhook.inventory import InventorySync, RestrictedSecrets
-from webhook.kube import KubeApi, api_client
-from webhook.metrics import (
+from labgate.core.gpu_ledger import LedgerCorruptError
+from labgate.core.kube import ApiException, KubeApi, api_client
+from labgate.core.ledger_store import LedgerCache, LedgerStore
+from labgate.core.metrics import (
     ADMISSION_OVERLOADED,
     ADMISSION_REQUESTS,
     ADMISSION_SECONDS,
     FACTS_AGE,
     POLICY_ENGINE_ERRORS,
 )
+from webhook.decision_log import DecisionLog
+from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import get_provenance_settings
-from webhook.quota_ledger import LedgerCache, LedgerCorruptError, LedgerStore
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus
 from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TextIO
 
-from webhook.policy_engine import Decision, Finding
+from labgate.core.decisions import Decision, Finding
 from webhook.review import AdmissionRequest
 
 Verdict = Literal["allowed", "refused"]

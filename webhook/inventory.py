@@ -12,44 +12,13 @@ import logging
 import threading
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from webhook.kube import (
-    TENANT_GROUP,
-    TENANT_PLURAL,
-    TENANT_VERSION,
-    WATCH_TIMEOUT_SECONDS,
-    Kind,
-    KubeApi,
-    Object,
-    Reflector,
-    WatchFed,
-)
+from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Object
+from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
+from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
+from webhook.admission import namespace_document, tenant_document
 from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
-
-TENANT_LABEL = "labgate.io/tenant"
-
-
-def namespace_document(namespace: Object) -> dict[str, Any]:
-    """What policies see of a Namespace."""
-    metadata = namespace.get("metadata", {})
-    return {"labels": metadata.get("labels") or {}, "annotations": metadata.get("annotations") or {}}
-
-
-def tenant_document(tenant: Object) -> dict[str, Any]:
-    """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
-    metadata = tenant.get("metadata", {})
-    return {
-        "metadata": {
-            "name": metadata.get("name", ""),
-            "labels": metadata.get("labels") or {},
-            "generation": metadata.get("generation", 0),
-        },
-        "spec": tenant.get("spec") or {},
-    }
 
 
 class InventorySync:
@@ -57,7 +26,7 @@ class InventorySync:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         store: InventoryStore,
         *,
         platform_namespace: str,
@@ -84,20 +53,13 @@ class InventorySync:
             "revision": 0,
             "platform": {"namespace": platform_namespace},
         }
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        self._core = core
-        self._custom = custom
-
-        def list_tenants(**kwargs: Any) -> Any:
-            return custom.list_cluster_custom_object(TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, **kwargs)
-
+        self._kube = KubeApi(api, field_manager="labgate-webhook")  # reads only
         self._reflectors = [
-            self._reflector("namespaces", api, core.list_namespace, namespace_document),
-            self._reflector("tenants", api, list_tenants, tenant_document),
+            self._reflector("namespaces", api, self._kube.lister(NAMESPACE), namespace_document),
+            self._reflector("tenants", api, self._kube.lister(TENANT), tenant_document),
         ]
 
-    def _reflector(self, collection: str, api: client.ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
+    def _reflector(self, collection: str, api: ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
         def on_list(objects: list[Object]) -> None:
             with self._lock:
                 self._inventory[collection] = {o["metadata"]["name"]: to_doc(o) for o in objects}
@@ -141,12 +103,9 @@ class InventorySync:
         with self._lock:
             namespace = self._inventory["namespaces"].get(name)
         if namespace is None:
-            try:
-                obj = self._api_dict(self._core.read_namespace(name, _request_timeout=2))
-            except ApiException as err:
-                if err.status == 404:
-                    return
-                raise
+            obj = self._kube.get(NAMESPACE, name, timeout=2)
+            if obj is None:
+                return
             namespace = namespace_document(obj)
             with self._lock:
                 self._inventory["namespaces"][name] = namespace
@@ -158,14 +117,9 @@ class InventorySync:
         with self._lock:
             if tenant_name in self._inventory["tenants"]:
                 return
-        try:
-            tenant = self._custom.get_cluster_custom_object(
-                TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, tenant_name, _request_timeout=2
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
+        tenant = self._kube.get(TENANT, tenant_name, timeout=2)
+        if tenant is None:
+            return
         document = tenant_document(tenant)
         with self._lock:
             self._inventory["tenants"][tenant_name] = document
@@ -227,9 +181,6 @@ class InventorySync:
         tenant = labels.get(TENANT_LABEL)
         return str(tenant) if tenant else None
 
-    def _api_dict(self, obj: Any) -> Object:
-        return dict(self._reflectors[0].as_dict(obj))
-
     def start(self) -> None:
         self._pusher.start()
         for reflector in self._reflectors:
@@ -251,10 +202,6 @@ class InventorySync:
             reflector.stop()
         self._pusher.join(timeout=5)
         self._store.close()
-
-
-RESTRICTED_SECRET_ANNOTATION = "labgate.io/restricted-to-service-account"  # noqa: S105 - an annotation key
-SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 
 
 class RestrictedSecrets(WatchFed):

@@ -8,12 +8,14 @@ PolicyEngineUnavailableError, which the webhook turns into a refusal, never an a
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from opa_client import AsyncOpaClient, OpaClient
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
+
+from labgate.core.decisions import Decision, Mutation
 
 DECISION_PACKAGE = "labgate/admission"
 DECISION_RULE = "decision"
@@ -21,60 +23,6 @@ MUTATION_PACKAGE = "labgate/mutation"
 # Outside data.labgate on purpose: OPA checks every write under a policy root against the
 # policies (about 23 ms a write here, against 0.5 ms for a root of its own).
 INVENTORY_PATH = "inventory"
-
-
-class Finding(BaseModel):
-    """One rule's verdict on the request: its id, the message for people, and how it is enforced."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    rule: str
-    message: str
-    mode: str = "enforce"
-    field: str | None = None
-
-
-class GpuDemand(BaseModel):
-    """GPUs a Pod asks for, in total and per model, as the gpu_quota policy counts them."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    total: int = 0
-    by_model: dict[str, int] = Field(default_factory=dict)
-
-
-class Decision(BaseModel):
-    """data.labgate.admission.decision, as OPA returns it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    allowed: bool
-    denials: list[Finding] = Field(default_factory=list)
-    warnings: list[Finding] = Field(default_factory=list)
-    dry_run: list[Finding] = Field(default_factory=list)
-    tenant: str | None = None
-    gpu_demand: GpuDemand = Field(default_factory=GpuDemand)
-    inventory_revision: int | None = None  # None: OPA holds no inventory (lost on a policy reload)
-
-
-class PatchOperation(BaseModel):
-    """One JSON Patch operation the mutation policy asks for (labgate only adds)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    op: Literal["add"]
-    path: str = Field(pattern=r"^(/[^/]*)+$")
-    value: Any
-
-
-class Mutation(BaseModel):
-    """data.labgate.mutation: the patch to apply and what to tell the researcher about it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    patch: list[PatchOperation] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    inventory_revision: int | None = None
 
 
 class PolicyEngineUnavailableError(RuntimeError):

@@ -14,10 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
-from webhook.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
-from webhook.policy_engine import Decision, Mutation, PolicyEngineUnavailableError
-from webhook.quota_ledger import (
+from labgate.core.decisions import Decision, Mutation
+from labgate.core.gpu_ledger import (
     LEDGER_MAX_BYTES,
     RESERVATION_TTL_SECONDS,
     GpuAmount,
@@ -30,6 +28,9 @@ from webhook.quota_ledger import (
     usage,
     with_reservation,
 )
+from labgate.core.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
+from webhook.admission import build_policy_input, build_response, engine_unavailable_response, shorten_warning
+from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 

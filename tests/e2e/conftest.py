@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.stack import POLICY_DIR, LabgateStack
+from devcluster.kubectl import kubectl
+from devcluster.stack import POLICY_DIR, LabgateStack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

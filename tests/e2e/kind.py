@@ -13,10 +13,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from webhook.certificates import KeyPair, issue_client_cert
-from webhook.devcluster.controlplane import write_kubeconfig
-from webhook.devcluster.stack import LabgateStack
-from webhook.devcluster.tools import binary, pinned_versions
+from devcluster.controlplane import write_kubeconfig
+from devcluster.stack import LabgateStack
+from devcluster.tools import binary, pinned_versions
+from labgate.core.certificates import KeyPair, issue_client_cert
 
 _versions = pinned_versions()
 os.environ.setdefault("KIND_VERSION", _versions["KIND_VERSION"])

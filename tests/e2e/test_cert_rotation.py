@@ -12,8 +12,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import TenantFactory
-from webhook.cert_rotation import (
+from devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack
+from labgate.core.kube import KubeApi
+from rbac.cert_rotation import (
     CertificateManager,
     FileStore,
     Lifetimes,
@@ -21,8 +22,7 @@ from webhook.cert_rotation import (
     issuer_fingerprint,
     served_certificate,
 )
-from webhook.devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack
-from webhook.kube import KubeApi
+from tests.e2e.conftest import TenantFactory
 
 pytestmark = pytest.mark.chart
 

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.kubectl import kubectl
+from devcluster.processes import free_port, spawn
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from devcluster.tools import REPO_ROOT, ensure_tools
+from labgate.core.tenant import Tenant
 from rbac.desired import desired_objects, shared_cluster_roles, shared_priority_classes
 from rbac.reconciler import FIELD_MANAGER
-from rbac.tenant import Tenant
 from tests.unit.test_chart_render import with_cluster
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.processes import free_port, spawn
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
-from webhook.devcluster.tools import REPO_ROOT, ensure_tools
 
 pytestmark = pytest.mark.chart
 
@@ -348,7 +348,7 @@ def test_webhook_becomes_ready_with_the_charts_rbac(
     process = spawn(
         tmp_path,
         "chart-webhook",
-        [sys.executable, "-m", "webhook.cli", "serve"],
+        [sys.executable, "-m", "labgate.cli.main", "serve"],
         env={
             "LABGATE_OPA_URL": stack.opa_url,
             "LABGATE_KUBECONFIG": str(kubeconfig),

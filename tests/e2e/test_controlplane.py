@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from webhook.devcluster.controlplane import LocalControlPlane
-from webhook.devcluster.demo import run_demo
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.stack import LabgateStack
-from webhook.devcluster.tools import pinned_versions
+from devcluster.controlplane import LocalControlPlane
+from devcluster.demo import run_demo
+from devcluster.kubectl import kubectl
+from devcluster.stack import LabgateStack
+from devcluster.tools import pinned_versions
 
 pytestmark = pytest.mark.controlplane
 

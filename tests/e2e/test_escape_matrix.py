@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
-from webhook.devcluster.stack import LabgateStack
 
 pytestmark = [pytest.mark.tenancy, pytest.mark.network, pytest.mark.secrets, pytest.mark.quota]
 

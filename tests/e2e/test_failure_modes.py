@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from devcluster.processes import free_port
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from tests.e2e.conftest import TenantFactory, pod_manifest
-from webhook.devcluster.processes import free_port
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
 pytestmark = pytest.mark.tenancy
 

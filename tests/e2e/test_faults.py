@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.kubectl import kubectl
+from devcluster.processes import ManagedProcess
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from tests.e2e.conftest import TenantFactory, pod_manifest
 from tests.e2e.test_quota import gpu_pod, ledger_data, second_namespace
 from tests.e2e.test_reconciler import eventually, get_json
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.processes import ManagedProcess
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
 pytestmark = pytest.mark.faults
 

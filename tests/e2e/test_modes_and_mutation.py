@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from devcluster.stack import LabgateStack
 from tests.e2e.conftest import TenantFactory
 from tests.e2e.test_reconciler import eventually, get_json
-from webhook.devcluster.stack import LabgateStack
 
 pytestmark = pytest.mark.tenancy
 

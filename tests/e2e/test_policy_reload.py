@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from devcluster.stack import LabgateStack
 from tests.e2e.conftest import TenantFactory, pod_manifest
-from webhook.devcluster.stack import LabgateStack
 
 pytestmark = pytest.mark.chart
 

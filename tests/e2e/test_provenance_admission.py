@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from devcluster.registry import ImageTools, LocalRegistry
+from devcluster.stack import LabgateStack
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import get_json
-from webhook.devcluster.registry import ImageTools, LocalRegistry
-from webhook.devcluster.stack import LabgateStack
 
 pytestmark = pytest.mark.provenance
 

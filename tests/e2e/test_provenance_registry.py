@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from webhook.certificates import issue_serving_cert, make_ca
-from webhook.devcluster.processes import free_port
-from webhook.devcluster.registry import ImageTools, LocalRegistry, TokenServer
+from devcluster.processes import free_port
+from devcluster.registry import ImageTools, LocalRegistry, TokenServer
+from labgate.core.certificates import issue_serving_cert, make_ca
 from webhook.provenance.credentials import PullCredentials, pull_credentials
 from webhook.provenance.facts import ImageFact, ImageFacts, SigningKey
 from webhook.provenance.oci import OCI_INDEX, referrers_tag

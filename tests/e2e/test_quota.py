@@ -16,10 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import TenantFactory, TenantUnderTest
-from tests.e2e.test_reconciler import eventually, get_json
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
-from webhook.quota_ledger import (
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from labgate.core.gpu_ledger import (
     LEDGER_MAX_BYTES,
     GpuAmount,
     Reservation,
@@ -27,7 +25,9 @@ from webhook.quota_ledger import (
     encoded_size,
     ledger_name,
 )
-from webhook.settled_pods import settled_name, shard_of
+from rbac.settled_pods import settled_name, shard_of
+from tests.e2e.conftest import TenantFactory, TenantUnderTest
+from tests.e2e.test_reconciler import eventually, get_json
 
 pytestmark = pytest.mark.quota
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.processes import ManagedProcess
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest, pod_manifest
-from webhook.devcluster.processes import ManagedProcess
-from webhook.devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 
 pytestmark = pytest.mark.tenancy
 

@@ -8,8 +8,8 @@ import re
 import pytest
 import yaml
 
+from devcluster.stack import LabgateStack
 from tests.e2e.conftest import TenantFactory, pod_manifest
-from webhook.devcluster.stack import LabgateStack
 
 pytestmark = pytest.mark.tenancy
 

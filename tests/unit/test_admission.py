@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from labgate.core.decisions import Decision, Finding
 from webhook.admission import (
     MAX_WARNING_LENGTH,
     build_policy_input,
@@ -13,7 +14,6 @@ from webhook.admission import (
     engine_unavailable_response,
     shorten_warning,
 )
-from webhook.policy_engine import Decision, Finding
 from webhook.review import AdmissionRequest
 
 

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devcluster.processes import free_port
 from webhook.app import create_app
-from webhook.devcluster.processes import free_port
 from webhook.settings import Settings
 
 REVIEW: dict[str, Any] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from webhook.cert_rotation import (
+from rbac.cert_rotation import (
     CertificateState,
     Lifetimes,
     Observation,

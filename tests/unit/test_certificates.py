@@ -8,7 +8,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.certificates import issue_client_cert, issue_serving_cert, make_ca
+from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
 
 
 def test_client_certificate_names_user_and_groups_and_is_signed_by_the_ca() -> None:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.stack import opa_argv
+from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from rbac.desired import DEFAULT_PRIORITY_CLASS, shared_priority_classes
-from webhook.devcluster.stack import opa_argv
-from webhook.devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from webhook.devcluster.tools import REPO_ROOT, ensure_tools
-from webhook.offline_admission import apply_patch, parse_gpu_usage
-from webhook.policy_engine import PatchOperation
-from webhook.quota_ledger import GpuAmount
+from devcluster.tools import REPO_ROOT, ensure_tools
+from labgate.cli.offline_admission import apply_patch, parse_gpu_usage
+from labgate.core.decisions import PatchOperation
+from labgate.core.gpu_ledger import GpuAmount
 
 POLICIES = REPO_ROOT / "policies"
 
@@ -98,7 +98,7 @@ def _opa() -> None:
 
 def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *map(str, args)],
+        [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
         capture_output=True,
         text=True,
         check=False,

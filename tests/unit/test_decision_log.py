@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import main
+from labgate.cli.main import main
+from labgate.core.decisions import Decision, Finding
 from webhook.decision_log import (
     GENESIS,
     DecisionLog,
@@ -22,7 +23,6 @@ from webhook.decision_log import (
     chain,
     verify,
 )
-from webhook.policy_engine import Decision, Finding
 from webhook.review import AdmissionRequest
 
 AT = datetime(2025, 3, 1, 12, 30, 0, 123456, tzinfo=UTC)

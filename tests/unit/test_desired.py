@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from labgate.core.tenant import Tenant
 from rbac.desired import desired_objects, is_subset, object_key, tenant_namespaces
-from rbac.tenant import Tenant
 
 
 def tenant(**spec: Any) -> Tenant:
@@ -110,8 +110,8 @@ def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
 
 
 def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
+    from labgate.core.kinds import NAMESPACE, ROLE_BINDING
     from rbac.reconciler import ObjectCache
-    from webhook.kube import NAMESPACE, ROLE_BINDING
 
     cache = ObjectCache()
     binding = {"metadata": {"name": "b", "namespace": "vision", "labels": {"labgate.io/tenant": "vision"}}}

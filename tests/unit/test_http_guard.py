@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from devcluster.processes import free_port
+from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
 from webhook import http_guard
 from webhook.app import create_app
-from webhook.certificates import issue_client_cert, issue_serving_cert, make_ca
-from webhook.devcluster.processes import free_port
 from webhook.http_guard import admission_server_config
 from webhook.settings import Settings
 

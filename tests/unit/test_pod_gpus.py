@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus, quantity
-from webhook.quota_ledger import GpuAmount
+from labgate.core.gpu_ledger import GpuAmount
+from labgate.core.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus, quantity
 
 COUNTING = GpuCounting()
 

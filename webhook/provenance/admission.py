@@ -13,9 +13,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from webhook.kube import SERVICE_ACCOUNT, Kind, KubeApi
+from labgate.core.kinds import SERVICE_ACCOUNT, Kind
+from labgate.core.kube import ApiException, KubeApi
 from webhook.provenance.credentials import pull_credentials
 from webhook.provenance.facts import ImageFacts, SigningKey, images_input
 from webhook.provenance.reference import InvalidReferenceError, parse_reference

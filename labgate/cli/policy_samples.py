@@ -18,7 +18,7 @@ A sample is one YAML file in a directory named `samples` beside a policy
       message_contains: ['[tenant-membership] user "bob"']   # optional: in the warnings or refusal
 
 All samples share one set of tenants: policies/samples/inventory.yaml, Tenant, Namespace and Secret
-manifests as an infra team applies them (webhook.offline_admission.facts_from_manifests), so the
+manifests as an infra team applies them (labgate.cli.offline_admission.facts_from_manifests), so the
 same file serves `labgate check --tenants` and a cluster for end-to-end runs.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from webhook.offline_admission import OfflineCheckError, OfflineOpa, admission_request
-from webhook.quota_ledger import GpuAmount
+from labgate.cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request
+from labgate.core.gpu_ledger import GpuAmount
 from webhook.review import Operation
 
 SAMPLES_DIR = "samples"

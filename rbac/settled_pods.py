@@ -1,7 +1,7 @@
 """The GPUs of each tenant's settled pods, one entry per pod (keyed by the pod's uid), kept by the
 reconciler alone.
 
-The ledger (`webhook.quota_ledger`) holds only their sum, so that admitting a GPU pod never reads or
+The ledger (`labgate.core.gpu_ledger`) holds only their sum, so that admitting a GPU pod never reads or
 rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
 the sum when it is deleted or finishes: the GPU demand was decided by the policy at admission, and
 is not recomputed from the pod. The records are spread over `SETTLED_SHARDS` ConfigMaps per tenant
@@ -20,11 +20,11 @@ import threading
 import zlib
 from collections.abc import Callable
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import TypeAdapter
 
-from webhook.kube import KubeApi, Object, Reflector, WatchFed
-from webhook.quota_ledger import CONFIG_MAP, GpuAmount, newer
+from labgate.core.gpu_ledger import CONFIG_MAP, GpuAmount, LedgerConflictError, newer
+from labgate.core.kinds import Object
+from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
 SETTLED_SHARDS = 8
@@ -194,6 +194,28 @@ class SettledPods(WatchFed):
                 result = None
             if result is not None:
                 return _Shard(result.get("metadata", {}).get("resourceVersion"), pods)
-        # The leader is the only writer: write over whatever version is there.
-        result = self.kube.replace(CONFIG_MAP, body)
+        # Only what this replica read is overwritten: a deposed leader that still thinks it leads, or
+        # a cache that lagged, loses the compare-and-swap instead of undoing a newer write.
+        address = (tenant, shard)
+        version = cached.resource_version if cached is not None else None
+        if version is None:  # created meanwhile by someone else: read what is there first
+            self._refresh(address)
+            raise LedgerConflictError(tenant)
+        metadata["resourceVersion"] = version
+        try:
+            result = self.kube.replace(CONFIG_MAP, body)
+        except ApiException as err:
+            if err.status in (404, 409):  # changed, or deleted (by hand?) since it was read
+                self._refresh(address)
+                raise LedgerConflictError(tenant) from err
+            raise
         return _Shard(result.get("metadata", {}).get("resourceVersion"), pods)
+
+    def _refresh(self, address: tuple[str, int]) -> None:
+        """Read one shard afresh into the cache (after losing a compare-and-swap on it)."""
+        obj = self.kube.get(CONFIG_MAP, settled_name(*address), namespace=self.namespace)
+        with self._lock:
+            if obj is None:
+                self._shards.pop(address, None)
+            else:
+                self._remember(address, self._parse(obj))

@@ -99,7 +99,7 @@ def _is_alive(pid: int) -> bool:
         if waited == pid:
             return False
     except ChildProcessError:
-        pass  # not our child (e.g. `labgate dev down` stopping a detached stack)
+        pass  # not our child (e.g. `python -m devcluster down` stopping a detached stack)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -173,7 +173,7 @@ def recorded_pids(workdir: Path) -> dict[str, int]:
 
 
 def stop_recorded(workdir: Path) -> list[str]:
-    """Stop every process recorded in workdir/pids.json, newest first (used by `labgate dev down`)."""
+    """Stop every process recorded in workdir/pids.json, newest first (used by `python -m devcluster down`)."""
     stopped = []
     for name, pid in reversed(list(recorded_pids(workdir).items())):
         stop_pid(pid)

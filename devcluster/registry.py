@@ -34,9 +34,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from webhook.certificates import KeyPair
-from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
-from webhook.devcluster.tools import tool
+from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.tools import tool
+from labgate.core.certificates import KeyPair
 
 # cosign v3 signs offline (no Rekor, no TUF signing config) and writes a Sigstore bundle; cosign v2
 # writes the legacy `.sig` tag. Both accept plain-HTTP registries only when told.

@@ -8,12 +8,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLCHAIN_DIR = REPO_ROOT / "toolchain"
 
 # tool name in build.sh -> (version variable in versions.env, binaries it provides)
 _TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "kubernetes": ("KUBERNETES_VERSION", ("kube-apiserver", "kube-controller-manager", "kubectl")),
+    "kubernetes": (
+        "KUBERNETES_VERSION",
+        ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
+    ),
     "etcd": ("ETCD_VERSION", ("etcd",)),
     "opa": ("OPA_VERSION", ("opa",)),
     "helm": ("HELM_VERSION", ("helm",)),
@@ -21,6 +24,9 @@ _TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "crane": ("CRANE_VERSION", ("crane",)),
     "cosign-v2": ("COSIGN_V2_VERSION", ("cosign",)),
     "cosign-v3": ("COSIGN_V3_VERSION", ("cosign",)),
+    "kwok": ("KWOK_VERSION", ("kwok",)),
+    "vegeta": ("VEGETA_VERSION", ("vegeta",)),
+    "gatekeeper": ("GATEKEEPER_VERSION", ("gatekeeper",)),
 }
 
 

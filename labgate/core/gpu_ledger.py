@@ -8,7 +8,7 @@ refused. Because settled pods are a sum, the ledger stays small however many pod
 and an admission costs the same for a tenant of ten pods and one of ten thousand.
 
 A reservation is made when the validating webhook admits a GPU pod. The reconciler settles it when
-the pod appears: it records the pod's GPUs in its own per-pod store (`webhook.settled_pods`, which
+the pod appears: it records the pod's GPUs in its own per-pod store (`rbac.settled_pods`, which
 the webhook never reads) and then, in one compare-and-swap of the ledger, drops the reservation and
 adds the GPUs to the sum. It recomputes the sum from that store when pods are deleted or finish. A
 reservation whose pod never appears (the create failed after admission) is dropped once it has
@@ -25,18 +25,13 @@ remembers the uids of pods it saw deleted.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Literal
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from webhook.kube import WATCH_TIMEOUT_SECONDS, Kind, KubeApi, Object, Reflector, WatchFed
-
-log = logging.getLogger("labgate.quota_ledger")
+from labgate.core.kinds import Kind, Object
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 LEDGER_LABEL = "labgate.io/gpu-ledger"
@@ -254,35 +249,6 @@ class LedgerConflictError(RuntimeError):
     """Someone else changed the ledger since it was read: re-read and decide again."""
 
 
-class LedgerStore:
-    """Reads and compare-and-swap writes of ledgers, through the Kubernetes door."""
-
-    def __init__(self, kube: KubeApi, *, namespace: str):
-        self.kube = kube
-        self.namespace = namespace
-
-    def read(self, tenant: str) -> Ledger:
-        return ledger_from_config_map(
-            tenant, self.kube.get(CONFIG_MAP, ledger_name(tenant), namespace=self.namespace)
-        )
-
-    def write(self, ledger: Ledger) -> Ledger:
-        """Write `ledger` only if nobody changed it since it was read (its resource_version)."""
-        body = config_map_from_ledger(ledger, namespace=self.namespace)
-        try:
-            if ledger.resource_version is None:
-                result = self.kube.create(CONFIG_MAP, body, namespace=self.namespace)
-            else:
-                result = self.kube.replace(CONFIG_MAP, body)
-        except ApiException as err:
-            if err.status == 409:  # changed since read, or created by another replica meanwhile
-                raise LedgerConflictError(ledger.tenant) from err
-            raise
-        return ledger.model_copy(
-            update={"resource_version": result.get("metadata", {}).get("resourceVersion")}
-        )
-
-
 def now() -> float:
     """Wall-clock seconds: reservations expire by wall time, since several processes share them."""
     return time.time()
@@ -293,108 +259,3 @@ def newer(a: str | None, b: str | None) -> bool:
     if a is None or b is None or not a.isdigit() or not b.isdigit():
         return True
     return int(a) >= int(b)
-
-
-class LedgerCache(WatchFed):
-    """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
-    a compare-and-swap that loses re-reads the one ledger it needs."""
-
-    def __init__(
-        self,
-        store: LedgerStore,
-        *,
-        on_unsettled: Callable[[str], None] | None = None,
-        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
-    ):
-        """`on_unsettled(tenant)` is called whenever a tenant's ledger is seen holding reservations
-        (the reconciler settles them; the webhook passes nothing)."""
-        self.store = store
-        self._on_unsettled = on_unsettled
-        self._corrupt: dict[str, LedgerCorruptError] = {}
-        self._lock = threading.Lock()
-        self._ledgers: dict[str, Ledger] = {}
-        self._reflector = Reflector(
-            "gpu-ledgers",
-            store.kube.api,
-            # Only labgate's namespace: the webhook's RBAC reaches ConfigMaps nowhere else.
-            store.kube.lister(CONFIG_MAP, label_selector=f"{LEDGER_LABEL}=true", namespace=store.namespace),
-            on_list=self._on_list,
-            on_event=self._on_event,
-            watch_timeout_seconds=watch_timeout_seconds,
-        )
-
-    def _tenant(self, obj: Object) -> str | None:
-        metadata = obj.get("metadata", {})
-        if metadata.get("namespace") != self.store.namespace:
-            return None
-        name = str(metadata.get("name", ""))
-        prefix = ledger_name("")
-        return name[len(prefix) :] if name.startswith(prefix) else None
-
-    def _parse(self, tenant: str, obj: Object) -> Ledger | LedgerCorruptError:
-        try:
-            return ledger_from_config_map(tenant, obj)
-        except LedgerCorruptError as err:
-            log.error("%s; that tenant's GPU pods are refused until it is repaired", err)
-            return err
-
-    def _on_list(self, objects: list[Object]) -> None:
-        ledgers: dict[str, Ledger] = {}
-        corrupt: dict[str, LedgerCorruptError] = {}
-        for obj in objects:
-            if (tenant := self._tenant(obj)) is not None:
-                parsed = self._parse(tenant, obj)
-                if isinstance(parsed, LedgerCorruptError):
-                    corrupt[tenant] = parsed
-                else:
-                    ledgers[tenant] = parsed
-        with self._lock:
-            self._ledgers, self._corrupt = ledgers, corrupt
-        for ledger in ledgers.values():
-            self._notify(ledger)
-
-    def _on_event(self, event: str, obj: Object) -> None:
-        if (tenant := self._tenant(obj)) is None:
-            return
-        if event == "DELETED":
-            with self._lock:
-                self._ledgers.pop(tenant, None)
-                self._corrupt.pop(tenant, None)
-            return
-        parsed = self._parse(tenant, obj)
-        with self._lock:
-            if isinstance(parsed, LedgerCorruptError):
-                self._corrupt[tenant] = parsed
-                return
-            self._corrupt.pop(tenant, None)
-            self.remember(parsed)
-        self._notify(parsed)
-
-    def _notify(self, ledger: Ledger) -> None:
-        if self._on_unsettled is not None and ledger.reservations:
-            self._on_unsettled(ledger.tenant)
-
-    def remember(self, ledger: Ledger) -> None:
-        """Keep `ledger` unless a newer version is already known (call with the lock held or not)."""
-        current = self._ledgers.get(ledger.tenant)
-        if current is None or newer(ledger.resource_version, current.resource_version):
-            self._ledgers[ledger.tenant] = ledger
-
-    def cached(self, tenant: str) -> Ledger:
-        """The tenant's last known ledger; raises LedgerCorruptError if it does not parse."""
-        with self._lock:
-            if (corrupt := self._corrupt.get(tenant)) is not None:
-                raise corrupt
-            return self._ledgers.get(tenant) or Ledger(tenant=tenant)
-
-    def fresh(self, tenant: str) -> Ledger:
-        ledger = self.store.read(tenant)
-        with self._lock:
-            self.remember(ledger)
-        return ledger
-
-    def write(self, ledger: Ledger) -> Ledger:
-        written = self.store.write(ledger)
-        with self._lock:
-            self.remember(written)
-        return written

@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from webhook.certificates import issue_serving_cert, make_ca
-from webhook.devcluster.controlplane import ControlPlane, LocalControlPlane
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
-from webhook.devcluster.tools import REPO_ROOT, ensure_tools
+from devcluster.controlplane import ControlPlane, LocalControlPlane
+from devcluster.kubectl import kubectl
+from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.tools import REPO_ROOT, ensure_tools
+from labgate.core.certificates import issue_serving_cert, make_ca
 from webhook.registration import webhook_configurations
 
 LABGATE_NAMESPACE = "labgate-system"
@@ -203,7 +203,7 @@ class LabgateStack:
         process = spawn(
             self.workdir,
             f"webhook-{index}",
-            [sys.executable, "-m", "webhook.cli", "serve"],
+            [sys.executable, "-m", "labgate.cli.main", "serve"],
             detached=self.detached,
             env={
                 "LABGATE_OPA_URL": opa_url,
@@ -248,7 +248,7 @@ class LabgateStack:
             [
                 sys.executable,
                 "-m",
-                "webhook.cli",
+                "labgate.cli.main",
                 "reconcile",
                 f"--kubeconfig={self.admin_kubeconfig}",
                 f"--namespace={LABGATE_NAMESPACE}",

@@ -1,11 +1,13 @@
 """`labgate`: the one command line of the project.
 
 labgate serve                 run the admission webhook (settings from LABGATE_* variables)
-labgate dev up [--demo]       start the local control plane with labgate installed (for `make run`)
-labgate dev down              stop it
+labgate reconcile             run the tenant reconciler
 labgate check -f FILE --as U  what a researcher applying FILE would see, evaluated offline
 labgate policy test           opa fmt/check/test and every policy sample
 labgate decisions verify FILE check the hash chain of a decision log
+
+The local control plane for trying labgate out is not part of the shipped command: it is
+`python -m devcluster up|down` in a checkout (what `make run` and `make stop` call).
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any
-
-DEV_WORKDIR = Path(".labgate-dev")
 
 
 def _serve(_: argparse.Namespace) -> int:
@@ -89,15 +89,15 @@ def _reconcile(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
+    from labgate.core.kube import api_client
     from rbac.reconciler import Reconciler
-    from webhook.kube import api_client
 
     kubeconfig = _Path(args.kubeconfig) if args.kubeconfig else None
     api = api_client(kubeconfig)
     certificates = None
     if args.webhook_certificates_secret:
-        from webhook.cert_rotation import CertificateManager, SecretStore, endpoint_replicas
-        from webhook.kube import KubeApi
+        from labgate.core.kube import KubeApi
+        from rbac.cert_rotation import CertificateManager, SecretStore, endpoint_replicas
 
         kube = KubeApi(api, field_manager="labgate-certificates")
         service, port = args.webhook_service, args.webhook_port
@@ -127,50 +127,19 @@ def _reconcile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dev_up(args: argparse.Namespace) -> int:
-    from webhook.devcluster.demo import run_demo
-    from webhook.devcluster.processes import recorded_pids
-    from webhook.devcluster.stack import LabgateStack
-
-    workdir = Path(args.workdir).resolve()
-    if recorded_pids(workdir):
-        print(f"A local cluster already runs in {workdir}; stop it first: labgate dev down", file=sys.stderr)
-        return 1
-    stack = LabgateStack(workdir, detached=True)
-    stack.start()
-    print(f"labgate: control plane, OPA and webhook ready in {stack.start_seconds:.1f}s")
-    if args.demo:
-        run_demo(stack)
-    print()
-    print(f"  API server:        {stack.cluster.server}")
-    print(f"  admin kubeconfig:  {stack.admin_kubeconfig}")
-    print(f"  user kubeconfigs:  {stack.admin_kubeconfig.parent}/<user>@<groups>.kubeconfig")
-    print(f"  logs:              {workdir / 'logs'}")
-    print("  stop everything:   make stop")
-    return 0
-
-
-def _dev_down(args: argparse.Namespace) -> int:
-    from webhook.devcluster.processes import stop_recorded
-
-    stopped = stop_recorded(Path(args.workdir).resolve())
-    print("labgate: stopped " + (", ".join(stopped) if stopped else "nothing (no local cluster was running)"))
-    return 0
-
-
 def _default_policies() -> Path:
-    """./policies in a checkout, else the repository's."""
-    from webhook.devcluster.tools import REPO_ROOT
-
-    local = Path("policies")
-    return local if (local / "labgate").is_dir() else REPO_ROOT / "policies"
+    """./policies, where a checkout (or the infra team's policy repository) keeps them."""
+    return Path("policies")
 
 
 def _opa_binary() -> str:
-    from webhook.devcluster.tools import binary, ensure_tools
+    from labgate.cli.offline_admission import OfflineCheckError
+    from labgate.cli.opa_binary import OpaNotFoundError, find_opa
 
-    ensure_tools("opa")
-    return binary("opa")
+    try:
+        return find_opa()
+    except OpaNotFoundError as err:
+        raise OfflineCheckError(str(err)) from err
 
 
 def _groups(values: list[str] | None) -> list[str]:
@@ -181,7 +150,7 @@ def _image_facts(path: Path) -> dict[str, Any]:
     """input.images from a YAML or JSON mapping: image as written -> facts."""
     import yaml
 
-    from webhook.offline_admission import OfflineCheckError
+    from labgate.cli.offline_admission import OfflineCheckError
 
     try:
         facts = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -193,7 +162,7 @@ def _image_facts(path: Path) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from webhook.offline_admission import (
+    from labgate.cli.offline_admission import (
         OfflineCheckError,
         OfflineOpa,
         admission_request,
@@ -255,7 +224,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _opa_steps(opa: str, policies: Path) -> list[str]:
     """opa fmt, check --strict and test on `policies`, reported; the titles of those that failed."""
-    from webhook.offline_admission import run_opa
+    from labgate.cli.offline_admission import run_opa
 
     failed: list[str] = []
     # Samples are YAML data to OPA: leave them out of compiling and testing (as the server does).
@@ -282,8 +251,13 @@ def _opa_steps(opa: str, policies: Path) -> list[str]:
 
 def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
     """Every policy sample, reported; the names of those that failed."""
-    from webhook.offline_admission import OfflineCheckError, OfflineOpa, facts_from_manifests, load_manifests
-    from webhook.policy_samples import find_samples, inventory_path, run_sample
+    from labgate.cli.offline_admission import (
+        OfflineCheckError,
+        OfflineOpa,
+        facts_from_manifests,
+        load_manifests,
+    )
+    from labgate.cli.policy_samples import find_samples, inventory_path, run_sample
 
     samples = find_samples(policies)
     if not samples:
@@ -319,7 +293,13 @@ def _policy_test(args: argparse.Namespace) -> int:
     if not policies.is_dir():
         print(f"labgate policy test: no policy directory {policies}", file=sys.stderr)
         return 2
-    opa = _opa_binary()
+    from labgate.cli.offline_admission import OfflineCheckError
+
+    try:
+        opa = _opa_binary()
+    except OfflineCheckError as err:
+        print(f"labgate policy test: {err}", file=sys.stderr)
+        return 2
     failed = _opa_steps(opa, policies) + _sample_runs(opa, policies, args.platform_namespace)
     if failed:
         print(f"policy test FAILED: {', '.join(failed)}")
@@ -379,18 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
     )
     reconcile.set_defaults(handler=_reconcile)
-
-    dev = commands.add_parser("dev", help="the local control plane for trying labgate out")
-    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_commands.add_parser("up", help="start etcd, kube-apiserver, controllers, OPA and the webhook")
-    up.add_argument("--workdir", default=str(DEV_WORKDIR), help="where state, logs and kubeconfigs go")
-    up.add_argument(
-        "--demo", action="store_true", help="create example tenants and show accepted/refused applies"
-    )
-    up.set_defaults(handler=_dev_up)
-    down = dev_commands.add_parser("down", help="stop what `labgate dev up` started")
-    down.add_argument("--workdir", default=str(DEV_WORKDIR))
-    down.set_defaults(handler=_dev_down)
 
     check = commands.add_parser(
         "check",

@@ -3,9 +3,9 @@ and refused `kubectl apply`."""
 
 from __future__ import annotations
 
-from webhook.devcluster.kubectl import kubectl
-from webhook.devcluster.stack import LabgateStack
-from webhook.devcluster.tools import REPO_ROOT
+from devcluster.kubectl import kubectl
+from devcluster.stack import LabgateStack
+from devcluster.tools import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 

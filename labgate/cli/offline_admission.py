@@ -25,10 +25,16 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from webhook.admission import build_policy_input, build_response, shorten_warning
-from webhook.inventory import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL, namespace_document, tenant_document
-from webhook.policy_engine import Decision, Mutation, PatchOperation
-from webhook.quota_ledger import GpuAmount
+from labgate.core.decisions import Decision, Mutation, PatchOperation
+from labgate.core.gpu_ledger import GpuAmount
+from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
+from webhook.admission import (
+    build_policy_input,
+    build_response,
+    namespace_document,
+    shorten_warning,
+    tenant_document,
+)
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.review import AdmissionRequest, AdmissionResponse, Operation
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind

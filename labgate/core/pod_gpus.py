@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from webhook.quota_ledger import GpuAmount
+from labgate.core.gpu_ledger import GpuAmount
 
 _SUFFIXES = {
     "k": 10**3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from webhook.devcluster.tools import binary
+from devcluster.tools import binary
 
 
 def kubectl(

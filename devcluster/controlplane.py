@@ -20,9 +20,15 @@ from typing import Protocol
 
 import yaml
 
-from webhook.certificates import KeyPair, issue_client_cert, issue_serving_cert, make_ca, make_signing_key
-from webhook.devcluster.processes import ManagedProcess, free_port, spawn, wait_until
-from webhook.devcluster.tools import ensure_tools
+from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.tools import ensure_tools
+from labgate.core.certificates import (
+    KeyPair,
+    issue_client_cert,
+    issue_serving_cert,
+    make_ca,
+    make_signing_key,
+)
 
 # Native controllers that matter for labgate: quotas get status, namespaces really delete, service
 # accounts and their tokens exist, aggregated ClusterRoles (admin/edit/view) are filled in, and Jobs

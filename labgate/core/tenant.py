@@ -14,6 +14,8 @@ TENANT_LABEL = "labgate.io/tenant"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "labgate"
 FINALIZER = "labgate.io/cleanup"
+# On a Secret: only pods running as this service account (of the same namespace) may use it.
+RESTRICTED_SECRET_ANNOTATION = "labgate.io/restricted-to-service-account"  # noqa: S105 - an annotation key
 
 
 class _Spec(BaseModel):

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,18 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic.alias_generators import to_camel
 
+from labgate.core.kinds import (
+    Kind,
+    Object,
+    kind_of,
+)
+
 log = logging.getLogger(__name__)
 
-TENANT_GROUP = "labgate.io"
-TENANT_VERSION = "v1alpha1"
-TENANT_PLURAL = "tenants"
-
-Object = dict[str, Any]
+# What callers may name without importing the client library themselves: this module is the only
+# one that imports `kubernetes` (an import-linter contract in pyproject.toml holds it to that).
+ApiClient = client.ApiClient
+__all__ = ["ApiClient", "ApiException", "KubeApi", "Reflector", "WatchFed", "api_client"]
 
 
 def api_client(kubeconfig: Path | None) -> client.ApiClient:
@@ -145,81 +149,6 @@ class WatchFed:
         self._reflector.stop()
 
 
-@dataclass(frozen=True)
-class Kind:
-    """Where one kind of object lives in the API."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-    is_namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, *, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.is_namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
-
-
-NAMESPACE = Kind("Namespace", "", "v1", "namespaces", is_namespaced=False)
-SERVICE_ACCOUNT = Kind("ServiceAccount", "", "v1", "serviceaccounts", is_namespaced=True)
-RESOURCE_QUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas", is_namespaced=True)
-LIMIT_RANGE = Kind("LimitRange", "", "v1", "limitranges", is_namespaced=True)
-EVENT = Kind("Event", "", "v1", "events", is_namespaced=True)
-ROLE_BINDING = Kind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", is_namespaced=True)
-CLUSTER_ROLE = Kind("ClusterRole", "rbac.authorization.k8s.io", "v1", "clusterroles", is_namespaced=False)
-CLUSTER_ROLE_BINDING = Kind(
-    "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", "clusterrolebindings", is_namespaced=False
-)
-NETWORK_POLICY = Kind("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies", is_namespaced=True)
-MUTATING_CONFIGURATION = Kind(
-    "MutatingWebhookConfiguration",
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-    is_namespaced=False,
-)
-VALIDATING_CONFIGURATION = Kind(
-    "ValidatingWebhookConfiguration",
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    is_namespaced=False,
-)
-PRIORITY_CLASS = Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", is_namespaced=False)
-LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
-TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
-
-KINDS_BY_API = {
-    (k.api_version, k.kind): k
-    for k in (
-        NAMESPACE,
-        SERVICE_ACCOUNT,
-        RESOURCE_QUOTA,
-        LIMIT_RANGE,
-        EVENT,
-        ROLE_BINDING,
-        CLUSTER_ROLE,
-        CLUSTER_ROLE_BINDING,
-        NETWORK_POLICY,
-        PRIORITY_CLASS,
-        LEASE,
-        TENANT,
-    )
-}
-
-
-def kind_of(obj: Object) -> Kind:
-    """The Kind of a manifest, from its apiVersion and kind."""
-    return KINDS_BY_API[(obj["apiVersion"], obj["kind"])]
-
-
 _RESPONSE_TYPES = {"200": "object", "201": "object", "202": "object"}
 
 
@@ -266,6 +195,7 @@ class KubeApi:
         body: Any = None,
         query: list[tuple[str, Any]] | None = None,
         content_type: str = "application/json",
+        timeout: float = 10,
     ) -> Object:
         self.requests += 1
         if method != "GET":
@@ -278,7 +208,7 @@ class KubeApi:
             body=body,
             content_type=content_type,
             preload=True,
-            timeout=10,
+            timeout=timeout,
         )
         return dict(result) if isinstance(result, dict) else {}
 
@@ -324,9 +254,12 @@ class KubeApi:
             "PUT", kind.path(namespace=metadata.get("namespace"), name=metadata["name"]), body=obj
         )
 
-    def get(self, kind: Kind, name: str, *, namespace: str | None = None) -> Object | None:
+    def get(
+        self, kind: Kind, name: str, *, namespace: str | None = None, timeout: float = 10
+    ) -> Object | None:
+        """One object, or None when it does not exist."""
         try:
-            return self._call("GET", kind.path(namespace=namespace, name=name))
+            return self._call("GET", kind.path(namespace=namespace, name=name), timeout=timeout)
         except ApiException as err:
             if err.status == 404:
                 return None

@@ -2,5 +2,5 @@
 kube-controller-manager, OPA and the labgate webhook, as plain processes on loopback ports.
 
 Nothing here is used by the webhook in production; it lives in the package so that tests,
-benchmarks and `labgate dev` share one implementation.
+benchmarks and `make run` share one implementation.
 """

@@ -32,8 +32,9 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from webhook.certificates import KeyPair, issue_serving_cert, make_ca
-from webhook.kube import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind, KubeApi
+from labgate.core.certificates import KeyPair, issue_serving_cert, make_ca
+from labgate.core.kinds import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind
+from labgate.core.kube import KubeApi
 
 Step = Literal["create", "trust-next", "serve-next", "drop-previous", "renew-serving", "none"]
 

@@ -1,0 +1,61 @@
+"""`python -m devcluster up [--demo]` / `python -m devcluster down`: the local control plane with
+labgate installed, for `make run` and `make stop`. A development tool, run from a checkout; it is not
+part of the shipped package or the container image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from devcluster.demo import run_demo
+from devcluster.processes import recorded_pids, stop_recorded
+from devcluster.stack import LabgateStack
+
+DEV_WORKDIR = Path(".labgate-dev")
+
+
+def _up(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir).resolve()
+    if recorded_pids(workdir):
+        print(f"A local cluster already runs in {workdir}; stop it first: make stop", file=sys.stderr)
+        return 1
+    stack = LabgateStack(workdir, detached=True)
+    stack.start()
+    print(f"labgate: control plane, OPA and webhook ready in {stack.start_seconds:.1f}s")
+    if args.demo:
+        run_demo(stack)
+    print()
+    print(f"  API server:        {stack.cluster.server}")
+    print(f"  admin kubeconfig:  {stack.admin_kubeconfig}")
+    print(f"  user kubeconfigs:  {stack.admin_kubeconfig.parent}/<user>@<groups>.kubeconfig")
+    print(f"  logs:              {workdir / 'logs'}")
+    print("  stop everything:   make stop")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = stop_recorded(Path(args.workdir).resolve())
+    print("labgate: stopped " + (", ".join(stopped) if stopped else "nothing (no local cluster was running)"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start etcd, kube-apiserver, controllers, OPA and the webhook")
+    up.add_argument("--workdir", default=str(DEV_WORKDIR), help="where state, logs and kubeconfigs go")
+    up.add_argument(
+        "--demo", action="store_true", help="create example tenants and show accepted/refused applies"
+    )
+    up.set_defaults(handler=_up)
+    down = commands.add_parser("down", help="stop what `up` started")
+    down.add_argument("--workdir", default=str(DEV_WORKDIR))
+    down.set_defaults(handler=_down)
+    args = parser.parse_args(argv)
+    handler = args.handler
+    return int(handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The `labgate` command: serve, reconcile, check, policy test, decisions verify."""
