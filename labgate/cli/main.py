@@ -108,6 +108,13 @@ def _reconcile(args: argparse.Namespace) -> int:
             dns_names=(f"{service}.{args.namespace}.svc", f"{service}.{args.namespace}.svc.cluster.local"),
             replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
         )
+    gpu_counting = None
+    if args.gpu_config:
+        import json
+
+        from labgate.core.pod_gpus import GpuCounting
+
+        gpu_counting = GpuCounting.from_config(json.loads(_Path(args.gpu_config).read_text(encoding="utf-8")))
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
@@ -115,6 +122,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
         certificates=certificates,
+        gpu_counting=gpu_counting,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
@@ -352,6 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
+    )
+    reconcile.add_argument(
+        "--gpu-config",
+        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
+        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
     )
     reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
     reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")
