@@ -335,7 +335,8 @@ def is_ready(stack: LabgateStack, url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{stack.health_urls[url]}/readyz", timeout=2) as response:  # noqa: S310
             return bool(response.status == 200)
-    except urllib.error.HTTPError:
+    except urllib.error.HTTPError as err:
+        err.close()
         return False
 
 
@@ -509,8 +510,17 @@ def test_an_outage_of_labgate_touches_only_the_tenants(
     refused = create(me, pod_manifest("no-webhook"), team.namespace)
     assert refused.returncode == 1
     assert 'failed calling webhook "mutate.labgate.io"' in refused.stderr, refused.stderr
-    # A new namespace for the tenant and a change of its Tenant fail closed as well.
-    claimed = me.kubectl("create", "namespace", f"{team.name}-x")
+    # Namespaces that are a tenant's fail closed as well, whoever asks.
+    claimed = stack.cluster_kubectl(
+        "apply",
+        "-f",
+        "-",
+        manifest={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": f"{team.name}-x", "labels": {"labgate.io/tenant": team.name}},
+        },
+    )
     assert claimed.returncode == 1
     assert 'failed calling webhook "mutate-cluster.labgate.io"' in claimed.stderr, claimed.stderr
     patched = stack.cluster_kubectl("label", "namespace", team.namespace, "extra=1", "--overwrite")
