@@ -7,14 +7,6 @@ preformatted text (`status.gpu.summary`: "a100 0/8, h100 2/8, total 2/16") besid
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-# Kept in step with policies/labgate/config/data.json (gpu_resources, mig_resource_prefix,
-# preemptible_label); the webhook's ledger counts the same resources.
-GPU_RESOURCES = ("nvidia.com/gpu",)
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-PREEMPTIBLE_LABEL = "labgate.io/preemptible"
-_FINISHED = ("Succeeded", "Failed")
 
 
 def gpu_summary(
@@ -29,32 +21,6 @@ def gpu_summary(
     elif not parts:
         parts.append(f"{used_total} (no limit)")
     return ", ".join(parts)
-
-
-def _amount(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """The GPUs a pod's containers ask (limits, else requests; whole GPUs and MIG slices)."""
-    count = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-        count += sum(
-            _amount(v) for r, v in asked.items() if r in GPU_RESOURCES or r.startswith(MIG_RESOURCE_PREFIX)
-        )
-    return count
-
-
-def is_preemptible_running(pod: Mapping[str, Any]) -> bool:
-    """A pod labgate admitted beyond quota as preemptible that has not finished."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    phase = (pod.get("status") or {}).get("phase", "")
-    return labels.get(PREEMPTIBLE_LABEL) == "true" and phase not in _FINISHED
 
 
 def pending_pods(phases: Iterable[str], reservations_without_pod: int) -> int:

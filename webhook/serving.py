@@ -10,12 +10,14 @@ import asyncio
 import base64
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.gpu_ledger import (
     LEDGER_MAX_BYTES,
+    RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
     LedgerConflictError,
@@ -100,6 +102,35 @@ def _is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
 
 
+def reservation_key(request: AdmissionRequest) -> str:
+    """What a GPU pod's reservation is keyed by: the uid the apiserver gave the pod it is creating.
+    Never the pod's name: a CREATE of a name that exists is validated before the apiserver finds the
+    name taken, and must not touch the reservation or record of the pod that holds it. (Without a uid,
+    which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
+    uid = (request.object or {}).get("metadata", {}).get("uid")
+    return str(uid) if uid else f"no-pod-uid/{request.uid}"
+
+
+def facts_stale_response(request: AdmissionRequest, *, age: float, bound: float) -> AdmissionResponse:
+    """The refusal of a replica that cannot prove its watch-fed facts are current."""
+    heard = (
+        "never heard from the Kubernetes API"
+        if age == float("inf")
+        else f"not heard from the Kubernetes API for {age:.0f}s"
+    )
+    message = (
+        f"[facts-stale] this labgate webhook replica has {heard} (its bound is {bound:.0f}s), so it "
+        "cannot know the current tenants, namespaces and GPU usage, and refuses rather than decide on "
+        "old facts. Fix: retry; the other replicas answer while this one reports not ready. If it "
+        "persists, tell the infra team (docs/operations.md, 'Stale facts')"
+    )
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
+    )
+
+
 def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
     """The refusal when the tenant's GPU ledger cannot take one more reservation: pods admitted and
     not yet settled by the reconciler (which does so within seconds when it runs)."""
@@ -148,8 +179,16 @@ class AdmissionServer:
         workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         images: ImageFactSource | None = None,
         image_timeout: float = 1.0,
+        reservation_seconds: float = RESERVATION_TTL_SECONDS,
+        facts_age: Callable[[], float] | None = None,
+        facts_max_age: float = float("inf"),
     ):
+        """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
+        past `facts_max_age` every request is refused with [facts-stale]."""
         self.workload_kinds = workload_kinds
+        self.reservation_seconds = reservation_seconds
+        self.facts_age = facts_age
+        self.facts_max_age = facts_max_age
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -166,7 +205,15 @@ class AdmissionServer:
             "inventory": self.inventory.is_synced,
             "ledgers": self.ledgers is None or self.ledgers.is_synced,
             "secrets": self.secrets is None or self.secrets.is_synced,
+            "facts_fresh": self.stale_facts_age() is None,
         }
+
+    def stale_facts_age(self) -> float | None:
+        """The age of the watch-fed facts when it is past the bound, else None."""
+        if self.facts_age is None:
+            return None
+        age = self.facts_age()
+        return age if age > self.facts_max_age else None
 
     async def _gather(self, request: AdmissionRequest) -> tuple[dict[str, Any], str | None]:
         """The policy input and the tenant that owns the request's namespace."""
@@ -183,10 +230,7 @@ class AdmissionServer:
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
-            key = pod_key(
-                request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
-            )
-            excluding = key if _is_pod_create(request) else None
+            excluding = reservation_key(request) if _is_pod_create(request) else None
             policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=excluding).model_dump()
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
@@ -205,6 +249,8 @@ class AdmissionServer:
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
         trace = trace if trace is not None else DecisionTrace()
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
         if not (_is_pod_create(request) and tenant):
@@ -243,8 +289,7 @@ class AdmissionServer:
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
         next batch; a batch is decided one pod after the other against a running ledger and written in
         one compare-and-swap. A Job's thousand pods cost a few writes, not a thousand."""
-        metadata = (request.object or {}).get("metadata", {})
-        key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
+        key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(tenant, []).append(
             _PendingReservation(request, policy_input, key, trace, future)
@@ -286,8 +331,13 @@ class AdmissionServer:
                         responses.append(engine_unavailable_response(request=item.request, reason=reason))
                         continue
                     reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-                    pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
-                    candidate = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
+                    metadata = (item.request.object or {}).get("metadata", {})
+                    pod = pod_key(
+                        item.request.namespace or "", metadata.get("name") or item.request.name or ""
+                    )
+                    candidate = with_reservation(
+                        working, item.key, reservation, now=now(), pod=pod, ttl=self.reservation_seconds
+                    )
                     added = encoded_size(item.key, candidate.reservations[item.key])
                     if size + added > LEDGER_MAX_BYTES:
                         LEDGER_FULL.labels(tenant).inc()
@@ -333,6 +383,8 @@ class AdmissionServer:
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         if trace is not None:
             trace.tenant = tenant

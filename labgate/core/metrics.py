@@ -25,6 +25,14 @@ POLICY_ENGINE_ERRORS = Counter(
     "Requests refused because no policy decision could be had, by reason (timeout, error, internal)",
     ["reason"],
 )
+ADMISSION_OVERLOADED = Counter(
+    "labgate_admission_overloaded_total",
+    "Admission requests refused at once with [admission-overloaded] (the replica's in-flight bound was reached)",
+)
+FACTS_AGE = Gauge(
+    "labgate_facts_age_seconds",
+    "Seconds since the Kubernetes API last proved the replica's stalest watch-fed cache current",
+)
 LEDGER_CONFLICTS = Counter(
     "labgate_gpu_ledger_conflicts_total",
     "Compare-and-swap races lost on a tenant's GPU ledger (each re-reads and decides again)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rbac.tenant_view import gpu_summary, is_preemptible_running, pending_pods, pod_gpus
+from rbac.tenant_view import gpu_summary, pending_pods
 
 
 @pytest.mark.parametrize(
@@ -23,25 +23,6 @@ def test_summary_shows_used_of_limit_per_model_then_total(
         gpu_summary(total=total, models=models, used_total=used_total, used_by_model=used_by_model)
         == expected
     )
-
-
-def _pod(labels: dict[str, str], phase: str, limits: dict[str, str]) -> dict[str, object]:
-    return {
-        "metadata": {"labels": labels},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
-        "status": {"phase": phase},
-    }
-
-
-def test_preemptible_gpus_count_unfinished_preemptible_pods_only() -> None:
-    preemptible = {"labgate.io/preemptible": "true"}
-    assert (
-        pod_gpus(_pod({}, "Running", {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "1", "cpu": "4"})) == 3
-    )
-    assert is_preemptible_running(_pod(preemptible, "Running", {}))
-    assert is_preemptible_running(_pod(preemptible, "Pending", {}))
-    assert not is_preemptible_running(_pod(preemptible, "Succeeded", {}))
-    assert not is_preemptible_running(_pod({}, "Running", {}))
 
 
 def test_pending_counts_pods_not_running_and_reservations_without_a_pod() -> None:
