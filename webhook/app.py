@@ -20,7 +20,7 @@ from labgate.core.kube import ApiException, KubeApi, api_client
 from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
 from webhook.decision_log import DecisionLog
-from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
@@ -157,6 +157,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 workload_kinds=kinds,
                 images=ImageGatherer(ImageFacts(registry, provenance), kube),
                 image_timeout=provenance.registry_timeout_seconds,
+                volumes=PersistentVolumes(kube),
             )
         else:
             app.state.server = AdmissionServer(
