@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.devcluster.tools import binary, ensure_tools
+from devcluster.tools import binary, ensure_tools
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 TENANT = "labgate.io/tenant"

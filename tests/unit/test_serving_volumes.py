@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from labgate.core.decisions import Decision, Mutation
 from webhook.inventory import volume_document
-from webhook.policy_engine import Decision, Mutation
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
