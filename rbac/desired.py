@@ -23,15 +23,24 @@ EXPERIMENT_SERVICE_ACCOUNT = "experiment"
 
 _WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 _READ_VERBS = ["get", "list", "watch"]
-# Training operators whose resources researchers may run (the admission webhook checks their pods).
+# Training operators whose resources researchers may run. The admission webhook must intercept each
+# of them (webhook/workloads.py lists where their pod templates are); tests/e2e/test_rbac_coverage.py
+# fails when a kind researchers can write is not registered.
 _TRAINING_RESOURCES = [
     {
         "apiGroups": ["kubeflow.org"],
-        "resources": ["pytorchjobs", "tfjobs", "mpijobs"],
+        "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs"],
         "verbs": _WORKLOAD_VERBS,
     },
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _WORKLOAD_VERBS},
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _WORKLOAD_VERBS},
+    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": _WORKLOAD_VERBS},
     {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": _WORKLOAD_VERBS},
+    {
+        "apiGroups": ["argoproj.io"],
+        "resources": ["workflows", "workflowtemplates", "cronworkflows"],
+        "verbs": _WORKLOAD_VERBS,
+    },
 ]
 
 

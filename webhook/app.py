@@ -29,7 +29,7 @@ from labgate.core.metrics import (
     POLICY_ENGINE_ERRORS,
 )
 from webhook.decision_log import DecisionLog
-from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
@@ -293,6 +293,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 reservation_seconds=resolved.reservation_seconds,
                 facts_age=lambda: max(part.age() for part in parts),
                 facts_max_age=resolved.facts_max_age_seconds,
+                volumes=PersistentVolumes(kube),
             )
             FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
         else:

@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Object
+from labgate.core.kinds import NAMESPACE, PERSISTENT_VOLUME, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import namespace_document, tenant_document
@@ -255,3 +255,32 @@ class RestrictedSecrets(WatchFed):
         """name -> {"annotations": {...}} for the restricted Secrets of `namespace`."""
         with self._lock:
             return {n: {"annotations": dict(a)} for n, a in self._by_namespace.get(namespace, {}).items()}
+
+
+class PersistentVolumes:
+    """What the volume-claim rule needs of the PersistentVolume a claim names (spec.volumeName): read
+    through on each such claim, which is rare (most claims name a StorageClass, not a volume)."""
+
+    def __init__(self, kube: KubeApi):
+        self._kube = kube
+
+    def volume(self, name: str) -> dict[str, Any]:
+        """{name, exists, labels, claimRef: {namespace, name} | None}; raises when the API cannot say."""
+        obj = self._kube.get(PERSISTENT_VOLUME, name, timeout=2)
+        if obj is None:
+            return {"name": name, "exists": False, "labels": {}, "claimRef": None}
+        return volume_document(obj)
+
+
+def volume_document(obj: Object) -> dict[str, Any]:
+    """What policies see of a PersistentVolume: its labels and the claim it is bound or reserved to."""
+    metadata = obj.get("metadata", {})
+    ref = (obj.get("spec") or {}).get("claimRef") or None
+    return {
+        "name": metadata.get("name", ""),
+        "exists": True,
+        "labels": metadata.get("labels") or {},
+        "claimRef": None
+        if ref is None
+        else {"namespace": ref.get("namespace", ""), "name": ref.get("name", "")},
+    }

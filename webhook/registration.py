@@ -46,7 +46,13 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
     could stall leader election or the nodes themselves."""
     return [
         *_workload_rules(kinds, _WRITE),
-        _rule("", "v1", ["secrets", "serviceaccounts", "configmaps", "services"], _WRITE, "Namespaced"),
+        _rule(
+            "",
+            "v1",
+            ["secrets", "serviceaccounts", "configmaps", "services", "persistentvolumeclaims"],
+            _WRITE,
+            "Namespaced",
+        ),
         _rule("networking.k8s.io", "v1", ["networkpolicies"], [*_WRITE, "DELETE"], "Namespaced"),
         _rule("", "v1", ["namespaces"], _WRITE, "Cluster"),
         _rule("labgate.io", "v1alpha1", ["tenants"], _WRITE, "Cluster"),

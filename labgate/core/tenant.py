@@ -50,6 +50,9 @@ class Namespaces(_Spec):
     names: list[str] = Field(default_factory=list)
     prefix: str | None = None
     keep_on_delete: bool = Field(default=True, alias="keepOnDelete")
+    max_count: int | None = Field(
+        default=None, alias="maxCount", description="Most namespaces; None: the cluster's default."
+    )
 
 
 class GpuQuota(_Spec):
@@ -60,6 +63,9 @@ class GpuQuota(_Spec):
 class Network(_Spec):
     allow_egress: bool = Field(default=True, alias="allowEgress")
     allow_ingress_from_tenants: list[str] = Field(default_factory=list, alias="allowIngressFromTenants")
+    allow_service_types: list[Literal["LoadBalancer", "NodePort", "ExternalName"]] = Field(
+        default_factory=list, alias="allowServiceTypes"
+    )
 
 
 class Exceptions(_Spec):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import yaml
 
 from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
+from tests.e2e.training_kinds import install_training_crds
 
 pytestmark = [pytest.mark.tenancy, pytest.mark.network, pytest.mark.secrets, pytest.mark.quota]
 
@@ -33,7 +35,12 @@ class Arena:
     stack: LabgateStack
 
     def actor(self, who: str) -> Researcher:
-        return {"researcher": self.a.researcher, "admin": self.a.admin}[who]
+        return {
+            "researcher": self.a.researcher,
+            "admin": self.a.admin,
+            "b-researcher": self.b.researcher,
+            "b-admin": self.b.admin,
+        }[who]
 
     def namespace(self, which: str) -> str:
         return {"A": self.a.namespace, "B": self.b.namespace}[which]
@@ -72,6 +79,8 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
                 "namespaces": {"names": [b_name], "prefix": f"{b_name}-"},
                 "gpu": {"total": 8},
                 "placement": {"nodePools": [_pool(b_name, spot=False)], "allowOnDemand": True},
+                # B is open to the outside and may expose NodePort Services (not LoadBalancer).
+                "network": {"allowEgress": True, "allowServiceTypes": ["NodePort"]},
             },
             # B trusts a CI service account that lives in A's namespace: A must not mint its tokens.
             extra_researchers=[{"kind": "ServiceAccount", "namespace": a_name, "name": "runner"}],
@@ -91,6 +100,14 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
             "stringData": {"key": "k"},
         }
         stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(restricted))
+        install_training_crds(stack)
+        # Volumes a claim may name: A's own, B's, and one of no tenant.
+        for volume, tenant in (
+            (f"pv-{a_name}", a_name),
+            (f"pv-{b_name}", b_name),
+            (f"pv-none-{suffix}", None),
+        ):
+            stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(persistent_volume(volume, tenant)))
         yield Arena(a=a, b=b, stack=stack)
     finally:
         factory.cleanup()
@@ -191,6 +208,178 @@ def cronjob(name: str) -> dict[str, Any]:
     )
 
 
+def persistent_volume(name: str, tenant: str | None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"labgate.io/tenant": tenant} if tenant else {}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{name}"},
+            "persistentVolumeReclaimPolicy": "Retain",
+        },
+    }
+
+
+def claim(name: str, volume: str) -> dict[str, Any]:
+    spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "",
+        "volumeName": volume,
+    }
+    return simple("PersistentVolumeClaim", name, spec=spec)
+
+
+def service(name: str, **spec: Any) -> dict[str, Any]:
+    return simple("Service", name, spec={"ports": [{"port": 80}], "selector": {"app": name}, **spec})
+
+
+def egress(*peers: dict[str, Any]) -> list[Any]:
+    return [{"to": list(peers)}]
+
+
+# -- the training kinds: a privileged container in one item of a list (or map) of pod templates -----
+
+PRIVILEGED = [{"name": "main", "image": IMAGE, "securityContext": {"privileged": True}}]
+CLEAN = [{"name": "main", "image": IMAGE}]
+
+
+def _template(containers: list[Any]) -> dict[str, Any]:
+    return {"spec": {"containers": containers, "restartPolicy": "Never"}}
+
+
+def _replica_specs(field: str, first: str, second: str, containers: list[Any]) -> dict[str, Any]:
+    return {
+        field: {
+            first: {"replicas": 1, "template": _template(CLEAN)},
+            second: {"replicas": 2, "template": _template(containers)},
+        }
+    }
+
+
+def _ray_cluster(containers: list[Any]) -> dict[str, Any]:
+    return {
+        "headGroupSpec": {"template": _template(CLEAN)},
+        "workerGroupSpecs": [
+            {"groupName": "cpu", "replicas": 1, "template": _template(CLEAN)},
+            {"groupName": "gpu", "replicas": 2, "template": _template(containers)},
+        ],
+    }
+
+
+def _argo(containers: list[Any], patch: str | None = None) -> dict[str, Any]:
+    work: dict[str, Any] = {
+        "name": "work",
+        "container": {k: v for k, v in containers[0].items() if k != "name"},
+    }
+    if patch is not None:
+        work["podSpecPatch"] = patch
+    return {
+        "entrypoint": "main",
+        "templates": [{"name": "main", "steps": [[{"name": "s", "template": "work"}]]}, work],
+    }
+
+
+_PRIVILEGED_PATCH = '{"containers": [{"name": "main", "securityContext": {"privileged": true}}]}'
+
+TRAINING_KINDS: dict[str, tuple[str, str, Callable[[list[Any]], dict[str, Any]]]] = {
+    "jobset": (
+        "JobSet",
+        "jobset.x-k8s.io/v1alpha2",
+        lambda c: {
+            "replicatedJobs": [
+                {"name": "driver", "replicas": 1, "template": {"spec": {"template": _template(CLEAN)}}},
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {"spec": {"parallelism": 2, "template": _template(c)}},
+                },
+            ]
+        },
+    ),
+    "raycluster": ("RayCluster", "ray.io/v1", _ray_cluster),
+    "rayjob": (
+        "RayJob",
+        "ray.io/v1",
+        lambda c: {"entrypoint": "python t.py", "rayClusterSpec": _ray_cluster(c)},
+    ),
+    "leaderworkerset": (
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io/v1",
+        lambda c: {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "leaderTemplate": _template(CLEAN),
+                "workerTemplate": _template(c),
+            },
+        },
+    ),
+    "pytorchjob": (
+        "PyTorchJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("pytorchReplicaSpecs", "Master", "Worker", c),
+    ),
+    "tfjob": ("TFJob", "kubeflow.org/v1", lambda c: _replica_specs("tfReplicaSpecs", "PS", "Worker", c)),
+    "mpijob": (
+        "MPIJob",
+        "kubeflow.org/v2beta1",
+        lambda c: _replica_specs("mpiReplicaSpecs", "Launcher", "Worker", c),
+    ),
+    "xgboostjob": (
+        "XGBoostJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("xgbReplicaSpecs", "Master", "Worker", c),
+    ),
+    "paddlejob": (
+        "PaddleJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("paddleReplicaSpecs", "Master", "Worker", c),
+    ),
+    "trainjob": (
+        "TrainJob",
+        "trainer.kubeflow.org/v1alpha1",
+        # The overrides carry no securityContext: the escape there is a hostPath volume.
+        lambda c: {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": IMAGE, "numNodes": 2},
+            "podTemplateOverrides": [
+                {"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"team": "a"}}},
+                {
+                    "targetJobs": [{"name": "node"}],
+                    "spec": {
+                        "volumes": [
+                            {"name": "v", "hostPath": {"path": "/"}}
+                            if c is PRIVILEGED
+                            else {"name": "v", "emptyDir": {}}
+                        ]
+                    },
+                },
+            ],
+        },
+    ),
+    "workflow": ("Workflow", "argoproj.io/v1alpha1", _argo),
+    "workflowtemplate": ("WorkflowTemplate", "argoproj.io/v1alpha1", _argo),
+    "cronworkflow": (
+        "CronWorkflow",
+        "argoproj.io/v1alpha1",
+        lambda c: {"schedule": "0 * * * *", "workflowSpec": _argo(c)},
+    ),
+    "workflow-podspecpatch": (
+        "Workflow",
+        "argoproj.io/v1alpha1",
+        lambda c: _argo(CLEAN, _PRIVILEGED_PATCH if c is PRIVILEGED else '{"nodeSelector": {"team": "a"}}'),
+    ),
+}
+
+
+def training(key: str, name: str, containers: list[Any]) -> Build:
+    kind, api, spec = TRAINING_KINDS[key]
+    return lambda _: simple(kind, name, api, spec=spec(containers))
+
+
 # -- attempts ------------------------------------------------------------------------------------
 
 Build = Callable[[Arena], dict[str, Any]]
@@ -207,6 +396,8 @@ class Attempt:
     attempt: Build
     allowed: Build
     allowed_where: str = "A"
+    # Also tried as an UPDATE: the legitimate object is applied first, then the attempt over it.
+    update: bool = False
 
 
 def _token(name: str, account: str) -> Build:
@@ -646,6 +837,261 @@ ATTEMPTS: list[Attempt] = [
 ]
 
 
+def _renamed(build: Build, suffix: str) -> Build:
+    def renamed(ar: Arena) -> dict[str, Any]:
+        manifest = build(ar)
+        manifest["metadata"]["name"] += suffix
+        return manifest
+
+    return renamed
+
+
+def _both(attempt: Attempt) -> list[Attempt]:
+    """The attempt as tenant A's researcher and as its admin (whose objects get names of their own)."""
+    return [
+        Attempt(
+            **{
+                **attempt.__dict__,
+                "id": f"{attempt.id}-{who}",
+                "actor": who,
+                "attempt": _renamed(attempt.attempt, suffix),
+                "allowed": _renamed(attempt.allowed, suffix),
+            }
+        )
+        for who, suffix in (("researcher", ""), ("admin", "-adm"))
+    ]
+
+
+def _pv(tenant: str) -> Callable[[Arena], str]:
+    def name(ar: Arena) -> str:
+        if tenant == "none":
+            return f"pv-none-{ar.a.name.rsplit('-', 1)[1]}"
+        return f"pv-{ar.a.name if tenant == 'A' else ar.b.name}"
+
+    return name
+
+
+# Network, services, namespaces, volumes and the training kinds (issue 9).
+ATTEMPTS += [
+    Attempt(
+        "netpol-egress-to-metadata-address",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m1", egress=egress({"ipBlock": {"cidr": "0.0.0.0/0"}})),
+        lambda _: netpol(
+            "m1", egress=egress({"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}})
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-egress-to-ipv6-metadata-address",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m2", egress=egress({"ipBlock": {"cidr": "fd00::/8"}})),
+        lambda _: netpol(
+            "m2", egress=egress({"ipBlock": {"cidr": "fd00::/8", "except": ["fd00:ec2::254/128"]}})
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-egress-without-peers-reaches-metadata",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m3", egress=[{"ports": [{"port": 443}]}]),
+        lambda _: netpol(
+            "m3",
+            egress=[
+                {
+                    "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}],
+                    "ports": [{"port": 443}],
+                }
+            ],
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-ingress-ipblock-when-egress-is-off",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda _: netpol("m4", ingress=[{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]),
+        lambda ar: netpol("m4", ingress=from_tenant(ar.a.name)),
+        update=True,
+    ),
+    Attempt(
+        "netpol-selector-on-an-ordinary-label",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda _: netpol(
+            "m5", ingress=[{"from": [{"namespaceSelector": {"matchLabels": {"purpose": "data"}}}]}]
+        ),
+        lambda ar: netpol(
+            "m5",
+            ingress=[
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"purpose": "data", "labgate.io/tenant": ar.a.name}
+                            }
+                        }
+                    ]
+                }
+            ],
+        ),
+        update=True,
+    ),
+    Attempt(
+        # The namespace does not exist yet: B may create it tomorrow under its prefix.
+        "netpol-selector-for-a-namespace-created-later",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda ar: netpol(
+            "m6",
+            egress=egress(
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": f"{ar.b.name}-later"}}}
+            ),
+        ),
+        lambda ar: netpol(
+            "m6",
+            egress=egress(
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {
+                            "kubernetes.io/metadata.name": f"{ar.a.name}-later",
+                            "labgate.io/tenant": ar.a.name,
+                        }
+                    }
+                }
+            ),
+        ),
+        update=True,
+    ),
+    *_both(
+        Attempt(
+            "service-external-ips",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda _: service("e1", externalIPs=["10.96.0.10"]),
+            lambda _: service("e1"),
+            update=True,
+        )
+    ),
+    *_both(
+        Attempt(
+            "service-nodeport-not-allowed",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda _: service("e2", type="NodePort"),
+            lambda _: service("e2", type="ClusterIP"),
+            update=True,
+        )
+    ),
+    *_both(
+        Attempt(
+            "service-externalname-not-allowed",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda ar: simple(
+                "Service",
+                "e3",
+                spec={"type": "ExternalName", "externalName": f"db.{ar.b.name}.svc.cluster.local"},
+            ),
+            lambda _: service("e3"),
+        )
+    ),
+    Attempt(
+        # B may expose NodePort Services, not LoadBalancers.
+        "service-loadbalancer-beyond-what-the-tenant-allows",
+        "service-exposure",
+        "b-researcher",
+        "B",
+        lambda _: service("e4", type="LoadBalancer"),
+        lambda _: service("e4", type="NodePort"),
+        allowed_where="B",
+        update=True,
+    ),
+    *_both(
+        Attempt(
+            "namespace-of-no-tenant",
+            "namespace-untenanted",
+            "researcher",
+            "cluster",
+            lambda ar: simple("Namespace", f"free-{ar.a.name}"),
+            lambda ar: simple("Namespace", f"{ar.a.name}-free"),  # labgate labels it for A
+            allowed_where="cluster",
+        )
+    ),
+    *_both(
+        Attempt(
+            "namespace-squatting-other-tenants-prefix",
+            "namespace-reserved",
+            "researcher",
+            "cluster",
+            lambda ar: simple("Namespace", f"{ar.b.name}-squat"),
+            lambda ar: simple("Namespace", f"{ar.a.name}-squat"),
+            allowed_where="cluster",
+        )
+    ),
+    *_both(
+        Attempt(
+            "pvc-binds-other-tenants-volume",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v1", _pv("B")(ar)),
+            lambda ar: claim("v1", _pv("A")(ar)),
+        )
+    ),
+    *_both(
+        Attempt(
+            "pvc-binds-volume-of-no-tenant",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v2", _pv("none")(ar)),
+            lambda ar: claim("v2", _pv("A")(ar)),
+        )
+    ),
+    *_both(
+        Attempt(
+            "pvc-binds-volume-that-does-not-exist-yet",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v3", f"pv-later-{ar.b.name}"),
+            lambda ar: claim("v3", _pv("A")(ar)),
+        )
+    ),
+    *[
+        row
+        for key in TRAINING_KINDS
+        for row in _both(
+            Attempt(
+                f"{key}-privileged-in-a-list-of-templates",
+                "pod-hardening",
+                "researcher",
+                "A",
+                training(key, f"k-{key}", PRIVILEGED),
+                training(key, f"k-{key}", CLEAN),
+                update=True,
+            )
+        )
+    ],
+]
+
+
 def _run(arena: Arena, actor: str, where: str, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     if where == "A-admin":
         return arena.a.admin.apply(manifest, arena.a.namespace)
@@ -666,6 +1112,54 @@ def test_escape_attempt_is_refused_and_the_legitimate_action_admitted(arena: Are
     manifest = attempt.allowed(arena)
     if manifest["kind"] == "Namespace":
         arena.stack.admin_kubectl("delete", "namespace", manifest["metadata"]["name"], "--wait=false")
+
+
+UPDATES = [a for a in ATTEMPTS if a.update]
+
+
+@pytest.mark.parametrize("attempt", UPDATES, ids=[a.id for a in UPDATES])
+def test_escape_attempt_is_refused_on_update(arena: Arena, attempt: Attempt) -> None:
+    """The legitimate object is admitted, then the attempt applied over it (an UPDATE) is refused."""
+    who, namespace = arena.actor(attempt.actor), arena.namespace(attempt.allowed_where)
+    allowed, changed = attempt.allowed(arena), attempt.attempt(arena)
+    name = f"{allowed['metadata']['name']}-upd"
+    allowed["metadata"]["name"] = changed["metadata"]["name"] = name
+    created = who.apply(allowed, namespace)
+    assert created.returncode == 0, created.stderr
+    refused = who.apply(changed, namespace)
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert "error when applying patch" in refused.stderr, refused.stderr  # an UPDATE, not a CREATE
+    assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+
+
+def test_namespace_count_is_bounded_per_tenant(stack: LabgateStack, tenants: TenantFactory) -> None:
+    """A tenant with maxCount 2 has its own namespace and may create one more; the third is refused
+    with the counts, and allowed again once one is gone."""
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    tenant = tenants.create(
+        name=name, spec_extra={"namespaces": {"names": [name], "prefix": f"{name}-", "maxCount": 2}}
+    )
+    created = tenant.researcher.kubectl("create", "namespace", f"{name}-one")
+    assert created.returncode == 0, created.stderr
+    for who in (tenant.researcher, tenant.admin):
+        refused = who.kubectl("create", "namespace", f"{name}-two")
+        assert refused.returncode == 1
+        assert (
+            f'[namespace-count] tenant "{name}" has 2 namespaces, its limit (spec.namespaces.maxCount: 2): '
+            f'namespace "{name}-two" would be number 3.'
+        ) in refused.stderr, refused.stderr
+    stack.admin_kubectl("delete", "namespace", f"{name}-one", "--wait=true", "--timeout=60s")
+    # The webhook learns of the deletion through its watch: poll, bounded, for the admission.
+    deadline = time.monotonic() + 20
+    while True:
+        admitted = tenant.researcher.kubectl("create", "namespace", f"{name}-two")
+        if admitted.returncode == 0 or time.monotonic() > deadline:
+            break
+        assert "[namespace-count]" in admitted.stderr, admitted.stderr
+        time.sleep(0.5)
+    assert admitted.returncode == 0, admitted.stderr
+    stack.admin_kubectl("delete", "namespace", f"{name}-two", "--wait=false")
 
 
 def test_baseline_network_policies_cannot_be_edited_or_deleted(arena: Arena) -> None:

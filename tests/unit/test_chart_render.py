@@ -559,6 +559,7 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "secrets", "list"),  # a metadata-only watch still needs list/watch
         ("", "secrets", "watch"),
         ("", "serviceaccounts", "get"),  # their imagePullSecrets
+        ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
