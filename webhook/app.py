@@ -19,6 +19,7 @@ from labgate.core.gpu_ledger import LedgerCorruptError
 from labgate.core.kube import ApiException, KubeApi, api_client
 from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
+from webhook.admission import request_too_large_response
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
@@ -69,12 +70,14 @@ async def _serve(
     server: AdmissionServer,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
-    deadline: float,
+    settings: Settings,
     decisions: DecisionLog | None,
 ) -> JSONResponse:
-    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
+    """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
+    deadline = settings.admission_deadline_seconds
+    body = await request.body()
     try:
-        review = AdmissionReview.model_validate_json(await request.body())
+        review = AdmissionReview.model_validate_json(body)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
@@ -82,13 +85,27 @@ async def _serve(
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
+    size = len(body)
     try:
-        response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
+        if size > settings.max_request_bytes:
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.max_request_bytes, deadline=None
+            )
+        else:
+            response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
     except TimeoutError:
         POLICY_ENGINE_ERRORS.labels("timeout").inc()
-        log.error("no decision for %s within %.1fs", review.request.uid, deadline)
-        reason = "policy-engine-unavailable"
-        response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
+        log.error("no decision for %s (%d bytes) within %.1fs", review.request.uid, size, deadline)
+        if size >= settings.complex_request_bytes:
+            # A large request that runs out of time would run out again: say so, not "retry".
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.complex_request_bytes, deadline=deadline
+            )
+        else:
+            reason = "policy-engine-unavailable"
+            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
     except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
@@ -180,7 +197,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             request,
             server,
             server.validate,
-            deadline=resolved.admission_deadline_seconds,
+            settings=resolved,
             decisions=decisions,
         )
 
@@ -188,9 +205,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
     async def mutate(
         request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
     ) -> JSONResponse:
-        return await _serve(
-            request, server, server.mutate, deadline=resolved.admission_deadline_seconds, decisions=decisions
-        )
+        return await _serve(request, server, server.mutate, settings=resolved, decisions=decisions)
 
     @app.get("/metrics")
     async def metrics() -> Response:
