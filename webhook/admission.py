@@ -74,6 +74,15 @@ def namespace_document(namespace: Object) -> dict[str, Any]:
     return {"labels": metadata.get("labels") or {}, "annotations": metadata.get("annotations") or {}}
 
 
+def priority_class_document(priority_class: Object) -> dict[str, Any]:
+    """What policies see of a PriorityClass: the priority its pods run at and whether they preempt."""
+    return {
+        "value": priority_class.get("value", 0),
+        "preemptionPolicy": priority_class.get("preemptionPolicy") or "PreemptLowerPriority",
+        "globalDefault": bool(priority_class.get("globalDefault")),
+    }
+
+
 def tenant_document(tenant: Object) -> dict[str, Any]:
     """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
     metadata = tenant.get("metadata", {})
