@@ -30,6 +30,11 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
             resources = {r for rule in webhook["rules"] for r in rule["resources"]}
             assert not resources & {"leases", "events", "nodes", "*"}
             assert {"pods", "jobs", "pytorchjobs", "rayclusters", "jobsets"} <= resources
+    validating_rules = configurations[1]["webhooks"][0]["rules"]
+    assert {"resources": ["pods/ephemeralcontainers"], "operations": ["UPDATE"]}.items() <= next(
+        r for r in validating_rules if r["resources"] == ["pods/ephemeralcontainers"]
+    ).items()
+    assert "DELETE" in next(r for r in validating_rules if r["resources"] == ["secrets"])["operations"]
     mutating = configurations[0]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     assert mutating["clientConfig"]["url"] == "https://127.0.0.1:1/mutate"
