@@ -176,6 +176,37 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
+# The priority a workload's pods get from their class: the named class's value, else the cluster's
+# globalDefault class's, else 0 (what the Priority admission plugin computes).
+_class_priority(template) := {"value": data.inventory.priority_classes[name].value, "class": sprintf("PriorityClass %q", [name])} if {
+	name := _class_name(template)
+} else := {"value": class.value, "class": sprintf("the default PriorityClass %q", [name])} if {
+	not _class_name(template)
+	some name, class in data.inventory.priority_classes
+	class.globalDefault == true
+} else := {"value": 0, "class": "no PriorityClass"} if {
+	not _class_name(template)
+}
+
+# METADATA
+# title: A workload's explicit priority matches its class
+# custom:
+#   rule_id: priority-class
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	not _is_pod
+	_has_class_facts
+	some t in _templates
+	is_number(t.template.spec.priority)
+	expected := _class_priority(t.template)
+	t.template.spec.priority != expected.value
+	field := _field(t.template, "priority")
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s is %v, but %s gives %v: the apiserver would refuse every pod made from it. Fix: remove %s (the class sets the priority)",
+		[rule_id, tenancy.object_ref, field, t.template.spec.priority, expected.class, expected.value, field],
+	)
+}
+
 # METADATA
 # title: No preempting under a class configured not to
 # custom:

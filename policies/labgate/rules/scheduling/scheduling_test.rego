@@ -64,8 +64,14 @@ test_a_pods_resolved_priority_is_judged_without_class_facts if {
 }
 
 test_an_explicit_priority_in_a_template_is_judged if {
-	messages("Job", testdata.alice, job_with({"priority": 1000000}), inventory) == {`[priority-class] Job "j" runs at priority 1000000 (spec.template.spec.priority), above tenant "team-a"'s ceiling of 0. Fix: use a priority class at or below it (tenant "team-a"'s classes: "research-default", "research-preemptible"), or ask the infra team to raise spec.scheduling.maxPriority of Tenant "team-a"`}
-	messages("Job", testdata.alice, job_with({"priority": -5}), inventory) == set()
+	messages("Job", testdata.alice, job_with({"priority": 1000000}), testdata.inventory) == {`[priority-class] Job "j" runs at priority 1000000 (spec.template.spec.priority), above tenant "team-a"'s ceiling of 0. Fix: use a priority class at or below it (tenant "team-a"'s classes: "research-default", "research-preemptible"), or ask the infra team to raise spec.scheduling.maxPriority of Tenant "team-a"`}
+	messages("Job", testdata.alice, job_with({"priority": -5}), testdata.inventory) == set()
+}
+
+test_an_explicit_priority_must_match_its_class if {
+	messages("Job", testdata.alice, job_with({"priorityClassName": "research-preemptible", "priority": -100}), inventory) == set()
+	messages("Job", testdata.alice, job_with({"priorityClassName": "research-preemptible", "priority": -5}), inventory) == {`[priority-class] Job "j" spec.template.spec.priority is -5, but PriorityClass "research-preemptible" gives -100: the apiserver would refuse every pod made from it. Fix: remove spec.template.spec.priority (the class sets the priority)`}
+	messages("Job", testdata.alice, job_with({"priority": -5}), inventory) == {`[priority-class] Job "j" spec.template.spec.priority is -5, but no PriorityClass gives 0: the apiserver would refuse every pod made from it. Fix: remove spec.template.spec.priority (the class sets the priority)`}
 }
 
 test_a_workload_naming_a_missing_class_is_refused if {
