@@ -1242,3 +1242,13 @@ def test_restricted_secrets_are_neither_read_nor_lifted_by_researchers(arena: Ar
     lifted = admin.kubectl("patch", "secret", "vault-key", "-n", ns, "--type=json", "-p", lift)
     assert lifted.returncode == 0, lifted.stderr
     assert admin.kubectl("delete", "secret", "vault-key", "-n", ns).returncode == 0
+
+
+def test_a_tenant_cannot_be_given_a_system_priority_class(arena: Arena) -> None:
+    """Even the infra team cannot list a system-* class for a tenant: the CRD refuses it."""
+    add = [{"op": "add", "path": "/spec/scheduling/priorityClasses/-", "value": "system-node-critical"}]
+    refused = arena.stack.cluster_kubectl(
+        "patch", "tenant", arena.a.name, "--type=json", "-p", json.dumps(add)
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert "system-* priority classes are the cluster's own" in refused.stderr, refused.stderr
