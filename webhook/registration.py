@@ -46,10 +46,15 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
     could stall leader election or the nodes themselves."""
     return [
         *_workload_rules(kinds, _WRITE),
+        # An ephemeral container added to a running pod (kubectl debug) is judged like any container:
+        # images and hardening, whether or not members hold the RBAC for it today.
+        _rule("", "v1", ["pods/ephemeralcontainers"], ["UPDATE"], "Namespaced"),
+        # DELETE too: the API hands a deleted Secret's data to whoever deletes it (restricted Secrets).
+        _rule("", "v1", ["secrets"], [*_WRITE, "DELETE"], "Namespaced"),
         _rule(
             "",
             "v1",
-            ["secrets", "serviceaccounts", "configmaps", "services", "persistentvolumeclaims"],
+            ["serviceaccounts", "configmaps", "services", "persistentvolumeclaims"],
             _WRITE,
             "Namespaced",
         ),
