@@ -28,8 +28,9 @@ from labgate.core.metrics import (
     FACTS_AGE,
     POLICY_ENGINE_ERRORS,
 )
+from webhook.admission import request_too_large_response
 from webhook.decision_log import DecisionLog
-from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
 from webhook.policy_sync import PolicySync
 from webhook.provenance.admission import ImageGatherer
@@ -168,14 +169,15 @@ async def _serve(
     server: AdmissionServer,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
-    deadline: float,
+    settings: Settings,
     decisions: DecisionLog | None,
     gate: AdmissionGate,
-    max_body_bytes: int,
 ) -> Response:
-    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
+    """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
+    max_body_bytes = settings.max_body_bytes
     try:
-        review = AdmissionReview.model_validate_json(await _read_body(request, max_body_bytes))
+        body = await _read_body(request, max_body_bytes)
+        review = AdmissionReview.model_validate_json(body)
     except BodyTooLargeError:
         return JSONResponse(
             status_code=413,
@@ -193,7 +195,7 @@ async def _serve(
         ADMISSION_OVERLOADED.inc()
         return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
-        return await _decide(request, review, handle, deadline=deadline, decisions=decisions)
+        return await _decide(request, review, handle, settings=settings, size=len(body), decisions=decisions)
     finally:
         gate.leave()
 
@@ -203,19 +205,34 @@ async def _decide(
     review: AdmissionReview,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
-    deadline: float,
+    settings: Settings,
+    size: int,
     decisions: DecisionLog | None,
 ) -> JSONResponse:
+    deadline = settings.admission_deadline_seconds
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
     try:
-        response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
+        if size > settings.max_request_bytes:
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.max_request_bytes, deadline=None
+            )
+        else:
+            response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
     except TimeoutError:
         POLICY_ENGINE_ERRORS.labels("timeout").inc()
-        log.error("no decision for %s within %.1fs", review.request.uid, deadline)
-        reason = "policy-engine-unavailable"
-        response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
+        log.error("no decision for %s (%d bytes) within %.1fs", review.request.uid, size, deadline)
+        if size >= settings.complex_request_bytes:
+            # A large request that runs out of time would run out again: say so, not "retry".
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.complex_request_bytes, deadline=deadline
+            )
+        else:
+            reason = "policy-engine-unavailable"
+            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
     except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
@@ -307,6 +324,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 reservation_seconds=resolved.reservation_seconds,
                 facts_age=lambda: max(part.age() for part in parts),
                 facts_max_age=resolved.facts_max_age_seconds,
+                volumes=PersistentVolumes(kube),
             )
             FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
         else:
@@ -332,23 +350,14 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             request,
             server,
             server.validate,
-            deadline=resolved.admission_deadline_seconds,
+            settings=resolved,
             decisions=decisions,
             gate=gate,
-            max_body_bytes=resolved.max_body_bytes,
         )
 
     @app.post("/mutate")
     async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        return await _serve(
-            request,
-            server,
-            server.mutate,
-            deadline=resolved.admission_deadline_seconds,
-            decisions=decisions,
-            gate=gate,
-            max_body_bytes=resolved.max_body_bytes,
-        )
+        return await _serve(request, server, server.mutate, settings=resolved, decisions=decisions, gate=gate)
 
     @app.get("/metrics")
     async def metrics() -> Response:
