@@ -321,7 +321,7 @@ def test_rule_ids_out_of_date_fail_policy_test(tmp_path: Path) -> None:
     assert "labgate policy rule-ids --write" in result.stdout
 
 
-def test_check_and_policy_test_speak_json(files: dict[str, Path]) -> None:
+def test_check_and_policy_test_speak_json(files: dict[str, Path], tmp_path: Path) -> None:
     import json
 
     result = check(files, "sweep", "--as", "alice", "--groups", "vision", "-n", "vision", "-o", "json")
@@ -331,9 +331,15 @@ def test_check_and_policy_test_speak_json(files: dict[str, Path]) -> None:
     assert verdict["allowed"] is False
     assert verdict["rules"]["enforce"] == ["gpu-quota-unfit"]
     assert verdict["message"].startswith('[gpu-quota-unfit] Job "sweep"')
-    report = json.loads(labgate("policy", "test", "--policies", POLICIES, "-o", "json").stdout)
-    assert report["passed"] is True
-    assert report["failed"] == []
+    # policy test -o json, on a copy that does not parse (fast: opa stops at the parse error).
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    rule = policies / "labgate/rules/tenant_membership/tenant_membership.rego"
+    rule.write_text(rule.read_text() + "\nviolation contains {{{\n")
+    report = json.loads(labgate("policy", "test", "--policies", policies, "-o", "json").stdout)
+    assert report["passed"] is False
+    assert "opa fmt --list --fail" in report["failed"]
+    assert any("does not parse" in line for line in report["report"])
 
 
 def test_opa_is_found_from_the_flag_or_the_environment(files: dict[str, Path], tmp_path: Path) -> None:
