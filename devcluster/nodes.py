@@ -64,10 +64,11 @@ class NodePool(BaseModel):
         return taints
 
     def tenant_pool(self) -> dict[str, Any]:
-        """This pool as an entry of a Tenant's spec.placement.nodePools: select it, tolerate its taints."""
+        """This pool as an entry of a Tenant's spec.placement.nodePools: select it (and its GPU model, so
+        that a pod labgate places there names its model too), tolerate its taints."""
         return {
             "name": self.name,
-            "nodeSelector": {POOL_LABEL: self.name},
+            "nodeSelector": {POOL_LABEL: self.name, MODEL_LABEL: self.gpu_product},
             "tolerations": [{**t, "operator": "Equal"} for t in self.taints()],
             "spot": self.spot,
         }
