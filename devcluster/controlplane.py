@@ -44,7 +44,7 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "job-controller",
 )
-# With nodes (webhook.devcluster.nodes), every controller a real cluster runs by default: Deployments,
+# With nodes (devcluster.nodes), every controller a real cluster runs by default: Deployments,
 # ReplicaSets, StatefulSets, CronJobs, Jobs, the PV binder, resource claims, node lifecycle, ... so
 # that workloads create their pods through the webhook and the scheduler binds them, as in life.
 DEFAULT_CONTROLLERS = ("*",)

@@ -74,12 +74,14 @@ def effective_gpu_request(pod_spec: Json) -> Counter[str]:
 
 @dataclass
 class TenantGpus:
-    """A tenant's GPUs as the nodes see them: bound (in quota and preemptible) and not yet bound."""
+    """A tenant's GPUs as the nodes see them: bound and not yet bound, in quota and preemptible
+    (admitted beyond quota, priority class research-preemptible)."""
 
     bound_total: int = 0
     bound_by_model: Counter[str] = field(default_factory=Counter)
     preemptible_bound_total: int = 0
     pending_total: int = 0
+    pending_preemptible_total: int = 0
     pods_bound: int = 0
 
 
@@ -112,11 +114,14 @@ def tenant_gpus(
             continue
         gpus = result.setdefault(tenant, TenantGpus())
         node = pod["spec"].get("nodeName")
+        if is_preemptible(pod):
+            if node:
+                gpus.preemptible_bound_total += sum(asked.values())
+            else:
+                gpus.pending_preemptible_total += sum(asked.values())
+            continue
         if not node:
             gpus.pending_total += sum(asked.values())
-            continue
-        if is_preemptible(pod):
-            gpus.preemptible_bound_total += sum(asked.values())
             continue
         gpus.pods_bound += 1
         for resource, amount in asked.items():

@@ -66,6 +66,7 @@ def test_bound_gpus_count_bound_pods_by_the_node_model_and_skip_finished_and_oth
         _pod("a", spec, node=None),  # pending
         _pod("a", spec, node="n-h100", phase="Succeeded"),
         _pod("a", spec, node="n-h100", cls="research-preemptible"),
+        _pod("a", spec, node=None, cls="research-preemptible"),
         _pod("kube-system", spec, node="n-h100"),
     ]
     got = tenant_gpus(pods, namespace_tenants={"a": "team-a"}, models={"n-h100": "h100"})["team-a"]
@@ -73,6 +74,7 @@ def test_bound_gpus_count_bound_pods_by_the_node_model_and_skip_finished_and_oth
     assert got.bound_by_model == Counter({"h100": 4, "mig-1g.10gb": 2})
     assert got.pending_total == 6
     assert got.preemptible_bound_total == 6
+    assert got.pending_preemptible_total == 6
 
 
 def test_overshoot_per_total_listed_model_and_unlisted_model() -> None:
