@@ -136,9 +136,13 @@ class LocalControlPlane:
         detached: bool = False,
         with_scheduler: bool = False,
         controllers: tuple[str, ...] = CONTROLLERS,
+        node_monitor_grace_seconds: int | None = None,
     ):
         """`with_scheduler` starts kube-scheduler too; `controllers` are kube-controller-manager's
-        (the few labgate needs by default: startup time matters to the tests without nodes)."""
+        (the few labgate needs by default: startup time matters to the tests without nodes).
+        `node_monitor_grace_seconds`: how long a node's Lease may go unrenewed before the node
+        controller marks it NotReady (raised with slow simulated Leases in large clusters)."""
+        self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.workdir = workdir
         self.detached = detached
         self.with_scheduler = with_scheduler
@@ -265,6 +269,11 @@ class LocalControlPlane:
                     "--use-service-account-credentials=true",
                     "--leader-elect=false",
                     "--concurrent-namespace-syncs=4",
+                    *(
+                        [f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s"]
+                        if self.node_monitor_grace_seconds
+                        else []
+                    ),
                     "--v=1",
                 ],
             )

@@ -100,6 +100,11 @@ class LabgateStack:
             detached=detached,
             with_scheduler=nodes is not None,
             controllers=DEFAULT_CONTROLLERS if nodes is not None else CONTROLLERS,
+            # KWOK renews a Lease every quarter of its duration, as a kubelet does; a node whose
+            # Lease is older than the grace period goes NotReady, so a slow Lease needs a long grace.
+            node_monitor_grace_seconds=None
+            if nodes is None or nodes.lease_seconds is None
+            else nodes.lease_seconds,
         )
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
