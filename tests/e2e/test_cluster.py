@@ -411,7 +411,10 @@ def test_a_burst_of_pods_jobs_deployments_deletions_and_completions_never_binds_
     over, _ = tenant_with_pools(
         sim, tenants, lambda n: _spot_pools(n, nodes=2, product="a100"), gpu=over_quota
     )
-    mig_selector = {POOL_LABEL: main_pools[2].name, "nvidia.com/gpu.product": "a100-mig"}
+    # A pod that selects a pool itself brings the pool's tolerations too (labgate adds them only to
+    # pods it places).
+    mig = main_pools[2].tenant_pool()
+    mig_placement = {"nodeSelector": mig["nodeSelector"], "tolerations": mig["tolerations"]}
     calls: list[Callable[[], Any]] = []
     sizes = [1, 2, 4, 1, 3, 2, 4, 1, 2, 1, 8, 2]
     for i, n in enumerate(sizes):
@@ -419,12 +422,13 @@ def test_a_burst_of_pods_jobs_deployments_deletions_and_completions_never_binds_
     calls += [
         create(main, pod("od-0", 2, shard=0, on_demand=True)),
         create(main, pod("od-1", 2, shard=1, on_demand=True)),
-        create(main, pod("mig-0", 2, shard=0, resource="nvidia.com/mig-1g.10gb", nodeSelector=mig_selector)),
-        create(main, pod("mig-1", 3, shard=1, resource="nvidia.com/mig-1g.10gb", nodeSelector=mig_selector)),
+        create(main, pod("mig-0", 2, shard=0, resource="nvidia.com/mig-1g.10gb", **mig_placement)),
+        create(main, pod("mig-1", 3, shard=1, resource="nvidia.com/mig-1g.10gb", **mig_placement)),
         create(main, job("sweep", 1, parallelism=2, completions=6, shard=1, run_for="2s")),
         create(main, deployment("notebook", 1, replicas=2, shard=0)),
     ]
-    calls += [create(over, pod(f"o-{i}", 2, shard=i % 2, run_for="6s" if i < 2 else None)) for i in range(7)]
+    # 7 x 2 GPUs against a quota of 8: four in quota, three preemptible; all fit the pool.
+    calls += [create(over, pod(f"o-{i}", 2, shard=i % 2)) for i in range(7)]
     quotas = {main.name: main_quota, over.name: over_quota}
     with OvershootWatch(sim, quotas) as watch:
         first = burst(calls)
