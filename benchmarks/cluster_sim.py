@@ -35,11 +35,11 @@ import httpx
 import yaml
 
 from benchmarks.report import replace_section
+from devcluster.controlplane import LocalControlPlane
+from devcluster.nodes import RUN_FOR_ANNOTATION, NodePool, tenant_placement
+from devcluster.processes import ManagedProcess
+from devcluster.stack import LabgateStack, NodeSimulation
 from tests.cluster_truth import effective_gpu_request, holds_gpus, is_preemptible
-from webhook.devcluster.controlplane import LocalControlPlane
-from webhook.devcluster.nodes import RUN_FOR_ANNOTATION, NodePool, tenant_placement
-from webhook.devcluster.processes import ManagedProcess
-from webhook.devcluster.stack import LabgateStack, NodeSimulation
 
 IMAGE = "registry.lab.example/research/trainer:v1"
 GPUS_PER_NODE = 8
