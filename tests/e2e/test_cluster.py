@@ -34,7 +34,8 @@ from tests.cluster_truth import (
 )
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.quota]
+# The first test also starts the simulated cluster (scheduler, every controller, KWOK, two replicas).
+pytestmark = [pytest.mark.cluster, pytest.mark.quota, pytest.mark.timeout(300)]
 
 IMAGE = "registry.lab.example/research/trainer:v1"
 SHARD_LABEL = "labgate.io/e2e-shard"

@@ -79,6 +79,7 @@ def test_a_second_control_plane_runs_beside_and_stops_without_leftovers(
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(300)
 def test_the_make_run_demo_shows_an_accepted_and_two_refused_applies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
