@@ -469,13 +469,37 @@ def test_init_containers_and_sidecars_count_as_the_scheduler_binds_them(
     quota, and its reported usage says what the nodes hold."""
     quota = {"total": 8}
     team, _ = tenant_with_pools(sim, tenants, lambda n: _spot_pools(n, nodes=3), gpu=quota)
+    # Two namespaces: the tenant-wide quota is labgate's alone (each namespace's native ResourceQuota
+    # counts effective requests too, but only within its namespace).
+    other = f"{team.name}-b"
+    sim.admin_kubectl(
+        "patch",
+        "tenant",
+        team.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"namespaces": {"names": [team.name, other]}}}),
+    )
+    tenants.created.append(("namespace", other))
+    eventually(
+        lambda: sim.cluster_kubectl("get", "namespace", other).returncode == 0, what="second namespace"
+    )
+    eventually(
+        lambda: (
+            team.researcher.kubectl("auth", "can-i", "create", "pods", "-n", other).stdout.strip() == "yes"
+        ),
+        what="the researcher's RBAC in the second namespace",
+    )
+    second = TenantUnderTest(name=team.name, namespace=other, researcher=team.researcher, admin=team.admin)
     with OvershootWatch(sim, {team.name: quota}) as watch:
         # Effective 8: an init container of 8 GPUs before a 1-GPU trainer.
         assert create(team, pod("init-heavy", 1, init=[container("fetch", 8)]))()[0] == 0
         # Effective 4: a 2-GPU native sidecar beside a 2-GPU trainer.
         sidecar = pod("with-sidecar", 2, shard=1, init=[container("inference", 2, sidecar=True)])
-        burst([create(team, sidecar), *[create(team, pod(f"small-{i}", 1, shard=i % 2)) for i in range(8)]])
-        _wait_quiet(sim, [team.namespace])
+        burst(
+            [create(second, sidecar), *[create(second, pod(f"small-{i}", 1, shard=i % 2)) for i in range(8)]]
+        )
+        _wait_quiet(sim, [team.namespace, other])
     gpus = snapshot(sim).gpus().get(team.name, TenantGpus())
     assert watch.worst[team.name] == 0, (
         f"{gpus.bound_total} GPUs bound for tenant {team.name} (quota {quota['total']}): "
