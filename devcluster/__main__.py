@@ -1,4 +1,4 @@
-"""`python -m devcluster up [--demo]` / `python -m devcluster down`: the local control plane with
+"""`python -m devcluster up [--demo] [--nodes POOLS_FILE]` / `python -m devcluster down`: the local control plane with
 labgate installed, for `make run` and `make stop`. A development tool, run from a checkout; it is not
 part of the shipped package or the container image."""
 
@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from devcluster.demo import run_demo
+from devcluster.nodes import load_pools
 from devcluster.processes import recorded_pids, stop_recorded
-from devcluster.stack import LabgateStack
+from devcluster.stack import LabgateStack, NodeSimulation
 
 DEV_WORKDIR = Path(".labgate-dev")
 
@@ -29,9 +30,11 @@ def _up(args: argparse.Namespace) -> int:
     # so `make stop` then `make run` shows the same as the first run.
     shutil.rmtree(workdir / "etcd", ignore_errors=True)
     (workdir / "pids.json").unlink(missing_ok=True)
-    stack = LabgateStack(workdir, detached=True)
+    nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
+    stack = LabgateStack(workdir, detached=True, nodes=nodes)
     stack.start()
-    print(f"labgate: control plane, OPA and webhook ready in {stack.start_seconds:.1f}s")
+    with_nodes = "" if nodes is None else f", scheduler and {sum(p.nodes for p in nodes.pools)} KWOK nodes"
+    print(f"labgate: control plane, OPA, webhook{with_nodes} ready in {stack.start_seconds:.1f}s")
     if args.demo:
         run_demo(stack)
     print()
@@ -56,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workdir", default=str(DEV_WORKDIR), help="where state, logs and kubeconfigs go")
     up.add_argument(
         "--demo", action="store_true", help="create example tenants and show accepted/refused applies"
+    )
+    up.add_argument(
+        "--nodes",
+        metavar="POOLS_FILE",
+        help="also run kube-scheduler, every default controller and KWOK nodes from a pool description"
+        " file (e.g. devcluster/pools/lab.yaml)",
     )
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop what `up` started")

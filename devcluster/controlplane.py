@@ -1,4 +1,5 @@
-"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager and,
+when asked (`with_scheduler=True`, for clusters with simulated nodes), kube-scheduler.
 
     with LocalControlPlane(workdir) as cluster:
         cluster.kubeconfig_for("alice", groups=("team-a",))   # a researcher's kubeconfig
@@ -44,6 +45,10 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "job-controller",
 )
+# With nodes (devcluster.nodes), every controller a real cluster runs by default: Deployments,
+# ReplicaSets, StatefulSets, CronJobs, Jobs, the PV binder, resource claims, node lifecycle, ... so
+# that workloads create their pods through the webhook and the scheduler binds them, as in life.
+DEFAULT_CONTROLLERS = ("*",)
 
 ADMIN_USER = "labgate-admin"
 # The identity the apiserver presents to admission webhooks (its AdmissionConfiguration's
@@ -125,9 +130,24 @@ class ControlPlane(Protocol):
 class LocalControlPlane:
     """etcd + kube-apiserver + kube-controller-manager in `workdir`, on free loopback ports."""
 
-    def __init__(self, workdir: Path, *, detached: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        detached: bool = False,
+        with_scheduler: bool = False,
+        controllers: tuple[str, ...] = CONTROLLERS,
+        node_monitor_grace_seconds: int | None = None,
+    ):
+        """`with_scheduler` starts kube-scheduler too; `controllers` are kube-controller-manager's
+        (the few labgate needs by default: startup time matters to the tests without nodes).
+        `node_monitor_grace_seconds`: how long a node's Lease may go unrenewed before the node
+        controller marks it NotReady (raised with slow simulated Leases in large clusters)."""
+        self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.workdir = workdir
         self.detached = detached
+        self.with_scheduler = with_scheduler
+        self.controllers = controllers
         self.processes: list[ManagedProcess] = []
         self.apiserver_port = 0
         self._ca: KeyPair | None = None
@@ -185,7 +205,7 @@ class LocalControlPlane:
         try:
             etcd_port, etcd_peer_port = free_port(), free_port()
             self.apiserver_port = free_port()
-            controller_port = free_port()
+            controller_port, scheduler_port = free_port(), free_port()
             # A new CA and port each start: kubeconfigs of an earlier run would reach nothing.
             shutil.rmtree(self.workdir / "kubeconfigs", ignore_errors=True)
             self._write_pki(pki)
@@ -235,13 +255,7 @@ class LocalControlPlane:
             wait_until(
                 self._is_api_ready, what="kube-apiserver /readyz", timeout=timeout, watch=[etcd, apiserver]
             )
-            controller_kubeconfig = write_kubeconfig(
-                self.workdir / "kubeconfigs" / "kube-controller-manager.kubeconfig",
-                server=self.server,
-                ca_pem=self.ca_pem,
-                client=issue_client_cert(self._ca_or_raise(), user="system:kube-controller-manager"),
-                user="system:kube-controller-manager",
-            )
+            controller_kubeconfig = self._component_kubeconfig("system:kube-controller-manager")
             controllers = self._spawn(
                 "kube-controller-manager",
                 [
@@ -252,21 +266,45 @@ class LocalControlPlane:
                     "--bind-address=127.0.0.1",
                     f"--secure-port={controller_port}",
                     f"--cert-dir={self.workdir / 'controller-certs'}",
-                    f"--controllers={','.join(CONTROLLERS)}",
+                    f"--controllers={','.join(self.controllers)}",
                     f"--service-account-private-key-file={pki / 'sa.key'}",
                     f"--root-ca-file={pki / 'ca.crt'}",
                     "--use-service-account-credentials=true",
                     "--leader-elect=false",
                     "--concurrent-namespace-syncs=4",
+                    *(
+                        [f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s"]
+                        if self.node_monitor_grace_seconds
+                        else []
+                    ),
                     "--v=1",
                 ],
             )
+            watched = [controllers]
+            if self.with_scheduler:
+                scheduler_kubeconfig = self._component_kubeconfig("system:kube-scheduler")
+                watched.append(
+                    self._spawn(
+                        "kube-scheduler",
+                        [
+                            str(k8s.binary("kube-scheduler")),
+                            f"--kubeconfig={scheduler_kubeconfig}",
+                            f"--authentication-kubeconfig={scheduler_kubeconfig}",
+                            f"--authorization-kubeconfig={scheduler_kubeconfig}",
+                            "--bind-address=127.0.0.1",
+                            f"--secure-port={scheduler_port}",
+                            f"--cert-dir={self.workdir / 'scheduler-certs'}",
+                            "--leader-elect=false",
+                            "--v=1",
+                        ],
+                    )
+                )
             # The default ServiceAccount appearing proves the controller manager runs its controllers.
             wait_until(
                 self._has_default_service_account,
                 what="kube-controller-manager (default ServiceAccount)",
                 timeout=timeout,
-                watch=[controllers],
+                watch=watched,
             )
         except BaseException:
             self.stop()
@@ -284,6 +322,16 @@ class LocalControlPlane:
         if self._ca is None:
             raise RuntimeError("control plane not started")
         return self._ca
+
+    def _component_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig for a control-plane component, as its bootstrap RBAC expects it (CN=user)."""
+        return write_kubeconfig(
+            self.workdir / "kubeconfigs" / f"{user.removeprefix('system:')}.kubeconfig",
+            server=self.server,
+            ca_pem=self.ca_pem,
+            client=issue_client_cert(self._ca_or_raise(), user=user),
+            user=user,
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
         process = spawn(self.workdir, name, argv, detached=self.detached)

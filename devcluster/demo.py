@@ -1,26 +1,113 @@
 """What `make run` shows: example tenants provisioned by the reconciler, then a researcher's accepted
-and refused `kubectl apply`."""
+and refused `kubectl apply`; with simulated nodes, where the scheduler put her GPU pod and what
+`kubectl describe` says when her pool's capacity runs out."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
 from devcluster.kubectl import kubectl
+from devcluster.processes import wait_until
 from devcluster.stack import LabgateStack
 from devcluster.tools import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 
 
+def _show(result: subprocess.CompletedProcess[str]) -> None:
+    print((result.stdout + result.stderr).rstrip().replace(str(EXAMPLES), "examples"))
+    print(f"(exit code {result.returncode}: {'accepted' if result.returncode == 0 else 'refused'})")
+
+
+def _created_name(result: subprocess.CompletedProcess[str]) -> str:
+    # "pod/gpu-experiment-x7k2q created"
+    return result.stdout.split()[0].partition("/")[2]
+
+
+def _pod_status(stack: LabgateStack, namespace: str, name: str) -> dict[str, Any]:
+    pod = json.loads(stack.admin_kubectl("get", "pod", name, "-n", namespace, "-o", "json"))
+    return dict(pod.get("status") or {})
+
+
+def _describe_events(alice: Path, namespace: str, name: str) -> str:
+    described = kubectl(alice, "describe", "pod", name, "-n", namespace).stdout
+    lines = described.splitlines()
+    keep = [line for line in lines if line.startswith(("Name:", "Node:", "Status:", "Node-Selectors:"))]
+    events = lines[next((i for i, line in enumerate(lines) if line.startswith("Events:")), len(lines)) :]
+    return "\n".join([*keep, "...", *events])
+
+
+def _run_gpu_steps(stack: LabgateStack, alice: Path) -> None:
+    ns = "team-a"
+    print(
+        f"\n# alice runs a GPU experiment (8 GPUs, no node pool named):\n$ kubectl create -n {ns} -f examples/gpu-experiment-pod.yaml"
+    )
+    first = kubectl(alice, "create", "-n", ns, "-f", str(EXAMPLES / "gpu-experiment-pod.yaml"))
+    _show(first)
+    if first.returncode != 0:
+        return
+    name = _created_name(first)
+    wait_until(
+        lambda: _pod_status(stack, ns, name).get("phase") == "Running",
+        what=f"pod {name} Running",
+        timeout=60,
+    )
+    print(f"$ kubectl get pod {name} -n {ns} -o wide")
+    print(kubectl(alice, "get", "pod", name, "-n", ns, "-o", "wide").stdout.rstrip())
+
+    print("\n# alice runs a second one: within her quota, but her spot pool has no 8 GPUs left:")
+    print(f"$ kubectl create -n {ns} -f examples/gpu-experiment-pod.yaml")
+    second = kubectl(alice, "create", "-n", ns, "-f", str(EXAMPLES / "gpu-experiment-pod.yaml"))
+    _show(second)
+    if second.returncode != 0:
+        return
+    waiting = _created_name(second)
+
+    def is_unschedulable() -> bool:
+        conditions = _pod_status(stack, ns, waiting).get("conditions") or []
+        return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+    wait_until(is_unschedulable, what=f"pod {waiting} found unschedulable", timeout=60)
+    # The event follows the condition by a moment.
+    wait_until(
+        lambda: "FailedScheduling" in kubectl(alice, "describe", "pod", waiting, "-n", ns).stdout,
+        what=f"FailedScheduling event of {waiting}",
+        timeout=30,
+    )
+    print(f"$ kubectl describe pod {waiting} -n {ns}")
+    print(_describe_events(alice, ns, waiting))
+
+
 def run_demo(stack: LabgateStack) -> None:
-    """Create the example tenants, then show alice (team-a) applying three things."""
+    """Create the example tenants, then show alice (team-a) applying what researchers apply."""
     stack.admin_kubectl("apply", "-f", str(EXAMPLES / "tenants.yaml"))
     for tenant in ("team-a", "team-b"):
         stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"tenant/{tenant}")
     print("\nTenants team-a (alice is a researcher) and team-b are provisioned:")
     print(stack.admin_kubectl("get", "tenants").rstrip())
+    if stack.kwok is not None:
+        print("\nTheir node pools (simulated by KWOK; devcluster/pools/lab.yaml):")
+        print(
+            stack.admin_kubectl(
+                "get",
+                "nodes",
+                "-o",
+                "custom-columns=NAME:.metadata.name,POOL:.metadata.labels.labgate\\.io/node-pool,"
+                "MODEL:.metadata.labels.nvidia\\.com/gpu\\.product,GPUS:.status.allocatable.nvidia\\.com/gpu,"
+                "TAINTS:.spec.taints[*].key",
+            ).rstrip()
+        )
     alice = stack.kubeconfig_for("alice", ("team-a",))
+    print("\n# alice applies her first experiment, in her team's namespace:")
+    print(f"$ kubectl --kubeconfig {alice} apply -n team-a -f examples/experiment-pod.yaml")
+    _show(kubectl(alice, "apply", "-n", "team-a", "-f", str(EXAMPLES / "experiment-pod.yaml")))
+    if stack.kwok is not None:
+        _run_gpu_steps(stack, alice)
     steps = [
-        ("her first experiment, in her team's namespace", "team-a", "experiment-pod.yaml"),
-        ("a sweep that could never fit her team's 8 H100 GPUs", "team-a", "gpu-sweep-job.yaml"),
+        ("a sweep that could never fit her team's 16 H100 GPUs", "team-a", "gpu-sweep-job.yaml"),
         (
             "the same experiment in team-b's namespace (RBAC labgate provisioned)",
             "team-b",
@@ -30,6 +117,4 @@ def run_demo(stack: LabgateStack) -> None:
     for what, namespace, example in steps:
         print(f"\n# alice applies {what}:")
         print(f"$ kubectl --kubeconfig {alice} apply -n {namespace} -f examples/{example}")
-        result = kubectl(alice, "apply", "-n", namespace, "-f", str(EXAMPLES / example))
-        print((result.stdout + result.stderr).rstrip().replace(str(EXAMPLES), "examples"))
-        print(f"(exit code {result.returncode}: {'accepted' if result.returncode == 0 else 'refused'})")
+        _show(kubectl(alice, "apply", "-n", namespace, "-f", str(EXAMPLES / example)))

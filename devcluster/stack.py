@@ -1,5 +1,6 @@
 """The local control plane with labgate installed: CRDs, a real OPA server loaded with policies/,
-and the webhook (one or more replicas) registered with the apiserver over TLS on loopback."""
+and the webhook (one or more replicas) registered with the apiserver over TLS on loopback; with
+`nodes=`, also kube-scheduler, every default controller and KWOK's simulated GPU node pools."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import yaml
 
-from devcluster.controlplane import ControlPlane, LocalControlPlane
+from devcluster.controlplane import CONTROLLERS, DEFAULT_CONTROLLERS, ControlPlane, LocalControlPlane
 from devcluster.kubectl import kubectl
+from devcluster.nodes import KwokNodes, NodePool
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
 from labgate.core.certificates import issue_serving_cert, make_ca
@@ -50,6 +53,15 @@ def opa_argv(opa: str, *, port: int, policy_dir: Path | None = None, watch: bool
     ]
 
 
+@dataclass(frozen=True)
+class NodeSimulation:
+    """Simulated nodes for a stack: the pools to create at start (more can be added later through
+    `LabgateStack.kwok`), and KWOK's node Lease duration (longer for large clusters)."""
+
+    pools: list[NodePool] = field(default_factory=list)
+    lease_seconds: int | None = None
+
+
 class KubectlError(RuntimeError):
     """A kubectl command that labgate's own set-up needed failed."""
 
@@ -68,9 +80,12 @@ class LabgateStack:
         with_reconciler: bool = True,
         reconciler_lease_seconds: float = 15.0,
         policy_dir: Path = POLICY_DIR,
+        nodes: NodeSimulation | None = None,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
-        reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster)."""
+        reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster).
+        `nodes` adds kube-scheduler, every default controller and KWOK nodes (local processes only):
+        opt-in, since most tests need no node and startup time matters."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
@@ -78,7 +93,21 @@ class LabgateStack:
         self.with_reconciler = with_reconciler
         self.policy_dir = policy_dir
         self.reconciler_lease_seconds = reconciler_lease_seconds
-        self.cluster: ControlPlane = control_plane or LocalControlPlane(workdir, detached=detached)
+        self.nodes = nodes
+        self.kwok: KwokNodes | None = None
+        if nodes is not None and control_plane is not None:
+            raise ValueError("simulated nodes need the local control plane")
+        self.cluster: ControlPlane = control_plane or LocalControlPlane(
+            workdir,
+            detached=detached,
+            with_scheduler=nodes is not None,
+            controllers=DEFAULT_CONTROLLERS if nodes is not None else CONTROLLERS,
+            # KWOK renews a Lease every quarter of its duration, as a kubelet does; a node whose
+            # Lease is older than the grace period goes NotReady, so a slow Lease needs a long grace.
+            node_monitor_grace_seconds=None
+            if nodes is None or nodes.lease_seconds is None
+            else nodes.lease_seconds,
+        )
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
         self.webhook_urls: list[str] = []
@@ -135,6 +164,18 @@ class LabgateStack:
             self.register_webhook(self.webhook_urls[0])
             if self.with_reconciler:
                 self.start_reconciler()
+            if self.nodes is not None:
+                self.kwok = KwokNodes(
+                    self.workdir,
+                    self.admin_kubeconfig,
+                    detached=self.detached,
+                    lease_seconds=self.nodes.lease_seconds,
+                )
+                self.kwok.start()
+                if self.kwok.process is not None:
+                    self.processes.append(self.kwok.process)
+                if self.nodes.pools:
+                    self.kwok.add_pools(self.nodes.pools)
         except BaseException:
             self.stop()
             raise

@@ -67,7 +67,10 @@ class Tool:
 
     @property
     def is_built(self) -> bool:
-        return (self.directory / ".complete").is_file()
+        """build.sh finished it and every expected binary is there (as build.sh's own cache check)."""
+        return (self.directory / ".complete").is_file() and all(
+            (self.directory / "bin" / name).is_file() for name in self.binaries
+        )
 
     def binary(self, name: str | None = None) -> Path:
         """Path of one of the tool's binaries (the first when not named)."""

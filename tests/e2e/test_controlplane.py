@@ -13,7 +13,8 @@ import pytest
 from devcluster.controlplane import LocalControlPlane
 from devcluster.demo import run_demo
 from devcluster.kubectl import kubectl
-from devcluster.stack import LabgateStack
+from devcluster.nodes import POOLS_DIR, load_pools
+from devcluster.stack import LabgateStack, NodeSimulation
 from devcluster.tools import pinned_versions
 
 pytestmark = pytest.mark.controlplane
@@ -77,15 +78,28 @@ def test_a_second_control_plane_runs_beside_and_stops_without_leftovers(
     assert "namespace/kube-system" in stack.admin_kubectl("get", "namespaces", "-o", "name").split()
 
 
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
 def test_the_make_run_demo_shows_an_accepted_and_two_refused_applies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What the README's first command shows, on a stack of its own (the demo's tenants are named
-    like the policy samples'): alice's experiment is accepted, her sweep that could never fit is
-    refused by labgate with its rule and fix, and team-b's namespace is closed to her."""
-    with LabgateStack(tmp_path) as own:
+    """What the README's first command shows, on a stack of its own with the simulated node pools of
+    `make run` (the demo's tenants are named like the policy samples'): alice's experiment is
+    accepted, her GPU pod runs on a spot node of her pool, the next one waits for capacity and
+    `kubectl describe` says why, her sweep that could never fit is refused by labgate with its rule
+    and fix, and team-b's namespace is closed to her."""
+    with LabgateStack(tmp_path, nodes=NodeSimulation(pools=load_pools(POOLS_DIR / "lab.yaml"))) as own:
         run_demo(own)
     shown = capsys.readouterr().out
+    gpu_steps = shown.split("# alice runs ")[1:]
+    assert len(gpu_steps) == 2, shown
+    assert "labgate placed pod on spot pool" in gpu_steps[0], gpu_steps[0]
+    wide = gpu_steps[0].split("-o wide")[1]
+    assert "Running" in wide
+    assert "team-a-spot-0" in wide, wide
+    assert "Pending" in gpu_steps[1], gpu_steps[1]
+    assert "FailedScheduling" in gpu_steps[1], gpu_steps[1]
+    assert "Insufficient nvidia.com/gpu" in gpu_steps[1], gpu_steps[1]
     steps = shown.split("# alice applies ")[1:]
     assert len(steps) == 3, shown
     assert "pod/hello-experiment created" in steps[0], steps[0]
