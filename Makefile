@@ -25,8 +25,11 @@ test: setup lint policy-test  ## every test
 
 setup: venv tools
 
+# The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
+TEST_TOOLS := kubernetes etcd opa helm registry crane cosign-v2 cosign-v3 kwok
+
 tools:  ## build the pinned Go tools that are not cached yet
-	toolchain/build.sh
+	toolchain/build.sh $(TEST_TOOLS)
 
 venv: $(VENV)/.installed
 
