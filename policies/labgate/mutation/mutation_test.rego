@@ -87,6 +87,26 @@ test_gpu_pod_is_placed_on_the_first_spot_pool if {
 	is_idempotent(input_doc)
 }
 
+test_a_pod_with_gpus_in_an_init_container_only_is_placed_and_given_the_model if {
+	input_doc := pod_input("speech", testdata.sam, {
+		"automountServiceAccountToken": false,
+		"priorityClassName": "urgent",
+		"containers": [testdata.main_container],
+		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu": "2"})],
+	})
+	mutate(input_doc) == {
+		"patch": [
+			{"op": "add", "path": "/spec/nodeSelector", "value": {"cloud.example/pool": "speech-a100-spot", "nvidia.com/gpu.product": "a100"}},
+			{"op": "add", "path": "/spec/tolerations", "value": [testdata.pool_toleration("speech"), testdata.spot_toleration]},
+		],
+		"warnings": [
+			`labgate placed pod on spot pool "a100-spot"`,
+			`labgate selected GPU model "a100" (nvidia.com/gpu.product) for pod`,
+		],
+	}
+	is_idempotent(input_doc)
+}
+
 test_missing_tolerations_are_appended if {
 	input_doc := pod_input("vision", testdata.vera, {
 		"serviceAccountName": "operator",

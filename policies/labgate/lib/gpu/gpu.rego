@@ -2,26 +2,47 @@
 # title: GPU demand and node pools
 # description: |
 #   What a pod spec asks of GPUs and where a tenant's GPU pods may run; shared by rules.gpu_quota,
-#   rules.placement and the mutation package. A pod's demand is the sum over its containers (not its
-#   initContainers, which run before them and release what they held) of limits[r], or requests[r]
-#   when there is no limit, for r in config gpu_resources (whole GPUs, of the model the pod's
-#   nodeSelector[gpu_model_label] names, else "unspecified") plus MIG resources (config
-#   mig_resource_prefix), each its own model: "nvidia.com/mig-1g.10gb" is model "mig-1g.10gb".
+#   rules.placement and the mutation package.
+#
+#   A pod's demand is what the scheduler reserves for it: Kubernetes' effective request, per resource
+#   r counted as GPUs (config gpu_resources, and MIG resources starting with mig_resource_prefix):
+#     max(sum over containers and native sidecars (initContainers with restartPolicy Always),
+#         max over each plain init container i of (i + the sidecars started before it))
+#     + spec.overhead[r]
+#   where a container asks limits[r], or requests[r] when there is no limit (for extended resources
+#   the apiserver requires both to be equal). Whole GPUs are of the model the pod's
+#   nodeSelector[gpu_model_label] names, else "unspecified"; a MIG resource is its own model:
+#   "nvidia.com/mig-1g.10gb" is model "mig-1g.10gb". by_model counts units of each model; the total
+#   counts each unit times its weight (config gpu_resource_weights, 1 when unset).
+#   GPUs asked through Dynamic Resource Allocation (spec.resourceClaims) count too: the claims the
+#   webhook gathered (input.resource_claims) name device classes that config dra_device_classes maps
+#   to a model; see claim_asks and claim_problems.
 package labgate.lib.gpu
 
 import data.labgate.lib.tenancy
 
-gpu_resources := {r | some r in data.labgate.config.gpu_resources}
+_config := data.labgate.config
 
-mig_resource_prefix := data.labgate.config.mig_resource_prefix
+gpu_resources := {r | some r in _config.gpu_resources}
 
-model_label := data.labgate.config.gpu_model_label
+mig_resource_prefix := _config.mig_resource_prefix
 
-node_pool_label := data.labgate.config.node_pool_label
+model_label := _config.gpu_model_label
 
-capacity_annotation := data.labgate.config.capacity_annotation
+node_pool_label := _config.node_pool_label
+
+capacity_annotation := _config.capacity_annotation
 
 unspecified_model := "unspecified"
+
+# Resource domains of GPU vendors: a resource of one of these domains (or a subdomain) that labgate
+# neither counts nor lists as a companion is refused rather than ignored (gpu-resource-unknown).
+vendor_domains := {d | some d in object.get(_config, "gpu_vendor_domains", [])}
+
+# Resources of a vendor domain that are not GPUs and are not counted (Intel's millicores, ...).
+companion_resources := {r | some r in object.get(_config, "gpu_companion_resources", [])}
+
+_weights := object.get(_config, "gpu_resource_weights", {})
 
 # "nvidia.com/" for "nvidia.com/mig-": what is cut from a MIG resource to name its model.
 _mig_domain := concat("", [concat("/", array.slice(parts, 0, count(parts) - 1)), "/"]) if {
@@ -33,6 +54,33 @@ is_mig_resource(resource) if {
 	mig_resource_prefix != ""
 	startswith(resource, mig_resource_prefix)
 }
+
+is_gpu_resource(resource) if resource in gpu_resources
+
+is_gpu_resource(resource) if is_mig_resource(resource)
+
+# What one unit of a resource counts against the tenant's total: gpu_resource_weights[resource], or
+# the entry for the MIG prefix, else 1.
+weight(resource) := w if {
+	w := _weights[resource]
+} else := w if {
+	is_mig_resource(resource)
+	w := _weights[mig_resource_prefix]
+} else := 1
+
+# A resource of a GPU vendor's domain that labgate does not count and does not list as a companion.
+is_unknown_vendor_resource(resource) if {
+	not is_gpu_resource(resource)
+	not resource in companion_resources
+	contains(resource, "/")
+	domain := split(resource, "/")[0]
+	some vendor in vendor_domains
+	_in_domain(domain, vendor)
+}
+
+_in_domain(domain, domain)
+
+_in_domain(domain, vendor) if endswith(domain, concat("", [".", vendor]))
 
 # "mig-1g.10gb" for "nvidia.com/mig-1g.10gb".
 mig_model(resource) := trim_prefix(resource, _mig_domain)
@@ -64,22 +112,183 @@ _model(_, resource) := mig_model(resource) if is_mig_resource(resource)
 
 _model(spec, resource) := whole_gpu_model(spec) if resource in gpu_resources
 
-# Every GPU ask of a pod spec: {"field", "resource", "model", "count"}, in container order. A limit
-# wins over the request for the same resource.
-asks(spec) := [{"field": sprintf("containers[%d].resources", [i]), "resource": resource, "model": model, "count": n} |
-	some i, container in _array(object.get(spec, "containers", []))
-	resources := _object(object.get(container, "resources", {}))
-	asked := object.union(_object(object.get(resources, "requests", {})), _object(object.get(resources, "limits", {})))
-	some resource, quantity in asked
-	model := _model(spec, resource)
-	n := _amount(quantity)
+# --- the effective request (Kubernetes' PodRequests) ---
+
+# What a container asks, resource -> quantity: a limit wins over the request for the same resource.
+_asked(container) := object.union(
+	_object(object.get(_object(object.get(container, "resources", {})), "requests", {})),
+	_object(object.get(_object(object.get(container, "resources", {})), "limits", {})),
+)
+
+_quantity(container, resource) := n if {
+	n := _amount(_asked(container)[resource])
+} else := 0
+
+_containers(spec) := _array(object.get(spec, "containers", []))
+
+_init_containers(spec) := _array(object.get(spec, "initContainers", []))
+
+# A native sidecar: an init container that keeps running beside the app containers.
+is_sidecar(container) if object.get(container, "restartPolicy", "") == "Always"
+
+# The counted resources a pod spec names anywhere (containers, init containers, overhead).
+_spec_resources(spec) := {r |
+	some container in array.concat(_containers(spec), _init_containers(spec))
+	some r, _ in _asked(container)
+	is_gpu_resource(r)
+} | {r |
+	some r, _ in _object(object.get(spec, "overhead", {}))
+	is_gpu_resource(r)
+}
+
+# Containers and every sidecar run together.
+_running(spec, resource) := sum(array.concat(
+	[_quantity(c, resource) | some c in _containers(spec)],
+	[_quantity(c, resource) | some c in _init_containers(spec); is_sidecar(c)],
+))
+
+# While plain init container i runs, the sidecars before it run too.
+_init_peak(spec, resource) := max(array.concat([0], [n |
+	some i, c in _init_containers(spec)
+	not is_sidecar(c)
+	n := _quantity(c, resource) + _sidecars_before(spec, i, resource)
+]))
+
+_sidecars_before(spec, i, resource) := sum([_quantity(c, resource) |
+	some j, c in _init_containers(spec)
+	j < i
+	is_sidecar(c)
+])
+
+_overhead(spec, resource) := n if {
+	n := _amount(_object(object.get(spec, "overhead", {}))[resource])
+} else := 0
+
+# The scheduler's request of a pod spec for one resource.
+effective_request(spec, resource) := max([_running(spec, resource), _init_peak(spec, resource)]) + _overhead(spec, resource)
+
+# Every GPU ask of a pod spec's containers: {"resource", "model", "count", "gpus"} per counted
+# resource, sorted by resource; count is the effective request, gpus what it weighs on the total.
+asks(spec) := [{"resource": r, "model": _model(spec, r), "count": n, "gpus": n * weight(r)} |
+	some r in sort(_spec_resources(spec))
+	n := effective_request(spec, r)
 	n > 0
 ]
 
-# {"total": n, "by_model": {model: n}}; {"total": 0, "by_model": {}} for a pod without GPUs.
-demand(spec) := _demand_of(asks(spec))
+# Resources of a GPU vendor's domain that labgate does not count, where a pod spec names them:
+# [{"field", "resource", "count"}].
+unknown_resources(spec) := array.concat(
+	[{"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r)} |
+		some group in ["initContainers", "containers"]
+		some i, c in _array(object.get(spec, group, []))
+		some r, _ in _asked(c)
+		is_unknown_vendor_resource(r)
+	],
+	[{"field": "overhead", "resource": r, "count": _amount(q)} |
+		some r, q in _object(object.get(spec, "overhead", {}))
+		is_unknown_vendor_resource(r)
+	],
+)
 
-_demand_of(list) := {"total": sum([a.count | some a in list]), "by_model": {model: sum([a.count |
+# --- Dynamic Resource Allocation ---
+
+_dra_classes := _object(object.get(_config, "dra_device_classes", {}))
+
+_dra_other_classes := {c | some c in object.get(_config, "dra_other_device_classes", [])}
+
+# The GPU device classes labgate counts, for messages.
+dra_gpu_classes := object.keys(_dra_classes)
+
+# The model a GPU device class counts as: its mapped model, or "" (the pod's whole-GPU model).
+_class_model(spec, class) := model if {
+	model := object.get(_dra_classes[class], "model", "")
+	model != ""
+} else := whole_gpu_model(spec)
+
+_class_weight(class) := object.get(_dra_classes[class], "weight", 1)
+
+# Where each of a pod spec's claims comes from: {"field", "kind", "name", "key"}.
+claim_refs(spec) := [{"field": sprintf("resourceClaims[%d]", [i]), "kind": kind, "name": name, "key": concat("/", [kind, name])} |
+	some i, ref in _array(object.get(spec, "resourceClaims", []))
+	[kind, name] := _claim_source(ref)
+]
+
+_claim_source(ref) := ["ResourceClaim", ref.resourceClaimName] if {
+	is_string(ref.resourceClaimName)
+} else := ["ResourceClaimTemplate", ref.resourceClaimTemplateName] if {
+	is_string(ref.resourceClaimTemplateName)
+} else := ["ResourceClaim", ""]
+
+# A ResourceClaimSpec's device requests, each as its alternatives: [{"class", "mode", "count"}]
+# (exactly: one; firstAvailable: each subrequest; older flat requests: the request itself).
+device_requests(claim_spec) := [{"field": sprintf("spec.devices.requests[%d]", [i]), "alternatives": _alternatives(request)} |
+	some i, request in _array(object.get(_object(claim_spec), ["devices", "requests"], []))
+]
+
+_alternatives(request) := [_alternative(request.exactly)] if {
+	is_object(request.exactly)
+} else := [_alternative(sub) | some sub in request.firstAvailable] if {
+	is_array(request.firstAvailable)
+} else := [_alternative(request)]
+
+_alternative(request) := {
+	"class": object.get(request, "deviceClassName", ""),
+	"mode": object.get(request, "allocationMode", "ExactCount"),
+	"count": object.get(request, "count", 1),
+}
+
+# Why labgate cannot count a device request, if it cannot (text; undefined when it can).
+request_problem(request) := sprintf("asks device class %q, which labgate neither counts as GPUs nor allows", [unknown[0]]) if {
+	unknown := [alt.class | some alt in request.alternatives; not alt.class in _dra_other_classes; not _dra_classes[alt.class]]
+	count(unknown) > 0
+} else := sprintf("asks every device of class %q (allocationMode All), a number labgate cannot count", [all_devices[0]]) if {
+	all_devices := [alt.class | some alt in request.alternatives; _dra_classes[alt.class]; alt.mode == "All"]
+	count(all_devices) > 0
+} else := "offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the scheduler picks one" if {
+	count({object.get(_dra_classes[alt.class], "model", "") | some alt in request.alternatives; _dra_classes[alt.class]}) > 1
+}
+
+# What a device request asks of GPUs (the largest of its GPU alternatives), when it asks any.
+_request_asks(spec, request) := [{"resource": concat(" ", ["DRA", class]), "model": _class_model(spec, class), "count": n, "gpus": n * _class_weight(class)} |
+	not request_problem(request)
+	gpu_alternatives := [alt | some alt in request.alternatives; _dra_classes[alt.class]]
+	count(gpu_alternatives) > 0
+	n := max([alt.count | some alt in gpu_alternatives])
+	class := [alt.class | some alt in gpu_alternatives; alt.count == n][0]
+]
+
+# The claims the webhook gathered for the request, by "<kind>/<name>": {"found": true, "spec": <a
+# ResourceClaimSpec>} or {"found": false, "reason": text}.
+_gathered := _object(object.get(input, "resource_claims", {}))
+
+# GPUs a pod spec asks through its claims (each claim the pod references counts for this pod: a
+# claim shared by several pods is counted once per pod, which errs towards refusing).
+claim_asks(spec) := [ask |
+	some ref in claim_refs(spec)
+	claim := _gathered[ref.key]
+	claim.found == true
+	some request in device_requests(claim.spec)
+	some ask in _request_asks(spec, request)
+]
+
+# Why a pod spec's claims cannot be counted: [{"field", "text"}].
+claim_problems(spec) := [{"field": ref.field, "text": text} |
+	some ref in claim_refs(spec)
+	some text in _ref_problems(ref)
+]
+
+_ref_problems(ref) := [sprintf("names %s %q, which labgate could not read (%s)", [ref.kind, ref.name, reason])] if {
+	not _gathered[ref.key].found == true
+	reason := object.get(_gathered, [ref.key, "reason"], "not gathered")
+} else := [sprintf("names %s %q, whose %s %s", [ref.kind, ref.name, request.field, problem]) |
+	some request in device_requests(_gathered[ref.key].spec)
+	problem := request_problem(request)
+]
+
+# {"total": n, "by_model": {model: n}}; {"total": 0, "by_model": {}} for a pod without GPUs.
+demand(spec) := _demand_of(array.concat(asks(spec), claim_asks(spec)))
+
+_demand_of(list) := {"total": sum([a.gpus | some a in list]), "by_model": {model: sum([a.count |
 	some a in list
 	a.model == model
 ]) |
@@ -88,14 +297,16 @@ _demand_of(list) := {"total": sum([a.count | some a in list]), "by_model": {mode
 }}
 
 # The asks and demand of each of the request's pod templates, by path: computed once per query.
-template_asks[template.path] := asks(template.spec) if some template in input.pod_templates
+template_asks[template.path] := array.concat(asks(template.spec), claim_asks(template.spec)) if some template in input.pod_templates
 
 template_demand[path] := _demand_of(list) if some path, list in template_asks
 
 # "8 nvidia.com/gpu (h100), 1 nvidia.com/mig-1g.10gb" for messages: per resource and model.
-describe_asks(spec) := concat(", ", [text |
-	some key in sort({[a.resource, a.model] | some a in asks(spec)})
-	n := sum([a.count | some a in asks(spec); [a.resource, a.model] == key])
+describe_asks(spec) := describe(array.concat(asks(spec), claim_asks(spec)))
+
+describe(list) := concat(", ", [text |
+	some key in sort({[a.resource, a.model] | some a in list})
+	n := sum([a.count | some a in list; [a.resource, a.model] == key])
 	text := sprintf("%v %s%s", [n, key[0], _model_note(key[0], key[1])])
 ])
 

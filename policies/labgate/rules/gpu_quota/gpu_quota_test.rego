@@ -300,3 +300,177 @@ test_an_updated_job_is_not_announced if {
 	update := json.patch(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}), [{"op": "replace", "path": "/request/operation", "value": "UPDATE"}])
 	count(violations(update)) == 0
 }
+
+# --- every container counts: init containers and native sidecars ---
+
+_with_init(spec, container) := object.union(spec, {"initContainers": [container]})
+
+_sidecar(limits) := object.union(testdata.gpu_container("proxy", limits), {"restartPolicy": "Always"})
+
+test_gpus_in_an_init_container_count_against_the_quota if {
+	pod := testdata.pod("warm", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.main_container],
+		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu": "8"})],
+	})
+	violations(pod_input("vision", testdata.vera, pod, {"total": 4, "by_model": {"h100": 4}})) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "warm" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 4 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
+	}}
+	small := json.patch(pod, [{"op": "replace", "path": "/spec/initContainers/0/resources/limits/nvidia.com~1gpu", "value": "4"}])
+	count(violations(pod_input("vision", testdata.vera, small, {"total": 4, "by_model": {"h100": 4}}))) == 0
+}
+
+test_gpus_in_a_native_sidecar_add_to_the_app_containers if {
+	pod := testdata.pod("side", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})],
+		"initContainers": [_sidecar({"nvidia.com/gpu": "4"})],
+	})
+	violations(pod_input("vision", testdata.vera, pod, {"total": 1, "by_model": {"h100": 1}})) == {{
+		"rule": "gpu-quota",
+		"field": "spec.containers",
+		"message": `[gpu-quota] Pod "side" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 1 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
+	}}
+	d := gpu_quota.demand with input as pod_input("vision", testdata.vera, pod, {})
+		with data.inventory as testdata.gpu_inventory
+	d == {"total": 8, "by_model": {"h100": 8}}
+}
+
+test_a_job_whose_init_container_can_never_fit_is_refused if {
+	job := testdata.job("sweep", 2, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.main_container],
+		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu": "8"})],
+	})
+	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, job))] == [`[gpu-quota-unfit] Job "sweep" runs 2 pods × 8 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+}
+
+test_an_unlisted_model_in_a_sidecar_is_refused if {
+	pod := testdata.pod("side", {
+		"nodeSelector": {"nvidia.com/gpu.product": "b200"},
+		"containers": [testdata.main_container],
+		"initContainers": [_sidecar({"nvidia.com/gpu": "1"})],
+	})
+	[v.message | some v in violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))] == [`[gpu-model-unknown] Pod "side" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`]
+}
+
+test_other_vendors_gpus_count_against_the_quota if {
+	pod := testdata.pod("amd", {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"amd.com/gpu": "4"})],
+	})
+	[v.message | some v in violations(pod_input("speech", testdata.sam, pod, {"total": 6, "by_model": {"a100": 6}}))] == [`[gpu-quota] Pod "amd" asks 4 amd.com/gpu (a100); tenant "speech" uses 6 of 8 GPUs (a100: 6 of 8). Fix: lower the request or wait for running pods to finish`]
+	count(violations(pod_input("speech", testdata.sam, pod, {"total": 4, "by_model": {"a100": 4}}))) == 0
+}
+
+# --- gpu-resource-unknown ---
+
+test_an_unknown_resource_of_a_gpu_vendor_is_refused if {
+	pod := testdata.pod("fake", {
+		"containers": [testdata.main_container],
+		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu.fake": "2"})],
+	})
+	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
+		"rule": "gpu-resource-unknown",
+		"field": "spec.initContainers[0].resources",
+		"message": `[gpu-resource-unknown] Pod "fake" spec.initContainers[0].resources asks 2 nvidia.com/gpu.fake, a resource of a GPU vendor that labgate does not count. Fix: ask one it counts (amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe, nvidia.com/gpu, nvidia.com/gpu.shared), or ask the infra team to add "nvidia.com/gpu.fake" to gpu_resources (or gpu_companion_resources) in labgate's policy config`,
+	}}
+}
+
+test_companions_and_other_domains_are_not_refused if {
+	pod := testdata.pod("fine", {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "example.com/fpga": "1"})],
+	})
+	count(violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))) == 0
+}
+
+test_unknown_vendor_resources_in_a_deployment_update_are_refused if {
+	deployment := testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.gpu_container("main", {"amd.com/gpu-partition": "1"})]})
+	input_doc := json.patch(testdata.workload_input("Deployment", "speech", testdata.sam, deployment), [
+		{"op": "replace", "path": "/request/operation", "value": "UPDATE"},
+		{"op": "add", "path": "/request/oldObject", "value": testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.main_container]})},
+	])
+	[v.rule | some v in violations(input_doc)] == ["gpu-resource-unknown"]
+}
+
+# --- gpu-dra-unsupported ---
+
+_claim(requests) := {"found": true, "spec": {"devices": {"requests": requests}}}
+
+_claims := {
+	"ResourceClaimTemplate/two": _claim([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]),
+	"ResourceClaimTemplate/mig": _claim([{"name": "g", "exactly": {"deviceClassName": "mig.nvidia.com"}}]),
+	"ResourceClaimTemplate/gone": {"found": false, "reason": `it does not exist in namespace "speech"`},
+}
+
+_dra_pod(template) := testdata.pod("dra", {
+	"containers": [object.union(testdata.main_container, {"resources": {"claims": [{"name": "gpus"}]}})],
+	"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+})
+
+_dra_input(template, usage) := object.union(pod_input("speech", testdata.sam, _dra_pod(template), usage), {"resource_claims": _claims})
+
+test_gpus_claimed_through_dra_count_against_the_quota if {
+	count(violations(_dra_input("two", {"total": 6, "by_model": {"a100": 6}}))) == 0
+	d := gpu_quota.demand with input as _dra_input("two", {})
+		with data.inventory as testdata.gpu_inventory
+	d == {"total": 2, "by_model": {"unspecified": 2}}
+	[v.message | some v in violations(_dra_input("two", {"total": 7, "by_model": {"a100": 7}}))] == [`[gpu-quota] Pod "dra" asks 2 DRA gpu.nvidia.com (model unspecified); tenant "speech" uses 7 of 8 GPUs. Fix: lower the request or wait for running pods to finish`]
+}
+
+test_a_claim_of_an_unmapped_device_class_is_refused if {
+	violations(_dra_input("mig", {})) == {{
+		"rule": "gpu-dra-unsupported",
+		"field": "spec.resourceClaims[0]",
+		"message": `[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor allows, so its GPUs cannot be counted against the quota. Fix: create the claim first, with an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"); or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`,
+	}}
+}
+
+test_a_claim_that_cannot_be_read_is_refused if {
+	[v.message | some v in violations(_dra_input("gone", {}))] == [`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the quota. Fix: create the claim first, with an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"); or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`]
+}
+
+_claim_object_input(kind, operation, obj) := {"request": {
+	"uid": "u",
+	"operation": operation,
+	"kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},
+	"resource": {"group": "resource.k8s.io", "version": "v1", "resource": lower(concat("", [kind, "s"]))},
+	"namespace": "speech",
+	"name": obj.metadata.name,
+	"userInfo": testdata.sam,
+	"object": obj,
+}}
+
+_template_object(name, class, mode) := {
+	"apiVersion": "resource.k8s.io/v1",
+	"kind": "ResourceClaimTemplate",
+	"metadata": {"name": name},
+	"spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": class, "allocationMode": mode}}]}}},
+}
+
+test_claim_templates_of_counted_classes_are_allowed if {
+	count(violations(_claim_object_input("ResourceClaimTemplate", "CREATE", _template_object("t", "gpu.nvidia.com", "ExactCount")))) == 0
+}
+
+test_claim_templates_asking_every_gpu_are_refused if {
+	violations(_claim_object_input("ResourceClaimTemplate", "CREATE", _template_object("t", "gpu.nvidia.com", "All"))) == {{
+		"rule": "gpu-dra-unsupported",
+		"field": "spec.spec.devices.requests[0]",
+		"message": `[gpu-dra-unsupported] ResourceClaimTemplate "t" spec.spec.devices.requests[0] asks every device of class "gpu.nvidia.com" (allocationMode All), a number labgate cannot count, so pods using it could not be counted against the GPU quota. Fix: ask an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`,
+	}}
+}
+
+test_claims_of_unknown_classes_are_refused if {
+	claim := {
+		"apiVersion": "resource.k8s.io/v1",
+		"kind": "ResourceClaim",
+		"metadata": {"name": "c"},
+		"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+	}
+	[v.field | some v in violations(_claim_object_input("ResourceClaim", "CREATE", claim))] == ["spec.devices.requests[0]"]
+	[v.field | some v in violations(_claim_object_input("ResourceClaim", "UPDATE", claim))] == ["spec.devices.requests[0]"]
+	count(violations(json.patch(_claim_object_input("ResourceClaim", "CREATE", claim), [{"op": "replace", "path": "/request/userInfo", "value": testdata.job_controller}]))) == 0
+}

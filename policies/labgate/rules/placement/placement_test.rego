@@ -149,3 +149,32 @@ test_the_platform_changing_a_running_pod_is_not_checked if {
 	count(placement.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", pod)}
 		with data.inventory as testdata.gpu_inventory
 }
+
+# --- GPUs from any container: init containers, sidecars, claims ---
+
+_gpus_elsewhere(selector) := testdata.pod("train-1", {
+	"nodeSelector": object.union({"nvidia.com/gpu.product": "h100"}, selector),
+	"containers": [testdata.main_container],
+	"initContainers": [object.union(testdata.gpu_container("proxy", {"nvidia.com/gpu": "1"}), {"restartPolicy": "Always"})],
+})
+
+test_a_pod_with_gpus_in_a_sidecar_only_is_placed_like_any_gpu_pod if {
+	violations("vision", testdata.vera, _gpus_elsewhere({"labgate.io/node-pool": "a100-ondemand"})) == {{
+		"rule": "placement-pool",
+		"field": "spec.nodeSelector",
+		"message": `[placement-pool] Pod "train-1" spec.nodeSelector asks labgate.io/node-pool="a100-ondemand", which is not a node pool of tenant "vision" (its pools: "h100-reserved", "h100-spot"). Fix: select one of those pools, or remove the selector and labgate places the pod`,
+	}}
+	count(violations("vision", testdata.vera, _gpus_elsewhere({"labgate.io/node-pool": "h100-spot"}))) == 0
+}
+
+test_a_pod_with_gpus_through_a_claim_only_is_placed_like_any_gpu_pod if {
+	pod := testdata.pod("train-1", {
+		"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"},
+		"containers": [testdata.main_container],
+		"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "one"}],
+	})
+	claims := {"ResourceClaimTemplate/one": {"found": true, "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}
+	v := placement.violation with input as object.union(testdata.workload_input("Pod", "vision", testdata.vera, pod), {"resource_claims": claims})
+		with data.inventory as testdata.gpu_inventory
+	[x.rule | some x in v] == ["placement-pool"]
+}
