@@ -90,6 +90,12 @@ def shared_cluster_roles() -> list[Manifest]:
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ_VERBS},
         # labgate audit's findings about their namespaces (wgpolicyk8s.io PolicyReports, read only).
         {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": _READ_VERBS},
+        # GPUs through Dynamic Resource Allocation: labgate judges the claims and counts them.
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "verbs": _WORKLOAD_VERBS,
+        },
         *_TRAINING_RESOURCES,
     ]
     admin_rules = [

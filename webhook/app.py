@@ -29,6 +29,7 @@ from labgate.core.metrics import (
     POLICY_ENGINE_ERRORS,
 )
 from webhook.admission import request_too_large_response
+from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
@@ -325,6 +326,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 facts_age=lambda: max(part.age() for part in parts),
                 facts_max_age=resolved.facts_max_age_seconds,
                 volumes=PersistentVolumes(kube),
+                claims=ClaimFacts(kube),
             )
             FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
         else:

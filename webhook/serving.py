@@ -91,6 +91,12 @@ class LedgerAccess(Protocol):
     def write(self, ledger: Ledger) -> Ledger: ...
 
 
+class ClaimSource(Protocol):
+    async def for_templates(
+        self, namespace: str, pod_templates: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]: ...
+
+
 class SecretFacts(Protocol):
     @property
     def is_synced(self) -> bool: ...
@@ -195,10 +201,13 @@ class AdmissionServer:
         facts_age: Callable[[], float] | None = None,
         facts_max_age: float = float("inf"),
         volumes: VolumeFacts | None = None,
+        claims: ClaimSource | None = None,
     ):
         """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
-        past `facts_max_age` every request is refused with [facts-stale]."""
+        past `facts_max_age` every request is refused with [facts-stale]. `claims` reads the DRA
+        claims a request's pod templates name."""
         self.volumes = volumes
+        self.claims = claims
         self.workload_kinds = workload_kinds
         self.reservation_seconds = reservation_seconds
         self.facts_age = facts_age
@@ -252,6 +261,11 @@ class AdmissionServer:
             # at apply time about a workload's pods that will wait for GPUs.
             excluding = reservation_key(request) if _is_pod_create(request) else None
             policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=excluding).model_dump()
+        if tenant and request.namespace and self.claims is not None and policy_input["pod_templates"]:
+            # Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them.
+            claims = await self.claims.for_templates(request.namespace, policy_input["pod_templates"])
+            if claims:
+                policy_input["resource_claims"] = claims
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:

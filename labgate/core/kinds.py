@@ -66,6 +66,10 @@ LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
 TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
 # wgpolicyk8s.io PolicyReport (CRD in the chart): `labgate audit --write-reports` keeps one per namespace.
 POLICY_REPORT = Kind("PolicyReport", "wgpolicyk8s.io", "v1alpha2", "policyreports", is_namespaced=True)
+RESOURCE_CLAIM = Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", is_namespaced=True)
+RESOURCE_CLAIM_TEMPLATE = Kind(
+    "ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", is_namespaced=True
+)
 
 KINDS_BY_API = {
     (k.api_version, k.kind): k

@@ -571,6 +571,8 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "secrets", "watch"),
         ("", "serviceaccounts", "get"),  # their imagePullSecrets
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
+        ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
+        ("resource.k8s.io", "resourceclaimtemplates", "get"),
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
