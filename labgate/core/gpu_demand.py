@@ -34,9 +34,7 @@ from labgate.core.gpu_ledger import GpuAmount
 UNSPECIFIED_MODEL = "unspecified"
 
 # The policy config read by OPA as data.labgate.config; the Python side reads the GPU keys only.
-DEFAULT_POLICY_CONFIG = (
-    Path(__file__).resolve().parent.parent / "policies" / "labgate" / "config" / "data.json"
-)
+DEFAULT_POLICY_CONFIG = Path(__file__).resolve().parents[2] / "policies" / "labgate" / "config" / "data.json"
 
 
 class DraDeviceClass(BaseModel):
