@@ -72,7 +72,7 @@ class ClaimFacts:
             return missing_fact(f"reading it failed: {type(err).__name__}")
         if obj is None:
             return missing_fact(
-                f"it does not exist in namespace {namespace!r}, or the cluster does not serve "
+                f'it does not exist in namespace "{namespace}", or the cluster does not serve '
                 f"{_KINDS[kind].api_version}"
             )
         return claim_fact(kind, obj)

@@ -316,7 +316,7 @@ def test_the_claims_a_pod_names_are_read_in_its_namespace() -> None:
         "ResourceClaim/c": {"found": True, "spec": claim_spec},
         "ResourceClaim/gone": {
             "found": False,
-            "reason": "it does not exist in namespace 'vision', or the cluster does not serve resource.k8s.io/v1",
+            "reason": 'it does not exist in namespace "vision", or the cluster does not serve resource.k8s.io/v1',
         },
         "ResourceClaim/secret": {"found": False, "reason": "the API answered 403 Forbidden"},
     }

@@ -398,7 +398,7 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
-_dra_fix := sprintf("create the claim first, with an exact count of devices of a GPU device class labgate counts (%s); or ask the infra team to map the device class (dra_device_classes in labgate's policy config)", [_class_list])
+_dra_fix := sprintf("name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts (%s), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)", [_class_list])
 
 # --- ResourceClaims and ResourceClaimTemplates written in tenant namespaces ---
 

@@ -425,12 +425,12 @@ test_a_claim_of_an_unmapped_device_class_is_refused if {
 	violations(_dra_input("mig", {})) == {{
 		"rule": "gpu-dra-unsupported",
 		"field": "spec.resourceClaims[0]",
-		"message": `[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor allows, so its GPUs cannot be counted against the quota. Fix: create the claim first, with an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"); or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`,
+		"message": `[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor allows, so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`,
 	}}
 }
 
 test_a_claim_that_cannot_be_read_is_refused if {
-	[v.message | some v in violations(_dra_input("gone", {}))] == [`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the quota. Fix: create the claim first, with an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"); or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`]
+	[v.message | some v in violations(_dra_input("gone", {}))] == [`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`]
 }
 
 _claim_object_input(kind, operation, obj) := {"request": {
