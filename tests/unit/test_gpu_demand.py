@@ -233,34 +233,6 @@ def test_rego_demand_equals_the_reference_and_python(opa: str, specs: list[dict[
 # -- where the Python computation is used ----------------------------------------------------------------
 
 
-def test_a_settled_pod_counts_what_its_spec_asks_else_what_was_reserved() -> None:
-    from labgate.core.gpu_ledger import Ledger, Reservation, settle
-
-    reserved = GpuAmount(total=1, by_model={"h100": 1})
-    ledger = Ledger(
-        tenant="t",
-        reservations={
-            "ns/init": Reservation(gpus=reserved, expires=100),
-            "ns/claims": Reservation(gpus=GpuAmount(total=2, by_model={"h100": 2}), expires=100),
-        },
-    )
-    spec = {"nodeSelector": {MODEL_LABEL: "h100"}, "containers": [{"name": "m"}]}
-    spec["initContainers"] = [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]
-    asked = pod_demand(spec, CONFIG)
-    updated, settled = settle(
-        ledger,
-        {},
-        pod_phases={"ns/init": "Pending", "ns/claims": "Pending"},
-        now=0,
-        pod_gpus={"ns/init": asked},
-    )
-    assert settled == {
-        "ns/init": GpuAmount(total=8, by_model={"h100": 8}),
-        "ns/claims": GpuAmount(total=2, by_model={"h100": 2}),
-    }
-    assert updated.settled == GpuAmount(total=10, by_model={"h100": 10})
-
-
 class _Reader:
     def __init__(self, objects: dict[tuple[str, str], dict[str, Any] | Exception]):
         self.objects = objects
