@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -62,6 +63,42 @@ class NodeSimulation:
     lease_seconds: int | None = None
 
 
+class LabgateLauncher(Protocol):
+    """How the stack starts `labgate ARGS...` (the webhook, the reconciler): as host processes from the
+    checkout (HostLauncher), or in the built image (devcluster.containerd.ContainerLauncher). `files`
+    are read and `writable` directories written by the command, at the paths its env and args name."""
+
+    def launch(
+        self,
+        workdir: Path,
+        name: str,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        files: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        detached: bool = False,
+    ) -> ManagedProcess: ...
+
+
+class HostLauncher:
+    """`python -m labgate.cli.main ARGS...` from this checkout."""
+
+    def launch(
+        self,
+        workdir: Path,
+        name: str,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        files: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        detached: bool = False,
+    ) -> ManagedProcess:
+        argv = [sys.executable, "-m", "labgate.cli.main", *args]
+        return spawn(workdir, name, argv, detached=detached, env={**env, "PYTHONPATH": str(REPO_ROOT)})
+
+
 class KubectlError(RuntimeError):
     """A kubectl command that labgate's own set-up needed failed."""
 
@@ -81,11 +118,13 @@ class LabgateStack:
         reconciler_lease_seconds: float = 15.0,
         policy_dir: Path = POLICY_DIR,
         nodes: NodeSimulation | None = None,
+        launcher: LabgateLauncher | None = None,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster).
         `nodes` adds kube-scheduler, every default controller and KWOK nodes (local processes only):
-        opt-in, since most tests need no node and startup time matters."""
+        opt-in, since most tests need no node and startup time matters. `launcher` starts the webhook
+        and reconciler (host processes by default)."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
@@ -108,6 +147,7 @@ class LabgateStack:
             if nodes is None or nodes.lease_seconds is None
             else nodes.lease_seconds,
         )
+        self.launcher: LabgateLauncher = launcher or HostLauncher()
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
         self.webhook_urls: list[str] = []
@@ -249,11 +289,13 @@ class LabgateStack:
             if client_ca is not None
             else {"LABGATE_ALLOW_UNAUTHENTICATED_CALLERS": "true"}
         )
-        process = spawn(
+        process = self.launcher.launch(
             self.workdir,
             f"webhook-{index}",
-            [sys.executable, "-m", "labgate.cli.main", "serve"],
+            ["serve"],
             detached=self.detached,
+            files=[pki, self.admin_kubeconfig, *([Path(client_ca)] if client_ca is not None else [])],
+            writable=[self.workdir / "logs"],
             env={
                 "LABGATE_OPA_URL": opa_url,
                 "LABGATE_KUBECONFIG": str(self.admin_kubeconfig),
@@ -265,7 +307,6 @@ class LabgateStack:
                 "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
                 "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
                 "LABGATE_DECISION_LOG_FILE": str(self.workdir / "logs" / f"decisions-{index}.jsonl"),
-                "PYTHONPATH": str(REPO_ROOT),
                 **(extra_env or {}),
             },
         )
@@ -291,13 +332,10 @@ class LabgateStack:
     def start_reconciler(self, *, identity: str | None = None) -> ManagedProcess:
         """Start one reconciler replica (several may run; the Lease picks the one that writes)."""
         index = sum(1 for p in self.processes if p.name.startswith("reconciler-"))
-        process = spawn(
+        process = self.launcher.launch(
             self.workdir,
             f"reconciler-{index}",
             [
-                sys.executable,
-                "-m",
-                "labgate.cli.main",
                 "reconcile",
                 f"--kubeconfig={self.admin_kubeconfig}",
                 f"--namespace={LABGATE_NAMESPACE}",
@@ -305,7 +343,8 @@ class LabgateStack:
                 f"--lease-seconds={self.reconciler_lease_seconds}",
             ],
             detached=self.detached,
-            env={"PYTHONPATH": str(REPO_ROOT)},
+            files=[self.admin_kubeconfig],
+            env={},
         )
         self.processes.append(process)
         return process
