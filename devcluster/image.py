@@ -106,7 +106,7 @@ def parse_dockerfile(text: str) -> list[Instruction]:
         if not pending:
             start = number
         if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
+            pending += stripped[:-1].rstrip() + " "
             continue
         whole = (pending + stripped).strip()
         pending = ""
@@ -131,7 +131,10 @@ def _env_pairs(argument: str) -> dict[str, str]:
 
 
 def _exec_form(argument: str) -> list[str]:
-    value = json.loads(argument)
+    try:
+        value = json.loads(argument)
+    except json.JSONDecodeError:
+        value = None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ImageBuildError(f"{argument!r}: ENTRYPOINT and CMD must use the JSON (exec) form")
     return value
