@@ -172,7 +172,7 @@ class Containerd:
         return spawn(self.workdir, name, command, detached=self.detached)
 
     def run_once(self, name: str, reference: str, argv: Sequence[str], *, timeout: float = 120) -> str:
-        """Run `argv` in a fresh container to its end; return what it printed (stdout and stderr)."""
+        """Run `argv` in a fresh container to its end; return its standard output."""
         container_id = f"{name}-{uuid.uuid4().hex[:6]}"
         self.containers.append(container_id)
         result = self.ctr("run", "--rm", "--net-host", reference, container_id, *argv, timeout=timeout)
@@ -196,6 +196,16 @@ class Containerd:
             stop_pid(pid, timeout=5)
         self._unmount_leftovers()
 
+    def leftover_processes(self) -> list[str]:
+        """Processes that still name this daemon's socket (its shims and tasks' helpers); empty after stop()."""
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                words = cmdline.read_bytes().split(b"\0")
+                if str(self.socket).encode() in words or f"{self.socket}.ttrpc".encode() in words:
+                    found.append(f"{cmdline.parent.name}: {b' '.join(words).decode(errors='replace')}")
+        return found
+
     def _shim_pids(self) -> list[int]:
         pids = []
         for pidfile in (self.workdir / "state").glob(f"io.containerd.runtime.v2.task/{NAMESPACE}/*/shim.pid"):
@@ -213,9 +223,6 @@ class Containerd:
         ]
         for target in sorted((m for m in mounted if m.startswith(prefix)), key=len, reverse=True):
             subprocess.run([_binary("umount"), "--lazy", target], check=False, capture_output=True)
-
-    def running_tasks(self) -> list[str]:
-        return self._ctr_ok("task", "ls", "--quiet").split()
 
 
 class ContainerLauncher:

@@ -27,6 +27,7 @@ Only the standard library is imported here: toolchain/build-image.sh runs this w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -339,6 +340,17 @@ def missing_build_tools() -> list[str]:
     return [tool for tool in ("debootstrap", "umoci", "chroot") if shutil.which(tool) is None]
 
 
+@contextlib.contextmanager
+def _scratch(path: Path) -> Iterator[Path]:
+    """A work directory that becomes a cache entry only if the step finishes (removed otherwise)."""
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        yield path
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
 def ensure_base(cache: Path) -> Path:
     """The Debian base root file system, made once with debootstrap and kept in the cache."""
     base = cache / f"image-base-{DEBIAN_RELEASE}"
@@ -346,9 +358,15 @@ def ensure_base(cache: Path) -> Path:
     if stamp.is_file() and stamp.read_text() == base_key():
         return base / "rootfs"
     _say(f"debootstrap --variant=minbase {DEBIAN_RELEASE} (once; cached in {base})")
-    scratch = cache / f"image-base-{DEBIAN_RELEASE}.tmp-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    with _scratch(cache / f"image-base-{DEBIAN_RELEASE}.tmp-{os.getpid()}") as scratch:
+        scratch.mkdir(parents=True)
+        _debootstrap(scratch)
+    shutil.rmtree(base, ignore_errors=True)
+    scratch.rename(base)
+    return base / "rootfs"
+
+
+def _debootstrap(scratch: Path) -> None:
     _run(
         [
             "debootstrap",
@@ -369,9 +387,6 @@ def ensure_base(cache: Path) -> Path:
                 else:
                     child.unlink()
     (scratch / ".labgate-base").write_text(base_key())
-    shutil.rmtree(base, ignore_errors=True)
-    scratch.rename(base)
-    return base / "rootfs"
 
 
 def ensure_wheelhouse(cache: Path, lock: Path = LOCK_FILE) -> Path:
@@ -379,10 +394,22 @@ def ensure_wheelhouse(cache: Path, lock: Path = LOCK_FILE) -> Path:
     key = hashlib.sha256(lock.read_bytes() + base_key().encode()).hexdigest()[:16]
     wheelhouse = cache / f"image-wheels-{key}"
     if (wheelhouse / ".complete").is_file():
+        os.utime(wheelhouse)
         return wheelhouse
     _say(f"pip download of {len(read_lock(lock))} pinned wheels from PyPI (once; cached in {wheelhouse})")
-    scratch = Path(f"{wheelhouse}.tmp-{os.getpid()}")
-    shutil.rmtree(scratch, ignore_errors=True)
+    with _scratch(Path(f"{wheelhouse}.tmp-{os.getpid()}")) as scratch:
+        _download_wheels(lock, scratch)
+        (scratch / ".complete").write_text("")
+    shutil.rmtree(wheelhouse, ignore_errors=True)
+    scratch.rename(wheelhouse)
+    # Keep the two most recently used wheelhouses (e.g. two checkouts with different locks).
+    finished = [p for p in cache.glob("image-wheels-*") if ".tmp-" not in p.name]
+    for old in sorted(finished, key=lambda p: p.stat().st_mtime, reverse=True)[2:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return wheelhouse
+
+
+def _download_wheels(lock: Path, scratch: Path) -> None:
     python = _base_python_minor()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_CERT",)}
     _run(
@@ -408,10 +435,6 @@ def ensure_wheelhouse(cache: Path, lock: Path = LOCK_FILE) -> Path:
         what="pip download",
         env=env,
     )
-    (scratch / ".complete").write_text("")
-    shutil.rmtree(wheelhouse, ignore_errors=True)
-    scratch.rename(wheelhouse)
-    return wheelhouse
 
 
 def manylinux_platforms(glibc: tuple[int, int], arch: str = "x86_64") -> list[str]:

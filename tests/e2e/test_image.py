@@ -71,7 +71,8 @@ def built_image() -> BuiltImage:
 def containerd(tmp_path_factory: pytest.TempPathFactory, built_image: BuiltImage) -> Iterator[Containerd]:
     with Containerd(tmp_path_factory.mktemp("containerd")) as daemon:
         yield daemon
-    assert not daemon.process, "containerd was stopped"
+    assert daemon.process is None, "containerd was stopped"
+    assert daemon.leftover_processes() == [], "nothing that containerd started is left running"
 
 
 @pytest.fixture(scope="module")
