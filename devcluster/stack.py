@@ -294,7 +294,16 @@ class LabgateStack:
             f"webhook-{index}",
             ["serve"],
             detached=self.detached,
-            files=[pki, self.admin_kubeconfig, *([Path(client_ca)] if client_ca is not None else [])],
+            files=[
+                pki,
+                self.admin_kubeconfig,
+                *([Path(client_ca)] if client_ca is not None else []),
+                *(
+                    [Path(extra_env["LABGATE_POLICY_DIR"])]
+                    if extra_env and "LABGATE_POLICY_DIR" in extra_env
+                    else []
+                ),
+            ],
             writable=[self.workdir / "logs"],
             env={
                 "LABGATE_OPA_URL": opa_url,
