@@ -69,7 +69,15 @@ class InventorySync:
         def on_list(objects: list[Object]) -> None:
             with self._lock:
                 self._inventory[collection] = {o["metadata"]["name"]: to_doc(o) for o in objects}
-            self.push_all()
+            try:
+                self.push_all()
+            except Exception as err:
+                # The API's answer is fresh even when OPA cannot take it: an unreachable OPA must
+                # read as [policy-engine-unavailable], not make this copy look stale ([facts-stale]).
+                # A decision that finds OPA without the inventory pushes it again before deciding.
+                if not self.is_synced:
+                    raise
+                log.warning("inventory %s listed, but not written to OPA: %s", collection, err)
 
         def on_event(kind: str, obj: Object) -> None:
             name = obj["metadata"]["name"]

@@ -16,10 +16,11 @@ class Settings(BaseSettings):
 
     opa_url: str = Field(default="http://127.0.0.1:8181", description="Base URL of the OPA server (sidecar).")
     opa_timeout_seconds: float = Field(
-        default=1.0,
+        default=2.0,
         gt=0,
         le=2.5,
-        description="Deadline for one policy query; stays well under the apiserver's 3 s webhook timeout.",
+        description="Deadline for one policy query; under the whole decision's deadline (2.5 s), itself under the "
+        "apiserver's 3 s webhook timeout. A burst of pod creations on a busy node can need more than 1 s.",
     )
     admission_deadline_seconds: float = Field(
         default=2.5,

@@ -117,8 +117,10 @@ class Reflector:
         while not self._stop.is_set():
             try:
                 items, resource_version = self._list_all()
-                self._on_list(items)
+                # The list proves the API reachable and this copy current, whatever the consumer then
+                # fails at (writing it into an OPA that is down is not a stale fact).
                 self._touch()
+                self._on_list(items)
                 self.has_synced.set()
                 while not self._stop.is_set():
                     self._watch = watch.Watch()

@@ -16,7 +16,7 @@ import pytest
 from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory
 from tests.e2e.training_kinds import install_training_crds
-from webhook.registration import VALIDATING_WEBHOOK_NAME
+from webhook.registration import VALIDATING_CLUSTER_WEBHOOK_NAME, VALIDATING_WEBHOOK_NAME
 
 pytestmark = [pytest.mark.tenancy]
 
@@ -60,7 +60,9 @@ def intercepted(stack: LabgateStack) -> set[tuple[str, str, str]]:
     found = set()
     for item in configuration["items"]:
         for webhook in item["webhooks"]:
-            if not webhook["name"].endswith(VALIDATING_WEBHOOK_NAME):
+            # Both of labgate's validating webhooks: objects in tenant namespaces, and the cluster-scoped
+            # one that sees Namespaces and Tenants (its matchConditions pick the tenants' requests).
+            if not webhook["name"].endswith((VALIDATING_WEBHOOK_NAME, VALIDATING_CLUSTER_WEBHOOK_NAME)):
                 continue
             for rule in webhook["rules"]:
                 for group in rule["apiGroups"]:

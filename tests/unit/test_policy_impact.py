@@ -121,6 +121,11 @@ def _candidate(tmp_path: Path) -> Path:
     settings["allowed_registries"] = ["registry.lab.example"]  # tightened: docker.io no longer
     settings["default_priority_class"] = "research-low"  # another mutation
     config.write_text(json.dumps(settings))
+    # ...of a class the candidate also lets research pods use (else priority-class refuses them).
+    scheduling_file = candidate / "labgate/config/scheduling/data.json"
+    scheduling = json.loads(scheduling_file.read_text())
+    scheduling["research_priority_classes"].append("research-low")
+    scheduling_file.write_text(json.dumps(scheduling))
     return candidate
 
 
