@@ -428,11 +428,17 @@ def test_a_burst_of_pods_jobs_deployments_deletions_and_completions_never_binds_
         create(main, job("sweep", 1, parallelism=2, completions=6, shard=1, run_for="2s")),
         create(main, deployment("notebook", 1, replicas=2, shard=0)),
     ]
-    # 7 x 2 GPUs against a quota of 8: four in quota, three preemptible; all fit the pool.
-    calls += [create(over, pod(f"o-{i}", 2, shard=i % 2)) for i in range(7)]
+    # 7 x 2 GPUs against a quota of 8: four in quota, three preemptible; all fit the pool. They come
+    # one after the other, beside the burst: the mutation marks a pod preemptible by the usage it
+    # sees, so of pods racing each other at the quota's edge some are refused [gpu-quota] instead
+    # (a Job's controller retries them; bare pods are not retried).
+    over_calls = [create(over, pod(f"o-{i}", 2, shard=i % 2)) for i in range(7)]
     quotas = {main.name: main_quota, over.name: over_quota}
     with OvershootWatch(sim, quotas) as watch:
-        first = burst(calls)
+        with ThreadPoolExecutor(max_workers=1) as sequential:
+            over_results = sequential.submit(lambda: [call() for call in over_calls])
+            first = burst(calls)
+            first += over_results.result()
         # Deletions while the rest is still being scheduled, then a second burst into freed quota.
         for name in ("p-1", "p-4", "o-5"):
             ns = over.namespace if name.startswith("o-") else main.namespace
