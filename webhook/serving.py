@@ -347,7 +347,7 @@ class AdmissionServer:
         finally:
             self._committing.discard(tenant)
 
-    async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:
+    async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:  # noqa: PLR0912 - one decide-reserve-write loop
         ledgers = self.ledgers
         ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
@@ -355,6 +355,12 @@ class AdmissionServer:
             size = stored_size(ledger)
             responses: list[AdmissionResponse] = []
             for item in batch:
+                if item.response.done():
+                    # Its caller gave up at the deadline and refused: reserving for it now would hold
+                    # GPUs for a pod the apiserver never creates.
+                    reason = "the request's deadline passed before its turn"
+                    responses.append(engine_unavailable_response(request=item.request, reason=reason))
+                    continue
                 item.policy_input["gpu_usage"] = usage(working, excluding=item.key).model_dump()
                 decision = await self._decide(item.policy_input)
                 item.trace.decision = decision

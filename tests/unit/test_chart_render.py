@@ -433,7 +433,7 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
     assert env["LABGATE_NAMESPACE"] == NAMESPACE
     assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
-    assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 1.0
+    assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 2.0
     # The values the chart sets are values Settings accepts.
     Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
     # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.
