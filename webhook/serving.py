@@ -389,7 +389,7 @@ class AdmissionServer:
                 responses.append(build_response(request=item.request, decision=decision))
             if working is not ledger and ledgers is not None:
                 try:
-                    await asyncio.to_thread(ledgers.write, working)
+                    working = await asyncio.to_thread(ledgers.write, working)
                 except LedgerConflictError:
                     LEDGER_CONFLICTS.labels(tenant).inc()
                     log.info(
@@ -400,6 +400,8 @@ class AdmissionServer:
                     )
                     ledger = await asyncio.to_thread(ledgers.fresh, tenant)
                     continue
+            if ledgers is not None and working is not ledger:
+                await self._release_abandoned(tenant, [i.key for i in batch if i.response.done()], working)
             for item, response in zip(batch, responses, strict=True):
                 if item.trace.decision is not None:
                     self._count(item.trace.decision)
@@ -419,6 +421,24 @@ class AdmissionServer:
                         status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
                     )
                 )
+
+    async def _release_abandoned(self, tenant: str, keys: list[str], written: Ledger) -> None:
+        """Drop at once the reservations of requests whose caller gave up at the deadline while their
+        batch was being written: the apiserver refused those pods, so their GPUs must not be held."""
+        ledgers = self.ledgers
+        if ledgers is None or not (keys := [k for k in keys if k in written.reservations]):
+            return
+        ledger = written
+        for _ in range(MAX_LEDGER_ATTEMPTS):
+            kept = {k: v for k, v in ledger.reservations.items() if k not in keys}
+            if len(kept) == len(ledger.reservations):
+                return
+            try:
+                await asyncio.to_thread(ledgers.write, ledger.model_copy(update={"reservations": kept}))
+                return
+            except LedgerConflictError:
+                ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+        log.warning("could not release %d abandoned reservations of %s; they expire", len(keys), tenant)
 
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
