@@ -16,6 +16,14 @@ from webhook.settings import Settings
 
 HEAD_TIMEOUT_SECONDS = 10.0
 
+# The apiserver's webhook client (Go's net/http, through k8s.io/apimachinery's transport defaults)
+# keeps an idle connection for 90 s. If the server closes an idle connection first, a request the
+# apiserver is writing on it at that moment fails with "use of closed network connection", and the
+# apiserver does not retry a POST: the pod is refused with an InternalError. The client must always
+# be the side that closes idle connections, so the server waits longer than the client's 90 s.
+APISERVER_IDLE_CONNECTION_SECONDS = 90
+KEEP_ALIVE_SECONDS = APISERVER_IDLE_CONNECTION_SECONDS + 30
+
 
 class GuardedH11Protocol(H11Protocol):
     """Closes a connection whose request head is not complete within HEAD_TIMEOUT_SECONDS of its
@@ -56,7 +64,8 @@ class GuardedH11Protocol(H11Protocol):
 def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
     """How `labgate serve` serves the admission routes: HTTPS, a client certificate from the
     apiserver when a client CA is set (callers without one fail the TLS handshake, so nothing they
-    send reaches the app), request heads within seconds and 64 KiB, idle connections closed."""
+    send reaches the app), request heads within seconds and 64 KiB, idle connections closed after the apiserver's own
+    idle timeout (never before it: see KEEP_ALIVE_SECONDS)."""
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         raise ValueError("LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required")
     client_auth: dict[str, Any] = {}
@@ -71,7 +80,7 @@ def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
         log_level="warning",
         access_log=False,
         http=GuardedH11Protocol,
-        timeout_keep_alive=10,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         h11_max_incomplete_event_size=64 * 1024,
         **client_auth,
     )

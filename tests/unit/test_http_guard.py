@@ -142,3 +142,20 @@ def test_a_stalled_request_head_is_cut_off(served: Served) -> None:
         started = time.monotonic()
         assert answer(sock) == b"", "closed without an answer"
         assert time.monotonic() - started < 5
+
+
+def test_idle_connections_are_closed_by_the_apiserver_first(tmp_path: Path) -> None:
+    """The apiserver's webhook client keeps idle connections 90 s (Go's transport default, which
+    k8s.io/apimachinery keeps) and does not retry a POST whose connection the server closed under
+    it: that pod would be refused with "use of closed network connection". So the admission port
+    keeps an idle connection open longer than the apiserver does."""
+    (tmp_path / "tls.crt").write_bytes(b"")
+    (tmp_path / "tls.key").write_bytes(b"")
+    settings = Settings(
+        opa_url="http://127.0.0.1:1",
+        tls_cert_file=tmp_path / "tls.crt",
+        tls_key_file=tmp_path / "tls.key",
+    )
+    config = admission_server_config(create_app(settings, watch_cluster=False), settings)
+    go_transport_idle_conn_timeout = 90
+    assert config.timeout_keep_alive > go_transport_idle_conn_timeout
