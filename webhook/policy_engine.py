@@ -1,8 +1,11 @@
 """The one door to OPA: evaluate the admission decision, and keep OPA's copy of the inventory current.
 
-Queries go through opa-python-client's AsyncOpaClient, with no retries (a retry would spend the
-apiserver's deadline) and a hard deadline of `timeout` seconds. Any failure becomes
-PolicyEngineUnavailableError, which the webhook turns into a refusal, never an admission.
+Queries go over one aiohttp session with keep-alive connections to OPA's REST API, encoded and
+decoded with orjson (the standard library's json on the event loop cost a fifth of the webhook's
+time), with no retries (a retry would spend the apiserver's deadline) and a hard deadline of
+`timeout` seconds. Any failure becomes PolicyEngineUnavailableError, which the webhook turns into
+a refusal, never an admission. The inventory writer (threads, not the admission path) uses
+opa-python-client.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from opa_client import AsyncOpaClient, OpaClient
-from pydantic import ValidationError
+import orjson
+from opa_client import OpaClient
+from pydantic import TypeAdapter, ValidationError
 
 from labgate.core.decisions import Decision, Mutation
 
-DECISION_PACKAGE = "labgate/admission"
-DECISION_RULE = "decision"
-MUTATION_PACKAGE = "labgate/mutation"
+DECISION_PATH = "labgate/admission/decision"
+# One decision per element of input.batch, in one evaluation (the webhook's GPU batches).
+BATCH_DECISION_PATH = "labgate/admission/decisions"
+MUTATION_PATH = "labgate/mutation"
 # Outside data.labgate on purpose: OPA checks every write under a policy root against the
 # policies (about 23 ms a write here, against 0.5 ms for a root of its own).
 INVENTORY_PATH = "inventory"
@@ -38,34 +43,43 @@ def _host_port(url: str) -> tuple[str, int, bool]:
 class PolicyEngine:
     """Async access to the OPA server for admission decisions."""
 
-    def __init__(self, url: str, *, timeout: float):
-        host, port, is_tls = _host_port(url)
+    def __init__(self, url: str, *, timeout: float, connections: int = 32):
         self.timeout = timeout
-        self._client = AsyncOpaClient(host=host, port=port, ssl=is_tls, retries=0, timeout=timeout)
-        self._opened = False
+        self._base = url.rstrip("/")
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
 
-    async def _ensure_open(self) -> None:
-        if not self._opened:
-            await self._client.__aenter__()
-            self._opened = True
-
-    async def _query(self, policy_input: dict[str, Any], package: str, rule: str | None) -> Any:
-        try:
-            await self._ensure_open()
-            result = await asyncio.wait_for(
-                self._client.query_rule(policy_input, package, rule), timeout=self.timeout
+    def _open(self) -> aiohttp.ClientSession:
+        # Created on first use, inside the running loop; connections stay open between queries.
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
             )
+        return self._session
+
+    async def _post(self, path: str, policy_input: dict[str, Any]) -> Any:
+        body = orjson.dumps({"input": policy_input})
+        async with self._open().post(
+            f"{self._base}/v1/data/{path}", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            response.raise_for_status()
+            return orjson.loads(await response.read())
+
+    async def _query(self, policy_input: dict[str, Any], path: str) -> Any:
+        try:
+            result = await asyncio.wait_for(self._post(path, policy_input), timeout=self.timeout)
         except TimeoutError as err:
             raise PolicyEngineUnavailableError(f"no answer within {self.timeout:.1f}s") from err
-        except (aiohttp.ClientError, OSError) as err:
+        except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as err:
             raise PolicyEngineUnavailableError(f"cannot reach OPA: {err}") from err
-        if "result" not in result:
-            raise PolicyEngineUnavailableError(f"OPA has no labgate policy loaded ({package} undefined)")
+        if not isinstance(result, dict) or "result" not in result:
+            raise PolicyEngineUnavailableError(f"OPA has no labgate policy loaded ({path} undefined)")
         return result["result"]
 
     async def decide(self, policy_input: dict[str, Any]) -> Decision:
         """Evaluate data.labgate.admission.decision for `policy_input`."""
-        result = await self._query(policy_input, DECISION_PACKAGE, DECISION_RULE)
+        result = await self._query(policy_input, DECISION_PATH)
         try:
             return Decision.model_validate(result)
         except ValidationError as err:
@@ -73,9 +87,24 @@ class PolicyEngine:
                 f"malformed decision from OPA: {err.error_count()} errors"
             ) from err
 
+    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+        """data.labgate.admission.decision for each of `policy_inputs`, in one evaluation."""
+        result = await self._query({"batch": policy_inputs}, BATCH_DECISION_PATH)
+        try:
+            decisions = _DECISIONS.validate_python(result)
+        except ValidationError as err:
+            raise PolicyEngineUnavailableError(
+                f"malformed decisions from OPA: {err.error_count()} errors"
+            ) from err
+        if len(decisions) != len(policy_inputs):
+            raise PolicyEngineUnavailableError(
+                f"OPA gave {len(decisions)} decisions for {len(policy_inputs)} requests"
+            )
+        return decisions
+
     async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
         """Evaluate data.labgate.mutation (patch and warnings) for `policy_input`."""
-        result = await self._query(policy_input, MUTATION_PACKAGE, None)
+        result = await self._query(policy_input, MUTATION_PATH)
         try:
             return Mutation.model_validate(result)
         except ValidationError as err:
@@ -86,16 +115,18 @@ class PolicyEngine:
     async def is_healthy(self) -> bool:
         """True when OPA answers its health endpoint with the policies loaded."""
         try:
-            await self._ensure_open()
-            status = await asyncio.wait_for(self._client.check_health(), timeout=self.timeout)
+            async with asyncio.timeout(self.timeout), self._open().get(f"{self._base}/health") as response:
+                return response.status == 200
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
-        return bool(status)
 
     async def close(self) -> None:
-        if self._opened:
-            await self._client.close_connection()
-            self._opened = False
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+_DECISIONS: TypeAdapter[list[Decision]] = TypeAdapter(list[Decision])
 
 
 class InventoryStore:

@@ -40,6 +40,11 @@ decision := {
 	"gpu_demand": gpu_quota.demand,
 }
 
+# Several inputs decided in one evaluation: one `decision` per element of input.batch, in order.
+# The webhook decides a tenant's batch of GPU pods this way, each input carrying the GPU usage the
+# pod is to be decided against (what the pods before it in the batch leave).
+decisions := [d | some item in input.batch; d := decision with input as item]
+
 tenant_name := tenancy.claimed_tenant_name
 
 default tenant_name := null
