@@ -41,6 +41,8 @@ MAX_LEDGER_ATTEMPTS = 8
 class DecisionSource(Protocol):
     async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
 
+    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]: ...
+
     async def mutate(self, policy_input: dict[str, Any]) -> Mutation: ...
 
     async def is_healthy(self) -> bool: ...
@@ -110,15 +112,40 @@ def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: i
     )
 
 
+# A GPU usage in a comparable form: total, and the models with a non-zero count, sorted.
+UsageKey = tuple[int, tuple[tuple[str, int], ...]]
+
+
+def usage_key(amount: GpuAmount) -> UsageKey:
+    return amount.total, tuple(sorted((m, c) for m, c in amount.by_model.items() if c))
+
+
+def usage_document(key: UsageKey) -> dict[str, Any]:
+    """input.gpu_usage for a usage."""
+    return {"total": key[0], "by_model": dict(key[1])}
+
+
+def _plus(a: UsageKey, b: GpuAmount, sign: int = 1) -> UsageKey:
+    by_model = dict(a[1])
+    for model, count in b.by_model.items():
+        by_model[model] = by_model.get(model, 0) + sign * count
+    return a[0] + sign * b.total, tuple(sorted((m, c) for m, c in by_model.items() if c))
+
+
 @dataclass
 class _PendingReservation:
-    """A GPU pod waiting for its tenant's next ledger batch."""
+    """A GPU pod waiting for its tenant's next ledger batch: admitted by a first decision against the
+    cached usage, it is decided again (in one evaluation with the rest of its batch) against the usage
+    the pods before it leave, unless that is the usage it was first decided with."""
 
     request: AdmissionRequest
     policy_input: dict[str, Any]
     key: str
     trace: DecisionTrace
     response: asyncio.Future[AdmissionResponse]
+    decision: Decision
+    decided_usage: UsageKey
+    demand: GpuAmount
 
 
 @dataclass
@@ -199,12 +226,20 @@ class AdmissionServer:
         trace = trace if trace is not None else DecisionTrace()
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
-        if not (_is_pod_create(request) and tenant):
-            decision = await self._decide(policy_input)
-            trace.decision = decision
-            self._count(decision)
-            return build_response(request=request, decision=decision)
-        return await self._validate_gpu_pod(request, policy_input, tenant, trace)
+        # Every request is decided at once against the cached usage, side by side with the others;
+        # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
+        decision = await self._decide(policy_input)
+        trace.decision = decision
+        if (
+            tenant
+            and _is_pod_create(request)
+            and decision.allowed
+            and decision.gpu_demand.total > 0
+            and not request.dry_run
+        ):
+            return await self._reserve(request, policy_input, tenant, trace, decision)
+        self._count(decision)
+        return build_response(request=request, decision=decision)
 
     async def _decide(self, policy_input: dict[str, Any]) -> Decision:
         """One policy query; if OPA lost the inventory (it drops pushed data when it reloads its
@@ -226,20 +261,30 @@ class AdmissionServer:
         for finding in decision.dry_run:
             log.info("dry-run finding for tenant %s: %s", tenant, finding.message)
 
-    async def _validate_gpu_pod(
-        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
+    async def _reserve(
+        self,
+        request: AdmissionRequest,
+        policy_input: dict[str, Any],
+        tenant: str,
+        trace: DecisionTrace,
+        decision: Decision,
     ) -> AdmissionResponse:
-        """Decide with the tenant's current GPU usage and reserve what is admitted, by compare-and-swap;
-        a lost race decides again with the new usage (never two admissions spending the same GPUs).
+        """Reserve the GPUs of an admitted pod by compare-and-swap on its tenant's ledger; a lost race
+        decides again with the new usage (never two admissions spending the same GPUs).
 
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
-        next batch; a batch is decided one pod after the other against a running ledger and written in
-        one compare-and-swap. A Job's thousand pods cost a few writes, not a thousand."""
+        next batch; a batch is decided against a running ledger (each pod against what the pods
+        before it leave) in one policy evaluation, and written in one compare-and-swap. A Job's
+        thousand pods cost a few writes and a few evaluations, not a thousand of each."""
+        if self.ledgers is None:
+            return engine_unavailable_response(request=request, reason="no GPU quota ledger to reserve in")
         metadata = (request.object or {}).get("metadata", {})
         key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
+        demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
+        decided = usage_key(GpuAmount.model_validate(policy_input.get("gpu_usage") or {}))
         self._pending.setdefault(tenant, []).append(
-            _PendingReservation(request, policy_input, key, trace, future)
+            _PendingReservation(request, policy_input, key, trace, future, decision, decided, demand)
         )
         if tenant not in self._committing:
             self._committing.add(tenant)
@@ -260,36 +305,99 @@ class AdmissionServer:
         finally:
             self._committing.discard(tenant)
 
+    async def _decide_batch(
+        self, ledger: Ledger, batch: list[_PendingReservation]
+    ) -> tuple[Ledger, list[AdmissionResponse]]:
+        """Decide `batch` in order against `ledger`: each pod against the usage the pods before it
+        leave (the same answers as deciding them one after the other).
+
+        A pod's decision is known when it was made with exactly that usage. Each round asks, in one
+        evaluation, for the pods not yet decided, against two usages each: the one left if all the
+        pods before it in the round are admitted, and the one left if none is (a run of admissions,
+        then a run of refusals at the quota's edge, each settle in one round). Quota rules are
+        monotone in the usage, so a round always settles at least its first pod and usually all."""
+        assert self.ledgers is not None
+        tenant = ledger.tenant
+        working = ledger
+        size = stored_size(ledger)
+        running = usage_key(usage(ledger))
+        known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
+        responses: list[AdmissionResponse] = []
+
+        def own(item: _PendingReservation) -> GpuAmount | None:
+            held = working.reservations.get(item.key)
+            return held.gpus if held is not None else None
+
+        def exact(item: _PendingReservation) -> UsageKey:
+            held = own(item)
+            return running if held is None else _plus(running, held, -1)
+
+        while len(responses) < len(batch):
+            index = len(responses)
+            item = batch[index]
+            at = exact(item)
+            decision = known[index].get(at)
+            if decision is None:
+                await self._decide_round(batch[index:], known[index:], working, running)
+                decision = known[index][at]
+            item.trace.decision = decision
+            if not decision.allowed or decision.gpu_demand.total == 0:
+                responses.append(build_response(request=item.request, decision=decision))
+                continue
+            demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
+            pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
+            candidate = with_reservation(working, item.key, demand, now=now(), pod_uid=pod_uid)
+            added = encoded_size(item.key, candidate.reservations[item.key])
+            if size + added > LEDGER_MAX_BYTES:
+                LEDGER_FULL.labels(tenant).inc()
+                responses.append(ledger_full_response(item.request, tenant, len(working.reservations)))
+                continue
+            running = _plus(at, demand)
+            size, working = size + added, candidate
+            responses.append(build_response(request=item.request, decision=decision))
+        return working, responses
+
+    async def _decide_round(
+        self,
+        items: list[_PendingReservation],
+        known: list[dict[UsageKey, Decision]],
+        working: Ledger,
+        running: UsageKey,
+    ) -> None:
+        """One evaluation for the undecided `items`: each against the usage left if every earlier
+        item of the round is admitted, and if none is; the answers go into `known`."""
+        overlay: dict[str, GpuAmount] = {}
+        if_all = running
+        asks: list[tuple[int, UsageKey]] = []
+        for index, item in enumerate(items):
+            reserved = working.reservations.get(item.key)
+            before = reserved.gpus if reserved is not None else None
+            held = overlay.get(item.key, before)
+            if_none = running if before is None else _plus(running, before, -1)
+            at_all = if_all if held is None else _plus(if_all, held, -1)
+            for at in dict.fromkeys((at_all, if_none)):
+                if at not in known[index]:
+                    asks.append((index, at))
+            if_all = _plus(at_all, item.demand)
+            overlay[item.key] = item.demand
+        inputs = [{**items[index].policy_input, "gpu_usage": usage_document(at)} for index, at in asks]
+        decisions = await self.engine.decide_all(inputs)
+        if any(d.inventory_revision is None for d in decisions) and self.inventory.is_synced:
+            log.warning("OPA has no inventory (policies reloaded?); pushing it again")
+            await asyncio.to_thread(self.inventory.push_all)
+            decisions = await self.engine.decide_all(inputs)
+            if any(d.inventory_revision is None for d in decisions):
+                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
+        for (index, at), decision in zip(asks, decisions, strict=True):
+            known[index][at] = decision
+
     async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:
         ledgers = self.ledgers
-        ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
+        assert ledgers is not None
+        ledger = ledgers.cached(tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
-            working = ledger
-            size = stored_size(ledger)
-            responses: list[AdmissionResponse] = []
-            for item in batch:
-                item.policy_input["gpu_usage"] = usage(working, excluding=item.key).model_dump()
-                decision = await self._decide(item.policy_input)
-                item.trace.decision = decision
-                demand = decision.gpu_demand
-                if decision.allowed and demand.total > 0 and not item.request.dry_run:
-                    if ledgers is None:
-                        reason = "no GPU quota ledger to reserve in"
-                        responses.append(engine_unavailable_response(request=item.request, reason=reason))
-                        continue
-                    reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-                    pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
-                    candidate = with_reservation(working, item.key, reservation, now=now(), pod_uid=pod_uid)
-                    added = encoded_size(item.key, candidate.reservations[item.key])
-                    if size + added > LEDGER_MAX_BYTES:
-                        LEDGER_FULL.labels(tenant).inc()
-                        responses.append(
-                            ledger_full_response(item.request, tenant, len(working.reservations))
-                        )
-                        continue
-                    size, working = size + added, candidate
-                responses.append(build_response(request=item.request, decision=decision))
-            if working is not ledger and ledgers is not None:
+            working, responses = await self._decide_batch(ledger, batch)
+            if working is not ledger:
                 try:
                     await asyncio.to_thread(ledgers.write, working)
                 except LedgerConflictError:
