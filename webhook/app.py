@@ -6,10 +6,11 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -18,9 +19,15 @@ from pydantic import ValidationError
 from labgate.core.gpu_ledger import LedgerCorruptError
 from labgate.core.kube import ApiException, KubeApi, api_client
 from labgate.core.ledger_store import LedgerCache, LedgerStore
-from labgate.core.metrics import ADMISSION_REQUESTS, ADMISSION_SECONDS, POLICY_ENGINE_ERRORS
+from labgate.core.metrics import (
+    ADMISSION_OVERLOADED,
+    ADMISSION_REQUESTS,
+    ADMISSION_SECONDS,
+    POLICY_ENGINE_ERRORS,
+)
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.overload import AdmissionGate, overloaded_response
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
@@ -34,9 +41,15 @@ from webhook.workloads import load_workload_kinds
 log = logging.getLogger("labgate.webhook")
 
 
-def get_server(request: Request) -> AdmissionServer:
+async def get_server(request: Request) -> AdmissionServer:
+    # async: a plain `def` dependency runs in a worker thread, a hand-off for every request.
     server: AdmissionServer = request.app.state.server
     return server
+
+
+def _review(response: AdmissionResponse) -> Response:
+    """The AdmissionReview answer, encoded with orjson."""
+    return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
 
 
 def _bad_request(reason: str) -> JSONResponse:
@@ -71,14 +84,44 @@ async def _serve(
     *,
     deadline: float,
     decisions: DecisionLog | None,
-) -> JSONResponse:
-    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
+    recorder: Executor,
+    gate: AdmissionGate,
+) -> Response:
+    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits); beyond
+    the gate's limit refuse at once as overloaded."""
     try:
         review = AdmissionReview.model_validate_json(await request.body())
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         return _bad_request(f"{where}: {first['msg']}")
+    webhook = request.url.path.strip("/")
+    if not gate.try_enter():
+        ADMISSION_OVERLOADED.labels(webhook).inc()
+        refusal = overloaded_response(review.request, limit=gate.limit, rate=gate.rate())
+        return _review(refusal)
+    try:
+        return await _decide(
+            webhook=webhook,
+            review=review,
+            handle=handle,
+            deadline=deadline,
+            decisions=decisions,
+            recorder=recorder,
+        )
+    finally:
+        gate.leave()
+
+
+async def _decide(
+    *,
+    webhook: str,
+    review: AdmissionReview,
+    handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
+    deadline: float,
+    decisions: DecisionLog | None,
+    recorder: Executor,
+) -> Response:
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
@@ -100,14 +143,15 @@ async def _serve(
         reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, "an internal error in labgate's webhook; see its log")
     elapsed = time.perf_counter() - started
-    webhook = request.url.path.strip("/")
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)
     ADMISSION_REQUESTS.labels(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
+    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        decisions.record(
+        recorder.submit(
+            decisions.record,
             request=review.request,
             decision=trace.decision,
             tenant=trace.tenant,
@@ -116,7 +160,7 @@ async def _serve(
             latency_ms=elapsed * 1000,
             reason=reason,
         )
-    return JSONResponse(content=response.to_review())
+    return _review(response)
 
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
@@ -128,6 +172,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         if resolved.decision_log_file is not None or resolved.decision_log_stdout
         else None
     )
+    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
+    gate = AdmissionGate(resolved.max_concurrent_admissions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -169,27 +215,32 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 part.stop()
             await engine.close()
             await registry.aclose()
+            recorder.shutdown(wait=True)
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
 
     @app.post("/validate")
-    async def validate(
-        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
-    ) -> JSONResponse:
+    async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
         return await _serve(
             request,
             server,
             server.validate,
             deadline=resolved.admission_deadline_seconds,
             decisions=decisions,
+            recorder=recorder,
+            gate=gate,
         )
 
     @app.post("/mutate")
-    async def mutate(
-        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
-    ) -> JSONResponse:
+    async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
         return await _serve(
-            request, server, server.mutate, deadline=resolved.admission_deadline_seconds, decisions=decisions
+            request,
+            server,
+            server.mutate,
+            deadline=resolved.admission_deadline_seconds,
+            decisions=decisions,
+            recorder=recorder,
+            gate=gate,
         )
 
     @app.get("/metrics")

@@ -27,6 +27,14 @@ class Settings(BaseSettings):
         le=2.9,
         description="Deadline for a whole admission decision; past it the request is refused, not admitted.",
     )
+    max_concurrent_admissions: int = Field(
+        default=128,
+        gt=0,
+        description=(
+            "Admission requests one replica decides at once (GPU pods waiting for their batch included); "
+            "beyond it a request is refused at once with [admission-overloaded] instead of queued."
+        ),
+    )
     kubeconfig: Path | None = Field(
         default=None, description="Kubeconfig to reach the API; unset means in-cluster service account."
     )

@@ -9,6 +9,11 @@ ADMISSION_REQUESTS = Counter(
     "Admission requests answered, by webhook (validate, mutate), verdict (admitted, refused) and tenant",
     ["webhook", "verdict", "tenant"],
 )
+ADMISSION_OVERLOADED = Counter(
+    "labgate_admission_overloaded_total",
+    "Admission requests refused at once because the replica was deciding its limit of requests already",
+    ["webhook"],
+)
 RULE_FINDINGS = Counter(
     "labgate_admission_rule_findings_total",
     "Rule findings, by rule id, enforcement mode (enforce, warn, dry-run) and tenant",
