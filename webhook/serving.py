@@ -313,9 +313,9 @@ class AdmissionServer:
 
         A pod's decision is known when it was made with exactly that usage. Each round asks, in one
         evaluation, for the pods not yet decided, against two usages each: the one left if all the
-        pods before it in the round are admitted, and the one left if none is (a run of admissions,
-        then a run of refusals at the quota's edge, each settle in one round). Quota rules are
-        monotone in the usage, so a round always settles at least its first pod and usually all."""
+        pods before it in the round are admitted, and, once a pod of the batch was refused (the
+        quota's edge), also the one left if none is: a run of admissions, then a run of refusals,
+        each settle in one round. A round always settles at least its first pod, usually all."""
         assert self.ledgers is not None
         tenant = ledger.tenant
         working = ledger
@@ -323,6 +323,7 @@ class AdmissionServer:
         running = usage_key(usage(ledger))
         known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
         responses: list[AdmissionResponse] = []
+        refused = False  # at the quota's edge: rounds also ask what is left if no earlier pod is admitted
 
         def own(item: _PendingReservation) -> GpuAmount | None:
             held = working.reservations.get(item.key)
@@ -338,10 +339,13 @@ class AdmissionServer:
             at = exact(item)
             decision = known[index].get(at)
             if decision is None:
-                await self._decide_round(batch[index:], known[index:], working, running)
+                await self._decide_round(
+                    batch[index:], known[index:], working, running, if_none_admitted=refused
+                )
                 decision = known[index][at]
             item.trace.decision = decision
             if not decision.allowed or decision.gpu_demand.total == 0:
+                refused = refused or not decision.allowed
                 responses.append(build_response(request=item.request, decision=decision))
                 continue
             demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
@@ -363,9 +367,12 @@ class AdmissionServer:
         known: list[dict[UsageKey, Decision]],
         working: Ledger,
         running: UsageKey,
+        *,
+        if_none_admitted: bool,
     ) -> None:
         """One evaluation for the undecided `items`: each against the usage left if every earlier
-        item of the round is admitted, and if none is; the answers go into `known`."""
+        item of the round is admitted, and (`if_none_admitted`) if none is; the answers go into
+        `known`."""
         overlay: dict[str, GpuAmount] = {}
         if_all = running
         asks: list[tuple[int, UsageKey]] = []
@@ -375,7 +382,7 @@ class AdmissionServer:
             held = overlay.get(item.key, before)
             if_none = running if before is None else _plus(running, before, -1)
             at_all = if_all if held is None else _plus(if_all, held, -1)
-            for at in dict.fromkeys((at_all, if_none)):
+            for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
                 if at not in known[index]:
                     asks.append((index, at))
             if_all = _plus(at_all, item.demand)
