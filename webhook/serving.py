@@ -173,6 +173,7 @@ class AdmissionServer:
         self.workload_kinds = workload_kinds
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
+        self._usage_memo: dict[str, tuple[Ledger, UsageKey]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.images = images
         self.image_timeout = image_timeout
@@ -206,7 +207,7 @@ class AdmissionServer:
             key = pod_key(
                 request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
             )
-            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=key).model_dump()
+            policy_input["gpu_usage"] = usage_document(self._usage(self.ledgers.cached(tenant), key))
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:
@@ -219,6 +220,15 @@ class AdmissionServer:
                 if images is not None:
                     policy_input["images"] = images
         return policy_input, tenant
+
+    def _usage(self, ledger: Ledger, excluding: str | None = None) -> UsageKey:
+        """The ledger's usage, summed once per version of the ledger (not once per request)."""
+        memo = self._usage_memo.get(ledger.tenant)
+        if memo is None or memo[0] is not ledger:
+            memo = (ledger, usage_key(usage(ledger)))
+            self._usage_memo[ledger.tenant] = memo
+        held = ledger.reservations.get(excluding) if excluding is not None else None
+        return memo[1] if held is None else _plus(memo[1], held.gpus, -1)
 
     async def validate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
@@ -320,7 +330,7 @@ class AdmissionServer:
         tenant = ledger.tenant
         working = ledger
         size = stored_size(ledger)
-        running = usage_key(usage(ledger))
+        running = self._usage(ledger)
         known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
         responses: list[AdmissionResponse] = []
         refused = False  # at the quota's edge: rounds also ask what is left if no earlier pod is admitted
