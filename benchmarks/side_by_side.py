@@ -257,6 +257,61 @@ def opa_input(namespace: str) -> dict[str, Any]:
     return {"input": body}
 
 
+# --- profiles (py-spy) ----------------------------------------------------------------------------
+
+
+def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling `pid` (and its threads, GIL holders or not) for `seconds`, as collapsed stacks."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen(
+        [
+            str(py_spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def summarize_profile(path: Path, top: int = 25) -> str:
+    """Where the samples are: the share of samples in which each function appears (inclusive)
+    and at the top of the stack (self), from py-spy's collapsed stacks."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        total += count
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            for f in stack.split(";")
+        ]
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+    lines = [f"{total} samples", "inclusive:"]
+    lines += [
+        f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]
+    ]
+    lines += ["self:"]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines)
+
+
 # --- the stack's parts ----------------------------------------------------------------------------
 
 
@@ -553,6 +608,9 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                     lambda: labgate_pids,
                 ),
             ]
+            if args.targets:
+                words = args.targets.split(",")
+                targets = [t for t in targets if any(w in t.name for w in words)]
             # Warm up every target (connections, compiled plans, caches).
             for target in targets:
                 attack(
@@ -572,6 +630,18 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                         count = int(rate * args.seconds)
                         bodies = [json.dumps(target.make()).encode() for _ in range(count)]
                         target_pids = target.pids()
+                        profile: tuple[subprocess.Popen[bytes], Path] | None = None
+                        if (
+                            args.profile
+                            and round_index == 0
+                            and rate == args.profile_rate
+                            and target.name.startswith("labgate")
+                        ):
+                            args.profile.mkdir(parents=True, exist_ok=True)
+                            out = args.profile / (
+                                target.name.replace(" ", "_").replace("/", "").replace(",", "") + ".txt"
+                            )
+                            profile = (start_profile(pids["webhook-0"], args.seconds, out), out)
                         cpu_before = cpu_seconds(target_pids)
                         result = attack(
                             target.url,
@@ -583,6 +653,11 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                             workdir=workdir,
                         )
                         cpu = cpu_seconds(target_pids) - cpu_before
+                        if profile is not None:
+                            profile[0].wait(timeout=60)
+                            summary = summarize_profile(profile[1])
+                            profile[1].with_suffix(".summary").write_text(summary)
+                            print(f"profile of {target.name} at {rate}/s:\n{summary}", file=sys.stderr)
                         row = rows.setdefault(
                             ("http", target.name, rate, ""), Row("http", target.name, rate, "")
                         )
@@ -597,7 +672,8 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                         )
                         time.sleep(1)
             facts["exact"] = quota_exactness(stack, args, tls, webhook_url, workdir)
-            facts.update(pod_creation(stack, args, workdir, pids, rows))
+            if not args.skip_pods:
+                facts.update(pod_creation(stack, args, workdir, pids, rows))
             facts["rss_end"] = {
                 "labgate webhook": rss_mb([pids["webhook-0"]]),
                 "OPA": rss_mb([pids["opa"]]),
@@ -872,6 +948,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pod-rounds", type=int, default=1)
     parser.add_argument("--exact-quota", type=int, default=1000)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy the labgate webhook during its first round at --profile-rate into this directory",
+    )
+    parser.add_argument("--profile-rate", type=int, default=400)
+    parser.add_argument(
+        "--skip-pods", action="store_true", help="direct admissions only (no pods through the apiserver)"
+    )
+    parser.add_argument(
+        "--targets", help="only the targets whose names contain one of these comma-separated words"
+    )
     parser.add_argument("--write", type=Path, help="replace the side-by-side section of this markdown file")
     args = parser.parse_args()
     rows, facts = run(args)
