@@ -42,10 +42,10 @@ from typing import Any
 import yaml
 
 from benchmarks.report import replace_section
+from devcluster.processes import ManagedProcess, free_port, recorded_pids, spawn, wait_until
+from devcluster.stack import EXEMPT_NAMESPACES, LABGATE_NAMESPACE, WEBHOOK_CONFIGURATION, LabgateStack
+from devcluster.tools import REPO_ROOT, binary, ensure_tools, pinned_versions
 from webhook.admission import build_policy_input
-from webhook.devcluster.processes import ManagedProcess, free_port, recorded_pids, spawn, wait_until
-from webhook.devcluster.stack import EXEMPT_NAMESPACES, LABGATE_NAMESPACE, WEBHOOK_CONFIGURATION, LabgateStack
-from webhook.devcluster.tools import REPO_ROOT, binary, ensure_tools, pinned_versions
 from webhook.registration import webhook_configurations
 from webhook.review import AdmissionRequest
 

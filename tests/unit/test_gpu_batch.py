@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.policy_engine import Decision, Finding, GpuDemand, Mutation
-from webhook.quota_ledger import Ledger, LedgerConflictError, usage
+from labgate.core.decisions import Decision, Finding, GpuDemand, Mutation
+from labgate.core.gpu_ledger import Ledger, LedgerConflictError, usage
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
