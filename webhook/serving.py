@@ -125,6 +125,24 @@ def usage_document(key: UsageKey) -> dict[str, Any]:
     return {"total": key[0], "by_model": dict(key[1])}
 
 
+GPU_QUOTA_RULE = "gpu-quota"
+
+
+def decides_alike(decision: Decision, at: UsageKey) -> bool:
+    """Whether `decision`, made against another usage, is also the decision against usage `at`:
+    the policy said the pod fits up to its headroom, and the quota rule (the only one that reads the
+    usage) found nothing, so it finds nothing at `at` either and every other finding stays."""
+    headroom = decision.gpu_headroom
+    if headroom is None or not decision.allowed:
+        return False
+    if any(f.rule == GPU_QUOTA_RULE for f in (*decision.denials, *decision.warnings, *decision.dry_run)):
+        return False
+    total, by_model = at[0], dict(at[1])
+    if headroom.total is not None and total > headroom.total:
+        return False
+    return all(by_model.get(model, 0) <= room for model, room in headroom.by_model.items())
+
+
 def _plus(a: UsageKey, b: GpuAmount, sign: int = 1) -> UsageKey:
     by_model = dict(a[1])
     for model, count in b.by_model.items():
@@ -321,7 +339,9 @@ class AdmissionServer:
         """Decide `batch` in order against `ledger`: each pod against the usage the pods before it
         leave (the same answers as deciding them one after the other).
 
-        A pod's decision is known when it was made with exactly that usage. Each round asks, in one
+        A pod's decision is known when it was made with exactly that usage, or when the policy said the
+        pod fits up to a headroom the usage stays within (the common case: no evaluation at all, only
+        the comparison the policy's numbers allow). At the quota's edge, each round asks, in one
         evaluation, for the pods not yet decided, against two usages each: the one left if all the
         pods before it in the round are admitted, and, once a pod of the batch was refused (the
         quota's edge), also the one left if none is: a run of admissions, then a run of refusals,
@@ -348,6 +368,8 @@ class AdmissionServer:
             item = batch[index]
             at = exact(item)
             decision = known[index].get(at)
+            if decision is None and decides_alike(item.decision, at):
+                decision = item.decision
             if decision is None:
                 await self._decide_round(
                     batch[index:], known[index:], working, running, if_none_admitted=refused
@@ -393,10 +415,12 @@ class AdmissionServer:
             if_none = running if before is None else _plus(running, before, -1)
             at_all = if_all if held is None else _plus(if_all, held, -1)
             for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
-                if at not in known[index]:
+                if at not in known[index] and not decides_alike(item.decision, at):
                     asks.append((index, at))
             if_all = _plus(at_all, item.demand)
             overlay[item.key] = item.demand
+        if not asks:
+            return
         inputs = [{**items[index].policy_input, "gpu_usage": usage_document(at)} for index, at in asks]
         decisions = await self.engine.decide_all(inputs)
         if any(d.inventory_revision is None for d in decisions) and self.inventory.is_synced:

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labgate.core.decisions import Decision, Finding, GpuDemand, Mutation
+from labgate.core.decisions import Decision, Finding, GpuDemand, GpuHeadroom, Mutation
 from labgate.core.gpu_ledger import Ledger, LedgerConflictError, usage
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
@@ -23,8 +23,8 @@ TENANT = "vision"
 class QuotaPolicy:
     """Decides like the gpu-quota rule: demand from the pod's annotation, limits per total/model."""
 
-    def __init__(self, total: int, models: dict[str, int]):
-        self.total, self.models = total, models
+    def __init__(self, total: int, models: dict[str, int], *, headroom: bool = True):
+        self.total, self.models, self.headroom = total, models, headroom
         self.evaluations = 0
         self.calls = 0
 
@@ -42,6 +42,12 @@ class QuotaPolicy:
             denials=denials,
             tenant=TENANT,
             gpu_demand=GpuDemand(total=count, by_model={model: count}),
+            gpu_headroom=GpuHeadroom(
+                total=self.total - count,
+                by_model={model: self.models[model] - count} if model in self.models else {},
+            )
+            if self.headroom
+            else None,
             inventory_revision=1,
         )
 
@@ -152,12 +158,18 @@ pods_strategy = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(pods=pods_strategy, total=st.integers(0, 40), h100=st.integers(0, 20), conflicts=st.integers(0, 2))
+@given(
+    pods=pods_strategy,
+    total=st.integers(0, 40),
+    h100=st.integers(0, 20),
+    conflicts=st.integers(0, 2),
+    headroom=st.booleans(),
+)
 def test_a_burst_is_decided_as_one_after_the_other_and_never_beyond_the_quota(
-    pods: list[tuple[str, int]], total: int, h100: int, conflicts: int
+    pods: list[tuple[str, int]], total: int, h100: int, conflicts: int, headroom: bool
 ) -> None:
     models = {"h100": h100}
-    policy, ledgers = QuotaPolicy(total, models), Ledgers(conflicts)
+    policy, ledgers = QuotaPolicy(total, models, headroom=headroom), Ledgers(conflicts)
     verdicts = asyncio.run(admit_together(pods, policy, ledgers))
     # Pods arrive in order within one event loop tick, so the first decides alone, the rest batch.
     assert verdicts == sequential(pods, total, models)
@@ -175,3 +187,10 @@ def test_a_burst_costs_a_few_evaluations_and_writes_not_one_per_pod() -> None:
     assert ledgers.writes <= 2
     # one decision per pod on arrival (side by side), then a few batch evaluations
     assert policy.calls <= 200 + 4
+
+
+def test_within_the_headroom_a_burst_needs_no_evaluation_beyond_the_first() -> None:
+    pods = [("h100", 1)] * 100
+    policy, ledgers = QuotaPolicy(total=1000, models={}), Ledgers()
+    assert asyncio.run(admit_together(pods, policy, ledgers)) == [True] * 100
+    assert policy.evaluations == 100
