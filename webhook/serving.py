@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.gpu_ledger import (
@@ -486,7 +487,7 @@ class AdmissionServer:
         warnings = [shorten_warning(w) for w in mutation.warnings] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
-        patch = json.dumps([op.model_dump() for op in mutation.patch]).encode()
+        patch = orjson.dumps([op.model_dump() for op in mutation.patch])
         return AdmissionResponse(
             uid=request.uid,
             allowed=True,
