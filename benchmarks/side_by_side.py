@@ -44,7 +44,7 @@ import yaml
 from benchmarks.report import replace_section
 from devcluster.processes import ManagedProcess, free_port, recorded_pids, spawn, wait_until
 from devcluster.stack import EXEMPT_NAMESPACES, LABGATE_NAMESPACE, WEBHOOK_CONFIGURATION, LabgateStack
-from devcluster.tools import REPO_ROOT, binary, ensure_tools, pinned_versions
+from devcluster.tools import REPO_ROOT, binary, pinned_versions, tool
 from webhook.admission import build_policy_input
 from webhook.registration import webhook_configurations
 from webhook.review import AdmissionRequest
@@ -463,15 +463,19 @@ class HttpTarget:
 
 
 @contextmanager
-def started(process: ManagedProcess) -> Iterator[ManagedProcess]:
+def started(process: ManagedProcess | None) -> Iterator[ManagedProcess | None]:
     try:
         yield process
     finally:
-        process.stop()
+        if process is not None:
+            process.stop()
 
 
-def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: PLR0915 - one run, in order
-    ensure_tools("vegeta", "gatekeeper")
+def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: PLR0912, PLR0915 - one run, in order
+    # Never builds: toolchain/build.sh makes vegeta and Gatekeeper (Gatekeeper is left out when not built).
+    if not tool("vegeta").is_built:
+        raise SystemExit("vegeta is not built: run toolchain/build.sh vegeta")
+    with_gatekeeper = tool("gatekeeper").is_built and not args.without_gatekeeper
     workdir = Path(tempfile.mkdtemp(prefix="labgate-side-by-side-"))
     rows: dict[tuple[str, str, int, str], Row] = {}
     facts: dict[str, Any] = {"loads": [load_average()]}
@@ -501,7 +505,10 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
             ],
             env={"PYTHONPATH": str(REPO_ROOT)},
         )
-        gatekeeper, gatekeeper_url = start_gatekeeper(stack, workdir, pki)
+        gatekeeper: ManagedProcess | None = None
+        gatekeeper_url = ""
+        if with_gatekeeper:
+            gatekeeper, gatekeeper_url = start_gatekeeper(stack, workdir, pki)
         with started(noop), started(gatekeeper):
             noop_url = f"https://127.0.0.1:{noop_port}/validate"
             wait_until(
@@ -517,13 +524,14 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                 answer = json.loads(post(gatekeeper_url, bad, context)[1])["response"]
                 return not answer["allowed"]
 
-            wait_until(
-                gatekeeper_refuses,
-                what="Gatekeeper enforcing its constraints",
-                timeout=120,
-                interval=1,
-                watch=[gatekeeper],
-            )
+            if gatekeeper is not None:
+                wait_until(
+                    gatekeeper_refuses,
+                    what="Gatekeeper enforcing its constraints",
+                    timeout=120,
+                    interval=1,
+                    watch=[gatekeeper],
+                )
             # labgate's webhooks skip the other namespaces; the no-op and Gatekeeper ones see only theirs.
             configurations = webhook_configurations(
                 name=WEBHOOK_CONFIGURATION,
@@ -547,17 +555,21 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                     "metadata": {"name": "bench-noop"},
                     "webhooks": [webhook_entry("validate.noop.bench", noop_url, ca, NS_NOOP, mutating=False)],
                 },
-                {
-                    "apiVersion": "admissionregistration.k8s.io/v1",
-                    "kind": "ValidatingWebhookConfiguration",
-                    "metadata": {"name": "bench-gatekeeper"},
-                    "webhooks": [
-                        webhook_entry(
-                            "validation.gatekeeper.sh", gatekeeper_url, ca, NS_GATEKEEPER, mutating=False
-                        )
-                    ],
-                },
             )
+            if gatekeeper is not None:
+                apply(
+                    stack,
+                    {
+                        "apiVersion": "admissionregistration.k8s.io/v1",
+                        "kind": "ValidatingWebhookConfiguration",
+                        "metadata": {"name": "bench-gatekeeper"},
+                        "webhooks": [
+                            webhook_entry(
+                                "validation.gatekeeper.sh", gatekeeper_url, ca, NS_GATEKEEPER, mutating=False
+                            )
+                        ],
+                    },
+                )
             pids = recorded_pids(workdir)
             webhook_url = stack.webhook_urls[0]
             labgate_pids = [pids["webhook-0"], pids["opa"]]
@@ -608,6 +620,8 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                     lambda: labgate_pids,
                 ),
             ]
+            if gatekeeper is None:
+                targets = [t for t in targets if not t.name.startswith("Gatekeeper")]
             if args.targets:
                 words = args.targets.split(",")
                 targets = [t for t in targets if any(w in t.name for w in words)]
@@ -673,11 +687,13 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                         time.sleep(1)
             facts["exact"] = quota_exactness(stack, args, tls, webhook_url, workdir)
             if not args.skip_pods:
-                facts.update(pod_creation(stack, args, workdir, pids, rows))
+                facts.update(
+                    pod_creation(stack, args, workdir, pids, rows, with_gatekeeper=gatekeeper is not None)
+                )
             facts["rss_end"] = {
                 "labgate webhook": rss_mb([pids["webhook-0"]]),
                 "OPA": rss_mb([pids["opa"]]),
-                "Gatekeeper": rss_mb([pids["gatekeeper"]]),
+                **({"Gatekeeper": rss_mb([pids["gatekeeper"]])} if gatekeeper is not None else {}),
                 "no-op webhook": rss_mb([pids["noop-webhook"]]),
                 "reconciler": rss_mb([pids["reconciler-0"]]),
             }
@@ -757,6 +773,8 @@ def pod_creation(
     workdir: Path,
     pids: dict[str, int],
     rows: dict[tuple[str, str, int, str], Row],
+    *,
+    with_gatekeeper: bool,
 ) -> dict[str, Any]:
     """Pods created through the apiserver at fixed rates, per namespace (which webhooks see them)."""
     config = yaml.safe_load(stack.admin_kubeconfig.read_text())
@@ -777,6 +795,8 @@ def pod_creation(
         ("labgate (mutate + validate)", NS_LABGATE),
         ("Gatekeeper (validate)", NS_GATEKEEPER),
     ]
+    if not with_gatekeeper:
+        configs = configs[:-1]
     cost: dict[str, dict[str, float]] = {}
     for round_index in range(args.pod_rounds):
         for rate in args.pod_rates:
