@@ -193,6 +193,7 @@ class AdmissionServer:
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
         self._usage_memo: dict[str, tuple[Ledger, UsageKey]] = {}
+        self._size_memo: dict[str, tuple[Ledger, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.images = images
         self.image_timeout = image_timeout
@@ -248,6 +249,14 @@ class AdmissionServer:
             self._usage_memo[ledger.tenant] = memo
         held = ledger.reservations.get(excluding) if excluding is not None else None
         return memo[1] if held is None else _plus(memo[1], held.gpus, -1)
+
+    def _size(self, ledger: Ledger) -> int:
+        """The stored size of the ledger's reservations, encoded once per version of the ledger."""
+        memo = self._size_memo.get(ledger.tenant)
+        if memo is None or memo[0] is not ledger:
+            memo = (ledger, stored_size(ledger))
+            self._size_memo[ledger.tenant] = memo
+        return memo[1]
 
     async def validate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
@@ -336,7 +345,7 @@ class AdmissionServer:
 
     async def _decide_batch(
         self, ledger: Ledger, batch: list[_PendingReservation]
-    ) -> tuple[Ledger, list[AdmissionResponse]]:
+    ) -> tuple[Ledger, list[AdmissionResponse], UsageKey, int]:
         """Decide `batch` in order against `ledger`: each pod against the usage the pods before it
         leave (the same answers as deciding them one after the other).
 
@@ -350,7 +359,7 @@ class AdmissionServer:
         assert self.ledgers is not None
         tenant = ledger.tenant
         working = ledger
-        size = stored_size(ledger)
+        size = self._size(ledger)
         running = self._usage(ledger)
         known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
         responses: list[AdmissionResponse] = []
@@ -392,7 +401,7 @@ class AdmissionServer:
             running = _plus(at, demand)
             size, working = size + added, candidate
             responses.append(build_response(request=item.request, decision=decision))
-        return working, responses
+        return working, responses, running, size
 
     async def _decide_round(
         self,
@@ -438,10 +447,13 @@ class AdmissionServer:
         assert ledgers is not None
         ledger = ledgers.cached(tenant)
         for attempt in range(MAX_LEDGER_ATTEMPTS):
-            working, responses = await self._decide_batch(ledger, batch)
+            working, responses, running, size = await self._decide_batch(ledger, batch)
             if working is not ledger:
                 try:
-                    await asyncio.to_thread(ledgers.write, working)
+                    written = await asyncio.to_thread(ledgers.write, working)
+                    # The next batch starts from the written ledger: its sums are known already.
+                    self._usage_memo[tenant] = (written, running)
+                    self._size_memo[tenant] = (written, size)
                 except LedgerConflictError:
                     LEDGER_CONFLICTS.labels(tenant).inc()
                     log.info(
