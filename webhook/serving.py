@@ -380,6 +380,9 @@ class AdmissionServer:
             decision = known[index].get(at)
             if decision is None and decides_alike(item.decision, at):
                 decision = item.decision
+            if decision is None and item.decision.gpu_headroom is not None:
+                await self._decide_beyond_headroom(batch[index:], known[index:], working, running)
+                decision = known[index].get(at)
             if decision is None:
                 await self._decide_round(
                     batch[index:], known[index:], working, running, if_none_admitted=refused
@@ -402,6 +405,41 @@ class AdmissionServer:
             size, working = size + added, candidate
             responses.append(build_response(request=item.request, decision=decision))
         return working, responses, running, size
+
+    async def _decide_beyond_headroom(
+        self,
+        items: list[_PendingReservation],
+        known: list[dict[UsageKey, Decision]],
+        working: Ledger,
+        running: UsageKey,
+    ) -> None:
+        """At the quota's edge: the pods beyond their headroom are refused by the quota rule and
+        leave the usage as it is, so each one's usage is known in advance; they are decided side by
+        side (the policy's message quotes that usage). Should one be admitted after all (the rule in
+        warn mode), the pods after it are decided again by the next round."""
+        overlay: dict[str, GpuAmount] = {}
+        at_each = running
+        asks: list[tuple[int, UsageKey]] = []
+        for index, item in enumerate(items):
+            reserved = working.reservations.get(item.key)
+            held = overlay.get(item.key, reserved.gpus if reserved is not None else None)
+            at = at_each if held is None else _plus(at_each, held, -1)
+            decided = known[index].get(at)
+            if decided is not None:
+                if decided.allowed and decided.gpu_demand.total > 0:
+                    at_each = _plus(at, item.demand)
+                    overlay[item.key] = item.demand
+                continue
+            if decides_alike(item.decision, at):
+                at_each = _plus(at, item.demand)
+                overlay[item.key] = item.demand
+            else:
+                asks.append((index, at))
+        decisions = await asyncio.gather(
+            *(self._decide({**items[i].policy_input, "gpu_usage": usage_document(at)}) for i, at in asks)
+        )
+        for (index, at), decision in zip(asks, decisions, strict=True):
+            known[index][at] = decision
 
     async def _decide_round(
         self,
