@@ -255,6 +255,8 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
                 return {"input": body}
 
             webhook = stack.webhook_urls[0]
+            # labgate answers callers with the apiserver's client certificate only.
+            apiserver = stack.webhook_client_context()
             # (row, url, body, TLS verification, requests): all in one run, in this order.
             targets: list[tuple[str, str, Callable[[], dict[str, Any]], ssl.SSLContext | bool, int]] = [
                 (
@@ -271,22 +273,22 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
                     False,
                     requests,
                 ),
-                ("labgate /validate, pod without GPUs", f"{webhook}/validate", member, context, requests),
+                ("labgate /validate, pod without GPUs", f"{webhook}/validate", member, apiserver, requests),
                 (
                     "labgate /validate, GPU pod (ledger write)",
                     f"{webhook}/validate",
                     gpu_pod,
-                    context,
+                    apiserver,
                     requests // 2,
                 ),
                 (
                     f"labgate /validate, GPU pod, tenant already holding {LARGE_LEDGER_PODS:,} pods",
                     f"{webhook}/validate",
                     gpu_pod_of_large_tenant,
-                    context,
+                    apiserver,
                     requests // 2,
                 ),
-                ("labgate /mutate, pod", f"{webhook}/mutate", member, context, requests),
+                ("labgate /mutate, pod", f"{webhook}/mutate", member, apiserver, requests),
             ]
             for name, url, make_body, verify, count in targets:
                 results.append(

@@ -45,6 +45,27 @@ CONTROLLERS = (
 )
 
 ADMIN_USER = "labgate-admin"
+# The identity the apiserver presents to admission webhooks (its AdmissionConfiguration's
+# kubeConfigFile), signed by a CA of its own that labgate's webhook trusts for callers.
+WEBHOOK_CLIENT_USER = "kube-apiserver-webhook-client"
+
+
+def admission_configuration(kubeconfig: Path) -> dict[str, object]:
+    """The apiserver's AdmissionConfiguration: both webhook plugins present the client certificate
+    of `kubeconfig` (its user "*" matches every webhook) when they call a webhook."""
+    webhook = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {"name": "ValidatingAdmissionWebhook", "configuration": webhook},
+            {"name": "MutatingAdmissionWebhook", "configuration": webhook},
+        ],
+    }
 
 
 def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
@@ -126,6 +147,11 @@ class LocalControlPlane:
     def admin_kubeconfig(self) -> Path:
         return self.workdir / "kubeconfigs" / f"{ADMIN_USER}.kubeconfig"
 
+    @property
+    def webhook_client_ca_file(self) -> Path:
+        """The CA that signed the client certificate the apiserver presents to webhooks."""
+        return self.workdir / "pki" / "webhook-client-ca.crt"
+
     def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig for `user` in `groups` (client certificate CN=user, O=groups)."""
         if self._ca is None:
@@ -189,6 +215,7 @@ class LocalControlPlane:
                     f"--tls-cert-file={pki / 'apiserver.crt'}",
                     f"--tls-private-key-file={pki / 'apiserver.key'}",
                     f"--client-ca-file={pki / 'ca.crt'}",
+                    f"--admission-control-config-file={pki / 'admission-configuration.yaml'}",
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -276,6 +303,29 @@ class LocalControlPlane:
         _write(pki / "apiserver.key", serving.key_pem)
         _write(pki / "sa.key", sa_private)
         _write(pki / "sa.pub", sa_public, 0o644)
+        webhook_client_ca = make_ca("labgate-local-webhook-client-ca")
+        webhook_client = issue_client_cert(webhook_client_ca, user=WEBHOOK_CLIENT_USER)
+        _write(pki / "webhook-client-ca.crt", webhook_client_ca.cert_pem, 0o644)
+        _write(pki / "webhook-client.crt", webhook_client.cert_pem)
+        _write(pki / "webhook-client.key", webhook_client.key_pem)
+        webhook_kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [
+                {
+                    "name": "*",
+                    "user": {
+                        "client-certificate": str(pki / "webhook-client.crt"),
+                        "client-key": str(pki / "webhook-client.key"),
+                    },
+                }
+            ],
+        }
+        _write(pki / "webhook-client.kubeconfig", yaml.safe_dump(webhook_kubeconfig).encode())
+        _write(
+            pki / "admission-configuration.yaml",
+            yaml.safe_dump(admission_configuration(pki / "webhook-client.kubeconfig")).encode(),
+        )
         admin = issue_client_cert(ca, user=ADMIN_USER, groups=("system:masters",))
         _write(pki / "admin.crt", admin.cert_pem)
         _write(pki / "admin.key", admin.key_pem)

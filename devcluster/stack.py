@@ -80,6 +80,8 @@ class LabgateStack:
         self.processes: list[ManagedProcess] = []
         self.opa_url = ""
         self.webhook_urls: list[str] = []
+        # Plain-HTTP /healthz, /readyz and /metrics of each replica, by its admission URL.
+        self.health_urls: dict[str, str] = {}
         self.start_seconds = 0.0
 
     def __enter__(self) -> LabgateStack:
@@ -115,14 +117,14 @@ class LabgateStack:
 
     def start(self) -> None:
         started = time.monotonic()
-        tools = ensure_tools("kubernetes", "opa")
+        ensure_tools("kubernetes", "opa")
         try:
             self.cluster.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
             # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
             wait_until(self._is_tenant_crd_established, what="Tenant CRD Established", timeout=30)
             self.admin_kubectl("create", "namespace", LABGATE_NAMESPACE)
-            self._start_opa(str(tools["opa"].binary()))
+            self.opa_url = self.start_opa()
             self._start_webhooks()
             self.register_webhook(self.webhook_urls[0])
             if self.with_reconciler:
@@ -145,19 +147,26 @@ class LabgateStack:
         conditions = json.loads(result.stdout).get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
-    def _start_opa(self, opa: str) -> None:
+    def start_opa(self) -> str:
+        """Start one OPA server with the stack's policies; return its URL once it is healthy."""
+        opa = str(ensure_tools("opa")["opa"].binary())
         port = free_port()
+        index = sum(1 for p in self.processes if p.name.startswith("opa"))
         process = spawn(
-            self.workdir, "opa", opa_argv(opa, port=port, policy_dir=self.policy_dir), detached=self.detached
+            self.workdir,
+            "opa" if index == 0 else f"opa-{index}",
+            opa_argv(opa, port=port, policy_dir=self.policy_dir),
+            detached=self.detached,
         )
         self.processes.append(process)
-        self.opa_url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
 
         def is_healthy() -> bool:
-            with urllib.request.urlopen(f"{self.opa_url}/health", timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
                 return bool(response.status == 200)
 
         wait_until(is_healthy, what="OPA /health", timeout=30, watch=[process])
+        return url
 
     def _start_webhooks(self) -> None:
         pki = self.workdir / "webhook-pki"
@@ -181,8 +190,16 @@ class LabgateStack:
     ) -> str:
         """Start one more webhook replica against `opa_url`; return its https URL once `wait_for` answers."""
         pki = self.workdir / "webhook-pki"
-        port = free_port()
+        port, health_port = free_port(), free_port()
         index = sum(1 for p in self.processes if p.name.startswith("webhook-"))
+        # The apiserver presents a client certificate to webhooks when its control plane makes one
+        # (the local one does); a kind cluster's cannot, so there the webhook serves without.
+        client_ca = getattr(self.cluster, "webhook_client_ca_file", None)
+        caller_auth = (
+            {"LABGATE_TLS_CLIENT_CA_FILE": str(client_ca)}
+            if client_ca is not None
+            else {"LABGATE_ALLOW_UNAUTHENTICATED_CALLERS": "true"}
+        )
         process = spawn(
             self.workdir,
             f"webhook-{index}",
@@ -193,6 +210,8 @@ class LabgateStack:
                 "LABGATE_KUBECONFIG": str(self.admin_kubeconfig),
                 "LABGATE_HOST": self.webhook_host,
                 "LABGATE_PORT": str(port),
+                "LABGATE_HEALTH_PORT": str(health_port),
+                **caller_auth,
                 "LABGATE_TLS_CERT_FILE": str(pki / "tls.crt"),
                 "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
                 "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
@@ -203,14 +222,22 @@ class LabgateStack:
         )
         self.processes.append(process)
         url = f"https://{self.webhook_host}:{port}"
-        context = ssl.create_default_context(cadata=self.webhook_ca.cert_pem.decode())
+        health = f"http://{self.webhook_host}:{health_port}"
+        self.health_urls[url] = health
 
         def is_ready() -> bool:
-            with urllib.request.urlopen(f"{url}{wait_for}", context=context, timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{health}{wait_for}", timeout=2) as response:  # noqa: S310
                 return bool(response.status == 200)
 
         wait_until(is_ready, what=f"labgate webhook {index} {wait_for}", timeout=60, watch=[process])
         return url
+
+    def webhook_client_context(self) -> ssl.SSLContext:
+        """A TLS context that trusts the webhook and presents the apiserver's client certificate."""
+        context = ssl.create_default_context(cadata=self.webhook_ca.cert_pem.decode())
+        pki = self.admin_kubeconfig.parent.parent / "pki"
+        context.load_cert_chain(pki / "webhook-client.crt", pki / "webhook-client.key")
+        return context
 
     def start_reconciler(self, *, identity: str | None = None) -> ManagedProcess:
         """Start one reconciler replica (several may run; the Lease picks the one that writes)."""

@@ -291,62 +291,86 @@ _SECRET_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key", "bundle.pem", "next-ca
 
 
 class SecretStore:
-    """The state in a Secret (in a cluster): the webhook pods mount tls.crt and tls.key from it, and the
-    kubelet refreshes the files, which the webhook's CertificateReloader picks up."""
+    """The state in two Secrets (in a cluster). The webhook pods mount the serving Secret `name`
+    (tls.crt, tls.key, ca.crt), and the kubelet refreshes the files, which the webhook's
+    CertificateReloader picks up. The CAs' private keys live apart, in `name`-ca, which only the
+    reconciler's rotation reads: a webhook pod never holds a key that could sign certificates.
+    A serving Secret written before the split (with ca.key in it) is read once and then rewritten
+    without it."""
 
     def __init__(self, kube: KubeApi, *, namespace: str, name: str):
         self.kube = kube
         self.namespace = namespace
         self.name = name
-        self._resource_version: str | None = None
+        self.ca_name = f"{name}-ca"
+        self._versions: dict[str, str | None] = {}
+
+    def _read(self, name: str) -> dict[str, bytes] | None:
+        secret = self.kube.get(SECRET, name, namespace=self.namespace)
+        self._versions[name] = None if secret is None else secret.get("metadata", {}).get("resourceVersion")
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
     def load(self) -> CertificateState | None:
-        secret = self.kube.get(SECRET, self.name, namespace=self.namespace)
-        if secret is None:
-            self._resource_version = None
+        serving = self._read(self.name) or {}
+        authority = self._read(self.ca_name) or serving  # before the split, the CA was in `name`
+        if not (all(authority.get(k) for k in ("ca.crt", "ca.key")) and serving.get("tls.crt")):
             return None
-        self._resource_version = secret.get("metadata", {}).get("resourceVersion")
-        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        if not all(data.get(k) for k in ("ca.crt", "ca.key", "tls.crt", "tls.key")):
+        if not serving.get("tls.key"):
             return None
         return CertificateState(
-            ca=KeyPair(data["ca.crt"], data["ca.key"]),
-            serving=KeyPair(data["tls.crt"], data["tls.key"]),
-            bundle=tuple(split_bundle(data.get("bundle.pem") or data["ca.crt"])),
-            next_ca=KeyPair(data["next-ca.crt"], data["next-ca.key"])
-            if data.get("next-ca.crt") and data.get("next-ca.key")
+            ca=KeyPair(authority["ca.crt"], authority["ca.key"]),
+            serving=KeyPair(serving["tls.crt"], serving["tls.key"]),
+            bundle=tuple(split_bundle(authority.get("bundle.pem") or authority["ca.crt"])),
+            next_ca=KeyPair(authority["next-ca.crt"], authority["next-ca.key"])
+            if authority.get("next-ca.crt") and authority.get("next-ca.key")
             else None,
         )
 
-    def save(self, state: CertificateState) -> None:
-        values = {
-            "ca.crt": state.ca.cert_pem,
-            "ca.key": state.ca.key_pem,
-            "tls.crt": state.serving.cert_pem,
-            "tls.key": state.serving.key_pem,
-            "bundle.pem": b"".join(state.bundle),
-        }
-        if state.next_ca is not None:
-            values["next-ca.crt"] = state.next_ca.cert_pem
-            values["next-ca.key"] = state.next_ca.key_pem
+    def _write(self, name: str, secret_type: str, values: dict[str, bytes]) -> None:
         metadata: dict[str, Any] = {
-            "name": self.name,
+            "name": name,
             "namespace": self.namespace,
             "labels": {"app.kubernetes.io/managed-by": "labgate"},
         }
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "type": "kubernetes.io/tls",
+            "type": secret_type,
             "metadata": metadata,
             "data": {k: base64.b64encode(v).decode() for k, v in values.items()},
         }
-        if self._resource_version is None:
-            self.kube.create(SECRET, body, namespace=self.namespace)
+        version = self._versions.get(name)
+        if version is None:
+            result = self.kube.create(SECRET, body, namespace=self.namespace)
         else:
             # Compare-and-swap: two leaders in a split second cannot both rotate.
-            metadata["resourceVersion"] = self._resource_version
-            self.kube.replace(SECRET, body)
+            metadata["resourceVersion"] = version
+            result = self.kube.replace(SECRET, body)
+        self._versions[name] = result.get("metadata", {}).get("resourceVersion")
+
+    def save(self, state: CertificateState) -> None:
+        """The CA first, the serving pair second: the webhook is only ever told to serve a
+        certificate whose CA is already kept."""
+        authority = {
+            "ca.crt": state.ca.cert_pem,
+            "ca.key": state.ca.key_pem,
+            "bundle.pem": b"".join(state.bundle),
+        }
+        if state.next_ca is not None:
+            authority["next-ca.crt"] = state.next_ca.cert_pem
+            authority["next-ca.key"] = state.next_ca.key_pem
+        self._write(self.ca_name, "Opaque", authority)
+        self._write(
+            self.name,
+            "kubernetes.io/tls",
+            {
+                "ca.crt": state.ca.cert_pem,
+                "tls.crt": state.serving.cert_pem,
+                "tls.key": state.serving.key_pem,
+            },
+        )
 
 
 def endpoint_replicas(kube: KubeApi, *, namespace: str, service: str, port: int) -> list[tuple[str, int]]:

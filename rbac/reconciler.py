@@ -18,16 +18,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
 
 from labgate.core.gpu_ledger import (
-    RESERVATION_TTL_SECONDS,
     GpuAmount,
+    Ledger,
     LedgerConflictError,
     LedgerCorruptError,
-    pod_key,
+    reservation_uid,
     settle,
     usage,
 )
@@ -50,6 +51,7 @@ from labgate.core.kinds import (
 from labgate.core.kube import ApiClient, ApiException, KubeApi, Reflector
 from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
+from labgate.core.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus
 from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
 from rbac.cert_rotation import CertificateManager
 from rbac.desired import (
@@ -77,11 +79,32 @@ MANAGED_KINDS = (
     CLUSTER_ROLE_BINDING,
 )
 
-LEDGER_SWEEP_SECONDS = 15.0
+# Tenants holding reservations are looked at this often, so that one whose pod never came is released
+# within seconds of its expiry.
+LEDGER_SWEEP_SECONDS = 2.0
+# How long the uids of deleted pods are remembered (a late reservation of one is released at once).
+GONE_MEMORY_SECONDS = 300.0
 POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
 
 REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
 WRITES = Counter("labgate_reconcile_writes_total", "Writes made by the reconciler", ["verb"])
+RECOUNTED = Counter(
+    "labgate_gpu_pods_recounted_total",
+    "Live GPU pods with neither a settled record nor a reservation, recorded from their specs",
+    ["tenant"],
+)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the reconciler keeps of one pod (by uid): where it is, its phase, the GPUs its spec asks."""
+
+    namespace: str
+    name: str
+    phase: str
+    gpus: GpuAmount
+    is_preemptible: bool
+
 
 Key = tuple[str, str, str, str]
 
@@ -230,8 +253,10 @@ class Reconciler:
         workers: int = 2,
         certificates: CertificateManager | None = None,
         certificate_check_seconds: float = 30.0,
+        gpu_counting: GpuCounting | None = None,
     ):
         self.kube = KubeApi(api, field_manager=FIELD_MANAGER)
+        self.gpu_counting = gpu_counting or GpuCounting()
         self.cache = ObjectCache()
         self.queue = WorkQueue()
         self.leader = LeaderElector(
@@ -253,8 +278,9 @@ class Reconciler:
             self._reflector(NAMESPACE, None),
             *[self._reflector(kind, f"{MANAGED_BY_LABEL}={MANAGED_BY}") for kind in MANAGED_KINDS],
         ]
-        self._pod_phases: dict[str, str] = {}
-        self._pod_uids: dict[str, str] = {}
+        # Pods by uid, and the uids in each namespace.
+        self._pods: dict[str, PodFacts] = {}
+        self._pods_by_namespace: dict[str, set[str]] = {}
         # uid -> when the pod was seen gone: its reservation, if not yet settled, is released at once.
         self._gone_pod_uids: dict[str, float] = {}
         self._pods_lock = threading.Lock()
@@ -267,7 +293,9 @@ class Reconciler:
             LedgerStore(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace),
             on_unsettled=self.queue.add,
         )
-        self.settled = SettledPods(KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace)
+        self.settled = SettledPods(
+            KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace, on_deleted=self.queue.add
+        )
         self._workers = [
             threading.Thread(target=self._work, args=(i,), name=f"reconcile-worker-{i}", daemon=True)
             for i in range(workers)
@@ -311,42 +339,51 @@ class Reconciler:
     def _tenant_of_namespace(self, namespace: str) -> str | None:
         return _labels(self.cache.get(("v1", "Namespace", "", namespace)) or {}).get(TENANT_LABEL)
 
+    def _pod_facts(self, obj: Object) -> PodFacts:
+        metadata = obj["metadata"]
+        return PodFacts(
+            namespace=str(metadata["namespace"]),
+            name=str(metadata["name"]),
+            phase=str((obj.get("status") or {}).get("phase", "")),
+            gpus=pod_gpus(obj, self.gpu_counting),
+            is_preemptible=is_admitted_preemptible(obj, self.gpu_counting),
+        )
+
     def _on_pod_list(self, objects: list[Object]) -> None:
-        phases: dict[str, str] = {}
-        uids: dict[str, str] = {}
-        for o in objects:
-            key = pod_key(o["metadata"]["namespace"], o["metadata"]["name"])
-            phases[key] = o.get("status", {}).get("phase", "")
-            uids[key] = str(o["metadata"].get("uid", ""))
+        pods = {str(o["metadata"].get("uid", "")): self._pod_facts(o) for o in objects}
+        by_namespace: dict[str, set[str]] = {}
+        for uid, facts in pods.items():
+            by_namespace.setdefault(facts.namespace, set()).add(uid)
         with self._pods_lock:
-            live = set(uids.values())
-            for uid in set(self._pod_uids.values()) - live:  # deleted while the watch was down
+            for uid in set(self._pods) - set(pods):  # deleted while the watch was down
                 self._gone_pod_uids[uid] = time.monotonic()
-            self._pod_phases, self._pod_uids = phases, uids
-        for tenant in {self._tenant_of_namespace(k.split("/", 1)[0]) for k in phases}:
+            self._pods, self._pods_by_namespace = pods, by_namespace
+        for tenant in {self._tenant_of_namespace(ns) for ns in by_namespace}:
             if tenant:
                 self.queue.add(tenant)
 
     def _on_pod(self, event: str, obj: Object) -> None:
         metadata = obj["metadata"]
-        key = pod_key(metadata["namespace"], metadata["name"])
-        tenant = self._tenant_of_namespace(metadata["namespace"])
+        uid = str(metadata.get("uid", ""))
+        namespace = str(metadata["namespace"])
+        tenant = self._tenant_of_namespace(namespace)
+        facts = None if event == "DELETED" else self._pod_facts(obj)
         with self._pods_lock:
-            if event == "DELETED":
-                self._pod_phases.pop(key, None)
-                self._pod_uids.pop(key, None)
+            if facts is None:
+                self._pods.pop(uid, None)
+                self._pods_by_namespace.get(namespace, set()).discard(uid)
                 if tenant is not None:  # only tenants' pods have reservations
-                    self._gone_pod_uids[str(metadata.get("uid", ""))] = time.monotonic()
+                    self._gone_pod_uids[uid] = time.monotonic()
             else:
-                self._pod_phases[key] = obj.get("status", {}).get("phase", "")
-                self._pod_uids[key] = str(metadata.get("uid", ""))
+                self._pods[uid] = facts
+                self._pods_by_namespace.setdefault(namespace, set()).add(uid)
         if tenant is not None:
             self.queue.add(tenant)
 
     def _recently_gone_pod_uids(self) -> frozenset[str]:
-        """Uids of pods seen deleted within a reservation's lifetime (older ones no longer matter:
-        a reservation whose pod never showed up has expired by then). Call with the pods lock held."""
-        horizon = time.monotonic() - RESERVATION_TTL_SECONDS
+        """Uids of pods seen deleted recently (older ones no longer matter: a reservation whose pod
+        never showed up has expired by then). Call with the pods lock held."""
+        horizon = time.monotonic() - GONE_MEMORY_SECONDS
         for uid in [u for u, seen in self._gone_pod_uids.items() if seen < horizon]:
             del self._gone_pod_uids[uid]
         return frozenset(self._gone_pod_uids)
@@ -363,6 +400,44 @@ class Reconciler:
             log.error("%s; not maintaining it until it is repaired", err)
             return None
 
+    def _expired_pods_still_there(self, ledger: Ledger, phases: dict[str, str]) -> dict[str, str]:
+        """Phases of the pods of expired reservations that the pod watch has not shown, read from the
+        API: the watch may lag, and a reservation must never be dropped while its pod exists."""
+        found: dict[str, str] = {}
+        now = ledger_now()
+        for key, reservation in ledger.reservations.items():
+            uid = reservation_uid(key, reservation)
+            if uid in phases or reservation.expires > now or "/" not in reservation.pod:
+                continue
+            namespace, name = reservation.pod.split("/", 1)
+            live = self.kube.get(POD, name, namespace=namespace)
+            if live is not None and live.get("metadata", {}).get("uid") == uid:
+                found[uid] = str((live.get("status") or {}).get("phase", ""))
+        return found
+
+    def _unrecorded(
+        self, tenant: str, ledger: Ledger, settled_pods: dict[str, GpuAmount]
+    ) -> dict[str, GpuAmount]:
+        """The tenant's live GPU pods with neither a settled record nor a reservation, counted from
+        their specs. (A pod seen before the ledger write that reserved it is counted twice for an
+        instant at most: the ledger's compare-and-swap makes the next pass see the reservation.)"""
+        reserved = {reservation_uid(k, r) for k, r in ledger.reservations.items()}
+        found: dict[str, GpuAmount] = {}
+        namespaces = self._labelled_namespaces(tenant)
+        with self._pods_lock:
+            for namespace in namespaces:
+                for uid in self._pods_by_namespace.get(namespace, ()):
+                    facts = self._pods.get(uid)
+                    if (
+                        facts is not None
+                        and facts.gpus.total > 0
+                        and not facts.is_preemptible
+                        and uid not in settled_pods
+                        and uid not in reserved
+                    ):
+                        found[uid] = facts.gpus
+        return found
+
     def _settle(self, tenant: str) -> GpuAmount:
         ledger = self.ledgers.cached(tenant)
         for _ in range(5):
@@ -370,13 +445,25 @@ class Reconciler:
             settled_pods = self.settled.pods(tenant)
             with self._pods_lock:
                 phases = {
-                    k: self._pod_phases[k]
-                    for k in (*ledger.reservations, *settled_pods)
-                    if k in self._pod_phases
+                    uid: self._pods[uid].phase
+                    for uid in (
+                        *(reservation_uid(k, r) for k, r in ledger.reservations.items()),
+                        *settled_pods,
+                    )
+                    if uid in self._pods
                 }
                 gone = self._recently_gone_pod_uids()
+            phases.update(self._expired_pods_still_there(ledger, phases))
+            unrecorded = self._unrecorded(tenant, ledger, settled_pods)
+            with self._pods_lock:
+                phases.update({uid: self._pods[uid].phase for uid in unrecorded if uid in self._pods})
             updated, settled = settle(
-                ledger, settled_pods, pod_phases=phases, now=ledger_now(), gone_pod_uids=gone
+                ledger,
+                settled_pods,
+                pod_phases=phases,
+                now=ledger_now(),
+                gone_pod_uids=gone,
+                unrecorded=unrecorded,
             )
             try:
                 if settled != settled_pods:
@@ -384,6 +471,9 @@ class Reconciler:
                     versions = self.settled.write(tenant, settled)  # a lost compare-and-swap re-reads
                     WRITES.labels("ledger").inc()
                     updated = updated.model_copy(update={"settled_versions": versions})
+                    recounted = [u for u in unrecorded if u in settled]
+                    if recounted := self._truly_unreserved(tenant, recounted):
+                        self._report_recount(tenant, recounted, unrecorded)
                 if updated == ledger:
                     return usage(ledger)
                 self._check_leader()
@@ -393,6 +483,30 @@ class Reconciler:
             except LedgerConflictError:
                 ledger = self.ledgers.fresh(tenant)
         return usage(ledger)
+
+    def _truly_unreserved(self, tenant: str, uids: list[str]) -> list[str]:
+        """The pods among `uids` that the ledger, read afresh, holds no reservation for: a repair to
+        report. (A pod seen an instant before its reservation reached this replica's cache is not.)"""
+        if not uids:
+            return []
+        fresh = self.ledgers.fresh(tenant)
+        reserved = {reservation_uid(k, r) for k, r in fresh.reservations.items()}
+        return [uid for uid in uids if uid not in reserved]
+
+    def _report_recount(self, tenant: str, uids: list[str], gpus: dict[str, GpuAmount]) -> None:
+        """Say so when live pods had to be counted from their specs: the settled-pods store lost them
+        (deleted by hand?), or they were created while the webhook was bypassed."""
+        total = sum(gpus[uid].total for uid in uids)
+        with self._pods_lock:
+            names = sorted(f"{f.namespace}/{f.name}" for uid in uids if (f := self._pods.get(uid)))
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        message = (
+            f"counted {len(uids)} running GPU pods ({total} GPUs) from their specs: they had no record in "
+            f"the settled-pods store (labgate-gpu-settled.{tenant}.*) and no reservation: {shown}"
+        )
+        log.warning("tenant %s: %s", tenant, message)
+        RECOUNTED.labels(tenant).inc(len(uids))
+        self._record_event(tenant, "GpuUsageRecounted", message, kind="Warning")
 
     def _enqueue_pending_reservations(self) -> None:
         """Tenants with reservations not yet settled, so that those whose pod never came expire."""
@@ -512,7 +626,7 @@ class Reconciler:
             REPAIRS.labels(kind.kind).inc()
             where = f"{obj['metadata'].get('namespace')}/" if obj["metadata"].get("namespace") else ""
             self._record_event(
-                tenant, "DriftRepaired", f"restored {kind.kind} {where}{obj['metadata']['name']}"
+                tenant.name, "DriftRepaired", f"restored {kind.kind} {where}{obj['metadata']['name']}"
             )
         return True
 
@@ -526,21 +640,21 @@ class Reconciler:
         live = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", tenant.name)) or {}
         return bool(live.get("status", {}).get("observedGeneration") == tenant.generation)
 
-    def _record_event(self, tenant: Tenant, reason: str, message: str) -> None:
-        live = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", tenant.name)) or {}
+    def _record_event(self, tenant_name: str, reason: str, message: str, *, kind: str = "Normal") -> None:
+        live = self.cache.get(("labgate.io/v1alpha1", "Tenant", "", tenant_name)) or {}
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{tenant.name}.{uuid.uuid4().hex[:10]}", "namespace": "default"},
+            "metadata": {"name": f"{tenant_name}.{uuid.uuid4().hex[:10]}", "namespace": "default"},
             "involvedObject": {
                 "apiVersion": "labgate.io/v1alpha1",
                 "kind": "Tenant",
-                "name": tenant.name,
+                "name": tenant_name,
                 "uid": live.get("metadata", {}).get("uid", ""),
             },
             "reason": reason,
             "message": message,
-            "type": "Normal",
+            "type": kind,
             "source": {"component": FIELD_MANAGER},
             "firstTimestamp": _now(),
             "lastTimestamp": _now(),
@@ -549,7 +663,7 @@ class Reconciler:
         try:
             self.kube.create(EVENT, event, namespace="default")
         except ApiException as err:  # an event is a courtesy; never fail a repair over it
-            log.warning("could not record event for tenant %s: %s", tenant.name, err.reason)
+            log.warning("could not record event for tenant %s: %s", tenant_name, err.reason)
 
     # -- one tenant -------------------------------------------------------------------------------
 

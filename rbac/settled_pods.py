@@ -1,4 +1,5 @@
-"""The GPUs of each tenant's settled pods, one entry per pod, kept by the reconciler alone.
+"""The GPUs of each tenant's settled pods, one entry per pod (keyed by the pod's uid), kept by the
+reconciler alone.
 
 The ledger (`labgate.core.gpu_ledger`) holds only their sum, so that admitting a GPU pod never reads or
 rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
@@ -8,13 +9,16 @@ in labgate's namespace (`labgate-gpu-settled.<tenant>.<shard>`), so that settlin
 rewrites a fraction of them and a tenant can hold far more pods than one ConfigMap's 1 MiB.
 
 Only the reconciler's leader writes them. The webhook never watches them (its ledger watch selects
-another label), so their size costs admissions nothing.
+another label), so their size costs admissions nothing. Deleting them loses nothing for good: the
+reconciler records every live GPU pod that has neither a record nor a reservation again, counted
+from its spec, and says so (an Event `GpuUsageRecounted` on the Tenant).
 """
 
 from __future__ import annotations
 
 import threading
 import zlib
+from collections.abc import Callable
 
 from pydantic import TypeAdapter
 
@@ -31,8 +35,8 @@ def settled_name(tenant: str, shard: int) -> str:
     return f"labgate-gpu-settled.{tenant}.{shard}"
 
 
-def shard_of(pod_key: str) -> int:
-    return zlib.crc32(pod_key.encode()) % SETTLED_SHARDS
+def shard_of(pod_uid: str) -> int:
+    return zlib.crc32(pod_uid.encode()) % SETTLED_SHARDS
 
 
 def split_into_shards(pods: dict[str, GpuAmount]) -> dict[int, dict[str, GpuAmount]]:
@@ -53,9 +57,11 @@ class _Shard:
 class SettledPods(WatchFed):
     """Watch-fed copies of every tenant's settled-pod shards, and the leader's writes to them."""
 
-    def __init__(self, kube: KubeApi, *, namespace: str):
+    def __init__(self, kube: KubeApi, *, namespace: str, on_deleted: Callable[[str], None] | None = None):
+        """`on_deleted(tenant)` is called when one of a tenant's shards is deleted (to recount it)."""
         self.kube = kube
         self.namespace = namespace
+        self._on_deleted = on_deleted
         self._lock = threading.Lock()
         self._shards: dict[tuple[str, int], _Shard] = {}
         self._reflector = Reflector(
@@ -107,9 +113,11 @@ class SettledPods(WatchFed):
                 self._shards.pop(address, None)
             else:
                 self._remember(address, self._parse(obj))
+        if event == "DELETED" and self._on_deleted is not None:
+            self._on_deleted(address[0])
 
     def pods(self, tenant: str) -> dict[str, GpuAmount]:
-        """Every settled pod of `tenant`, with its GPUs."""
+        """Every settled pod of `tenant` (by uid), with its GPUs."""
         merged: dict[str, GpuAmount] = {}
         with self._lock:
             for shard in range(SETTLED_SHARDS):
@@ -197,7 +205,7 @@ class SettledPods(WatchFed):
         try:
             result = self.kube.replace(CONFIG_MAP, body)
         except ApiException as err:
-            if err.status == 409:
+            if err.status in (404, 409):  # changed, or deleted (by hand?) since it was read
                 self._refresh(address)
                 raise LedgerConflictError(tenant) from err
             raise
@@ -206,6 +214,8 @@ class SettledPods(WatchFed):
     def _refresh(self, address: tuple[str, int]) -> None:
         """Read one shard afresh into the cache (after losing a compare-and-swap on it)."""
         obj = self.kube.get(CONFIG_MAP, settled_name(*address), namespace=self.namespace)
-        if obj is not None:
-            with self._lock:
+        with self._lock:
+            if obj is None:
+                self._shards.pop(address, None)
+            else:
                 self._remember(address, self._parse(obj))

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labgate.core.gpu_ledger import LedgerCorruptError
 from labgate.core.kube import ApiException, KubeApi, api_client
@@ -23,17 +25,17 @@ from labgate.core.metrics import (
     ADMISSION_OVERLOADED,
     ADMISSION_REQUESTS,
     ADMISSION_SECONDS,
+    FACTS_AGE,
     POLICY_ENGINE_ERRORS,
 )
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, RestrictedSecrets
-from webhook.overload import AdmissionGate, overloaded_response
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import get_provenance_settings
-from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus
 from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings
 from webhook.workloads import load_workload_kinds
@@ -41,19 +43,102 @@ from webhook.workloads import load_workload_kinds
 log = logging.getLogger("labgate.webhook")
 
 
-async def get_server(request: Request) -> AdmissionServer:
-    # async: a plain `def` dependency runs in a worker thread, a hand-off for every request.
+def get_server(request: Request) -> AdmissionServer:
     server: AdmissionServer = request.app.state.server
     return server
 
 
-def _review(response: AdmissionResponse) -> Response:
-    """The AdmissionReview answer, encoded with orjson."""
-    return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
-
-
 def _bad_request(reason: str) -> JSONResponse:
     return JSONResponse(status_code=400, content={"error": "malformed AdmissionReview", "reason": reason})
+
+
+class BodyTooLargeError(ValueError):
+    """The request body is larger than any AdmissionReview the apiserver sends."""
+
+
+# A body that has not fully arrived this long after its head is abandoned (a stalled client).
+BODY_TIMEOUT_SECONDS = 10.0
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing more than `limit` bytes without reading them all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLargeError
+
+    async def read() -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    return await asyncio.wait_for(read(), timeout=BODY_TIMEOUT_SECONDS)
+
+
+class AdmissionGate:
+    """Bounds the admission requests one replica decides at once. Past the bound a request is
+    refused at once, with the rate, rather than queued until the apiserver's timeout: latency stays
+    flat under overload and the apiserver's other replicas (or the client's retry) take the rest."""
+
+    RATE_WINDOW_SECONDS = 5.0
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.in_flight = 0
+        self._arrivals: deque[float] = deque()  # monotonic times of the last few seconds' requests
+
+    def rate(self) -> float:
+        """Admission requests per second over the last few seconds."""
+        horizon = time.monotonic() - self.RATE_WINDOW_SECONDS
+        while self._arrivals and self._arrivals[0] < horizon:
+            self._arrivals.popleft()
+        return len(self._arrivals) / self.RATE_WINDOW_SECONDS
+
+    def arrive(self) -> bool:
+        """Count one request in; False when it must be refused (the bound is reached)."""
+        self._arrivals.append(time.monotonic())
+        self.rate()  # drops arrivals older than the window
+        if self.in_flight >= self.limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+    def refusal(self, request: AdmissionRequest) -> AdmissionResponse:
+        message = (
+            f"[admission-overloaded] this labgate webhook replica is deciding {self.in_flight} requests "
+            f"at once, its bound (LABGATE_MAX_IN_FLIGHT), with {self.rate():.0f} arriving per second; "
+            "this one was refused rather than left to wait past the apiserver's timeout. Fix: retry "
+            "(controllers retry by themselves); if it persists, tell the infra team to add webhook "
+            "replicas (webhook.replicas) or slow the client creating objects this fast"
+        )
+        return AdmissionResponse(
+            uid=request.uid,
+            allowed=False,
+            status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
+        )
+
+
+_PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def probes_only(app: ASGIApp) -> ASGIApp:
+    """`app` with only its probe and metrics routes (GET), for the plain-HTTP port the kubelet's
+    probes and Prometheus use: the admission routes are never served without a client certificate."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["method"] != "GET" or scope["path"] not in _PROBE_PATHS):
+            await Response(status_code=404, content="not found")(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return serve
 
 
 class _Offline:
@@ -84,44 +169,42 @@ async def _serve(
     *,
     deadline: float,
     decisions: DecisionLog | None,
-    recorder: Executor,
     gate: AdmissionGate,
+    max_body_bytes: int,
 ) -> Response:
-    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits); beyond
-    the gate's limit refuse at once as overloaded."""
+    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
     try:
-        review = AdmissionReview.model_validate_json(await request.body())
+        review = AdmissionReview.model_validate_json(await _read_body(request, max_body_bytes))
+    except BodyTooLargeError:
+        return JSONResponse(
+            status_code=413,
+            content={"error": "request body too large", "limit_bytes": max_body_bytes},
+        )
+    except ClientDisconnect:  # the caller went away mid-body: nothing to answer, nothing to log
+        return Response(status_code=400)
+    except TimeoutError:
+        return JSONResponse(status_code=408, content={"error": "request body not received in time"})
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         return _bad_request(f"{where}: {first['msg']}")
-    webhook = request.url.path.strip("/")
-    if not gate.try_enter():
-        ADMISSION_OVERLOADED.labels(webhook).inc()
-        refusal = overloaded_response(review.request, limit=gate.limit, rate=gate.rate())
-        return _review(refusal)
+    if not gate.arrive():
+        ADMISSION_OVERLOADED.inc()
+        return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
-        return await _decide(
-            webhook=webhook,
-            review=review,
-            handle=handle,
-            deadline=deadline,
-            decisions=decisions,
-            recorder=recorder,
-        )
+        return await _decide(request, review, handle, deadline=deadline, decisions=decisions)
     finally:
         gate.leave()
 
 
 async def _decide(
-    *,
-    webhook: str,
+    request: Request,
     review: AdmissionReview,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
+    *,
     deadline: float,
     decisions: DecisionLog | None,
-    recorder: Executor,
-) -> Response:
+) -> JSONResponse:
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
@@ -143,15 +226,14 @@ async def _decide(
         reason = "policy-engine-unavailable"
         response = refuse_unavailable(review.request, "an internal error in labgate's webhook; see its log")
     elapsed = time.perf_counter() - started
+    webhook = request.url.path.strip("/")
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)
     ADMISSION_REQUESTS.labels(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
-    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        recorder.submit(
-            decisions.record,
+        decisions.record(
             request=review.request,
             decision=trace.decision,
             tenant=trace.tenant,
@@ -160,7 +242,7 @@ async def _decide(
             latency_ms=elapsed * 1000,
             reason=reason,
         )
-    return _review(response)
+    return JSONResponse(content=response.to_review())
 
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
@@ -172,8 +254,6 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         if resolved.decision_log_file is not None or resolved.decision_log_stdout
         else None
     )
-    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
-    gate = AdmissionGate(resolved.max_concurrent_admissions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -187,14 +267,21 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         if watch_cluster:
             api = api_client(resolved.kubeconfig)
             kube = KubeApi(api, field_manager="labgate-webhook")
+            watch_timeout = resolved.watch_timeout_seconds
             inventory = InventorySync(
-                api, InventoryStore(resolved.opa_url), platform_namespace=resolved.namespace
+                api,
+                InventoryStore(resolved.opa_url),
+                platform_namespace=resolved.namespace,
+                watch_timeout_seconds=watch_timeout,
             )
-            ledgers = LedgerCache(LedgerStore(kube, namespace=resolved.namespace))
-            secrets = RestrictedSecrets(kube)
+            ledgers = LedgerCache(
+                LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
+            )
+            secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
             stoppable = [inventory, ledgers, secrets]
             for part in stoppable:
                 part.start()
+            parts = tuple(stoppable)
             app.state.server = AdmissionServer(
                 engine=engine,
                 inventory=inventory,
@@ -203,7 +290,11 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 workload_kinds=kinds,
                 images=ImageGatherer(ImageFacts(registry, provenance), kube),
                 image_timeout=provenance.registry_timeout_seconds,
+                reservation_seconds=resolved.reservation_seconds,
+                facts_age=lambda: max(part.age() for part in parts),
+                facts_max_age=resolved.facts_max_age_seconds,
             )
+            FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
         else:
             app.state.server = AdmissionServer(
                 engine=engine, inventory=_Offline(), ledgers=None, secrets=None, workload_kinds=kinds
@@ -215,9 +306,9 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 part.stop()
             await engine.close()
             await registry.aclose()
-            recorder.shutdown(wait=True)
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
+    gate = AdmissionGate(resolved.max_in_flight)
 
     @app.post("/validate")
     async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
@@ -227,8 +318,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             server.validate,
             deadline=resolved.admission_deadline_seconds,
             decisions=decisions,
-            recorder=recorder,
             gate=gate,
+            max_body_bytes=resolved.max_body_bytes,
         )
 
     @app.post("/mutate")
@@ -239,8 +330,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             server.mutate,
             deadline=resolved.admission_deadline_seconds,
             decisions=decisions,
-            recorder=recorder,
             gate=gate,
+            max_body_bytes=resolved.max_body_bytes,
         )
 
     @app.get("/metrics")

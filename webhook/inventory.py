@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Object
-from labgate.core.kube import ApiClient, KubeApi, Reflector, WatchFed
+from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import namespace_document, tenant_document
 from webhook.policy_engine import InventoryStore
@@ -24,8 +24,16 @@ log = logging.getLogger(__name__)
 class InventorySync:
     """Two reflectors (Namespaces, Tenants) that write every change into OPA."""
 
-    def __init__(self, api: ApiClient, store: InventoryStore, *, platform_namespace: str):
+    def __init__(
+        self,
+        api: ApiClient,
+        store: InventoryStore,
+        *,
+        platform_namespace: str,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+    ):
         self._store = store
+        self._watch_timeout = watch_timeout_seconds
         # Two locks: `_lock` guards the in-memory copy and is held only for dictionary work (the
         # event loop takes it for tenant_of); `_push_lock` orders writes to OPA, which may be slow or
         # hang. Never hold `_lock` across network I/O.
@@ -71,7 +79,14 @@ class InventorySync:
                 self._dirty.add((collection, name))
             self._wake.set()
 
-        return Reflector(collection, api, list_fn, on_list=on_list, on_event=on_event)
+        return Reflector(
+            collection,
+            api,
+            list_fn,
+            on_list=on_list,
+            on_event=on_event,
+            watch_timeout_seconds=self._watch_timeout,
+        )
 
     def is_known(self, name: str) -> bool:
         """Whether the namespace, and the tenant it names, are already in the inventory (no I/O)."""
@@ -176,6 +191,10 @@ class InventorySync:
         """True once every collection was listed and written to OPA."""
         return all(r.has_synced.is_set() for r in self._reflectors)
 
+    def age(self) -> float:
+        """Seconds since the API last proved the stalest collection current."""
+        return max(r.age() for r in self._reflectors)
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
@@ -189,7 +208,7 @@ class RestrictedSecrets(WatchFed):
     """Which Secrets are restricted to a service account, per namespace (metadata only: the webhook
     never holds secret data), for the secret-scope rule's input.secrets."""
 
-    def __init__(self, kube: KubeApi):
+    def __init__(self, kube: KubeApi, *, watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS):
         self._lock = threading.Lock()
         self._by_namespace: dict[str, dict[str, dict[str, str]]] = {}
         self._reflector = Reflector(
@@ -198,6 +217,7 @@ class RestrictedSecrets(WatchFed):
             kube.lister(SECRET, metadata_only=True),
             on_list=self._on_list,
             on_event=self._on_event,
+            watch_timeout_seconds=watch_timeout_seconds,
         )
 
     @staticmethod

@@ -10,7 +10,17 @@ from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
 MUTATING_WEBHOOK_NAME = "mutate.labgate.io"
+# The webhooks for cluster-scoped objects (Namespaces, Tenants) beside the ones above, which see
+# objects in tenant namespaces only.
+VALIDATING_CLUSTER_WEBHOOK_NAME = "validate-cluster.labgate.io"
+MUTATING_CLUSTER_WEBHOOK_NAME = "mutate-cluster.labgate.io"
 _WRITE = ["CREATE", "UPDATE"]
+TENANT_LABEL = "labgate.io/tenant"
+IGNORE_LABEL = "labgate.io/ignore"
+# The platform's identities (policies/labgate/config/data.json trusts the same): a Namespace they
+# create or change without a tenant label is none of labgate's business, and never reaches it.
+PLATFORM_GROUPS = ("system:masters", "system:nodes", "system:serviceaccounts:kube-system")
+PLATFORM_USERS = ("system:kube-controller-manager", "system:kube-scheduler")
 
 
 def _rule(
@@ -44,21 +54,53 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
 
 
 def mutating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> list[dict[str, Any]]:
-    """What the mutating webhook sees: pod templates (placement, automount, priority) and new namespaces."""
-    return [*_workload_rules(kinds, _WRITE), _rule("", "v1", ["namespaces"], ["CREATE"], "Cluster")]
+    """What the mutating webhook sees: what it mutates, on CREATE only (policies/labgate/mutation
+    patches nothing else): pod templates (placement, automount, priority) and new namespaces."""
+    return [*_workload_rules(kinds, ["CREATE"]), _rule("", "v1", ["namespaces"], ["CREATE"], "Cluster")]
 
 
-def exempt_namespace_selector(exempt_namespaces: list[str]) -> dict[str, Any]:
-    """Never intercept kube-system or labgate's own namespace: a broken webhook must not brick the cluster."""
-    return {
-        "matchExpressions": [
-            {
-                "key": "kubernetes.io/metadata.name",
-                "operator": "NotIn",
-                "values": sorted(set(exempt_namespaces)),
-            }
-        ]
-    }
+def _has_label(variable: str, label: str) -> str:
+    present = f"has({variable}.metadata.labels) && '{label}' in {variable}.metadata.labels"
+    return f"({present})" if variable == "object" else f"({variable} != null && {present})"
+
+
+def namespace_match_expression() -> str:
+    """CEL: whether a Namespace request is labgate's to judge. A namespace with a tenant label, before
+    or after the change, always is. One without is only when someone other than the platform asks,
+    and the namespace did not opt out with the `labgate.io/ignore` label (a tenant's namespace cannot:
+    its tenant label wins). Other resources of the cluster-scoped webhooks (Tenants) always are."""
+    groups = ", ".join(f"'{g}'" for g in PLATFORM_GROUPS)
+    users = ", ".join(f"'{u}'" for u in PLATFORM_USERS)
+    is_platform = (
+        f"request.userInfo.username in [{users}] || "
+        f"(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [{groups}]))"
+    )
+    return (
+        "request.resource.resource != 'namespaces' || "
+        f"{_has_label('object', TENANT_LABEL)} || {_has_label('oldObject', TENANT_LABEL)} || "
+        f"(!({is_platform}) && !{_has_label('oldObject', IGNORE_LABEL)})"
+    )
+
+
+def match_conditions() -> list[dict[str, str]]:
+    """The cluster-scoped webhooks' matchConditions (CEL, GA since Kubernetes 1.30)."""
+    return [{"name": "tenant-namespaces-and-tenants", "expression": namespace_match_expression()}]
+
+
+def exempt_namespace_selector(exempt_namespaces: list[str], *, tenants_only: bool = False) -> dict[str, Any]:
+    """Never intercept kube-system or labgate's own namespace: a broken webhook must not brick the
+    cluster. With `tenants_only`, only namespaces labelled for a tenant: an outage of labgate then
+    touches the tenants and nothing else."""
+    expressions: list[dict[str, Any]] = [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": sorted(set(exempt_namespaces)),
+        }
+    ]
+    if tenants_only:
+        expressions.append({"key": TENANT_LABEL, "operator": "Exists"})
+    return {"matchExpressions": expressions}
 
 
 def _webhook(
@@ -71,12 +113,13 @@ def _webhook(
     failure_policy: str,
     timeout_seconds: int,
     object_selector: dict[str, Any] | None,
+    is_cluster_scoped: bool,
 ) -> dict[str, Any]:
     webhook: dict[str, Any] = {
         "name": name,
         "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()},
         "rules": rules,
-        "namespaceSelector": exempt_namespace_selector(exempt_namespaces),
+        "namespaceSelector": exempt_namespace_selector(exempt_namespaces, tenants_only=not is_cluster_scoped),
         "failurePolicy": failure_policy,
         "matchPolicy": "Equivalent",
         "sideEffects": "NoneOnDryRun",  # the GPU ledger is written only for requests that are not dry runs
@@ -85,7 +128,17 @@ def _webhook(
     }
     if object_selector is not None:
         webhook["objectSelector"] = object_selector
+    if is_cluster_scoped:
+        webhook["matchConditions"] = match_conditions()
     return webhook
+
+
+def split_by_scope(rules: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The namespaced rules (judged in tenant namespaces only) and the cluster-scoped ones."""
+    return (
+        [r for r in rules if r["scope"] != "Cluster"],
+        [r for r in rules if r["scope"] == "Cluster"],
+    )
 
 
 def webhook_configurations(
@@ -106,9 +159,19 @@ def webhook_configurations(
     (object i with shard_label=<i>; unlabelled objects go to the first replica).
     """
     configurations = []
-    for kind, webhook_name, path, rules in (
-        ("MutatingWebhookConfiguration", MUTATING_WEBHOOK_NAME, "/mutate", mutating_rules(kinds)),
-        ("ValidatingWebhookConfiguration", VALIDATING_WEBHOOK_NAME, "/validate", validating_rules(kinds)),
+    for kind, names, path, rules in (
+        (
+            "MutatingWebhookConfiguration",
+            (MUTATING_WEBHOOK_NAME, MUTATING_CLUSTER_WEBHOOK_NAME),
+            "/mutate",
+            mutating_rules(kinds),
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            (VALIDATING_WEBHOOK_NAME, VALIDATING_CLUSTER_WEBHOOK_NAME),
+            "/validate",
+            validating_rules(kinds),
+        ),
     ):
         webhooks = []
         for index, url in enumerate(urls):
@@ -120,20 +183,23 @@ def webhook_configurations(
                     if index == 0
                     else {"matchLabels": {shard_label: str(index)}}
                 )
-            webhooks.append(
-                _webhook(
-                    name=webhook_name if index == 0 else f"shard{index}.{webhook_name}",
-                    url=url.rstrip("/") + path,
-                    ca_bundle_pem=ca_bundle_pem,
-                    rules=rules,
-                    exempt_namespaces=exempt_namespaces,
-                    failure_policy=failure_policy,
-                    timeout_seconds=timeout_seconds,
-                    object_selector=selector,
+            for webhook_name, scoped_rules in zip(names, split_by_scope(rules), strict=True):
+                webhooks.append(
+                    _webhook(
+                        name=webhook_name if index == 0 else f"shard{index}.{webhook_name}",
+                        url=url.rstrip("/") + path,
+                        ca_bundle_pem=ca_bundle_pem,
+                        rules=scoped_rules,
+                        exempt_namespaces=exempt_namespaces,
+                        failure_policy=failure_policy,
+                        timeout_seconds=timeout_seconds,
+                        object_selector=selector,
+                        is_cluster_scoped=webhook_name
+                        in (MUTATING_CLUSTER_WEBHOOK_NAME, VALIDATING_CLUSTER_WEBHOOK_NAME),
+                    )
                 )
-            )
-            if kind == "MutatingWebhookConfiguration":
-                webhooks[-1]["reinvocationPolicy"] = "IfNeeded"
+                if kind == "MutatingWebhookConfiguration":
+                    webhooks[-1]["reinvocationPolicy"] = "IfNeeded"
         configurations.append(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",

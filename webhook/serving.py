@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ import orjson
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.gpu_ledger import (
     LEDGER_MAX_BYTES,
+    RESERVATION_TTL_SECONDS,
     GpuAmount,
     Ledger,
     LedgerConflictError,
@@ -95,6 +97,35 @@ class SecretFacts(Protocol):
 
 def _is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
+
+
+def reservation_key(request: AdmissionRequest) -> str:
+    """What a GPU pod's reservation is keyed by: the uid the apiserver gave the pod it is creating.
+    Never the pod's name: a CREATE of a name that exists is validated before the apiserver finds the
+    name taken, and must not touch the reservation or record of the pod that holds it. (Without a uid,
+    which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
+    uid = (request.object or {}).get("metadata", {}).get("uid")
+    return str(uid) if uid else f"no-pod-uid/{request.uid}"
+
+
+def facts_stale_response(request: AdmissionRequest, *, age: float, bound: float) -> AdmissionResponse:
+    """The refusal of a replica that cannot prove its watch-fed facts are current."""
+    heard = (
+        "never heard from the Kubernetes API"
+        if age == float("inf")
+        else f"not heard from the Kubernetes API for {age:.0f}s"
+    )
+    message = (
+        f"[facts-stale] this labgate webhook replica has {heard} (its bound is {bound:.0f}s), so it "
+        "cannot know the current tenants, namespaces and GPU usage, and refuses rather than decide on "
+        "old facts. Fix: retry; the other replicas answer while this one reports not ready. If it "
+        "persists, tell the infra team (docs/operations.md, 'Stale facts')"
+    )
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
+    )
 
 
 def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
@@ -188,8 +219,16 @@ class AdmissionServer:
         workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         images: ImageFactSource | None = None,
         image_timeout: float = 1.0,
+        reservation_seconds: float = RESERVATION_TTL_SECONDS,
+        facts_age: Callable[[], float] | None = None,
+        facts_max_age: float = float("inf"),
     ):
+        """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
+        past `facts_max_age` every request is refused with [facts-stale]."""
         self.workload_kinds = workload_kinds
+        self.reservation_seconds = reservation_seconds
+        self.facts_age = facts_age
+        self.facts_max_age = facts_max_age
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
         self._usage_memo: dict[str, tuple[Ledger, UsageKey]] = {}
@@ -208,7 +247,15 @@ class AdmissionServer:
             "inventory": self.inventory.is_synced,
             "ledgers": self.ledgers is None or self.ledgers.is_synced,
             "secrets": self.secrets is None or self.secrets.is_synced,
+            "facts_fresh": self.stale_facts_age() is None,
         }
+
+    def stale_facts_age(self) -> float | None:
+        """The age of the watch-fed facts when it is past the bound, else None."""
+        if self.facts_age is None:
+            return None
+        age = self.facts_age()
+        return age if age > self.facts_max_age else None
 
     async def _gather(self, request: AdmissionRequest) -> tuple[dict[str, Any], str | None]:
         """The policy input and the tenant that owns the request's namespace."""
@@ -224,10 +271,9 @@ class AdmissionServer:
         if tenant and self.ledgers is not None and _is_pod_create(request):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves.
-            key = pod_key(
-                request.namespace or "", (request.object or {}).get("metadata", {}).get("name") or ""
+            policy_input["gpu_usage"] = usage_document(
+                self._usage(self.ledgers.cached(tenant), reservation_key(request))
             )
-            policy_input["gpu_usage"] = usage_document(self._usage(self.ledgers.cached(tenant), key))
         if tenant and request.namespace and self.images is not None and policy_input["pod_templates"]:
             spec = self.inventory.tenant_spec(tenant)
             if spec is not None:
@@ -262,6 +308,8 @@ class AdmissionServer:
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
         trace = trace if trace is not None else DecisionTrace()
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
         # Every request is decided at once against the cached usage, side by side with the others;
@@ -312,12 +360,11 @@ class AdmissionServer:
 
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
         next batch; a batch is decided against a running ledger (each pod against what the pods
-        before it leave) in one policy evaluation, and written in one compare-and-swap. A Job's
-        thousand pods cost a few writes and a few evaluations, not a thousand of each."""
+        before it leave) and written in one compare-and-swap. A Job's thousand pods cost a few
+        writes and, within the quota's headroom, no further evaluation."""
         if self.ledgers is None:
             return engine_unavailable_response(request=request, reason="no GPU quota ledger to reserve in")
-        metadata = (request.object or {}).get("metadata", {})
-        key = pod_key(request.namespace or "", metadata.get("name") or request.name or "")
+        key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
         demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
         decided = usage_key(GpuAmount.model_validate(policy_input.get("gpu_usage") or {}))
@@ -394,8 +441,11 @@ class AdmissionServer:
                 responses.append(build_response(request=item.request, decision=decision))
                 continue
             demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
-            pod_uid = str((item.request.object or {}).get("metadata", {}).get("uid") or "")
-            candidate = with_reservation(working, item.key, demand, now=now(), pod_uid=pod_uid)
+            metadata = (item.request.object or {}).get("metadata", {})
+            pod = pod_key(item.request.namespace or "", metadata.get("name") or item.request.name or "")
+            candidate = with_reservation(
+                working, item.key, demand, now=now(), pod=pod, ttl=self.reservation_seconds
+            )
             added = encoded_size(item.key, candidate.reservations[item.key])
             if size + added > LEDGER_MAX_BYTES:
                 LEDGER_FULL.labels(tenant).inc()
@@ -525,6 +575,8 @@ class AdmissionServer:
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
+        if (age := self.stale_facts_age()) is not None:
+            return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         if trace is not None:
             trace.tenant = tenant

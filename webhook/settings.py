@@ -27,14 +27,6 @@ class Settings(BaseSettings):
         le=2.9,
         description="Deadline for a whole admission decision; past it the request is refused, not admitted.",
     )
-    max_concurrent_admissions: int = Field(
-        default=128,
-        gt=0,
-        description=(
-            "Admission requests one replica decides at once (GPU pods waiting for their batch included); "
-            "beyond it a request is refused at once with [admission-overloaded] instead of queued."
-        ),
-    )
     kubeconfig: Path | None = Field(
         default=None, description="Kubeconfig to reach the API; unset means in-cluster service account."
     )
@@ -42,6 +34,51 @@ class Settings(BaseSettings):
     port: int = Field(default=8443, description="HTTPS port.")
     tls_cert_file: Path | None = Field(default=None, description="PEM serving certificate (chain).")
     tls_key_file: Path | None = Field(default=None, description="PEM private key of the serving certificate.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle of the client certificate the apiserver presents (its AdmissionConfiguration "
+        "kubeConfigFile): /validate and /mutate accept TLS connections only from clients it signed.",
+    )
+    allow_unauthenticated_callers: bool = Field(
+        default=False,
+        description="Serve without asking callers for a client certificate (an apiserver that cannot present "
+        "one); then only the network (the chart's NetworkPolicy) keeps others from the admission port.",
+    )
+    health_port: int = Field(
+        default=8081,
+        description="Plain-HTTP port for /healthz, /readyz and /metrics only (the kubelet's probes carry no "
+        "client certificate); 0 turns it off.",
+    )
+    reservation_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=120,
+        description="How long a GPU reservation waits for its pod to appear before it is released.",
+    )
+    facts_max_age_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="Oldest the watch-fed facts (tenants, namespaces, ledgers, secrets) may be: past it the "
+        "replica refuses decisions with [facts-stale] and reports not ready.",
+    )
+    watch_timeout_seconds: int = Field(
+        default=10,
+        gt=0,
+        description="Server timeout of every watch; each watch is re-established this often, which proves "
+        "the connection to the API alive (the client read timeout is a few seconds longer).",
+    )
+    max_body_bytes: int = Field(
+        default=3 * 1024 * 1024 + 64 * 1024,
+        gt=0,
+        description="Largest admission request body accepted (the apiserver sends at most about 3 MB); "
+        "larger ones get 413.",
+    )
+    max_in_flight: int = Field(
+        default=64,
+        gt=0,
+        description="Admission requests decided at once by one replica; more are refused at once with "
+        "[admission-overloaded] instead of waiting past the apiserver's timeout.",
+    )
     workload_kinds_file: Path | None = Field(
         default=None,
         description="YAML list of extra workload kinds (group, version, kind, resource, template paths).",

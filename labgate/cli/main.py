@@ -19,9 +19,12 @@ from typing import Any
 
 
 def _serve(_: argparse.Namespace) -> int:
+    import asyncio
+
     import uvicorn
 
-    from webhook.app import create_app
+    from webhook.app import create_app, probes_only
+    from webhook.http_guard import admission_server_config
     from webhook.settings import get_settings
     from webhook.tls_reload import CertificateReloader
 
@@ -29,23 +32,49 @@ def _serve(_: argparse.Namespace) -> int:
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         print("labgate serve: LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required", file=sys.stderr)
         return 2
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        ssl_certfile=str(settings.tls_cert_file),
-        ssl_keyfile=str(settings.tls_key_file),
-        log_level="warning",
-        access_log=False,
-    )
+    if settings.tls_client_ca_file is None and not settings.allow_unauthenticated_callers:
+        print(
+            "labgate serve: LABGATE_TLS_CLIENT_CA_FILE is required: the CA of the client certificate the "
+            "apiserver presents to webhooks (see docs/operations.md, 'Authenticating the apiserver'); set "
+            "LABGATE_ALLOW_UNAUTHENTICATED_CALLERS=true only where the apiserver cannot present one",
+            file=sys.stderr,
+        )
+        return 2
+    app = create_app(settings)
+    config = admission_server_config(app, settings)
     config.load()  # builds the SSLContext that the reloader refreshes when the files are renewed
     if config.ssl is None:
         print("labgate serve: TLS did not load", file=sys.stderr)
         return 2
     reloader = CertificateReloader(config.ssl, settings.tls_cert_file, settings.tls_key_file)
     reloader.start()
+    servers = [uvicorn.Server(config)]
+    if settings.health_port:
+        probes = uvicorn.Config(
+            probes_only(app),
+            host=settings.host,
+            port=settings.health_port,
+            lifespan="off",  # the admission server's lifespan owns the clients both answer from
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=5,
+        )
+        servers.append(uvicorn.Server(probes))
+
+    async def run() -> None:
+        # The probe server starts second: a signal stops the admission server first, which then
+        # hands the signal on (uvicorn re-raises it) to the probe server.
+        tasks = [asyncio.create_task(servers[0].serve())]
+        while not servers[0].started and not tasks[0].done():
+            await asyncio.sleep(0.05)
+        tasks += [asyncio.create_task(server.serve()) for server in servers[1:]]
+        await tasks[0]
+        for server in servers[1:]:
+            server.should_exit = True
+        await asyncio.gather(*tasks[1:])
+
     try:
-        uvicorn.Server(config).run()
+        asyncio.run(run())
     finally:
         reloader.stop()
     return 0
@@ -78,6 +107,13 @@ def _reconcile(args: argparse.Namespace) -> int:
             dns_names=(f"{service}.{args.namespace}.svc", f"{service}.{args.namespace}.svc.cluster.local"),
             replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
         )
+    gpu_counting = None
+    if args.gpu_config:
+        import json
+
+        from labgate.core.pod_gpus import GpuCounting
+
+        gpu_counting = GpuCounting.from_config(json.loads(_Path(args.gpu_config).read_text(encoding="utf-8")))
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
@@ -85,6 +121,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
         certificates=certificates,
+        gpu_counting=gpu_counting,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
@@ -322,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
+    )
+    reconcile.add_argument(
+        "--gpu-config",
+        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
+        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
     )
     reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
     reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")

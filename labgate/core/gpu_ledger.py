@@ -12,12 +12,15 @@ the pod appears: it records the pod's GPUs in its own per-pod store (`rbac.settl
 the webhook never reads) and then, in one compare-and-swap of the ledger, drops the reservation and
 adds the GPUs to the sum. It recomputes the sum from that store when pods are deleted or finish. A
 reservation whose pod never appears (the create failed after admission) is dropped once it has
-expired. Until then it counts: an unsettled reservation over-counts for a moment rather than ever
-letting the quota be exceeded.
+expired (seconds: `RESERVATION_TTL_SECONDS`). Until then it counts: an unsettled reservation
+over-counts for a moment rather than ever letting the quota be exceeded.
 
-A reservation records the uid the apiserver gave its pod (validating webhooks see it on CREATE), so
-that a pod which came and went before the reconciler read its reservation is still released at
-once: the reconciler remembers the uids of pods it saw deleted.
+Reservations and settled pods are keyed by the uid the apiserver gave the pod (validating webhooks
+see it on CREATE), never by its name: a second CREATE of a name that exists (the apiserver asks the
+webhooks before it finds the name taken) gets a uid of its own, so its reservation matches no pod
+and expires, and it can never rewrite the count of the live pod that holds the name. A pod which
+came and went before the reconciler read its reservation is released at once: the reconciler
+remembers the uids of pods it saw deleted.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from labgate.core.kinds import Kind, Object
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 LEDGER_LABEL = "labgate.io/gpu-ledger"
-RESERVATION_TTL_SECONDS = 120.0
+# How long a reservation waits for its pod: the apiserver stores the pod right after the validating
+# webhook admits it, so a pod that has not appeared within seconds never will (a failed create, a
+# duplicate name). Short, so that a request that creates nothing cannot hold GPUs for long.
+RESERVATION_TTL_SECONDS = 10.0
 # A ConfigMap holds at most 1 MiB of data; keep a margin for the object's metadata.
 LEDGER_MAX_BYTES = 1_000_000
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -53,12 +59,18 @@ class Reservation(BaseModel):
     gpus: GpuAmount
     state: Literal["reserved", "confirmed"] = "reserved"  # "confirmed": ledgers written before settling
     expires: float = 0.0
-    pod_uid: str = ""  # empty in ledgers written before uids were recorded
+    pod_uid: str = ""  # ledgers keyed by pod name (before uids were the key) carry the uid here
+    pod: str = ""  # "<namespace>/<name>" of the pod the request would create, for people and checks
+
+
+def reservation_uid(key: str, reservation: Reservation) -> str:
+    """The uid of the pod a reservation waits for (the key, or in older ledgers its pod_uid field)."""
+    return reservation.pod_uid or key
 
 
 class Ledger(BaseModel):
-    """One tenant's GPU usage: its settled pods' sum and its reservations, keyed by
-    "<namespace>/<pod name>"."""
+    """One tenant's GPU usage: its settled pods' sum and its reservations, keyed by the uid of the
+    pod each was made for."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -102,12 +114,18 @@ def total_of(amounts: Iterable[GpuAmount]) -> GpuAmount:
     return GpuAmount(total=total, by_model=by_model)
 
 
-def with_reservation(ledger: Ledger, key: str, gpus: GpuAmount, *, now: float, pod_uid: str = "") -> Ledger:
-    """The ledger with a fresh reservation for pod `key` (whose uid is `pod_uid`, when known)."""
-    reservation = Reservation(
-        gpus=gpus, state="reserved", expires=now + RESERVATION_TTL_SECONDS, pod_uid=pod_uid
-    )
-    return ledger.model_copy(update={"reservations": {**ledger.reservations, key: reservation}})
+def with_reservation(
+    ledger: Ledger,
+    pod_uid: str,
+    gpus: GpuAmount,
+    *,
+    now: float,
+    pod: str = "",
+    ttl: float = RESERVATION_TTL_SECONDS,
+) -> Ledger:
+    """The ledger with a fresh reservation for the pod whose uid is `pod_uid` (named `pod`)."""
+    reservation = Reservation(gpus=gpus, state="reserved", expires=now + ttl, pod=pod)
+    return ledger.model_copy(update={"reservations": {**ledger.reservations, pod_uid: reservation}})
 
 
 def settle(
@@ -117,29 +135,36 @@ def settle(
     pod_phases: dict[str, str],
     now: float,
     gone_pod_uids: Collection[str] = (),
+    unrecorded: dict[str, GpuAmount] | None = None,
 ) -> tuple[Ledger, dict[str, GpuAmount]]:
-    """The ledger and the settled pods after the reconciler looked at the pods.
+    """The ledger and the settled pods after the reconciler looked at the pods, all keyed by pod uid.
 
     A reservation whose pod exists moves to the settled pods; one whose pod finished is dropped, and
     so is one whose pod never appeared before it expired or was seen deleted. Settled pods that were
-    deleted or finished are dropped. The ledger's sum is recomputed from the settled pods.
-    `pod_phases` maps existing pods' keys to their phase; `gone_pod_uids` holds the uids of pods
-    seen deleted (recently enough to matter)."""
+    deleted or finished are dropped. `unrecorded` holds live pods that have neither a record nor a
+    reservation (their GPUs counted from their specs): they are recorded, so that a store that was
+    deleted, or pods created while the webhook was bypassed, are counted again. The ledger's sum is
+    recomputed from the settled pods. `pod_phases` maps existing pods' uids to their phase;
+    `gone_pod_uids` holds the uids of pods seen deleted (recently enough to matter)."""
     settled = {
-        key: gpus
-        for key, gpus in settled_pods.items()
-        if (phase := pod_phases.get(key)) is not None and phase not in FINISHED_PHASES
+        uid: gpus
+        for uid, gpus in settled_pods.items()
+        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES
     }
     kept: dict[str, Reservation] = {}
     for key, reservation in ledger.reservations.items():
-        phase = pod_phases.get(key)
+        uid = reservation_uid(key, reservation)
+        phase = pod_phases.get(uid)
         if phase is None:
-            pod_came_and_went = bool(reservation.pod_uid) and reservation.pod_uid in gone_pod_uids
-            if reservation.state == "reserved" and reservation.expires > now and not pod_came_and_went:
+            if reservation.state == "reserved" and reservation.expires > now and uid not in gone_pod_uids:
                 kept[key] = reservation  # admitted an instant ago; the pod is on its way
             continue
         if phase not in FINISHED_PHASES:
-            settled[key] = reservation.gpus
+            # Only the request that created this very pod (its uid) made this reservation.
+            settled[uid] = reservation.gpus
+    for uid, gpus in (unrecorded or {}).items():
+        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES:
+            settled.setdefault(uid, gpus)
     updated = ledger.model_copy(update={"reservations": kept, "settled": total_of(settled.values())})
     return updated, settled
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,21 @@ ListFunction = Callable[..., Any]
 # (thousands of pods) in one response.
 LIST_PAGE_SIZE = 500
 
+# Every watch asks the server to end it after this many seconds and is then re-established from the
+# last resourceVersion (cheap: the apiserver's watch cache serves it). A live connection therefore
+# shows itself at least this often, even when nothing changes; a client read timeout a little longer
+# ends a watch whose connection died silently (a partition, a peer that vanished), which would
+# otherwise wait forever while the cache it feeds grows stale.
+WATCH_TIMEOUT_SECONDS = 10
+WATCH_READ_SLACK_SECONDS = 5
+
 
 class Reflector:
     """Lists one kind of object, then follows its watch; re-lists when the watch expires (410) or fails.
 
     `on_list(objects)` receives the whole collection after every list; `on_event(type, object)` every
-    change after that. Objects are plain dicts, as the API serves them.
+    change after that. Objects are plain dicts, as the API serves them. `age()` is how long ago the
+    API last proved this copy current (a list, an event, or a watch the server ended on time).
     """
 
     def __init__(
@@ -57,7 +67,7 @@ class Reflector:
         *,
         on_list: Callable[[list[Object]], None],
         on_event: Callable[[str, Object], None],
-        watch_timeout_seconds: int = 240,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
     ):
         self.name = name
         self._api = api
@@ -69,6 +79,14 @@ class Reflector:
         self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
         self.has_synced = threading.Event()
+        self._last_contact = 0.0  # monotonic; 0 until the first list
+
+    def _touch(self) -> None:
+        self._last_contact = time.monotonic()
+
+    def age(self) -> float:
+        """Seconds since the API last proved this copy current (infinite before the first list)."""
+        return time.monotonic() - self._last_contact if self._last_contact else float("inf")
 
     def start(self) -> None:
         self._thread.start()
@@ -100,6 +118,7 @@ class Reflector:
             try:
                 items, resource_version = self._list_all()
                 self._on_list(items)
+                self._touch()
                 self.has_synced.set()
                 while not self._stop.is_set():
                     self._watch = watch.Watch()
@@ -108,17 +127,20 @@ class Reflector:
                         resource_version=resource_version,
                         timeout_seconds=self._watch_timeout,
                         allow_watch_bookmarks=True,
+                        _request_timeout=(5, self._watch_timeout + WATCH_READ_SLACK_SECONDS),
                     ):
                         obj = self.as_dict(event["object"])
                         resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
                         if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                             self._on_event(event["type"], obj)
+                        self._touch()
+                    self._touch()  # the server ended the watch on time: the connection is alive
             except ApiException as err:
                 if err.status != 410:
                     log.warning("reflector %s: API error %s, re-listing", self.name, err.status)
                     self._stop.wait(1.0)
-            except Exception:
-                log.exception("reflector %s failed, re-listing", self.name)
+            except Exception as err:  # a read timeout, a reset connection: list afresh
+                log.warning("reflector %s: watch failed (%s), re-listing", self.name, err)
                 self._stop.wait(1.0)
 
 
@@ -130,6 +152,10 @@ class WatchFed:
     @property
     def is_synced(self) -> bool:
         return self._reflector.has_synced.is_set()
+
+    def age(self) -> float:
+        """Seconds since the API last proved this cache current."""
+        return self._reflector.age()
 
     def start(self) -> None:
         self._reflector.start()
@@ -319,7 +345,7 @@ class KubeApi:
                 query=query,
                 accept=accept,
                 preload=not is_watch,
-                timeout=None if is_watch else kwargs.get("_request_timeout", 30),
+                timeout=kwargs.get("_request_timeout", None if is_watch else 30),
             )
 
         return list_objects

@@ -19,7 +19,7 @@ from labgate.core.gpu_ledger import (
     newer,
 )
 from labgate.core.kinds import Object
-from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
+from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
 
 log = logging.getLogger("labgate.quota_ledger")
 
@@ -60,7 +60,13 @@ class LedgerCache(WatchFed):
     """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
     a compare-and-swap that loses re-reads the one ledger it needs."""
 
-    def __init__(self, store: LedgerStore, *, on_unsettled: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        on_unsettled: Callable[[str], None] | None = None,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+    ):
         """`on_unsettled(tenant)` is called whenever a tenant's ledger is seen holding reservations
         (the reconciler settles them; the webhook passes nothing)."""
         self.store = store
@@ -77,6 +83,7 @@ class LedgerCache(WatchFed):
             store.kube.lister(CONFIG_MAP, label_selector=f"{LEDGER_LABEL}=true", namespace=store.namespace),
             on_list=self._on_list,
             on_event=self._on_event,
+            watch_timeout_seconds=watch_timeout_seconds,
         )
 
     def _tenant(self, obj: Object) -> str | None:

@@ -9,11 +9,6 @@ ADMISSION_REQUESTS = Counter(
     "Admission requests answered, by webhook (validate, mutate), verdict (admitted, refused) and tenant",
     ["webhook", "verdict", "tenant"],
 )
-ADMISSION_OVERLOADED = Counter(
-    "labgate_admission_overloaded_total",
-    "Admission requests refused at once because the replica was deciding its limit of requests already",
-    ["webhook"],
-)
 RULE_FINDINGS = Counter(
     "labgate_admission_rule_findings_total",
     "Rule findings, by rule id, enforcement mode (enforce, warn, dry-run) and tenant",
@@ -29,6 +24,14 @@ POLICY_ENGINE_ERRORS = Counter(
     "labgate_policy_engine_errors_total",
     "Requests refused because no policy decision could be had, by reason (timeout, error, internal)",
     ["reason"],
+)
+ADMISSION_OVERLOADED = Counter(
+    "labgate_admission_overloaded_total",
+    "Admission requests refused at once with [admission-overloaded] (the replica's in-flight bound was reached)",
+)
+FACTS_AGE = Gauge(
+    "labgate_facts_age_seconds",
+    "Seconds since the Kubernetes API last proved the replica's stalest watch-fed cache current",
 )
 LEDGER_CONFLICTS = Counter(
     "labgate_gpu_ledger_conflicts_total",

@@ -4,7 +4,6 @@ record; `labgate check` gives the same verdict and message as the webhook on the
 from __future__ import annotations
 
 import json
-import ssl
 import subprocess
 import sys
 import urllib.request
@@ -66,8 +65,9 @@ def test_metrics_count_refusals_by_rule_and_tenant(stack: LabgateStack, tenants:
     mine, theirs = tenants.create(), tenants.create()
     tenants.open_rbac(theirs.namespace, *mine.researcher.groups)
     assert mine.researcher.apply(pod_manifest("counted"), theirs.namespace).returncode == 1
-    context = ssl.create_default_context(cadata=stack.webhook_ca.cert_pem.decode())
-    with urllib.request.urlopen(f"{stack.webhook_urls[0]}/metrics", context=context, timeout=5) as response:  # noqa: S310
+    # /metrics is on the plain-HTTP probe port (the admission port wants the apiserver's certificate).
+    metrics = f"{stack.health_urls[stack.webhook_urls[0]]}/metrics"
+    with urllib.request.urlopen(metrics, timeout=5) as response:  # noqa: S310
         text = response.read().decode()
     assert (
         f'labgate_admission_rule_findings_total{{mode="enforce",rule="tenant-membership",tenant="{theirs.name}"}} 1.0'

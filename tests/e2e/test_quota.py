@@ -187,16 +187,25 @@ def ledger_data(stack: LabgateStack, tenant: str) -> dict[str, Any]:
     }
 
 
-def settled_record(stack: LabgateStack, tenant: str, key: str) -> Any:
-    """The reconciler's record of one settled pod's GPUs, or None."""
-    shard = get_json(stack, "configmap", settled_name(tenant, shard_of(key)), "-n", LABGATE_NAMESPACE)
-    return None if shard is None else json.loads(shard["data"]["pods"]).get(key)
+def uid_of(stack: LabgateStack, key: str) -> str:
+    """The uid of the live pod "<namespace>/<name>" (reservations and records are keyed by it)."""
+    namespace, name = key.split("/", 1)
+    pod = get_json(stack, "pod", name, "-n", namespace)
+    assert pod is not None, f"pod {key} exists"
+    return str(pod["metadata"]["uid"])
+
+
+def settled_record(stack: LabgateStack, tenant: str, uid: str) -> Any:
+    """The reconciler's record of one settled pod's GPUs (by the pod's uid), or None."""
+    shard = get_json(stack, "configmap", settled_name(tenant, shard_of(uid)), "-n", LABGATE_NAMESPACE)
+    return None if shard is None else json.loads(shard["data"]["pods"]).get(uid)
 
 
 def is_settled(stack: LabgateStack, tenant: str, key: str) -> bool:
+    uid = uid_of(stack, key)
     return (
-        key not in ledger_data(stack, tenant)["reservations"]
-        and settled_record(stack, tenant, key) is not None
+        uid not in ledger_data(stack, tenant)["reservations"]
+        and settled_record(stack, tenant, uid) is not None
     )
 
 
@@ -224,7 +233,8 @@ def test_a_settled_pod_leaves_the_ledger_as_a_sum_and_its_record_goes_with_the_p
     assert me.apply(gpu_pod("p", 3), team.namespace).returncode == 0
     key = f"{team.namespace}/p"
     eventually(lambda: is_settled(stack, team.name, key), what="pod settled")
-    assert settled_record(stack, team.name, key) == {"total": 3, "by_model": {"h100": 3}}
+    uid = uid_of(stack, key)
+    assert settled_record(stack, team.name, uid) == {"total": 3, "by_model": {"h100": 3}}
     assert ledger_data(stack, team.name) == {
         "reservations": {},
         "settled": {"total": 3, "by_model": {"h100": 3}},
@@ -233,7 +243,7 @@ def test_a_settled_pod_leaves_the_ledger_as_a_sum_and_its_record_goes_with_the_p
     assert refused.returncode == 1
     assert "[gpu-quota]" in refused.stderr, "the settled sum counts against the quota"
     me.kubectl("delete", "pod", "p", "-n", team.namespace, "--wait=false")
-    eventually(lambda: settled_record(stack, team.name, key) is None, what="record dropped with its pod")
+    eventually(lambda: settled_record(stack, team.name, uid) is None, what="record dropped with its pod")
     assert ledger_data(stack, team.name)["settled"]["total"] == 0
     assert me.apply(gpu_pod("q", 2), team.namespace).returncode == 0
 
@@ -243,7 +253,7 @@ def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
 ) -> None:
     """Watch streams are not ordered with each other: the reconciler may see a pod created and deleted
     before it sees the ledger write that reserved its GPUs. That reservation must not hold the GPUs
-    until it expires (two minutes); the pod's uid in the reservation says its pod is gone."""
+    until it expires; the pod's uid, its key, says its pod is gone."""
     team = tenants.create(spec_extra={"gpu": {"total": 2}})
     me = team.researcher
     assert me.apply(gpu_pod("gone", 2), team.namespace).returncode == 0
@@ -255,14 +265,12 @@ def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
     stack.admin_kubectl("delete", "pod", "gone", "-n", team.namespace)
     eventually(lambda: gpu_used(stack, team.name) == 0, what="deleted pod's GPUs released")
     # Replay the webhook's write as the reconciler would read it late: unsettled, for the gone pod.
-    late = Reservation(
-        gpus=GpuAmount(total=2, by_model={"h100": 2}), expires=time.time() + 120, pod_uid=pod_uid
-    )
-    patch_reservations(stack, team.name, encode_reservations({key: late}), tmp_path)
-    # Well before the reservation would expire (two minutes): the ledger change wakes the reconciler
-    # (within a second here) and the gone uid releases the GPUs. The bound is loose for loaded CI.
+    late = Reservation(gpus=GpuAmount(total=2, by_model={"h100": 2}), expires=time.time() + 120, pod=key)
+    patch_reservations(stack, team.name, encode_reservations({pod_uid: late}), tmp_path)
+    # Well before the reservation would expire (two minutes here): the ledger change wakes the
+    # reconciler (within a second here) and the gone uid releases the GPUs. The bound is loose for CI.
     eventually(
-        lambda: key not in ledger_data(stack, team.name)["reservations"],
+        lambda: pod_uid not in ledger_data(stack, team.name)["reservations"],
         what="late reservation released",
         timeout=45,
     )

@@ -72,8 +72,100 @@ def test_unreachable_policy_engine_refuses(client: TestClient) -> None:
 def test_not_ready_without_policy_engine(client: TestClient) -> None:
     response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"opa": False, "inventory": True, "ledgers": True, "secrets": True}
+    assert response.json() == {
+        "opa": False,
+        "inventory": True,
+        "ledgers": True,
+        "secrets": True,
+        "facts_fresh": True,
+    }
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_a_body_larger_than_any_admission_review_is_refused_with_413(client: TestClient) -> None:
+    huge = json.dumps({**REVIEW, "padding": "x" * (4 * 1024 * 1024)}).encode()
+    response = client.post("/validate", content=huge, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"] == "request body too large"
+    # Without a declared length (chunked), the limit holds as the body streams in.
+    chunked = client.post(
+        "/validate", content=iter([huge[i : i + 65536] for i in range(0, len(huge), 65536)])
+    )
+    assert chunked.status_code == 413
+
+
+def test_overload_is_refused_at_once_with_the_rate_and_what_to_do() -> None:
+    from webhook.app import AdmissionGate
+    from webhook.review import AdmissionReview
+
+    gate = AdmissionGate(2)
+    assert gate.arrive()
+    assert gate.arrive()
+    assert not gate.arrive()
+    refusal = gate.refusal(AdmissionReview.model_validate(REVIEW).request)
+    assert refusal.allowed is False
+    assert refusal.status is not None
+    assert refusal.status.code == 429
+    message = refusal.status.message
+    assert message.startswith("[admission-overloaded] this labgate webhook replica is deciding 2 requests")
+    assert "arriving per second" in message
+    assert "Fix: retry" in message
+    gate.leave()
+    assert gate.arrive(), "room again once a request is answered"
+
+
+def test_the_probe_port_serves_probes_and_metrics_only() -> None:
+    from webhook.app import probes_only
+
+    settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
+    app = create_app(settings, watch_cluster=False)
+    with TestClient(app) as _, TestClient(probes_only(app)) as probes:
+        assert probes.get("/healthz").status_code == 200
+        assert probes.get("/metrics").status_code == 200
+        assert probes.post("/validate", json=REVIEW).status_code == 404
+        assert probes.post("/mutate", json=REVIEW).status_code == 404
+
+
+def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
+    import asyncio
+
+    from webhook.review import AdmissionReview
+    from webhook.serving import AdmissionServer
+
+    class Offline:
+        is_synced = True
+
+        def ensure_namespace(self, name: str) -> None: ...
+
+        def is_known(self, name: str) -> bool:
+            return True
+
+        def tenant_of(self, namespace: str) -> str | None:
+            return None
+
+        def push_all(self) -> None: ...
+
+        def tenant_spec(self, name: str) -> dict[str, Any] | None:
+            return None
+
+    server = AdmissionServer(
+        engine=None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
+        inventory=Offline(),
+        ledgers=None,
+        secrets=None,
+        facts_age=lambda: 31.0,
+        facts_max_age=20.0,
+    )
+    request = AdmissionReview.model_validate(REVIEW).request
+    for answer in (asyncio.run(server.validate(request)), asyncio.run(server.mutate(request))):
+        assert answer.allowed is False
+        assert answer.status is not None
+        assert answer.status.code == 503
+        assert answer.status.message.startswith(
+            "[facts-stale] this labgate webhook replica has not heard from the Kubernetes API for 31s "
+            "(its bound is 20s)"
+        )
+    assert server.caches_synced["facts_fresh"] is False
 
 
 json_values = st.recursive(

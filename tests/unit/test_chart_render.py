@@ -3,6 +3,7 @@ renders against what labgate's Python registers and loads."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -18,7 +19,9 @@ from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from rbac.desired import DEFAULT_PRIORITY_CLASS, shared_priority_classes
 from webhook.registration import (
+    MUTATING_CLUSTER_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,
+    VALIDATING_CLUSTER_WEBHOOK_NAME,
     VALIDATING_WEBHOOK_NAME,
     exempt_namespace_selector,
     mutating_rules,
@@ -32,6 +35,27 @@ POLICIES = REPO_ROOT / "policies"
 RELEASE = "labgate"
 NAMESPACE = "labgate-system"
 CERT_MANAGER = {"certificates": {"mode": "cert-manager"}}
+# What every install must say about its cluster: the CA of the apiserver's webhook client certificate
+# and the control plane's addresses (the chart refuses to guess them).
+CLIENT_CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBlabgate\n-----END CERTIFICATE-----\n"
+CLUSTER = {
+    "webhook": {
+        "clientAuth": {"caBundle": base64.b64encode(CLIENT_CA_PEM).decode()},
+        "networkPolicy": {"apiserverCIDRs": ["10.0.0.0/24"]},
+    }
+}
+
+
+def with_cluster(values: dict[str, Any] | None) -> dict[str, Any]:
+    """`values` over CLUSTER (nested keys merged)."""
+
+    def merge(base: Any, extra: Any) -> Any:
+        if isinstance(base, dict) and isinstance(extra, dict):
+            return {**base, **{k: merge(base.get(k), v) for k, v in extra.items()}}
+        return extra
+
+    return dict(merge(CLUSTER, values or {}))
+
 
 Manifest = dict[str, Any]
 
@@ -58,7 +82,7 @@ class Renderer:
     ) -> subprocess.CompletedProcess[str]:
         self.count += 1
         values_file = self.workdir / f"values-{self.count}.yaml"
-        values_file.write_text(yaml.safe_dump(values or {}))
+        values_file.write_text(yaml.safe_dump(with_cluster(values)))
         return run_helm(
             self.helm, "template", RELEASE, str(CHART), "-n", namespace, "-f", str(values_file), *extra
         )
@@ -113,7 +137,7 @@ def normal_rules(rules: list[Manifest]) -> set[tuple[str, str, str, tuple[str, .
 @pytest.mark.parametrize("values", [{}, CERT_MANAGER], ids=["self-signed", "cert-manager"])
 def test_lint_strict_is_clean(helm: str, tmp_path: Path, values: dict[str, Any]) -> None:
     values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
+    values_file.write_text(yaml.safe_dump(with_cluster(values)))
     result = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(values_file))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
@@ -143,6 +167,9 @@ def test_schema_refuses_unknown_keys(render: Renderer, values: dict[str, Any], u
         # The schema cannot compare two values; the templates refuse it with the reason.
         ({"webhook": {"timeoutSeconds": 2}}, "must be below webhook.timeoutSeconds"),
         ({"certificates": {"mode": "cert-manager", "caBundle": "Q0E="}}, "cainjector fills it"),
+        ({"webhook": {"clientAuth": {"caBundle": ""}}}, "give the CA of the apiserver's webhook client"),
+        ({"webhook": {"networkPolicy": {"apiserverCIDRs": []}}}, "webhook.networkPolicy.apiserverCIDRs"),
+        ({"webhook": {"healthPort": 8443}}, "webhook.healthPort must differ"),
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(
@@ -225,10 +252,13 @@ def test_webhook_rules_match_registration(default_manifests: list[Manifest]) -> 
         "ValidatingWebhookConfiguration": normal_rules(validating_rules()),
         "MutatingWebhookConfiguration": normal_rules(mutating_rules()),
     }
+    rendered: dict[str, list[Manifest]] = {}
     for kind, webhook in webhooks(default_manifests):
-        assert normal_rules(webhook["rules"]) == expected[kind], kind
+        rendered.setdefault(kind, []).extend(webhook["rules"])
         resources = {r for rule in webhook["rules"] for r in rule["resources"]}
         assert not resources & {"leases", "events", "nodes", "*"}
+    for kind, rules in rendered.items():
+        assert normal_rules(rules) == expected[kind], kind
 
 
 def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -> None:
@@ -252,7 +282,9 @@ def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -
             assert actual == expected
     assert {w["name"] for _, w in webhooks(default_manifests)} == {
         VALIDATING_WEBHOOK_NAME,
+        VALIDATING_CLUSTER_WEBHOOK_NAME,
         MUTATING_WEBHOOK_NAME,
+        MUTATING_CLUSTER_WEBHOOK_NAME,
     }
 
 
@@ -264,8 +296,9 @@ def test_namespace_selector_always_exempts_kube_system_and_the_release_namespace
     render: Renderer, namespace: str, extra: list[str]
 ) -> None:
     manifests = render({"webhook": {"exemptNamespaces": extra}}, namespace=namespace)
-    expected = exempt_namespace_selector(["kube-system", namespace, *extra])
     for _, webhook in webhooks(manifests):
+        is_cluster = webhook["name"] in (VALIDATING_CLUSTER_WEBHOOK_NAME, MUTATING_CLUSTER_WEBHOOK_NAME)
+        expected = exempt_namespace_selector(["kube-system", namespace, *extra], tenants_only=not is_cluster)
         assert webhook["namespaceSelector"] == expected
         exempt = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
         assert {"kube-system", namespace} <= set(exempt)
@@ -310,7 +343,10 @@ def test_self_signed_mode_leaves_the_ca_bundle_to_labgate(default_manifests: lis
     assert not [m for m in default_manifests if m["apiVersion"].startswith("cert-manager.io/")]
     deployment = one(default_manifests, "Deployment", "labgate-webhook")
     tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
-    assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": True}
+    assert {k: v for k, v in tls["secret"].items() if k != "items"} == {
+        "secretName": "labgate-webhook-tls",
+        "optional": True,
+    }
     # The reconciler's leader makes and rotates the certificates: it gets the Secret's name, the
     # Service and the configurations, and may write that one Secret and inject into those two only.
     reconciler = one(default_manifests, "Deployment", "labgate-reconciler")
@@ -318,7 +354,7 @@ def test_self_signed_mode_leaves_the_ca_bundle_to_labgate(default_manifests: lis
     assert "--webhook-certificates-secret=labgate-webhook-tls" in args
     assert "--webhook-configuration=labgate" in args
     role = one(default_manifests, "Role", "labgate-reconciler")
-    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls"],
+    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["labgate-webhook-tls", "labgate-webhook-tls-ca"],
             "verbs": ["get", "update", "patch"]} in role["rules"]  # fmt: skip
     cluster_role = one(default_manifests, "ClusterRole", "labgate-reconciler")
     injection = next(r for r in cluster_role["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"])
@@ -351,7 +387,10 @@ def test_cert_manager_mode_renders_issuer_certificate_and_injection(render: Rend
         assert "caBundle" not in webhook["clientConfig"]
     deployment = one(manifests, "Deployment", "labgate-webhook")
     tls = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
-    assert tls["secret"] == {"secretName": "labgate-webhook-tls", "optional": False}
+    assert {k: v for k, v in tls["secret"].items() if k != "items"} == {
+        "secretName": "labgate-webhook-tls",
+        "optional": False,
+    }
     reconciler = one(manifests, "Deployment", "labgate-reconciler")
     assert not [a for a in container(reconciler, "reconciler")["args"] if a.startswith("--webhook-")]
     # Nothing for labgate to write: no Secret rights, no webhook-configuration rights.
@@ -397,14 +436,44 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 1.0
     # The values the chart sets are values Settings accepts.
     Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
-    assert labgate["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
-    assert labgate["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.
+    assert labgate["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert labgate["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert labgate["ports"] == [
-        {"name": "https", "containerPort": int(env["LABGATE_PORT"]), "protocol": "TCP"}
+        {"name": "https", "containerPort": int(env["LABGATE_PORT"]), "protocol": "TCP"},
+        {"name": "health", "containerPort": int(env["LABGATE_HEALTH_PORT"]), "protocol": "TCP"},
     ]
     mounts = {m["name"]: m["mountPath"] for m in labgate["volumeMounts"]}
     assert Path(env["LABGATE_TLS_CERT_FILE"]).parent == Path(mounts["tls"])
     assert Path(env["LABGATE_TLS_KEY_FILE"]).parent == Path(mounts["tls"])
+    assert Path(env["LABGATE_TLS_CLIENT_CA_FILE"]).parent == Path(mounts["client-ca"])
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    # The webhook never mounts a CA private key, whatever the Secret holds.
+    assert [item["key"] for item in volumes["tls"]["secret"]["items"]] == ["tls.crt", "tls.key", "ca.crt"]
+    client_ca = one(default_manifests, "ConfigMap", volumes["client-ca"]["configMap"]["name"])
+    assert client_ca["data"]["ca.crt"].strip() == CLIENT_CA_PEM.decode().strip()
+
+
+def test_only_the_control_plane_reaches_the_admission_port(render: Renderer) -> None:
+    manifests = render({"webhook": {"networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]}}})
+    policy = one(manifests, "NetworkPolicy", "labgate-webhook")
+    pods = one(manifests, "Deployment", "labgate-webhook")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pods.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    admission, metrics = policy["spec"]["ingress"]
+    assert admission == {
+        "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+        "ports": [{"port": "https", "protocol": "TCP"}],
+    }
+    assert metrics["ports"] == [{"port": "health", "protocol": "TCP"}]
+
+
+def test_without_client_certificates_the_webhook_is_told_so(render: Renderer) -> None:
+    manifests = render({"webhook": {"clientAuth": {"required": False, "caBundle": ""}}})
+    labgate = container(one(manifests, "Deployment", "labgate-webhook"), "labgate")
+    env = {e["name"]: e.get("value") for e in labgate["env"]}
+    assert env["LABGATE_ALLOW_UNAUTHENTICATED_CALLERS"] == "true"
+    assert "LABGATE_TLS_CLIENT_CA_FILE" not in env
 
 
 def test_opa_sidecar_is_pinned_and_runs_like_the_local_stack(default_manifests: list[Manifest]) -> None:
@@ -618,9 +687,15 @@ def test_helm_package_ships_the_policies(helm: str, tmp_path: Path) -> None:
     assert not [n for n in shipped if n.endswith("_test.rego")]
     assert "crds/tenants.labgate.io.yaml" in names
     # The packaged chart renders the same policies ConfigMap as the directory.
-    packaged = run_helm(helm, "template", RELEASE, str(archive), "-n", NAMESPACE)
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(with_cluster({})))
+    packaged = run_helm(helm, "template", RELEASE, str(archive), "-n", NAMESPACE, "-f", str(values))
     assert packaged.returncode == 0, packaged.stderr
-    config_maps = [d for d in yaml.safe_load_all(packaged.stdout) if d and d["kind"] == "ConfigMap"]
+    config_maps = [
+        d
+        for d in yaml.safe_load_all(packaged.stdout)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "labgate-policies"
+    ]
     assert set(config_maps[0]["data"]) == {p.replace("/", ".") for p in _loaded_policy_files()}
 
 

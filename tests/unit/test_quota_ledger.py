@@ -45,12 +45,48 @@ def test_usage_is_the_settled_sum_plus_every_reservation_and_can_leave_one_out()
     assert usage(book, excluding="b/p3") == GpuAmount(total=6, by_model={"h100": 4, "a100": 2})
 
 
-def test_a_new_reservation_expires_after_the_ttl() -> None:
-    book = with_reservation(ledger(), "a/p1", H100x4, now=1000.0, pod_uid="0b6c")
-    assert book.reservations["a/p1"] == Reservation(
-        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS, pod_uid="0b6c"
+def test_a_new_reservation_is_keyed_by_pod_uid_and_expires_within_seconds() -> None:
+    book = with_reservation(ledger(), "0b6c", H100x4, now=1000.0, pod="a/p1")
+    assert book.reservations["0b6c"] == Reservation(
+        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS, pod="a/p1"
     )
+    assert RESERVATION_TTL_SECONDS <= 15, "a request that creates no pod holds GPUs for seconds only"
+    assert with_reservation(ledger(), "u", H100x4, now=0.0, ttl=3.0).reservations["u"].expires == 3.0
     assert book.resource_version == "7", "the compare-and-swap must be against the version that was read"
+
+
+def test_a_duplicate_name_never_lowers_the_live_pods_count() -> None:
+    """A second CREATE of "big-1" (the apiserver validates it before finding the name taken) reserves
+    under its own uid: the live pod's 7 GPUs stay counted, and the duplicate's 1 GPU only counts
+    until it expires, since no pod ever has its uid."""
+    seven, one = GpuAmount(total=7, by_model={"h100": 7}), GpuAmount(total=1, by_model={"h100": 1})
+    book = with_reservation(ledger(), "uid-big-1", seven, now=100.0, pod="a/big-1")
+    book = with_reservation(book, "uid-dup", one, now=101.0, pod="a/big-1")
+    assert usage(book, excluding="uid-dup").total == 7, "the duplicate never sees the live pod left out"
+    phases = {"uid-big-1": "Pending"}
+    settled_book, settled = settle(book, {}, pod_phases=phases, now=102.0)
+    assert settled == {"uid-big-1": seven}
+    assert usage(settled_book).total == 8, "the duplicate counts while it may still become a pod"
+    expired, settled = settle(settled_book, settled, pod_phases=phases, now=112.0)
+    assert (settled, expired.reservations, usage(expired).total) == ({"uid-big-1": seven}, {}, 7)
+    # Settled first and duplicated after: the same.
+    again = with_reservation(expired, "uid-dup-2", one, now=113.0, pod="a/big-1")
+    later, settled = settle(again, settled, pod_phases=phases, now=114.0)
+    assert settled == {"uid-big-1": seven}
+    assert usage(later).total == 8
+
+
+def test_live_pods_without_a_record_or_reservation_are_recorded_again() -> None:
+    """The settled-pods store deleted: the sum is rebuilt from the live pods, not dropped to zero."""
+    book = ledger(settled=GpuAmount(total=8, by_model={"h100": 8}))
+    live = {"u1": "Running", "u2": "Pending", "u3": "Succeeded"}
+    unrecorded = {"u1": H100x4, "u2": H100x4, "u3": H100x4, "u-not-live": H100x4}
+    updated, settled = settle(book, {}, pod_phases=live, now=0, unrecorded=unrecorded)
+    assert settled == {"u1": H100x4, "u2": H100x4}
+    assert updated.settled == GpuAmount(total=8, by_model={"h100": 8})
+    # A record wins over a count from the spec (the policy decided it at admission).
+    _, settled = settle(book, {"u1": A100x2}, pod_phases=live, now=0, unrecorded={"u1": H100x4})
+    assert settled == {"u1": A100x2}
 
 
 def test_settling_moves_pods_that_exist_and_drops_finished_deleted_and_expired_ones() -> None:
@@ -124,7 +160,7 @@ def test_the_stored_form_is_compact_and_its_size_is_what_one_more_reservation_ad
         == '{"a/p1":{"gpus":{"total":4,"by_model":{"h100":4}},"expires":5.0}}'
     )
     book = ledger(a_p1=one)
-    two = with_reservation(book, "a/p2", A100x2, now=5.0, pod_uid="u2")
+    two = with_reservation(book, "a/p2", A100x2, now=5.0, pod="ns/p2")
     added = encoded_size("a/p2", two.reservations["a/p2"])
     # one more entry costs its own encoding, less the braces it would have alone, plus a comma
     assert len(encode_reservations(two.reservations)) == stored_size(book) + added - 1

@@ -16,20 +16,32 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ]
+    exempt = {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", "labgate-system"],
+    }
     for configuration in configurations:
-        for webhook in configuration["webhooks"]:
-            assert webhook["namespaceSelector"]["matchExpressions"] == [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": ["kube-system", "labgate-system"],
-                }
-            ]
+        namespaced, cluster = configuration["webhooks"]
+        for webhook in (namespaced, cluster):
             assert webhook["failurePolicy"] == "Fail"
             assert webhook["timeoutSeconds"] == 3
             resources = {r for rule in webhook["rules"] for r in rule["resources"]}
             assert not resources & {"leases", "events", "nodes", "*"}
-            assert {"pods", "jobs", "pytorchjobs", "rayclusters", "jobsets"} <= resources
+        # Objects in namespaces: tenant namespaces only, so an outage of labgate touches no one else.
+        assert namespaced["namespaceSelector"]["matchExpressions"] == [
+            exempt,
+            {"key": "labgate.io/tenant", "operator": "Exists"},
+        ]
+        assert "matchConditions" not in namespaced
+        assert {r["scope"] for r in namespaced["rules"]} == {"Namespaced"}
+        assert {"pods", "jobs", "pytorchjobs", "rayclusters", "jobsets"} <= {
+            r for rule in namespaced["rules"] for r in rule["resources"]
+        }
+        # Namespaces and Tenants: CEL decides which namespace requests are labgate's.
+        assert cluster["namespaceSelector"]["matchExpressions"] == [exempt]
+        assert {r["scope"] for r in cluster["rules"]} == {"Cluster"}
+        assert [c["name"] for c in cluster["matchConditions"]] == ["tenant-namespaces-and-tenants"]
     mutating = configurations[0]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     assert mutating["clientConfig"]["url"] == "https://127.0.0.1:1/mutate"
@@ -43,8 +55,22 @@ def test_shards_split_objects_between_replicas() -> None:
         exempt_namespaces=["kube-system"],
         shard_label="shard",
     )[1]["webhooks"]
-    assert [w["clientConfig"]["url"] for w in validating] == ["https://a/validate", "https://b/validate"]
+    assert [w["clientConfig"]["url"] for w in validating] == [
+        "https://a/validate",
+        "https://a/validate",
+        "https://b/validate",
+        "https://b/validate",
+    ]
     assert validating[0]["objectSelector"] == {
         "matchExpressions": [{"key": "shard", "operator": "NotIn", "values": ["1"]}]
     }
-    assert validating[1]["objectSelector"] == {"matchLabels": {"shard": "1"}}
+    assert validating[2]["objectSelector"] == {"matchLabels": {"shard": "1"}}
+
+
+def test_the_mutating_webhook_sees_creates_only() -> None:
+    mutating = webhook_configurations(
+        name="labgate", urls=["https://a"], ca_bundle_pem=b"CA", exempt_namespaces=["kube-system"]
+    )[0]["webhooks"]
+    assert {op for webhook in mutating for rule in webhook["rules"] for op in rule["operations"]} == {
+        "CREATE"
+    }

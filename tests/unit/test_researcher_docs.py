@@ -7,7 +7,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Refusals the webhook itself gives, outside the Rego rules.
-WEBHOOK_RULE_IDS = {"admission-overloaded", "gpu-ledger-busy", "gpu-ledger-full", "policy-engine-unavailable"}
+WEBHOOK_RULE_IDS = {
+    "admission-overloaded",
+    "facts-stale",
+    "gpu-ledger-busy",
+    "gpu-ledger-full",
+    "policy-engine-unavailable",
+}
 
 
 def policy_rule_ids() -> set[str]:

@@ -69,6 +69,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "labgate.tlsSecretName" -}}
 {{- default (printf "%s-webhook-tls" (include "labgate.fullname" .)) .Values.certificates.secretName }}
 {{- end }}
+{{- define "labgate.clientCAName" -}}
+{{- default (printf "%s-apiserver-client-ca" (include "labgate.fullname" .)) .Values.webhook.clientAuth.configMapName }}
+{{- end }}
 {{- define "labgate.servingCertificateName" -}}
 {{- printf "%s-webhook" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -125,6 +128,15 @@ JSON/YAML data), from the chart's policies/ symlink to the repository's policies
 {{- if eq (int .Values.opa.diagnosticPort) (int .Values.webhook.port) }}
 {{- fail "opa.diagnosticPort and webhook.port must differ" }}
 {{- end }}
+{{- if has (int .Values.webhook.healthPort) (list (int .Values.webhook.port) (int .Values.opa.diagnosticPort)) }}
+{{- fail "webhook.healthPort must differ from webhook.port and opa.diagnosticPort" }}
+{{- end }}
+{{- if and .Values.webhook.clientAuth.required (not (or .Values.webhook.clientAuth.caBundle .Values.webhook.clientAuth.configMapName)) }}
+{{- fail "webhook.clientAuth.required: give the CA of the apiserver's webhook client certificate (webhook.clientAuth.caBundle or .configMapName; docs/operations.md, 'Authenticating the apiserver'), or set webhook.clientAuth.required=false where the apiserver cannot present one" }}
+{{- end }}
+{{- if and .Values.webhook.networkPolicy.enabled (not .Values.webhook.networkPolicy.apiserverCIDRs) }}
+{{- fail "webhook.networkPolicy.apiserverCIDRs: give the addresses the apiserver calls the webhook from (the control-plane nodes), or set webhook.networkPolicy.enabled=false" }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -154,13 +166,37 @@ Leases, Events and Nodes are never listed: intercepting them could stall leader 
 {{- end }}
 {{- end }}
 
-{{/* The namespaceSelector of both webhooks (see labgate.exemptNamespaces). */}}
+{{/*
+The namespaceSelector of the webhooks for objects in namespaces: tenant namespaces only (labelled
+labgate.io/tenant), never the exempt ones (see labgate.exemptNamespaces). An outage of labgate then
+touches tenants and nothing else. Same as webhook.registration.exempt_namespace_selector.
+*/}}
 {{- define "labgate.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ include "labgate.exemptNamespaces" . }}
+    - key: labgate.io/tenant
+      operator: Exists
+{{- end }}
+
+{{/*
+The namespaceSelector and matchConditions of the webhooks for cluster-scoped objects (Namespaces,
+Tenants): a Namespace request reaches labgate when the namespace carries a tenant label (before or
+after), or when someone other than the platform asks about a namespace that did not opt out
+(labgate.io/ignore). The CEL text is webhook.registration.namespace_match_expression's, character
+for character (tests/unit/test_chart_render.py compares them).
+*/}}
+{{- define "labgate.clusterScope" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ include "labgate.exemptNamespaces" . }}
+matchConditions:
+  - name: tenant-namespaces-and-tenants
+    expression: {{ "request.resource.resource != 'namespaces' || (has(object.metadata.labels) && 'labgate.io/tenant' in object.metadata.labels) || (oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/tenant' in oldObject.metadata.labels) || (!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system']))) && !(oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/ignore' in oldObject.metadata.labels))" | quote }}
 {{- end }}
 
 {{/* clientConfig of a webhook: the Service, and a caBundle only when values give one (see values.yaml). */}}

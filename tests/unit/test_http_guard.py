@@ -1,0 +1,144 @@
+"""The admission port as `labgate serve` configures it, served for real on loopback (no cluster):
+callers without the apiserver's client certificate fail the TLS handshake, a stalled request head
+is cut off, an oversized body gets 413."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from devcluster.processes import free_port
+from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
+from webhook import http_guard
+from webhook.app import create_app
+from webhook.http_guard import admission_server_config
+from webhook.settings import Settings
+
+
+class Served:
+    def __init__(self, port: int, trust: ssl.SSLContext, apiserver: ssl.SSLContext):
+        self.port = port
+        self.trust = trust  # trusts the webhook, presents no certificate
+        self.apiserver = apiserver  # presents the apiserver's client certificate
+
+    def connect(self, context: ssl.SSLContext) -> ssl.SSLSocket:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        return context.wrap_socket(raw, server_hostname="localhost")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    pki = tmp_path_factory.mktemp("pki")
+    server_ca, client_ca = make_ca("webhook-ca"), make_ca("apiserver-client-ca")
+    serving = issue_serving_cert(server_ca, common_name="w", dns_names=("localhost",), ip_addresses=())
+    client = issue_client_cert(client_ca, user="kube-apiserver-webhook-client")
+    files = {
+        "tls.crt": serving.cert_pem,
+        "tls.key": serving.key_pem,
+        "client-ca.crt": client_ca.cert_pem,
+        "client.crt": client.cert_pem,
+        "client.key": client.key_pem,
+    }
+    for name, data in files.items():
+        (pki / name).write_bytes(data)
+    settings = Settings(
+        opa_url=f"http://127.0.0.1:{free_port()}",
+        host="127.0.0.1",
+        port=free_port(),
+        tls_cert_file=pki / "tls.crt",
+        tls_key_file=pki / "tls.key",
+        tls_client_ca_file=pki / "client-ca.crt",
+    )
+    server = uvicorn.Server(admission_server_config(create_app(settings, watch_cluster=False), settings))
+    thread = threading.Thread(target=server.run, daemon=True)
+    original = http_guard.HEAD_TIMEOUT_SECONDS
+    http_guard.HEAD_TIMEOUT_SECONDS = 1.0
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    trust = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
+    apiserver = ssl.create_default_context(cadata=server_ca.cert_pem.decode())
+    apiserver.load_cert_chain(Path(pki / "client.crt"), Path(pki / "client.key"))
+    try:
+        yield Served(settings.port, trust, apiserver)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+        http_guard.HEAD_TIMEOUT_SECONDS = original
+
+
+def request(body: bytes) -> bytes:
+    head = (
+        f"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def answer(sock: ssl.SSLSocket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+REVIEW = json.dumps(
+    {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "vision",
+            "operation": "CREATE",
+            "userInfo": {"username": "mallory"},
+            "object": {"metadata": {"name": "p"}},
+        },
+    }
+).encode()
+
+
+def test_a_caller_without_the_apiservers_certificate_fails_the_handshake(served: Served) -> None:
+    """TLS 1.3 lets the client finish its side of the handshake before the server checks it: the
+    server then ends the connection (an alert or a bare close), and no request reaches the app."""
+    try:
+        with served.connect(served.trust) as sock:
+            sock.sendall(request(REVIEW))
+            reply = answer(sock)
+    except (ssl.SSLError, ConnectionError) as err:
+        reply = str(err).encode()
+    assert not reply.startswith(b"HTTP/"), reply[:200]
+
+
+def test_the_apiserver_is_answered(served: Served) -> None:
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(request(REVIEW))
+        reply = answer(sock)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    assert b'"allowed":false' in reply  # no OPA here: refused, never admitted
+
+
+def test_an_oversized_body_gets_413(served: Served) -> None:
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(request(b"x" * (4 * 1024 * 1024))[:4096])  # the declared length is enough
+        reply = answer(sock)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+
+
+def test_a_stalled_request_head_is_cut_off(served: Served) -> None:
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: local")
+        started = time.monotonic()
+        assert answer(sock) == b"", "closed without an answer"
+        assert time.monotonic() - started < 5
