@@ -7,10 +7,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -43,7 +44,8 @@ from webhook.workloads import load_workload_kinds
 log = logging.getLogger("labgate.webhook")
 
 
-def get_server(request: Request) -> AdmissionServer:
+async def get_server(request: Request) -> AdmissionServer:
+    # async: a plain `def` dependency runs in a worker thread, a hand-off for every request.
     server: AdmissionServer = request.app.state.server
     return server
 
@@ -169,6 +171,7 @@ async def _serve(
     *,
     deadline: float,
     decisions: DecisionLog | None,
+    recorder: Executor,
     gate: AdmissionGate,
     max_body_bytes: int,
 ) -> Response:
@@ -192,7 +195,9 @@ async def _serve(
         ADMISSION_OVERLOADED.inc()
         return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
-        return await _decide(request, review, handle, deadline=deadline, decisions=decisions)
+        return await _decide(
+            request, review, handle, deadline=deadline, decisions=decisions, recorder=recorder
+        )
     finally:
         gate.leave()
 
@@ -204,7 +209,8 @@ async def _decide(
     *,
     deadline: float,
     decisions: DecisionLog | None,
-) -> JSONResponse:
+    recorder: Executor,
+) -> Response:
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
@@ -232,8 +238,10 @@ async def _decide(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
+    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        decisions.record(
+        recorder.submit(
+            decisions.record,
             request=review.request,
             decision=trace.decision,
             tenant=trace.tenant,
@@ -242,7 +250,7 @@ async def _decide(
             latency_ms=elapsed * 1000,
             reason=reason,
         )
-    return JSONResponse(content=response.to_review())
+    return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
 
 
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
@@ -306,9 +314,11 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 part.stop()
             await engine.close()
             await registry.aclose()
+            recorder.shutdown(wait=True)
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
     gate = AdmissionGate(resolved.max_in_flight)
+    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
 
     @app.post("/validate")
     async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
@@ -318,6 +328,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             server.validate,
             deadline=resolved.admission_deadline_seconds,
             decisions=decisions,
+            recorder=recorder,
             gate=gate,
             max_body_bytes=resolved.max_body_bytes,
         )
@@ -330,6 +341,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             server.mutate,
             deadline=resolved.admission_deadline_seconds,
             decisions=decisions,
+            recorder=recorder,
             gate=gate,
             max_body_bytes=resolved.max_body_bytes,
         )
