@@ -482,7 +482,9 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
     run_started = time.monotonic()
     with LabgateStack(workdir) as stack:
         pki = workdir / "webhook-pki"
-        tls = Tls(pki / "ca.crt")
+        # labgate answers callers with the apiserver's client certificate only; every target gets it.
+        cluster_pki = workdir / "pki"
+        tls = Tls(pki / "ca.crt", cluster_pki / "webhook-client.crt", cluster_pki / "webhook-client.key")
         context = ssl.create_default_context(cadata=(pki / "ca.crt").read_text())
         apply(stack, tenant("bench", gpus=1_000_000))
         gpu_tenants = [f"gpu{r}x{rate}" for r in range(args.rounds) for rate in args.rates]
