@@ -23,15 +23,25 @@ EXPERIMENT_SERVICE_ACCOUNT = "experiment"
 
 _WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 _READ_VERBS = ["get", "list", "watch"]
-# Training operators whose resources researchers may run (the admission webhook checks their pods).
+_SECRET_WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
+# Training operators whose resources researchers may run. The admission webhook must intercept each
+# of them (webhook/workloads.py lists where their pod templates are); tests/e2e/test_rbac_coverage.py
+# fails when a kind researchers can write is not registered.
 _TRAINING_RESOURCES = [
     {
         "apiGroups": ["kubeflow.org"],
-        "resources": ["pytorchjobs", "tfjobs", "mpijobs"],
+        "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs"],
         "verbs": _WORKLOAD_VERBS,
     },
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _WORKLOAD_VERBS},
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _WORKLOAD_VERBS},
+    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": _WORKLOAD_VERBS},
     {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": _WORKLOAD_VERBS},
+    {
+        "apiGroups": ["argoproj.io"],
+        "resources": ["workflows", "workflowtemplates", "cronworkflows"],
+        "verbs": _WORKLOAD_VERBS,
+    },
 ]
 
 
@@ -51,9 +61,15 @@ def shared_cluster_roles() -> list[Manifest]:
     researcher_rules: list[dict[str, Any]] = [
         {
             "apiGroups": [""],
-            "resources": ["pods", "configmaps", "secrets", "services", "persistentvolumeclaims"],
+            "resources": ["pods", "configmaps", "services", "persistentvolumeclaims"],
             "verbs": _WORKLOAD_VERBS,
         },
+        # Researchers write Secrets but do not read them back: a Secret restricted to a service
+        # account (labgate.io/restricted-to-service-account) is for pods running as it, not for
+        # everyone in the namespace. RBAC cannot hide single Secrets from get/list/watch, so
+        # researchers have none; admission refuses their updates and deletes of restricted Secrets
+        # (the API answers those with the Secret's data). Tenant admins read Secrets.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": _SECRET_WRITE_VERBS},
         {"apiGroups": [""], "resources": ["pods/log", "pods/status"], "verbs": _READ_VERBS},
         {
             "apiGroups": [""],
@@ -80,6 +96,7 @@ def shared_cluster_roles() -> list[Manifest]:
         # and manage experiment service accounts; they still cannot touch RBAC or quotas.
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _WORKLOAD_VERBS},
         {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": _WORKLOAD_VERBS},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": _READ_VERBS},
     ]
     labels = {MANAGED_BY_LABEL: MANAGED_BY}
     return [
@@ -156,8 +173,10 @@ def _binding(name: str, tenant: str, namespace: str, role: str, members: list[Su
 
 
 def _pod_security_level(tenant: Tenant) -> str:
-    # A tenant granted a hardening exception needs the privileged level; the admission policies
-    # still refuse every host feature the Tenant does not list.
+    # Pod Security admission has no per-control relaxation: a namespace at "baseline" refuses every
+    # pod that uses an exception, so a tenant granted one runs its namespaces at "privileged". That
+    # opens nothing else: labgate's pod-hardening rule enforces the baseline itself, control by
+    # control, and relaxes only the controls the Tenant names. Without exceptions, "baseline".
     return "privileged" if tenant.spec.exceptions.has_any else "baseline"
 
 

@@ -29,8 +29,9 @@ from labgate.core.metrics import (
     FACTS_AGE,
     POLICY_ENGINE_ERRORS,
 )
+from webhook.admission import request_too_large_response
 from webhook.decision_log import DecisionLog
-from webhook.inventory import InventorySync, RestrictedSecrets
+from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
@@ -169,15 +170,16 @@ async def _serve(
     server: AdmissionServer,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
-    deadline: float,
+    settings: Settings,
     decisions: DecisionLog | None,
     recorder: Executor,
     gate: AdmissionGate,
-    max_body_bytes: int,
 ) -> Response:
-    """Parse, decide within `deadline`, count, answer; any failure refuses (never admits)."""
+    """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
+    max_body_bytes = settings.max_body_bytes
     try:
-        review = AdmissionReview.model_validate_json(await _read_body(request, max_body_bytes))
+        body = await _read_body(request, max_body_bytes)
+        review = AdmissionReview.model_validate_json(body)
     except BodyTooLargeError:
         return JSONResponse(
             status_code=413,
@@ -196,7 +198,13 @@ async def _serve(
         return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
         return await _decide(
-            request, review, handle, deadline=deadline, decisions=decisions, recorder=recorder
+            request,
+            review,
+            handle,
+            settings=settings,
+            size=len(body),
+            decisions=decisions,
+            recorder=recorder,
         )
     finally:
         gate.leave()
@@ -207,20 +215,35 @@ async def _decide(
     review: AdmissionReview,
     handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
     *,
-    deadline: float,
+    settings: Settings,
+    size: int,
     decisions: DecisionLog | None,
     recorder: Executor,
 ) -> Response:
+    deadline = settings.admission_deadline_seconds
     started = time.perf_counter()
     trace = DecisionTrace()
     reason = None
     try:
-        response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
+        if size > settings.max_request_bytes:
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.max_request_bytes, deadline=None
+            )
+        else:
+            response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
     except TimeoutError:
         POLICY_ENGINE_ERRORS.labels("timeout").inc()
-        log.error("no decision for %s within %.1fs", review.request.uid, deadline)
-        reason = "policy-engine-unavailable"
-        response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
+        log.error("no decision for %s (%d bytes) within %.1fs", review.request.uid, size, deadline)
+        if size >= settings.complex_request_bytes:
+            # A large request that runs out of time would run out again: say so, not "retry".
+            reason = "request-too-large"
+            response = request_too_large_response(
+                request=review.request, size=size, limit=settings.complex_request_bytes, deadline=deadline
+            )
+        else:
+            reason = "policy-engine-unavailable"
+            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
     except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
@@ -301,6 +324,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 reservation_seconds=resolved.reservation_seconds,
                 facts_age=lambda: max(part.age() for part in parts),
                 facts_max_age=resolved.facts_max_age_seconds,
+                volumes=PersistentVolumes(kube),
             )
             FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
         else:
@@ -326,11 +350,10 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             request,
             server,
             server.validate,
-            deadline=resolved.admission_deadline_seconds,
+            settings=resolved,
             decisions=decisions,
             recorder=recorder,
             gate=gate,
-            max_body_bytes=resolved.max_body_bytes,
         )
 
     @app.post("/mutate")
@@ -339,11 +362,10 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             request,
             server,
             server.mutate,
-            deadline=resolved.admission_deadline_seconds,
+            settings=resolved,
             decisions=decisions,
             recorder=recorder,
             gate=gate,
-            max_body_bytes=resolved.max_body_bytes,
         )
 
     @app.get("/metrics")

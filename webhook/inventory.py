@@ -12,17 +12,17 @@ import logging
 import threading
 from typing import Any
 
-from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Object
+from labgate.core.kinds import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
-from webhook.admission import namespace_document, tenant_document
+from webhook.admission import namespace_document, priority_class_document, tenant_document
 from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
 
 
 class InventorySync:
-    """Two reflectors (Namespaces, Tenants) that write every change into OPA."""
+    """Reflectors (Namespaces, Tenants, PriorityClasses) that write every change into OPA."""
 
     def __init__(
         self,
@@ -50,6 +50,7 @@ class InventorySync:
         self._inventory: dict[str, Any] = {
             "namespaces": {},
             "tenants": {},
+            "priority_classes": {},
             "revision": 0,
             "platform": {"namespace": platform_namespace},
         }
@@ -57,6 +58,11 @@ class InventorySync:
         self._reflectors = [
             self._reflector("namespaces", api, self._kube.lister(NAMESPACE), namespace_document),
             self._reflector("tenants", api, self._kube.lister(TENANT), tenant_document),
+            # The priority-class rule judges a workload's class by its value (a Pod's own priority
+            # is resolved by the apiserver before the webhook sees it; a template's is not).
+            self._reflector(
+                "priority_classes", api, self._kube.lister(PRIORITY_CLASS), priority_class_document
+            ),
         ]
 
     def _reflector(self, collection: str, api: ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
@@ -255,3 +261,32 @@ class RestrictedSecrets(WatchFed):
         """name -> {"annotations": {...}} for the restricted Secrets of `namespace`."""
         with self._lock:
             return {n: {"annotations": dict(a)} for n, a in self._by_namespace.get(namespace, {}).items()}
+
+
+class PersistentVolumes:
+    """What the volume-claim rule needs of the PersistentVolume a claim names (spec.volumeName): read
+    through on each such claim, which is rare (most claims name a StorageClass, not a volume)."""
+
+    def __init__(self, kube: KubeApi):
+        self._kube = kube
+
+    def volume(self, name: str) -> dict[str, Any]:
+        """{name, exists, labels, claimRef: {namespace, name} | None}; raises when the API cannot say."""
+        obj = self._kube.get(PERSISTENT_VOLUME, name, timeout=2)
+        if obj is None:
+            return {"name": name, "exists": False, "labels": {}, "claimRef": None}
+        return volume_document(obj)
+
+
+def volume_document(obj: Object) -> dict[str, Any]:
+    """What policies see of a PersistentVolume: its labels and the claim it is bound or reserved to."""
+    metadata = obj.get("metadata", {})
+    ref = (obj.get("spec") or {}).get("claimRef") or None
+    return {
+        "name": metadata.get("name", ""),
+        "exists": True,
+        "labels": metadata.get("labels") or {},
+        "claimRef": None
+        if ref is None
+        else {"namespace": ref.get("namespace", ""), "name": ref.get("name", "")},
+    }

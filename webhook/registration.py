@@ -46,7 +46,18 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
     could stall leader election or the nodes themselves."""
     return [
         *_workload_rules(kinds, _WRITE),
-        _rule("", "v1", ["secrets", "serviceaccounts", "configmaps", "services"], _WRITE, "Namespaced"),
+        # An ephemeral container added to a running pod (kubectl debug) is judged like any container:
+        # images and hardening, whether or not members hold the RBAC for it today.
+        _rule("", "v1", ["pods/ephemeralcontainers"], ["UPDATE"], "Namespaced"),
+        # DELETE too: the API hands a deleted Secret's data to whoever deletes it (restricted Secrets).
+        _rule("", "v1", ["secrets"], [*_WRITE, "DELETE"], "Namespaced"),
+        _rule(
+            "",
+            "v1",
+            ["serviceaccounts", "configmaps", "services", "persistentvolumeclaims"],
+            _WRITE,
+            "Namespaced",
+        ),
         _rule("networking.k8s.io", "v1", ["networkpolicies"], [*_WRITE, "DELETE"], "Namespaced"),
         _rule("", "v1", ["namespaces"], _WRITE, "Cluster"),
         _rule("labgate.io", "v1alpha1", ["tenants"], _WRITE, "Cluster"),

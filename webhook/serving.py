@@ -95,6 +95,18 @@ class SecretFacts(Protocol):
     def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
 
 
+class VolumeFacts(Protocol):
+    def volume(self, name: str) -> dict[str, Any]: ...
+
+
+def _claimed_volume(request: AdmissionRequest) -> str | None:
+    """The PersistentVolume a claim names (spec.volumeName), for the volume-claim rule."""
+    if (request.kind.group, request.kind.kind) != ("", "PersistentVolumeClaim"):
+        return None
+    name = ((request.object or {}).get("spec") or {}).get("volumeName")
+    return name if isinstance(name, str) and name else None
+
+
 def _is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
 
@@ -222,9 +234,11 @@ class AdmissionServer:
         reservation_seconds: float = RESERVATION_TTL_SECONDS,
         facts_age: Callable[[], float] | None = None,
         facts_max_age: float = float("inf"),
+        volumes: VolumeFacts | None = None,
     ):
         """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
         past `facts_max_age` every request is refused with [facts-stale]."""
+        self.volumes = volumes
         self.workload_kinds = workload_kinds
         self.reservation_seconds = reservation_seconds
         self.facts_age = facts_age
@@ -268,6 +282,12 @@ class AdmissionServer:
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
+        volume_name = _claimed_volume(request)
+        if volume_name is not None and self.volumes is not None:
+            try:
+                policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
+            except Exception:  # the rule refuses a claim whose volume it could not see
+                log.exception("could not read PersistentVolume %s", volume_name)
         if tenant and self.ledgers is not None and _is_pod_create(request):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves.

@@ -27,6 +27,18 @@ class Settings(BaseSettings):
         le=2.9,
         description="Deadline for a whole admission decision; past it the request is refused, not admitted.",
     )
+    max_request_bytes: int = Field(
+        default=3 * 1024 * 1024,
+        gt=0,
+        description="AdmissionReviews larger than this are refused at once with [request-too-large] "
+        "(the default is the apiserver's own request limit).",
+    )
+    complex_request_bytes: int = Field(
+        default=256 * 1024,
+        gt=0,
+        description="A request at least this large that is not decided within the deadline is refused "
+        "with [request-too-large] (too complex to decide in time), not [policy-engine-unavailable].",
+    )
     kubeconfig: Path | None = Field(
         default=None, description="Kubeconfig to reach the API; unset means in-cluster service account."
     )

@@ -1,14 +1,21 @@
 """Where the pod specs are inside an object, and how many pods each makes at once.
 
 Pure and table-driven: a Pod, a Job's template, a CronJob's job template, Deployments, and the
-training resources labgate ships entries for (Kubeflow PyTorchJob, JobSet, RayJob, RayCluster). A
-cluster adds another training resource with one more WorkloadKind (see `workload_kinds_from_config`).
+training resources labgate ships entries for (Kubeflow PyTorchJob, TFJob, MPIJob, XGBoostJob,
+PaddleJob and TrainJob, JobSet, LeaderWorkerSet, RayJob, RayCluster, Argo Workflow, WorkflowTemplate
+and CronWorkflow). A "*" in a path walks every entry of a map or every item of a list. A cluster adds
+another training resource with one more WorkloadKind (see `load_workload_kinds`).
+
+Kinds whose pods are not described by a PodTemplateSpec (an Argo template's container, script or
+containerSet; a TrainJob's trainer) are turned into the pod spec their controller would build, marked
+`synthesized`: the validation judges them like any pod spec, the mutation leaves them alone (its
+patches address real fields; the pods themselves are mutated when their controller creates them).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -25,6 +32,15 @@ class TemplateLocation(BaseModel):
         default=None, description='Path to the replica count, e.g. "spec.parallelism".'
     )
     default_replicas: int = 1
+    shape: Literal["pod-template", "pod-override", "container", "argo-template"] = Field(
+        default="pod-template",
+        description=(
+            "What the path points to: a PodTemplateSpec (metadata + spec), a partial one that the "
+            "controller lays over the pod it builds (a TrainJob's podTemplateOverrides), a container whose pod the "
+            "controller builds (a TrainJob's trainer), or an Argo template (container, script, "
+            "containerSet, sidecars and initContainers, with the workflow's pod-level fields)."
+        ),
+    )
 
 
 class WorkloadKind(BaseModel):
@@ -70,6 +86,37 @@ BUILTIN_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
             template="spec.pytorchReplicaSpecs.*.template", replicas="spec.pytorchReplicaSpecs.*.replicas"
         ),
     ),
+    *(
+        _kind(
+            "kubeflow.org",
+            version,
+            kind,
+            resource,
+            TemplateLocation(template=f"spec.{field}.*.template", replicas=f"spec.{field}.*.replicas"),
+        )
+        for version, kind, resource, field in (
+            ("v1", "TFJob", "tfjobs", "tfReplicaSpecs"),
+            ("v2beta1", "MPIJob", "mpijobs", "mpiReplicaSpecs"),
+            ("v1", "XGBoostJob", "xgboostjobs", "xgbReplicaSpecs"),
+            ("v1", "PaddleJob", "paddlejobs", "paddleReplicaSpecs"),
+        )
+    ),
+    _kind(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "TrainJob",
+        "trainjobs",
+        TemplateLocation(template="spec.trainer", replicas="spec.trainer.numNodes", shape="container"),
+        TemplateLocation(template="spec.podTemplateOverrides.*", shape="pod-override"),
+    ),
+    _kind(
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+        TemplateLocation(template="spec.leaderWorkerTemplate.leaderTemplate", replicas="spec.replicas"),
+        TemplateLocation(template="spec.leaderWorkerTemplate.workerTemplate", replicas="spec.replicas"),
+    ),
     _kind(
         "jobset.x-k8s.io",
         "v1alpha2",
@@ -101,6 +148,28 @@ BUILTIN_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
             template="spec.rayClusterSpec.workerGroupSpecs.*.template",
             replicas="spec.rayClusterSpec.workerGroupSpecs.*.replicas",
         ),
+        TemplateLocation(template="spec.submitterPodTemplate"),
+    ),
+    _kind(
+        "argoproj.io",
+        "v1alpha1",
+        "Workflow",
+        "workflows",
+        TemplateLocation(template="spec.templates.*", shape="argo-template"),
+    ),
+    _kind(
+        "argoproj.io",
+        "v1alpha1",
+        "WorkflowTemplate",
+        "workflowtemplates",
+        TemplateLocation(template="spec.templates.*", shape="argo-template"),
+    ),
+    _kind(
+        "argoproj.io",
+        "v1alpha1",
+        "CronWorkflow",
+        "cronworkflows",
+        TemplateLocation(template="spec.workflowSpec.templates.*", shape="argo-template"),
     ),
 )
 
@@ -114,20 +183,127 @@ class PodTemplate(BaseModel):
     spec: dict[str, Any]
     metadata: dict[str, Any] = Field(default_factory=dict)
     replicas: int = 1
+    synthesized: bool = Field(
+        default=False, description="Built from an object that holds no PodSpec at `path` (see module doc)."
+    )
+
+
+def _children(node: Any, head: str) -> list[tuple[str, Any]]:
+    """(key, child) of a map or list for one path part: "*" is every entry, a number a list index."""
+    if isinstance(node, dict):
+        return sorted(node.items()) if head == "*" else ([(head, node[head])] if head in node else [])
+    if isinstance(node, list):
+        if head == "*":
+            return [(str(i), item) for i, item in enumerate(node)]
+        if head.isdigit() and int(head) < len(node):
+            return [(head, node[int(head)])]
+    return []
 
 
 def _walk(node: Any, parts: list[str], prefix: str) -> list[tuple[str, Any]]:
-    """(concrete path, value) for every match of a dot path with "*" wildcards."""
+    """(concrete path, value) for every match of a dot path with "*" wildcards (map keys, list items)."""
     if not parts:
         return [(prefix, node)]
-    if not isinstance(node, dict):
-        return []
     head, rest = parts[0], parts[1:]
-    keys = sorted(node) if head == "*" else ([head] if head in node else [])
     found: list[tuple[str, Any]] = []
-    for key in keys:
-        found += _walk(node[key], rest, f"{prefix}.{key}" if prefix else key)
+    for key, child in _children(node, head):
+        found += _walk(child, rest, f"{prefix}.{key}" if prefix else key)
     return found
+
+
+def _merge_named(base: list[Any], patch: list[Any]) -> list[Any]:
+    """Lists of named items (containers, volumes) merge by name, as a strategic merge patch does."""
+    if not all(isinstance(i, dict) and "name" in i for i in [*base, *patch]):
+        return patch
+    merged = {i["name"]: i for i in base}
+    for item in patch:
+        merged[item["name"]] = _merge(merged.get(item["name"], {}), item)
+    return list(merged.values())
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {k: _merge(base[k], v) if k in base else v for k, v in {**base, **patch}.items()}
+    if isinstance(base, list) and isinstance(patch, list):
+        return _merge_named(base, patch)
+    return patch
+
+
+# Pod-level fields an Argo template (or its workflow's spec, as the default) gives the pod it runs.
+_ARGO_POD_FIELDS = (
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "securityContext",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "priorityClassName",
+    "schedulerName",
+    "hostAliases",
+    "hostNetwork",
+    "dnsPolicy",
+    "dnsConfig",
+    "runtimeClassName",
+    "imagePullSecrets",
+    "volumes",
+)
+
+
+def _argo_pod_spec(template: dict[str, Any], workflow_spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec Argo runs for a template, or None for templates that run no pod of their own
+    (steps, dag, suspend, resource, http, plugin)."""
+    containers: list[Any] = []
+    if isinstance(template.get("container"), dict):
+        containers.append({"name": "main", **template["container"]})
+    if isinstance(template.get("script"), dict):
+        script = {k: v for k, v in template["script"].items() if k != "source"}
+        containers.append({"name": "main", **script})
+    container_set = template.get("containerSet")
+    if isinstance(container_set, dict):
+        containers += [c for c in container_set.get("containers") or [] if isinstance(c, dict)]
+    if not containers:
+        return None
+    spec: dict[str, Any] = {k: workflow_spec[k] for k in _ARGO_POD_FIELDS if k in workflow_spec}
+    spec.update({k: template[k] for k in _ARGO_POD_FIELDS if k in template})
+    spec["containers"] = containers + [s for s in template.get("sidecars") or [] if isinstance(s, dict)]
+    if template.get("initContainers"):
+        spec["initContainers"] = list(template["initContainers"])
+    for patch_text in (workflow_spec.get("podSpecPatch"), template.get("podSpecPatch")):
+        if isinstance(patch_text, str) and patch_text.strip():
+            # Argo applies it to the pod spec: judge the pod it gives. One Argo cannot read runs no pod.
+            try:
+                patch = yaml.safe_load(patch_text)
+            except yaml.YAMLError:
+                continue
+            if isinstance(patch, dict):
+                spec = _merge(spec, patch)
+    return spec
+
+
+def _synthesized(
+    obj: dict[str, Any], location: TemplateLocation, path: str, node: dict[str, Any]
+) -> PodTemplate | None:
+    if location.shape == "container":
+        container = {"name": "trainer", **{k: v for k, v in node.items() if k in _CONTAINER_FIELDS}}
+        if "resourcesPerNode" in node:
+            container["resources"] = node["resourcesPerNode"]
+        spec: dict[str, Any] | None = {"containers": [container]}
+    else:
+        owner = _walk(obj, path.split(".")[:-2], "")  # the workflow spec holding `templates`
+        workflow_spec = owner[0][1] if owner and isinstance(owner[0][1], dict) else {}
+        spec = _argo_pod_spec(node, workflow_spec)
+    if spec is None:
+        return None
+    return PodTemplate(
+        path=path,
+        spec=spec,
+        metadata=node.get("metadata") or {},
+        replicas=_replicas(obj, location, path),
+        synthesized=True,
+    )
+
+
+_CONTAINER_FIELDS = ("image", "command", "args", "env", "envFrom", "volumeMounts", "resources")
 
 
 def _replicas(obj: dict[str, Any], location: TemplateLocation, template_path: str) -> int:
@@ -164,6 +340,10 @@ def find_pod_templates(
             continue
         for location in workload.templates:
             for path, template in _walk(obj, location.template.split("."), ""):
+                if location.shape in ("container", "argo-template"):
+                    if isinstance(template, dict) and (made := _synthesized(obj, location, path, template)):
+                        found.append(made)
+                    continue
                 if isinstance(template, dict) and isinstance(template.get("spec"), dict):
                     found.append(
                         PodTemplate(
@@ -171,6 +351,7 @@ def find_pod_templates(
                             spec=template["spec"],
                             metadata=template.get("metadata") or {},
                             replicas=_replicas(obj, location, path),
+                            synthesized=location.shape == "pod-override",
                         )
                     )
     return found

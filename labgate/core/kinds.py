@@ -36,6 +36,7 @@ class Kind:
 
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", is_namespaced=False)
+PERSISTENT_VOLUME = Kind("PersistentVolume", "", "v1", "persistentvolumes", is_namespaced=False)
 SERVICE_ACCOUNT = Kind("ServiceAccount", "", "v1", "serviceaccounts", is_namespaced=True)
 RESOURCE_QUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas", is_namespaced=True)
 LIMIT_RANGE = Kind("LimitRange", "", "v1", "limitranges", is_namespaced=True)

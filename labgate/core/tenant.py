@@ -50,6 +50,9 @@ class Namespaces(_Spec):
     names: list[str] = Field(default_factory=list)
     prefix: str | None = None
     keep_on_delete: bool = Field(default=True, alias="keepOnDelete")
+    max_count: int | None = Field(
+        default=None, alias="maxCount", description="Most namespaces; None: the cluster's default."
+    )
 
 
 class GpuQuota(_Spec):
@@ -60,17 +63,42 @@ class GpuQuota(_Spec):
 class Network(_Spec):
     allow_egress: bool = Field(default=True, alias="allowEgress")
     allow_ingress_from_tenants: list[str] = Field(default_factory=list, alias="allowIngressFromTenants")
+    allow_service_types: list[Literal["LoadBalancer", "NodePort", "ExternalName"]] = Field(
+        default_factory=list, alias="allowServiceTypes"
+    )
 
 
 class Exceptions(_Spec):
+    """Pod-hardening exceptions: one per Pod Security baseline control (the admission policy
+    relaxes exactly the control named)."""
+
     host_path: bool = Field(default=False, alias="hostPath")
     host_network: bool = Field(default=False, alias="hostNetwork")
     host_pid: bool = Field(default=False, alias="hostPID")
+    host_ipc: bool = Field(default=False, alias="hostIPC")
     privileged: bool = False
+    host_ports: bool = Field(default=False, alias="hostPorts")
+    capabilities: list[str] = Field(default_factory=list)
+    sysctls: list[str] = Field(default_factory=list)
+    seccomp_unconfined: bool = Field(default=False, alias="seccompUnconfined")
+    app_armor_unconfined: bool = Field(default=False, alias="appArmorUnconfined")
+    se_linux: bool = Field(default=False, alias="seLinux")
+    proc_mount: bool = Field(default=False, alias="procMount")
+    windows_host_process: bool = Field(default=False, alias="windowsHostProcess")
 
     @property
     def has_any(self) -> bool:
-        return self.host_path or self.host_network or self.host_pid or self.privileged
+        """Whether any control is relaxed: each is one the Pod Security baseline level refuses."""
+        return any(bool(value) for value in self.model_dump().values())
+
+
+class Scheduling(_Spec):
+    """What the tenant's pods may ask of the scheduler beyond the cluster's defaults."""
+
+    priority_classes: list[str] = Field(default_factory=list, alias="priorityClasses")
+    max_priority: int | None = Field(default=None, alias="maxPriority")
+    runtime_classes: list[str] = Field(default_factory=list, alias="runtimeClasses")
+    schedulers: list[str] = Field(default_factory=list)
 
 
 class TenantSpec(_Spec):
@@ -79,6 +107,7 @@ class TenantSpec(_Spec):
     gpu: GpuQuota = Field(default_factory=GpuQuota)
     network: Network = Field(default_factory=Network)
     exceptions: Exceptions = Field(default_factory=Exceptions)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
 
 
 class Tenant(_Spec):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import yaml
 
 from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
+from tests.e2e.training_kinds import install_training_crds
 
 pytestmark = [pytest.mark.tenancy, pytest.mark.network, pytest.mark.secrets, pytest.mark.quota]
 
@@ -31,9 +33,15 @@ class Arena:
     a: TenantUnderTest
     b: TenantUnderTest
     stack: LabgateStack
+    suffix: str = ""
 
     def actor(self, who: str) -> Researcher:
-        return {"researcher": self.a.researcher, "admin": self.a.admin}[who]
+        return {
+            "researcher": self.a.researcher,
+            "admin": self.a.admin,
+            "b-researcher": self.b.researcher,
+            "b-admin": self.b.admin,
+        }[who]
 
     def namespace(self, which: str) -> str:
         return {"A": self.a.namespace, "B": self.b.namespace}[which]
@@ -57,6 +65,35 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
     try:
         suffix = uuid.uuid4().hex[:4]
         a_name, b_name = f"esc-a-{suffix}", f"esc-b-{suffix}"
+        # Cluster-scoped objects the scheduling rows name: a high class A may not use, a Never class
+        # and a runtime class A may use, and a runtime class it may not.
+        cluster_objects: list[dict[str, Any]] = [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": f"e2e-high-{suffix}"},
+                "value": 1000000,
+            },
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": f"e2e-never-{suffix}"},
+                "value": -50,
+                "preemptionPolicy": "Never",
+            },
+            *(
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": n},
+                    "handler": "runc",
+                }
+                for n in (f"e2e-gvisor-{suffix}", f"e2e-kata-{suffix}")
+            ),
+        ]
+        for obj in cluster_objects:
+            stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(obj))
+            factory.created.append((str(obj["kind"]).lower(), str(obj["metadata"]["name"])))
         a = factory.create(
             name=a_name,
             spec_extra={
@@ -64,6 +101,13 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
                 "gpu": {"total": 8, "models": {"h100": 8}},
                 "placement": {"nodePools": [_pool(a_name, spot=True)], "allowOnDemand": False},
                 "network": {"allowEgress": False},
+                # One narrow exception: it puts A's namespace at Pod Security "privileged", so what
+                # refuses every other host feature below is labgate's own baseline, control by control.
+                "exceptions": {"sysctls": ["net.core.somaxconn"]},
+                "scheduling": {
+                    "priorityClasses": [f"e2e-never-{suffix}"],
+                    "runtimeClasses": [f"e2e-gvisor-{suffix}"],
+                },
             },
         )
         b = factory.create(
@@ -72,6 +116,8 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
                 "namespaces": {"names": [b_name], "prefix": f"{b_name}-"},
                 "gpu": {"total": 8},
                 "placement": {"nodePools": [_pool(b_name, spot=False)], "allowOnDemand": True},
+                # B is open to the outside and may expose NodePort Services (not LoadBalancer).
+                "network": {"allowEgress": True, "allowServiceTypes": ["NodePort"]},
             },
             # B trusts a CI service account that lives in A's namespace: A must not mint its tokens.
             extra_researchers=[{"kind": "ServiceAccount", "namespace": a_name, "name": "runner"}],
@@ -80,6 +126,17 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
         ns = a.namespace
         stack.admin_kubectl("create", "serviceaccount", "trainer", "-n", ns)
         stack.admin_kubectl("create", "serviceaccount", "runner", "-n", ns)
+        # A trusts its deploy account as an admin: only A's admins may run as it or mint its tokens.
+        stack.admin_kubectl("create", "serviceaccount", "deployer", "-n", ns)
+        deployer = {"kind": "ServiceAccount", "namespace": ns, "name": "deployer"}
+        stack.admin_kubectl(
+            "patch",
+            "tenant",
+            a.name,
+            "--type=json",
+            "-p",
+            json.dumps([{"op": "add", "path": "/spec/members/admins/-", "value": deployer}]),
+        )
         restricted = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -91,7 +148,15 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
             "stringData": {"key": "k"},
         }
         stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(restricted))
-        yield Arena(a=a, b=b, stack=stack)
+        install_training_crds(stack)
+        # Volumes a claim may name: A's own, B's, and one of no tenant.
+        for volume, tenant in (
+            (f"pv-{a_name}", a_name),
+            (f"pv-{b_name}", b_name),
+            (f"pv-none-{suffix}", None),
+        ):
+            stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(persistent_volume(volume, tenant)))
+        yield Arena(a=a, b=b, stack=stack, suffix=suffix)
     finally:
         factory.cleanup()
 
@@ -191,9 +256,183 @@ def cronjob(name: str) -> dict[str, Any]:
     )
 
 
+def persistent_volume(name: str, tenant: str | None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"labgate.io/tenant": tenant} if tenant else {}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{name}"},
+            "persistentVolumeReclaimPolicy": "Retain",
+        },
+    }
+
+
+def claim(name: str, volume: str) -> dict[str, Any]:
+    spec = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "",
+        "volumeName": volume,
+    }
+    return simple("PersistentVolumeClaim", name, spec=spec)
+
+
+def service(name: str, **spec: Any) -> dict[str, Any]:
+    return simple("Service", name, spec={"ports": [{"port": 80}], "selector": {"app": name}, **spec})
+
+
+def egress(*peers: dict[str, Any]) -> list[Any]:
+    return [{"to": list(peers)}]
+
+
+# -- the training kinds: a privileged container in one item of a list (or map) of pod templates -----
+
+PRIVILEGED = [{"name": "main", "image": IMAGE, "securityContext": {"privileged": True}}]
+CLEAN = [{"name": "main", "image": IMAGE}]
+
+
+def _template(containers: list[Any]) -> dict[str, Any]:
+    return {"spec": {"containers": containers, "restartPolicy": "Never"}}
+
+
+def _replica_specs(field: str, first: str, second: str, containers: list[Any]) -> dict[str, Any]:
+    return {
+        field: {
+            first: {"replicas": 1, "template": _template(CLEAN)},
+            second: {"replicas": 2, "template": _template(containers)},
+        }
+    }
+
+
+def _ray_cluster(containers: list[Any]) -> dict[str, Any]:
+    return {
+        "headGroupSpec": {"template": _template(CLEAN)},
+        "workerGroupSpecs": [
+            {"groupName": "cpu", "replicas": 1, "template": _template(CLEAN)},
+            {"groupName": "gpu", "replicas": 2, "template": _template(containers)},
+        ],
+    }
+
+
+def _argo(containers: list[Any], patch: str | None = None) -> dict[str, Any]:
+    work: dict[str, Any] = {
+        "name": "work",
+        "container": {k: v for k, v in containers[0].items() if k != "name"},
+    }
+    if patch is not None:
+        work["podSpecPatch"] = patch
+    return {
+        "entrypoint": "main",
+        "templates": [{"name": "main", "steps": [[{"name": "s", "template": "work"}]]}, work],
+    }
+
+
+_PRIVILEGED_PATCH = '{"containers": [{"name": "main", "securityContext": {"privileged": true}}]}'
+
+TRAINING_KINDS: dict[str, tuple[str, str, Callable[[list[Any]], dict[str, Any]]]] = {
+    "jobset": (
+        "JobSet",
+        "jobset.x-k8s.io/v1alpha2",
+        lambda c: {
+            "replicatedJobs": [
+                {"name": "driver", "replicas": 1, "template": {"spec": {"template": _template(CLEAN)}}},
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {"spec": {"parallelism": 2, "template": _template(c)}},
+                },
+            ]
+        },
+    ),
+    "raycluster": ("RayCluster", "ray.io/v1", _ray_cluster),
+    "rayjob": (
+        "RayJob",
+        "ray.io/v1",
+        lambda c: {"entrypoint": "python t.py", "rayClusterSpec": _ray_cluster(c)},
+    ),
+    "leaderworkerset": (
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io/v1",
+        lambda c: {
+            "replicas": 1,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "leaderTemplate": _template(CLEAN),
+                "workerTemplate": _template(c),
+            },
+        },
+    ),
+    "pytorchjob": (
+        "PyTorchJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("pytorchReplicaSpecs", "Master", "Worker", c),
+    ),
+    "tfjob": ("TFJob", "kubeflow.org/v1", lambda c: _replica_specs("tfReplicaSpecs", "PS", "Worker", c)),
+    "mpijob": (
+        "MPIJob",
+        "kubeflow.org/v2beta1",
+        lambda c: _replica_specs("mpiReplicaSpecs", "Launcher", "Worker", c),
+    ),
+    "xgboostjob": (
+        "XGBoostJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("xgbReplicaSpecs", "Master", "Worker", c),
+    ),
+    "paddlejob": (
+        "PaddleJob",
+        "kubeflow.org/v1",
+        lambda c: _replica_specs("paddleReplicaSpecs", "Master", "Worker", c),
+    ),
+    "trainjob": (
+        "TrainJob",
+        "trainer.kubeflow.org/v1alpha1",
+        # The overrides carry no securityContext: the escape there is a hostPath volume.
+        lambda c: {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": IMAGE, "numNodes": 2},
+            "podTemplateOverrides": [
+                {"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"team": "a"}}},
+                {
+                    "targetJobs": [{"name": "node"}],
+                    "spec": {
+                        "volumes": [
+                            {"name": "v", "hostPath": {"path": "/"}}
+                            if c is PRIVILEGED
+                            else {"name": "v", "emptyDir": {}}
+                        ]
+                    },
+                },
+            ],
+        },
+    ),
+    "workflow": ("Workflow", "argoproj.io/v1alpha1", _argo),
+    "workflowtemplate": ("WorkflowTemplate", "argoproj.io/v1alpha1", _argo),
+    "cronworkflow": (
+        "CronWorkflow",
+        "argoproj.io/v1alpha1",
+        lambda c: {"schedule": "0 * * * *", "workflowSpec": _argo(c)},
+    ),
+    "workflow-podspecpatch": (
+        "Workflow",
+        "argoproj.io/v1alpha1",
+        lambda c: _argo(CLEAN, _PRIVILEGED_PATCH if c is PRIVILEGED else '{"nodeSelector": {"team": "a"}}'),
+    ),
+}
+
+
+def training(key: str, name: str, containers: list[Any]) -> Build:
+    kind, api, spec = TRAINING_KINDS[key]
+    return lambda _: simple(kind, name, api, spec=spec(containers))
+
+
 # -- attempts ------------------------------------------------------------------------------------
 
 Build = Callable[[Arena], dict[str, Any]]
+Patch = Callable[[Arena], list[dict[str, Any]]]
+Check = Callable[[Arena, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -207,6 +446,14 @@ class Attempt:
     attempt: Build
     allowed: Build
     allowed_where: str = "A"
+    # Also tried as an UPDATE: the legitimate object is applied first, then the attempt over it.
+    update: bool = False
+    # UPDATE rows: `allowed` is created first; the attempt is this JSON patch of it (refused) and
+    # `allowed_patch` the legitimate change it mirrors (admitted).
+    attempt_patch: Patch | None = None
+    allowed_patch: Patch | None = None
+    # What the admitted object (read back from the apiserver) must and must not allow.
+    admitted: Check | None = None
 
 
 def _token(name: str, account: str) -> Build:
@@ -216,6 +463,10 @@ def _token(name: str, account: str) -> Build:
         return secret
 
     return build
+
+
+def _account(account: str | None) -> dict[str, Any]:
+    return {"serviceAccountName": account} if account else {}
 
 
 def _restricted_secret_pod(name: str, account: str | None, how: str) -> Build:
@@ -230,6 +481,18 @@ def _restricted_secret_pod(name: str, account: str | None, how: str) -> Build:
             container["envFrom"] = [{"secretRef": {"name": "trainer-key"}}]
         elif how == "volume":
             volumes = [{"name": "k", "secret": {"secretName": "trainer-key"}}]
+        elif how == "csi":
+            csi = {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "trainer-key"}}
+            volumes = [{"name": "k", "csi": csi}]
+        elif how == "azureFile":
+            volumes = [{"name": "k", "azureFile": {"secretName": "trainer-key", "shareName": "data"}}]
+        elif how == "cephfs":
+            volumes = [
+                {"name": "k", "cephfs": {"monitors": ["10.0.0.1:6789"], "secretRef": {"name": "trainer-key"}}}
+            ]
+        elif how == "initContainer":
+            init = {"name": "init", "image": IMAGE, "envFrom": [{"secretRef": {"name": "trainer-key"}}]}
+            return pod(name, initContainers=[init], containers=[container], **_account(account))
         else:
             volumes = [{"name": "k", "projected": {"sources": [{"secret": {"name": "trainer-key"}}]}}]
         spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
@@ -238,6 +501,133 @@ def _restricted_secret_pod(name: str, account: str | None, how: str) -> Build:
         return pod(name, **spec)
 
     return build
+
+
+# -- row helpers -----------------------------------------------------------------------------------
+
+Named = Callable[[Arena, str], dict[str, Any]]
+
+
+def _named(build: Named, name: str) -> Build:
+    return lambda arena: build(arena, name)
+
+
+def _both(id_: str, rule: str, attempt: Named, allowed: Named, **kw: Any) -> list[Attempt]:
+    """The row as tenant A's researcher and as its admin (each with its own object names)."""
+    name = "r" + uuid.uuid5(uuid.NAMESPACE_DNS, id_).hex[:8]
+    return [
+        Attempt(
+            f"{id_}-as-{actor}",
+            rule,
+            actor,
+            "A",
+            _named(attempt, f"{name}-{actor[0]}"),
+            _named(allowed, f"{name}-{actor[0]}"),
+            **kw,
+        )
+        for actor in ("researcher", "admin")
+    ]
+
+
+def _container(**security_context: Any) -> dict[str, Any]:
+    return {"name": "main", "image": IMAGE, "securityContext": security_context}
+
+
+def _somaxconn() -> dict[str, Any]:
+    return {"sysctls": [{"name": "net.core.somaxconn", "value": "4096"}]}
+
+
+def _projected_token() -> dict[str, Any]:
+    source = {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    return {"name": "token", "projected": {"sources": [source]}}
+
+
+def _add_capability(capability: str) -> list[dict[str, Any]]:
+    context = {"capabilities": {"add": [capability]}}
+    return [{"op": "add", "path": "/spec/template/spec/containers/0/securityContext", "value": context}]
+
+
+def _set_template(field: str, value: Any) -> list[dict[str, Any]]:
+    return [{"op": "add", "path": f"/spec/template/spec/{field}", "value": value}]
+
+
+def _add_toleration(pool: str | None) -> list[dict[str, Any]]:
+    toleration = (
+        {"key": "labgate.io/pool", "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+        if pool
+        else {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"}
+    )
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": toleration}]
+
+
+def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj["spec"]
+    return spec["template"]["spec"] if "template" in spec else spec
+
+
+_SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}  # fmt: skip
+
+
+def baseline_gaps(spec: dict[str, Any]) -> set[str]:
+    """What a pod spec allows beyond the Pod Security Standards' baseline, computed here from the
+    published profile (independently of labgate's Rego); every added capability is listed, with
+    those of the baseline set, so that a row sees what it asked arrive."""
+    gaps = {key for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)}
+    gaps |= {f"hostPath {v['hostPath'].get('path')}" for v in spec.get("volumes") or [] if "hostPath" in v}
+    pod_context = spec.get("securityContext") or {}
+    gaps |= {
+        f"sysctl {s['name']}" for s in pod_context.get("sysctls") or [] if s["name"] not in _SAFE_SYSCTLS
+    }
+    contexts = [pod_context]
+    for group in ("containers", "initContainers", "ephemeralContainers"):
+        for container in spec.get(group) or []:
+            context = container.get("securityContext") or {}
+            contexts.append(context)
+            if context.get("privileged"):
+                gaps.add("privileged")
+            gaps |= {f"capability {c}" for c in (context.get("capabilities") or {}).get("add") or []}
+            if context.get("procMount") not in (None, "Default"):
+                gaps.add("procMount")
+            gaps |= {f"hostPort {p['hostPort']}" for p in container.get("ports") or [] if p.get("hostPort")}
+    for context in contexts:
+        if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
+            gaps.add("seccomp Unconfined")
+        if (context.get("appArmorProfile") or {}).get("type") == "Unconfined":
+            gaps.add("appArmor Unconfined")
+        selinux = context.get("seLinuxOptions") or {}
+        if selinux.get("type") not in (
+            None,
+            "",
+            "container_t",
+            "container_init_t",
+            "container_kvm_t",
+            "container_engine_t",
+        ):
+            gaps.add(f"selinux type {selinux['type']}")
+        if selinux.get("user") or selinux.get("role"):
+            gaps.add("selinux user/role")
+        if (context.get("windowsOptions") or {}).get("hostProcess"):
+            gaps.add("hostProcess")
+    return gaps
+
+
+def _assert_baseline(obj: dict[str, Any], *, allowed: set[str]) -> None:
+    """The admitted object allows nothing beyond the baseline but `allowed` (its baseline-set
+    capabilities are listed too, so that what the row asked is seen to have arrived)."""
+    assert baseline_gaps(_pod_spec(obj)) == allowed, _pod_spec(obj)
+
+
+def _assert_priority(obj: dict[str, Any], value: int) -> None:
+    assert _pod_spec(obj).get("priority") == value, _pod_spec(obj)
+
+
+def _assert_field(obj: dict[str, Any], field: str, value: Any) -> None:
+    assert _pod_spec(obj).get(field) == value, _pod_spec(obj)
 
 
 ATTEMPTS: list[Attempt] = [
@@ -643,6 +1033,479 @@ ATTEMPTS: list[Attempt] = [
             "n5", ingress=from_tenant(ar.a.name), labels={"app.kubernetes.io/managed-by": "team"}
         ),
     ),
+    # Pod hardening: A holds one narrow exception (the sysctl net.core.somaxconn), which puts its
+    # namespace at Pod Security "privileged"; labgate alone refuses every other baseline control.
+    *_both(
+        "pod-capability-beyond-baseline",
+        "pod-hardening",
+        lambda _, n: pod(n, containers=[_container(capabilities={"add": ["NET_ADMIN"]})]),
+        lambda _, n: pod(
+            n, containers=[_container(capabilities={"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]})]
+        ),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed={"capability NET_BIND_SERVICE"}),
+    ),
+    *_both(
+        "pod-privileged-beside-a-narrow-exception",
+        "pod-hardening",
+        lambda _, n: pod(n, containers=[_container(privileged=True)], securityContext=_somaxconn()),
+        lambda _, n: pod(n, securityContext=_somaxconn()),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed={"sysctl net.core.somaxconn"}),
+    ),
+    *_both(
+        "pod-unsafe-sysctl-beyond-the-exception",
+        "pod-hardening",
+        lambda _, n: pod(n, securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}),
+        lambda _, n: pod(n, securityContext=_somaxconn()),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed={"sysctl net.core.somaxconn"}),
+    ),
+    *_both(
+        "pod-seccomp-unconfined",
+        "pod-hardening",
+        lambda _, n: pod(n, securityContext={"seccompProfile": {"type": "Unconfined"}}),
+        lambda _, n: pod(n, securityContext={"seccompProfile": {"type": "RuntimeDefault"}}),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-apparmor-unconfined",
+        "pod-hardening",
+        lambda _, n: pod(n, containers=[_container(appArmorProfile={"type": "Unconfined"})]),
+        lambda _, n: pod(n, containers=[_container(appArmorProfile={"type": "RuntimeDefault"})]),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-host-port",
+        "pod-hardening",
+        lambda _, n: pod(
+            n,
+            containers=[{"name": "main", "image": IMAGE, "ports": [{"containerPort": 22, "hostPort": 2222}]}],
+        ),
+        lambda _, n: pod(n, containers=[{"name": "main", "image": IMAGE, "ports": [{"containerPort": 22}]}]),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-selinux-super-privileged-type",
+        "pod-hardening",
+        lambda _, n: pod(n, securityContext={"seLinuxOptions": {"type": "spc_t"}}),
+        lambda _, n: pod(n, securityContext={"seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2"}}),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-unmasked-proc",
+        "pod-hardening",
+        lambda _, n: pod(n, hostUsers=False, containers=[_container(procMount="Unmasked")]),
+        lambda _, n: pod(n, hostUsers=False, containers=[_container(procMount="Default")]),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-hostpath",
+        "pod-hardening",
+        lambda _, n: pod(n, volumes=[{"name": "h", "hostPath": {"path": "/var/lib/kubelet"}}]),
+        lambda _, n: pod(n, volumes=[{"name": "h", "emptyDir": {}}]),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "deployment-update-adds-capability",
+        "pod-hardening",
+        lambda _, n: deployment(n),
+        lambda _, n: deployment(n),
+        attempt_patch=lambda _: _add_capability("SYS_ADMIN"),
+        allowed_patch=lambda _: _add_capability("CHOWN"),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed={"capability CHOWN"}),
+    ),
+    # Priority: only the tenant's classes, never the system ones, never above its ceiling.
+    *_both(
+        "pod-system-priority-class",
+        "priority-class",
+        lambda _, n: pod(n, priorityClassName="system-node-critical"),
+        lambda _, n: pod(n, priorityClassName="research-default"),
+        admitted=lambda _, obj: _assert_priority(obj, 0),
+    ),
+    *_both(
+        "job-priority-class-the-tenant-does-not-list",
+        "priority-class",
+        lambda ar, n: job(n, priorityClassName=f"e2e-high-{ar.suffix}"),
+        lambda _, n: job(n, priorityClassName="research-preemptible"),
+    ),
+    *_both(
+        "job-explicit-priority-above-the-ceiling",
+        "priority-class",
+        lambda _, n: job(n, priority=1000000),
+        lambda _, n: job(n, priorityClassName="research-preemptible", priority=-100),
+    ),
+    *_both(
+        "job-preempting-under-a-never-class",
+        "priority-class",
+        lambda ar, n: job(
+            n, priorityClassName=f"e2e-never-{ar.suffix}", preemptionPolicy="PreemptLowerPriority"
+        ),
+        lambda ar, n: job(n, priorityClassName=f"e2e-never-{ar.suffix}", preemptionPolicy="Never"),
+    ),
+    *_both(
+        "deployment-update-to-system-priority-class",
+        "priority-class",
+        lambda _, n: deployment(n),
+        lambda _, n: deployment(n),
+        attempt_patch=lambda _: _set_template("priorityClassName", "system-cluster-critical"),
+        allowed_patch=lambda _: _set_template("priorityClassName", "research-preemptible"),
+    ),
+    # Node choice, runtime class and scheduler.
+    *_both(
+        "pod-names-its-node",
+        "placement-node-name",
+        lambda _, n: pod(n, nodeName="gpu-node-1"),
+        lambda _, n: pod(n, nodeSelector={"kubernetes.io/os": "linux"}),
+        admitted=lambda _, obj: _assert_field(obj, "nodeName", None),
+    ),
+    *_both(
+        "deployment-update-names-a-node",
+        "placement-node-name",
+        lambda _, n: deployment(n),
+        lambda _, n: deployment(n),
+        attempt_patch=lambda _: _set_template("nodeName", "gpu-node-1"),
+        allowed_patch=lambda _: _set_template("nodeSelector", {"kubernetes.io/os": "linux"}),
+    ),
+    *_both(
+        "pod-runtime-class-not-allowed",
+        "placement-runtime-class",
+        lambda ar, n: pod(n, runtimeClassName=f"e2e-kata-{ar.suffix}"),
+        lambda ar, n: pod(n, runtimeClassName=f"e2e-gvisor-{ar.suffix}"),
+        admitted=lambda ar, obj: _assert_field(obj, "runtimeClassName", f"e2e-gvisor-{ar.suffix}"),
+    ),
+    *_both(
+        "job-other-scheduler",
+        "placement-scheduler",
+        lambda _, n: job(n, schedulerName="my-scheduler"),
+        lambda _, n: job(n, schedulerName="default-scheduler"),
+    ),
+    Attempt(
+        "gpu-pod-update-adds-other-tenants-toleration",
+        "placement-pool",
+        "researcher",
+        "A",
+        lambda _: pod("g7", **gpu(1)),
+        lambda _: pod("g7", **gpu(1)),
+        attempt_patch=lambda ar: _add_toleration(f"{ar.b.name}-ondemand"),
+        allowed_patch=lambda _: _add_toleration(None),
+    ),
+    # Identities: another tenant's member account, and A's admin account for non-admins.
+    *_both(
+        "pod-as-other-tenants-member-account",
+        "service-account-identity",
+        lambda _, n: pod(n, serviceAccountName="runner"),
+        lambda _, n: pod(n, serviceAccountName="trainer"),
+    ),
+    *_both(
+        "job-projected-token-of-other-tenants-member-account",
+        "service-account-identity",
+        lambda _, n: job(n, serviceAccountName="runner", volumes=[_projected_token()]),
+        lambda _, n: job(n, serviceAccountName="trainer", volumes=[_projected_token()]),
+    ),
+    Attempt(
+        "pod-as-admin-account-by-researcher",
+        "service-account-identity",
+        "researcher",
+        "A",
+        lambda _: pod("s9", serviceAccountName="deployer"),
+        lambda _: pod("s9", serviceAccountName="deployer"),
+        allowed_where="A-admin",
+    ),
+    Attempt(
+        "token-for-admin-account-by-researcher",
+        "service-account-token",
+        "researcher",
+        "A",
+        _token("s10", "deployer"),
+        _token("s10", "deployer"),
+        allowed_where="A-admin",
+    ),
+    # Every field that names a Secret is checked, not a list of the common ones.
+    Attempt(
+        "pod-csi-restricted-secret",
+        "secret-scope",
+        "researcher",
+        "A",
+        _restricted_secret_pod("s11", None, "csi"),
+        _restricted_secret_pod("s11", "trainer", "csi"),
+    ),
+    Attempt(
+        "pod-azurefile-restricted-secret",
+        "secret-scope",
+        "researcher",
+        "A",
+        _restricted_secret_pod("s12", None, "azureFile"),
+        _restricted_secret_pod("s12", "trainer", "azureFile"),
+    ),
+    Attempt(
+        "pod-cephfs-restricted-secret",
+        "secret-scope",
+        "admin",
+        "A",
+        _restricted_secret_pod("s13", None, "cephfs"),
+        _restricted_secret_pod("s13", "trainer", "cephfs"),
+    ),
+    Attempt(
+        "pod-init-container-restricted-secret",
+        "secret-scope",
+        "researcher",
+        "A",
+        _restricted_secret_pod("s14", None, "initContainer"),
+        _restricted_secret_pod("s14", "trainer", "initContainer"),
+    ),
+]
+
+
+def _renamed(build: Build, suffix: str) -> Build:
+    def renamed(ar: Arena) -> dict[str, Any]:
+        manifest = build(ar)
+        manifest["metadata"]["name"] += suffix
+        return manifest
+
+    return renamed
+
+
+def _as_both(attempt: Attempt) -> list[Attempt]:
+    """The attempt as tenant A's researcher and as its admin (whose objects get names of their own)."""
+    return [
+        Attempt(
+            **{
+                **attempt.__dict__,
+                "id": f"{attempt.id}-{who}",
+                "actor": who,
+                "attempt": _renamed(attempt.attempt, suffix),
+                "allowed": _renamed(attempt.allowed, suffix),
+            }
+        )
+        for who, suffix in (("researcher", ""), ("admin", "-adm"))
+    ]
+
+
+def _pv(tenant: str) -> Callable[[Arena], str]:
+    def name(ar: Arena) -> str:
+        if tenant == "none":
+            return f"pv-none-{ar.a.name.rsplit('-', 1)[1]}"
+        return f"pv-{ar.a.name if tenant == 'A' else ar.b.name}"
+
+    return name
+
+
+# Network, services, namespaces, volumes and the training kinds (issue 9).
+ATTEMPTS += [
+    Attempt(
+        "netpol-egress-to-metadata-address",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m1", egress=egress({"ipBlock": {"cidr": "0.0.0.0/0"}})),
+        lambda _: netpol(
+            "m1", egress=egress({"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}})
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-egress-to-ipv6-metadata-address",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m2", egress=egress({"ipBlock": {"cidr": "fd00::/8"}})),
+        lambda _: netpol(
+            "m2", egress=egress({"ipBlock": {"cidr": "fd00::/8", "except": ["fd00:ec2::254/128"]}})
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-egress-without-peers-reaches-metadata",
+        "network-policy-metadata",
+        "b-admin",
+        "B",
+        lambda _: netpol("m3", egress=[{"ports": [{"port": 443}]}]),
+        lambda _: netpol(
+            "m3",
+            egress=[
+                {
+                    "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}],
+                    "ports": [{"port": 443}],
+                }
+            ],
+        ),
+        allowed_where="B",
+        update=True,
+    ),
+    Attempt(
+        "netpol-ingress-ipblock-when-egress-is-off",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda _: netpol("m4", ingress=[{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]),
+        lambda ar: netpol("m4", ingress=from_tenant(ar.a.name)),
+        update=True,
+    ),
+    Attempt(
+        "netpol-selector-on-an-ordinary-label",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda _: netpol(
+            "m5", ingress=[{"from": [{"namespaceSelector": {"matchLabels": {"purpose": "data"}}}]}]
+        ),
+        lambda ar: netpol(
+            "m5",
+            ingress=[
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"purpose": "data", "labgate.io/tenant": ar.a.name}
+                            }
+                        }
+                    ]
+                }
+            ],
+        ),
+        update=True,
+    ),
+    Attempt(
+        # The namespace does not exist yet: B may create it tomorrow under its prefix.
+        "netpol-selector-for-a-namespace-created-later",
+        "network-policy-peer",
+        "admin",
+        "A",
+        lambda ar: netpol(
+            "m6",
+            egress=egress(
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": f"{ar.b.name}-later"}}}
+            ),
+        ),
+        lambda ar: netpol(
+            "m6",
+            egress=egress(
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {
+                            "kubernetes.io/metadata.name": f"{ar.a.name}-later",
+                            "labgate.io/tenant": ar.a.name,
+                        }
+                    }
+                }
+            ),
+        ),
+        update=True,
+    ),
+    *_as_both(
+        Attempt(
+            "service-external-ips",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda _: service("e1", externalIPs=["10.96.0.10"]),
+            lambda _: service("e1"),
+            update=True,
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "service-nodeport-not-allowed",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda _: service("e2", type="NodePort"),
+            lambda _: service("e2", type="ClusterIP"),
+            update=True,
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "service-externalname-not-allowed",
+            "service-exposure",
+            "researcher",
+            "A",
+            lambda ar: simple(
+                "Service",
+                "e3",
+                spec={"type": "ExternalName", "externalName": f"db.{ar.b.name}.svc.cluster.local"},
+            ),
+            lambda _: service("e3"),
+        )
+    ),
+    Attempt(
+        # B may expose NodePort Services, not LoadBalancers.
+        "service-loadbalancer-beyond-what-the-tenant-allows",
+        "service-exposure",
+        "b-researcher",
+        "B",
+        lambda _: service("e4", type="LoadBalancer"),
+        lambda _: service("e4", type="NodePort"),
+        allowed_where="B",
+        update=True,
+    ),
+    *_as_both(
+        Attempt(
+            "namespace-of-no-tenant",
+            "namespace-untenanted",
+            "researcher",
+            "cluster",
+            lambda ar: simple("Namespace", f"free-{ar.a.name}"),
+            lambda ar: simple("Namespace", f"{ar.a.name}-free"),  # labgate labels it for A
+            allowed_where="cluster",
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "namespace-squatting-other-tenants-prefix",
+            "namespace-reserved",
+            "researcher",
+            "cluster",
+            lambda ar: simple("Namespace", f"{ar.b.name}-squat"),
+            lambda ar: simple("Namespace", f"{ar.a.name}-squat"),
+            allowed_where="cluster",
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "pvc-binds-other-tenants-volume",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v1", _pv("B")(ar)),
+            lambda ar: claim("v1", _pv("A")(ar)),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "pvc-binds-volume-of-no-tenant",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v2", _pv("none")(ar)),
+            lambda ar: claim("v2", _pv("A")(ar)),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "pvc-binds-volume-that-does-not-exist-yet",
+            "volume-claim",
+            "researcher",
+            "A",
+            lambda ar: claim("v3", f"pv-later-{ar.b.name}"),
+            lambda ar: claim("v3", _pv("A")(ar)),
+        )
+    ),
+    *[
+        row
+        for key in TRAINING_KINDS
+        for row in _as_both(
+            Attempt(
+                f"{key}-privileged-in-a-list-of-templates",
+                "pod-hardening",
+                "researcher",
+                "A",
+                training(key, f"k-{key}", PRIVILEGED),
+                training(key, f"k-{key}", CLEAN),
+                update=True,
+            )
+        )
+    ],
 ]
 
 
@@ -655,17 +1518,99 @@ def _run(arena: Arena, actor: str, where: str, manifest: dict[str, Any]) -> subp
     return who.kubectl("create", "-n", arena.namespace(where), "-f", "-", stdin=json.dumps(manifest))
 
 
+_RESOURCE = {"Pod": "pod", "Job": "job.batch", "Deployment": "deployment.apps", "Secret": "secret"}
+
+
+def _patch(
+    arena: Arena, actor: str, manifest: dict[str, Any], patch: list[dict[str, Any]]
+) -> subprocess.CompletedProcess[str]:
+    target = f"{_RESOURCE[manifest['kind']]}/{manifest['metadata']['name']}"
+    return arena.actor(actor).kubectl(
+        "patch", target, "-n", arena.a.namespace, "--type=json", "-p", json.dumps(patch)
+    )
+
+
+def _read_back(arena: Arena, manifest: dict[str, Any], where: str) -> dict[str, Any]:
+    namespace = arena.namespace(where.removesuffix("-admin"))
+    target = f"{_RESOURCE[manifest['kind']]}/{manifest['metadata']['name']}"
+    found: dict[str, Any] = json.loads(
+        arena.stack.admin_kubectl("get", target, "-n", namespace, "-o", "json")
+    )
+    return found
+
+
 @pytest.mark.parametrize("attempt", ATTEMPTS, ids=[a.id for a in ATTEMPTS])
 def test_escape_attempt_is_refused_and_the_legitimate_action_admitted(arena: Arena, attempt: Attempt) -> None:
-    refused = _run(arena, attempt.actor, attempt.where, attempt.attempt(arena))
+    manifest = attempt.allowed(arena)
+    if attempt.attempt_patch is not None and attempt.allowed_patch is not None:
+        created = _run(arena, attempt.actor, attempt.allowed_where, manifest)
+        assert created.returncode == 0, created.stderr
+        refused = _patch(arena, attempt.actor, manifest, attempt.attempt_patch(arena))
+        allowed = _patch(arena, attempt.actor, manifest, attempt.allowed_patch(arena))
+    else:
+        refused = _run(arena, attempt.actor, attempt.where, attempt.attempt(arena))
+        allowed = _run(arena, attempt.actor, attempt.allowed_where, manifest)
     assert refused.returncode == 1, f"admitted: {refused.stdout}"
     assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
     assert "Fix:" in refused.stderr, refused.stderr
-    allowed = _run(arena, attempt.actor, attempt.allowed_where, attempt.allowed(arena))
     assert allowed.returncode == 0, allowed.stderr
-    manifest = attempt.allowed(arena)
+    if attempt.admitted is not None:
+        attempt.admitted(arena, _read_back(arena, manifest, attempt.allowed_where))
     if manifest["kind"] == "Namespace":
         arena.stack.admin_kubectl("delete", "namespace", manifest["metadata"]["name"], "--wait=false")
+    if manifest["kind"] == "Pod" and attempt.attempt_patch is not None:
+        # GPU pods made for UPDATE rows give their GPUs back to the tenant's quota.
+        arena.stack.admin_kubectl(
+            "delete", "pod", manifest["metadata"]["name"], "-n", arena.a.namespace, "--wait=false"
+        )
+
+
+UPDATES = [a for a in ATTEMPTS if a.update]
+
+
+@pytest.mark.parametrize("attempt", UPDATES, ids=[a.id for a in UPDATES])
+def test_escape_attempt_is_refused_on_update(arena: Arena, attempt: Attempt) -> None:
+    """The legitimate object is admitted, then the attempt applied over it (an UPDATE) is refused."""
+    who, namespace = arena.actor(attempt.actor), arena.namespace(attempt.allowed_where)
+    allowed, changed = attempt.allowed(arena), attempt.attempt(arena)
+    name = f"{allowed['metadata']['name']}-upd"
+    allowed["metadata"]["name"] = changed["metadata"]["name"] = name
+    created = who.apply(allowed, namespace)
+    assert created.returncode == 0, created.stderr
+    refused = who.apply(changed, namespace)
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert "error when applying patch" in refused.stderr, refused.stderr  # an UPDATE, not a CREATE
+    assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+
+
+def test_namespace_count_is_bounded_per_tenant(stack: LabgateStack, tenants: TenantFactory) -> None:
+    """A tenant with maxCount 2 has its own namespace and may create one more; the third is refused
+    with the counts, and allowed again once one is gone."""
+    name = f"cnt-{uuid.uuid4().hex[:6]}"
+    tenant = tenants.create(
+        name=name, spec_extra={"namespaces": {"names": [name], "prefix": f"{name}-", "maxCount": 2}}
+    )
+    created = tenant.researcher.kubectl("create", "namespace", f"{name}-one")
+    assert created.returncode == 0, created.stderr
+    for who in (tenant.researcher, tenant.admin):
+        refused = who.kubectl("create", "namespace", f"{name}-two")
+        assert refused.returncode == 1
+        assert (
+            f'[namespace-count] tenant "{name}" has 2 namespaces, its limit (spec.namespaces.maxCount: 2): '
+            f'namespace "{name}-two" would be number 3.'
+        ) in refused.stderr, refused.stderr
+    stack.admin_kubectl("delete", "namespace", f"{name}-one", "--wait=true", "--timeout=60s")
+    # The webhook learns of the deletion through its watch: poll, bounded, for the admission.
+    deadline = time.monotonic() + 20
+    while True:
+        admitted = tenant.researcher.kubectl("create", "namespace", f"{name}-two")
+        if admitted.returncode == 0 or time.monotonic() > deadline:
+            break
+        assert "[namespace-count]" in admitted.stderr, admitted.stderr
+        time.sleep(0.5)
+    assert admitted.returncode == 0, admitted.stderr
+    stack.admin_kubectl("delete", "namespace", f"{name}-two", "--wait=false")
 
 
 def test_baseline_network_policies_cannot_be_edited_or_deleted(arena: Arena) -> None:
@@ -689,3 +1634,115 @@ def test_baseline_network_policies_cannot_be_edited_or_deleted(arena: Arena) -> 
         arena.stack.cluster_kubectl("get", "networkpolicy", "labgate-baseline-egress", "-n", ns).returncode
         == 0
     )
+
+
+def test_ephemeral_containers_are_judged_like_any_container(arena: Arena) -> None:
+    """kubectl debug adds an ephemeral container to a running pod (pods/ephemeralcontainers).
+    Members lack that RBAC today; granted it here, labgate must still refuse what it refuses
+    elsewhere, whoever holds the right."""
+    ns = arena.a.namespace
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "e2e-debug", "namespace": ns},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods/ephemeralcontainers"],
+                "verbs": ["get", "patch", "update"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "e2e-debug", "namespace": ns},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+            for g in arena.a.researcher.groups
+        ],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-debug"},
+    }
+    for obj in (role, binding):
+        arena.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(obj))
+    researcher = arena.a.researcher
+    assert (
+        researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("dbg-target"))).returncode == 0
+    )
+
+    def debug(container: str, profile: str) -> subprocess.CompletedProcess[str]:
+        return researcher.kubectl(
+            "debug", "dbg-target", "-n", ns, f"--image={IMAGE}", f"--profile={profile}", "-c", container
+        )
+
+    for container, profile, asked in (
+        ("root", "sysadmin", "privileged: true"),
+        ("net", "netadmin", '"NET_ADMIN"'),
+    ):
+        refused = debug(container, profile)
+        assert refused.returncode == 1, refused.stdout
+        assert "[pod-hardening]" in refused.stderr, refused.stderr
+        assert f'spec.ephemeralContainers[0] ("{container}") asks' in refused.stderr, refused.stderr
+        assert asked in refused.stderr, refused.stderr
+    admitted = debug("look", "baseline")
+    assert admitted.returncode == 0, admitted.stderr
+    live = json.loads(arena.stack.admin_kubectl("get", "pod", "dbg-target", "-n", ns, "-o", "json"))
+    assert [c["name"] for c in live["spec"]["ephemeralContainers"]] == ["look"]
+    assert baseline_gaps(live["spec"]) == set()
+
+
+def test_restricted_secrets_are_neither_read_nor_lifted_by_researchers(arena: Arena) -> None:
+    """A restricted Secret is for pods running as its service account: a researcher cannot read it
+    through the API (RBAC), nor change, lift or delete it (the API would hand back its data); the
+    tenant's admin can. Researchers still write and change their own, unrestricted Secrets."""
+    ns, researcher, admin = arena.a.namespace, arena.a.researcher, arena.a.admin
+    restricted = simple("Secret", "vault-key", stringData={"key": "k"})
+    restricted["metadata"]["annotations"] = {"labgate.io/restricted-to-service-account": "trainer"}
+    assert researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(restricted)).returncode == 0
+
+    read = researcher.kubectl("get", "secret", "vault-key", "-n", ns, "-o", "json")
+    assert read.returncode == 1
+    assert 'cannot get resource "secrets"' in read.stderr, read.stderr
+    listed = researcher.kubectl("get", "secrets", "-n", ns)
+    assert listed.returncode == 1
+    assert 'cannot list resource "secrets"' in listed.stderr, listed.stderr
+
+    # kubectl patch and label read the Secret first, which RBAC refuses; a server-side apply or a
+    # replace writes without reading, and the delete answers with the object: labgate refuses those.
+    lifted_manifest = simple("Secret", "vault-key", stringData={"key": "mine now"}, labels={"touched": "yes"})
+    assert "cannot get resource" in researcher.kubectl("label", "secret", "vault-key", "x=y", "-n", ns).stderr
+    for args, stdin in (
+        (("apply", "--server-side", "--force-conflicts", "-f", "-"), json.dumps(lifted_manifest)),
+        (("replace", "-f", "-"), json.dumps(lifted_manifest)),
+        (("delete", "secret", "vault-key"), None),
+    ):
+        refused = researcher.kubectl(*args, "-n", ns, stdin=stdin)
+        assert refused.returncode == 1, refused.stdout
+        assert "[secret-restriction]" in refused.stderr, refused.stderr
+        assert "Fix: ask an admin of tenant" in refused.stderr, refused.stderr
+    still = json.loads(arena.stack.admin_kubectl("get", "secret", "vault-key", "-n", ns, "-o", "json"))
+    assert still["metadata"]["annotations"] == {"labgate.io/restricted-to-service-account": "trainer"}
+    assert "touched" not in (still["metadata"].get("labels") or {})
+
+    mine = simple("Secret", "my-key", stringData={"key": "k"})
+    assert researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(mine)).returncode == 0
+    relabelled = simple("Secret", "my-key", stringData={"key": "k2"}, labels={"touched": "yes"})
+    changed = researcher.kubectl("apply", "--server-side", "-n", ns, "-f", "-", stdin=json.dumps(relabelled))
+    assert changed.returncode == 0, changed.stderr
+    assert researcher.kubectl("delete", "secret", "my-key", "-n", ns).returncode == 0
+
+    assert admin.kubectl("get", "secret", "vault-key", "-n", ns).returncode == 0
+    lift = json.dumps([{"op": "remove", "path": "/metadata/annotations"}])
+    lifted = admin.kubectl("patch", "secret", "vault-key", "-n", ns, "--type=json", "-p", lift)
+    assert lifted.returncode == 0, lifted.stderr
+    assert admin.kubectl("delete", "secret", "vault-key", "-n", ns).returncode == 0
+
+
+def test_a_tenant_cannot_be_given_a_system_priority_class(arena: Arena) -> None:
+    """Even the infra team cannot list a system-* class for a tenant: the CRD refuses it."""
+    add = [{"op": "add", "path": "/spec/scheduling/priorityClasses/-", "value": "system-node-critical"}]
+    refused = arena.stack.cluster_kubectl(
+        "patch", "tenant", arena.a.name, "--type=json", "-p", json.dumps(add)
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert "system-* priority classes are the cluster's own" in refused.stderr, refused.stderr

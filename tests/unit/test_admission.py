@@ -91,5 +91,6 @@ def test_policy_input_keeps_the_wire_form_and_lists_pod_templates() -> None:
             "spec": {"containers": [{"name": "c", "image": "x"}]},
             "metadata": {},
             "replicas": 1,
+            "synthesized": False,
         }
     ]

@@ -219,3 +219,61 @@ def test_no_object_shape_makes_a_server_error(client: TestClient, obj: dict[str,
         assert response.status_code in (200, 400), response.text
         if response.status_code == 200:
             assert response.json()["response"]["allowed"] is False
+
+
+@pytest.fixture
+def silent_engine_port() -> Iterator[int]:
+    """A real TCP port that accepts connections and never answers: an OPA that hangs."""
+    import socket
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        listener.close()
+
+
+def _review_with_env(entries: int) -> dict[str, Any]:
+    env = [{"name": f"V{i}", "value": "x" * 40} for i in range(entries)]
+    spec = {"containers": [{"name": "main", "image": "registry.lab.example/a:1", "env": env}]}
+    return {**REVIEW, "request": {**REVIEW["request"], "object": {"metadata": {"name": "p"}, "spec": spec}}}
+
+
+def test_a_large_request_not_decided_in_time_is_too_large_not_a_retry(silent_engine_port: int) -> None:
+    settings = Settings(
+        opa_url=f"http://127.0.0.1:{silent_engine_port}",
+        opa_timeout_seconds=2.0,
+        admission_deadline_seconds=0.3,
+        complex_request_bytes=64 * 1024,
+    )
+    with TestClient(create_app(settings, watch_cluster=False)) as client:
+        large = client.post("/validate", json=_review_with_env(2000)).json()["response"]
+        small = client.post("/validate", json=_review_with_env(1)).json()["response"]
+    assert large["allowed"] is False
+    assert large["status"]["code"] == 413
+    message = large["status"]["message"]
+    assert message.startswith('[request-too-large] Pod "p" is ')
+    assert "KiB as an admission request and could not be decided within 0.3s" in message
+    assert "requests above 64 KiB may be too complex to decide in time. Fix: split it" in message
+    assert "retry" not in message
+    assert small["allowed"] is False
+    assert small["status"]["message"].startswith("[policy-engine-unavailable]")
+
+
+def test_a_request_above_the_size_limit_is_refused_at_once(silent_engine_port: int) -> None:
+    settings = Settings(
+        opa_url=f"http://127.0.0.1:{silent_engine_port}",
+        admission_deadline_seconds=2.0,
+        max_request_bytes=32 * 1024,
+    )
+    with TestClient(create_app(settings, watch_cluster=False)) as client:
+        body = json.dumps(_review_with_env(1000)).encode()
+        response = client.post("/validate", content=body, headers={"content-type": "application/json"})
+    refusal = response.json()["response"]
+    assert refusal["allowed"] is False
+    assert refusal["status"]["message"].startswith(
+        f'[request-too-large] Pod "p" is {len(body) / 1024:.0f} KiB as an admission request; labgate '
+        "decides requests up to 32 KiB. Fix: split it"
+    )

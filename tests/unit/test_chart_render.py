@@ -555,10 +555,13 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("labgate.io", "tenants", "get"),
         ("labgate.io", "tenants", "list"),
         ("labgate.io", "tenants", "watch"),
+        ("scheduling.k8s.io", "priorityclasses", "list"),
+        ("scheduling.k8s.io", "priorityclasses", "watch"),
         ("", "secrets", "get"),  # pull secrets, read by name for image provenance
         ("", "secrets", "list"),  # a metadata-only watch still needs list/watch
         ("", "secrets", "watch"),
         ("", "serviceaccounts", "get"),  # their imagePullSecrets
+        ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE

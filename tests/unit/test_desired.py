@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from labgate.core.tenant import Tenant
-from rbac.desired import desired_objects, is_subset, object_key, tenant_namespaces
+from rbac.desired import desired_objects, is_subset, object_key, shared_cluster_roles, tenant_namespaces
 
 
 def tenant(**spec: Any) -> Tenant:
@@ -87,10 +87,35 @@ def test_ingress_from_allowed_tenants() -> None:
     assert selected == ["vision", "audio"]
 
 
-def test_a_hardening_exception_lifts_pod_security_to_privileged() -> None:
-    objects = by_key(desired_objects(tenant(exceptions={"hostPath": True}), namespaces=["vision"]))
+@pytest.mark.parametrize(
+    ("exceptions", "level"),
+    [
+        ({}, "baseline"),
+        ({"hostPath": False, "capabilities": []}, "baseline"),
+        ({"hostPath": True}, "privileged"),
+        ({"hostIPC": True}, "privileged"),
+        ({"capabilities": ["NET_ADMIN"]}, "privileged"),
+        ({"sysctls": ["net.core.somaxconn"]}, "privileged"),
+        ({"seccompUnconfined": True}, "privileged"),
+    ],
+)
+def test_pod_security_stays_baseline_unless_an_exception_needs_more(
+    exceptions: dict[str, Any], level: str
+) -> None:
+    objects = by_key(desired_objects(tenant(exceptions=exceptions), namespaces=["vision"]))
     labels = objects[("v1", "Namespace", "", "vision")]["metadata"]["labels"]
-    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/enforce"] == level
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_researchers_write_secrets_without_reading_them_and_admins_read_them() -> None:
+    roles = {r["metadata"]["name"]: r["rules"] for r in shared_cluster_roles()}
+
+    def verbs(role: str) -> set[str]:
+        return {v for rule in roles[role] if "secrets" in rule["resources"] for v in rule["verbs"]}
+
+    assert verbs("labgate:researcher") == {"create", "update", "patch", "delete", "deletecollection"}
+    assert {"get", "list", "watch"} <= verbs("labgate:tenant-admin")
 
 
 @pytest.mark.parametrize(

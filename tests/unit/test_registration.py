@@ -42,6 +42,11 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
         assert cluster["namespaceSelector"]["matchExpressions"] == [exempt]
         assert {r["scope"] for r in cluster["rules"]} == {"Cluster"}
         assert [c["name"] for c in cluster["matchConditions"]] == ["tenant-namespaces-and-tenants"]
+    validating_rules = configurations[1]["webhooks"][0]["rules"]
+    assert {"resources": ["pods/ephemeralcontainers"], "operations": ["UPDATE"]}.items() <= next(
+        r for r in validating_rules if r["resources"] == ["pods/ephemeralcontainers"]
+    ).items()
+    assert "DELETE" in next(r for r in validating_rules if r["resources"] == ["secrets"])["operations"]
     mutating = configurations[0]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     assert mutating["clientConfig"]["url"] == "https://127.0.0.1:1/mutate"

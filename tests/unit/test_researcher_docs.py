@@ -13,6 +13,7 @@ WEBHOOK_RULE_IDS = {
     "gpu-ledger-busy",
     "gpu-ledger-full",
     "policy-engine-unavailable",
+    "request-too-large",
 }
 
 

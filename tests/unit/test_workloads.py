@@ -70,6 +70,74 @@ def template() -> dict[str, Any]:
             },
             [("spec.headGroupSpec.template.spec", 1)],
         ),
+        (
+            "ray.io",
+            "RayCluster",
+            {
+                "spec": {
+                    "headGroupSpec": {"template": template()},
+                    "workerGroupSpecs": [
+                        {"replicas": 2, "template": template()},
+                        {"replicas": 8, "template": template()},
+                    ],
+                }
+            },
+            [
+                ("spec.headGroupSpec.template.spec", 1),
+                ("spec.workerGroupSpecs.0.template.spec", 2),
+                ("spec.workerGroupSpecs.1.template.spec", 8),
+            ],
+        ),
+        (
+            "jobset.x-k8s.io",
+            "JobSet",
+            {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": "driver", "template": {"spec": {"template": template()}}},
+                        {"name": "workers", "template": {"spec": {"parallelism": 4, "template": template()}}},
+                    ]
+                }
+            },
+            [
+                ("spec.replicatedJobs.0.template.spec.template.spec", 1),
+                ("spec.replicatedJobs.1.template.spec.template.spec", 4),
+            ],
+        ),
+        (
+            "leaderworkerset.x-k8s.io",
+            "LeaderWorkerSet",
+            {
+                "spec": {
+                    "replicas": 3,
+                    "leaderWorkerTemplate": {"leaderTemplate": template(), "workerTemplate": template()},
+                }
+            },
+            [
+                ("spec.leaderWorkerTemplate.leaderTemplate.spec", 3),
+                ("spec.leaderWorkerTemplate.workerTemplate.spec", 3),
+            ],
+        ),
+        *[
+            (
+                "kubeflow.org",
+                kind,
+                {"spec": {field: {"Worker": {"replicas": 6, "template": template()}}}},
+                [(f"spec.{field}.Worker.template.spec", 6)],
+            )
+            for kind, field in (
+                ("TFJob", "tfReplicaSpecs"),
+                ("MPIJob", "mpiReplicaSpecs"),
+                ("XGBoostJob", "xgbReplicaSpecs"),
+                ("PaddleJob", "paddleReplicaSpecs"),
+            )
+        ],
+        (
+            "ray.io",
+            "RayJob",
+            {"spec": {"submitterPodTemplate": template()}},
+            [("spec.submitterPodTemplate.spec", 1)],
+        ),
         ("", "ConfigMap", {"data": {"a": "b"}}, []),
         ("batch", "Job", {"spec": {}}, []),
         ("batch", "Job", {"spec": {"template": "not-a-map"}}, []),
@@ -126,3 +194,77 @@ def test_a_malformed_kinds_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text("- {group: example.org, kind: Sweep}\n")
     with pytest.raises(ValidationError, match="version"):
         load_workload_kinds(path)
+
+
+def test_argo_templates_are_the_pods_argo_would_run() -> None:
+    workflow = {
+        "spec": {
+            "serviceAccountName": "runner",
+            "hostNetwork": True,
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "templates": [
+                {"name": "main", "steps": [[{"name": "a", "template": "train"}]]},
+                {
+                    "name": "train",
+                    "container": {"image": "trainer"},
+                    "sidecars": [{"name": "log", "image": "fluent"}],
+                    "nodeSelector": {"pool": "a"},
+                    "podSpecPatch": '{"containers": [{"name": "main", "securityContext": {"privileged": true}}]}',
+                },
+                {
+                    "name": "prep",
+                    "script": {"image": "python", "source": "print(1)"},
+                    "serviceAccountName": "own",
+                },
+                {"name": "set", "containerSet": {"containers": [{"name": "x", "image": "a"}]}},
+            ],
+        }
+    }
+    found = find_pod_templates(workflow, group="argoproj.io", kind="Workflow")
+    assert [t.path for t in found] == ["spec.templates.1", "spec.templates.2", "spec.templates.3"]
+    assert all(t.synthesized for t in found)
+    train, prep, container_set = (t.spec for t in found)
+    assert train["containers"] == [
+        {"name": "main", "image": "trainer", "securityContext": {"privileged": True}},
+        {"name": "log", "image": "fluent"},
+    ]
+    assert (train["hostNetwork"], train["serviceAccountName"], train["nodeSelector"]) == (
+        True,
+        "runner",
+        {"pool": "a"},
+    )
+    assert train["volumes"] == [{"name": "v", "emptyDir": {}}]
+    assert prep["containers"] == [{"name": "main", "image": "python"}]
+    assert prep["serviceAccountName"] == "own"
+    assert container_set["containers"] == [{"name": "x", "image": "a"}]
+    cron = find_pod_templates(
+        {"spec": {"workflowSpec": workflow["spec"]}}, group="argoproj.io", kind="CronWorkflow"
+    )
+    assert [t.spec for t in cron] == [t.spec for t in found]
+
+
+def test_trainjob_trainer_and_overrides() -> None:
+    trainjob = {
+        "spec": {
+            "trainer": {
+                "image": "trainer",
+                "numNodes": 4,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}},
+            },
+            "podTemplateOverrides": [
+                {
+                    "targetJobs": [{"name": "node"}],
+                    "spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]},
+                }
+            ],
+        }
+    }
+    trainer, override = find_pod_templates(trainjob, group="trainer.kubeflow.org", kind="TrainJob")
+    assert (trainer.path, trainer.replicas, trainer.synthesized) == ("spec.trainer", 4, True)
+    assert trainer.spec == {
+        "containers": [
+            {"name": "trainer", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+        ]
+    }
+    assert (override.path, override.synthesized) == ("spec.podTemplateOverrides.0.spec", True)
+    assert override.spec["volumes"][0]["hostPath"] == {"path": "/"}

@@ -154,9 +154,18 @@ Leases, Events and Nodes are never listed: intercepting them could stall leader 
   (list "apps" "v1" "statefulsets")
   (list "apps" "v1" "replicasets")
   (list "kubeflow.org" "v1" "pytorchjobs")
+  (list "kubeflow.org" "v1" "tfjobs")
+  (list "kubeflow.org" "v2beta1" "mpijobs")
+  (list "kubeflow.org" "v1" "xgboostjobs")
+  (list "kubeflow.org" "v1" "paddlejobs")
+  (list "trainer.kubeflow.org" "v1alpha1" "trainjobs")
+  (list "leaderworkerset.x-k8s.io" "v1" "leaderworkersets")
   (list "jobset.x-k8s.io" "v1alpha2" "jobsets")
   (list "ray.io" "v1" "rayclusters")
-  (list "ray.io" "v1" "rayjobs") }}
+  (list "ray.io" "v1" "rayjobs")
+  (list "argoproj.io" "v1alpha1" "workflows")
+  (list "argoproj.io" "v1alpha1" "workflowtemplates")
+  (list "argoproj.io" "v1alpha1" "cronworkflows") }}
 {{- range $workloads }}
 - apiGroups: [{{ index . 0 | quote }}]
   apiVersions: [{{ index . 1 | quote }}]

@@ -34,10 +34,13 @@ patch := [op | some change in _changes; some op in change.ops]
 warnings := [_short(change.warning) | some change in _changes; change.warning != ""]
 
 # Every change as {"ops", "warning"}: the namespace's label, then each pod template's in order.
+# Templates labgate built from something else than a PodSpec (an Argo template, a TrainJob's trainer)
+# are left alone: there is no field at their path to patch; their pods are mutated when created.
 _changes := array.concat(_namespace_changes, [change |
 	input.request.operation == "CREATE"
 	tenant := tenancy.namespace_tenant
 	some template in input.pod_templates
+	not object.get(template, "synthesized", false)
 	some change in _template_changes(tenant, template)
 ])
 

@@ -74,6 +74,8 @@ kinds := {
 	"CronJob": {"group": "batch", "version": "v1", "kind": "CronJob", "resource": "cronjobs"},
 	"Namespace": {"group": "", "version": "v1", "kind": "Namespace", "resource": "namespaces"},
 	"Secret": {"group": "", "version": "v1", "kind": "Secret", "resource": "secrets"},
+	"Service": {"group": "", "version": "v1", "kind": "Service", "resource": "services"},
+	"PersistentVolumeClaim": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim", "resource": "persistentvolumeclaims"},
 	"NetworkPolicy": {
 		"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy",
 		"resource": "networkpolicies",

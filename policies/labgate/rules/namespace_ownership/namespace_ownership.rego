@@ -217,12 +217,17 @@ _metadata_paths contains ["metadata"]
 
 _metadata_paths contains path if {
 	some template in input.pod_templates
-	parts := split(template.path, ".")
+	parts := [_path_part(p) | some p in split(template.path, ".")]
 	some i, part in parts
 	i > 0
 	part == "spec"
 	path := array.concat(array.slice(parts, 0, i), ["metadata"])
 }
+
+# A list index in a template path ("spec.replicatedJobs.0.template") is a number in an object.get path.
+_path_part(part) := to_number(part) if regex.match(`^[0-9]+$`, part)
+
+_path_part(part) := part if not regex.match(`^[0-9]+$`, part)
 
 _namespace_owner_text := sprintf("belongs to tenant %q", [tenancy.namespace_tenant_name]) if {
 	tenancy.namespace_tenant_name != ""
@@ -247,13 +252,125 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	claimed := object.get(input.request, array.concat(["object"], array.concat(path, ["labels", tenancy.tenant_label])), null)
 	claimed != null
 	claimed != tenancy.namespace_tenant_name
-	field := concat(".", array.concat(path, ["labels"]))
+	field := concat(".", [sprintf("%v", [p]) | some p in array.concat(path, ["labels"])])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s carries %s=%q, but namespace %q %s: an object may not claim another tenant's identity. Fix: %s",
 		[
 			rule_id, tenancy.object_ref, field, tenancy.tenant_label, claimed, input.request.namespace,
 			_namespace_owner_text, _identity_fix,
+		],
+	)
+}
+
+# --- names reserved for a tenant, namespaces of no tenant, and how many namespaces a tenant has ---
+
+# The namespace gets its tenant label now: created, or relabelled.
+_labelled_now if input.request.operation == "CREATE"
+
+_labelled_now if _claimed_tenant
+
+_name_owners := {name |
+	some name, tenant in data.inventory.tenants
+	_namespace_name in _names(tenant)
+}
+
+_longer_prefix_matches(prefix) if {
+	some tenant in data.inventory.tenants
+	longer := _prefix(tenant)
+	startswith(_namespace_name, longer)
+	count(longer) > count(prefix)
+}
+
+_prefix_owners := {name |
+	some name, tenant in data.inventory.tenants
+	prefix := _prefix(tenant)
+	prefix != ""
+	startswith(_namespace_name, prefix)
+	not _longer_prefix_matches(prefix)
+}
+
+# The tenants whose spec reserves the name: one that lists it, else the one with the longest prefix.
+_reserving_tenants := _name_owners if count(_name_owners) > 0
+
+_reserving_tenants := _prefix_owners if count(_name_owners) == 0
+
+_reservation_text(name) := "it lists the name in spec.namespaces.names" if name in _name_owners
+
+_reservation_text(name) := sprintf("its spec.namespaces.prefix is %q", [_prefix(data.inventory.tenants[name])]) if {
+	not name in _name_owners
+}
+
+_own_prefixes := {sprintf("%q", [_prefix(data.inventory.tenants[name])]) |
+	some name in tenancy.tenants_of(input.request.userInfo)
+	_prefix(data.inventory.tenants[name]) != ""
+}
+
+_own_prefix_hint := sprintf("name it with your tenant's prefix (%s); labgate labels it", [concat(", ", sort(_own_prefixes))]) if {
+	count(_own_prefixes) > 0
+} else := _own_tenants_hint
+
+# METADATA
+# title: A name a tenant reserves is created only by that tenant
+# custom:
+#   rule_id: namespace-reserved
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	_is_namespace
+	_labelled_now
+	not tenancy.is_trusted_requester
+	some owner in _reserving_tenants
+	object.get(_meta("object", "labels"), tenancy.tenant_label, "") != owner
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] namespace %q is reserved for tenant %q (%s): only its admins and researchers create it, labelled %s=%s. Fix: %s, or ask an admin of %q (%s)",
+		[
+			rule_id, _namespace_name, owner, _reservation_text(owner), tenancy.tenant_label, owner,
+			_own_prefix_hint, owner, _admins_text(owner),
+		],
+	)
+}
+
+# METADATA
+# title: Tenant members create namespaces only for a tenant
+# custom:
+#   rule_id: namespace-untenanted
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	_is_namespace
+	input.request.operation == "CREATE"
+	not tenancy.is_trusted_requester
+	count(tenancy.tenants_of(input.request.userInfo)) > 0
+	not tenancy.tenant_label in object.keys(_meta("object", "labels"))
+	count(_reserving_tenants) == 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] user %s may not create namespace %q: it would belong to no tenant, and only the platform creates those. Fix: %s, or ask the infra team for a namespace outside the tenants",
+		[rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, _own_prefix_hint],
+	)
+}
+
+_max_namespaces(tenant) := object.get(tenant, ["spec", "namespaces", "maxCount"], data.labgate.config.max_namespaces_per_tenant)
+
+_max_text(tenant) := sprintf("spec.namespaces.maxCount: %d", [tenant.spec.namespaces.maxCount]) if {
+	tenant.spec.namespaces.maxCount
+} else := sprintf("the cluster's default, %d", [data.labgate.config.max_namespaces_per_tenant])
+
+# METADATA
+# title: A tenant has at most so many namespaces
+# custom:
+#   rule_id: namespace-count
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	_is_namespace
+	_labelled_now
+	not tenancy.is_trusted_requester
+	tenant := data.inventory.tenants[_new_tenant]
+	existing := tenancy.tenant_namespaces(_new_tenant) - {_namespace_name}
+	count(existing) >= _max_namespaces(tenant)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] tenant %q has %d namespaces, its limit (%s): namespace %q would be number %d. Fix: delete a namespace the tenant no longer needs (kubectl delete namespace <name>), or ask the infra team to raise spec.namespaces.maxCount of Tenant %q",
+		[
+			rule_id, _new_tenant, count(existing), _max_text(tenant), _namespace_name,
+			count(existing) + 1, _new_tenant,
 		],
 	)
 }

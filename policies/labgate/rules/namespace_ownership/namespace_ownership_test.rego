@@ -29,8 +29,8 @@ test_admin_creates_explicitly_named_namespace if {
 	count(violations_for(create_namespace(testdata.carol, "team-b", {"labgate.io/tenant": "team-b"}))) == 0
 }
 
-test_namespace_without_tenant_label_is_not_checked if {
-	count(violations_for(create_namespace(testdata.alice, "scratch", {"purpose": "play"}))) == 0
+test_namespace_of_no_tenant_by_someone_of_no_tenant_is_not_checked if {
+	count(violations_for(create_namespace({"username": "ops", "groups": ["ops"]}, "scratch", {"purpose": "play"}))) == 0
 }
 
 test_platform_creates_any_tenant_namespace if {
@@ -140,6 +140,11 @@ test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 			"field": "metadata.name",
 			"message": `[namespace-prefix] namespace "team-a-data" may not be labelled labgate.io/tenant="team-b": tenant "team-b" allows the names "team-b". Fix: use one of the tenant's names, or ask the infra team to add "team-a-data" to spec.namespaces.names of Tenant "team-b"`,
 		},
+		{
+			"rule": "namespace-reserved",
+			"field": "metadata.name",
+			"message": `[namespace-reserved] namespace "team-a-data" is reserved for tenant "team-a" (its spec.namespaces.prefix is "team-a-"): only its admins and researchers create it, labelled labgate.io/tenant=team-a. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask an admin of "team-a" (ann)`,
+		},
 	}
 }
 
@@ -229,4 +234,66 @@ test_label_and_annotation_changes_in_a_tenant_without_admins if {
 		"field": "metadata",
 		"message": `[tenant-label-protected] user "bob" (groups: team-b) may not change annotation labgate.io/gpu-pool: (none) -> "h100"; label labgate.io/tier: (none) -> "gold" on namespace "team-b": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (it lists no admins) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
 	}}
+}
+
+# --- namespace-untenanted, namespace-reserved, namespace-count ---
+
+test_member_may_not_create_a_namespace_of_no_tenant if {
+	violations_for(create_namespace(testdata.alice, "scratch", {"purpose": "play"})) == {{
+		"rule": "namespace-untenanted",
+		"field": "metadata.labels",
+		"message": `[namespace-untenanted] user "alice" (groups: team-a) may not create namespace "scratch": it would belong to no tenant, and only the platform creates those. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask the infra team for a namespace outside the tenants`,
+	}}
+}
+
+test_name_under_another_tenants_prefix_is_reserved_for_it if {
+	# Unlabelled (the mutation labels only for the prefix's own members), by a member of another tenant.
+	violations_for(create_namespace(testdata.bob, "team-a-squat", {})) == {{
+		"rule": "namespace-reserved",
+		"field": "metadata.name",
+		"message": `[namespace-reserved] namespace "team-a-squat" is reserved for tenant "team-a" (its spec.namespaces.prefix is "team-a-"): only its admins and researchers create it, labelled labgate.io/tenant=team-a. Fix: label it with your own tenant (team-b), or ask an admin of "team-a" (ann)`,
+	}}
+
+	# By someone of no tenant, and for a name a tenant lists.
+	[v.rule | some v in violations_for(create_namespace({"username": "ops", "groups": ["ops"]}, "team-b", {}))] == ["namespace-reserved"]
+}
+
+test_longest_prefix_reserves_the_name if {
+	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/namespaces/prefix", "value": "team-a-b-"}])
+	refused := namespace_ownership.violation with input.request as create_namespace(testdata.alice, "team-a-b-x", {"labgate.io/tenant": "team-a"})
+		with input.pod_templates as []
+		with data.inventory as inventory
+	[v.rule | some v in refused] == ["namespace-reserved"]
+	admitted := namespace_ownership.violation with input.request as create_namespace(testdata.bob, "team-a-b-x", {"labgate.io/tenant": "team-b"})
+		with input.pod_templates as []
+		with data.inventory as inventory
+	count(admitted) == 0
+}
+
+test_namespace_count_is_bounded if {
+	# team-a has two namespaces (team-a, team-a-data).
+	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/namespaces/maxCount", "value": 2}])
+	refused := namespace_ownership.violation with input.request as create_namespace(testdata.alice, "team-a-three", {"labgate.io/tenant": "team-a"})
+		with input.pod_templates as []
+		with data.inventory as inventory
+	refused == {{
+		"rule": "namespace-count",
+		"field": "metadata.labels",
+		"message": `[namespace-count] tenant "team-a" has 2 namespaces, its limit (spec.namespaces.maxCount: 2): namespace "team-a-three" would be number 3. Fix: delete a namespace the tenant no longer needs (kubectl delete namespace <name>), or ask the infra team to raise spec.namespaces.maxCount of Tenant "team-a"`,
+	}}
+
+	# The cluster's default applies without maxCount.
+	by_default := namespace_ownership.violation with input.request as create_namespace(testdata.alice, "team-a-three", {"labgate.io/tenant": "team-a"})
+		with input.pod_templates as []
+		with data.inventory as testdata.inventory
+		with data.labgate.config.max_namespaces_per_tenant as 2
+	[v.message | some v in by_default] == [`[namespace-count] tenant "team-a" has 2 namespaces, its limit (the cluster's default, 2): namespace "team-a-three" would be number 3. Fix: delete a namespace the tenant no longer needs (kubectl delete namespace <name>), or ask the infra team to raise spec.namespaces.maxCount of Tenant "team-a"`]
+
+	# Under the limit, and the platform beyond it.
+	count(namespace_ownership.violation) == 0 with input.request as create_namespace(testdata.alice, "team-a-three", {"labgate.io/tenant": "team-a"})
+		with input.pod_templates as []
+		with data.inventory as testdata.inventory
+	count(namespace_ownership.violation) == 0 with input.request as create_namespace(testdata.cluster_admin, "team-a-three", {"labgate.io/tenant": "team-a"})
+		with input.pod_templates as []
+		with data.inventory as inventory
 }

@@ -2,13 +2,17 @@
 # title: Tenant network isolation
 # description: |
 #   NetworkPolicies a tenant writes in its namespaces may not open them to other tenants. Every
-#   ingress `from` and egress `to` peer with a namespaceSelector is evaluated against the namespaces
-#   labgate knows (matchLabels and matchExpressions In, NotIn, Exists, DoesNotExist); it may select
-#   namespaces of its own tenant, of tenants in spec.network.allowIngressFromTenants (ingress), or of
-#   tenants that accept ingress from this one (egress). Namespaces of no tenant (kube-system's DNS, an
-#   ingress controller) are not another tenant's and stay selectable. A rule with no peers allows
-#   every source or destination and is judged like an empty namespaceSelector (and, for egress, an
-#   ipBlock). ipBlock egress peers are refused when the Tenant says spec.network.allowEgress: false.
+#   ingress `from` and egress `to` peer with a namespaceSelector is judged by what it can ever
+#   select, not by today's namespaces: it must select only namespaces labelled with its own tenant,
+#   with a tenant in spec.network.allowIngressFromTenants (ingress), or with a tenant that accepts
+#   ingress from this one (egress), or platform namespaces named in config
+#   network_peer_platform_namespaces by their kubernetes.io/metadata.name (matchLabels and
+#   matchExpressions In, NotIn, Exists, DoesNotExist). A policy admitted now therefore never starts
+#   selecting a namespace another tenant creates later. A rule with no peers allows every source or
+#   destination and is judged like an empty namespaceSelector (and an ipBlock of every address).
+#   ipBlock peers, ingress and egress alike, are refused when the Tenant says
+#   spec.network.allowEgress: false; and no egress peer may reach the cloud metadata address
+#   (config metadata_addresses) unless its ipBlock's `except` covers it, whatever the Tenant says.
 #   labgate's baseline policies (app.kubernetes.io/managed-by: labgate) are created, changed and
 #   deleted only by the platform. Trusted requesters are never refused here.
 package labgate.rules.network_policy
@@ -55,6 +59,103 @@ _expression_matches(expression, labels) if {
 	not expression.key in object.keys(labels)
 }
 
+# --- what a selector can ever select ---
+#
+# Labels are independent keys, so a selector can select some namespace with a property iff each key
+# it constrains can take a value (or be absent) as that property needs. Every namespace carries
+# kubernetes.io/metadata.name = its name; the platform namespaces carry no tenant label.
+
+_expressions(selector, key) := [e |
+	some e in object.get(selector, "matchExpressions", [])
+	e.key == key
+]
+
+_match_labels(selector) := object.get(selector, "matchLabels", {})
+
+# Sets of values the key must be one of (matchLabels, In).
+_value_sets(selector, key) := {{v} | v := _match_labels(selector)[key]} | {{v | some v in object.get(e, "values", [])} |
+	some e in _expressions(selector, key)
+	e.operator == "In"
+}
+
+_not_in_values(selector, key) := {v |
+	some e in _expressions(selector, key)
+	e.operator == "NotIn"
+	some v in object.get(e, "values", [])
+}
+
+_requires_present(selector, key) if count(_value_sets(selector, key)) > 0
+
+_requires_present(selector, key) if {
+	some e in _expressions(selector, key)
+	e.operator == "Exists"
+}
+
+_requires_absent(selector, key) if {
+	some e in _expressions(selector, key)
+	e.operator == "DoesNotExist"
+}
+
+may_be_absent(selector, key) if {
+	not _requires_present(selector, key)
+}
+
+# The key can carry a value outside `excluded` (a finite set) and the selector still select it.
+may_have_value_outside(selector, key, _) if {
+	not _requires_absent(selector, key)
+	count(_value_sets(selector, key)) == 0
+}
+
+may_have_value_outside(selector, key, excluded) if {
+	not _requires_absent(selector, key)
+	sets := _value_sets(selector, key)
+	count(sets) > 0
+	some v in intersection(sets)
+	not v in excluded
+	not v in _not_in_values(selector, key)
+}
+
+_satisfiable(selector, key) if may_be_absent(selector, key)
+
+_satisfiable(selector, key) if may_have_value_outside(selector, key, set())
+
+_name_label := data.labgate.config.namespace_name_label
+
+_platform_namespaces := {n | some n in data.labgate.config.network_peer_platform_namespaces}
+
+_constrained_keys(selector) := object.keys(_match_labels(selector)) | {e.key |
+	some e in object.get(selector, "matchExpressions", [])
+}
+
+# Every key other than the tenant and name labels can be satisfied (else the selector selects nothing).
+_others_satisfiable(selector) if {
+	every key in _constrained_keys(selector) - {tenancy.tenant_label, _name_label} {
+		_satisfiable(selector, key)
+	}
+}
+
+# A namespace that is neither a platform namespace nor unnamed (every namespace has the name label).
+_selects_ordinary_namespace(selector) if {
+	may_have_value_outside(selector, _name_label, _platform_namespaces)
+	_others_satisfiable(selector)
+}
+
+# What `selector` can select that `allowed` (tenant names) does not cover, now or later: a subset of
+# {"namespaces of other tenants", "namespaces of no tenant"}.
+selects_outside(selector, allowed) := {kind | some kind in _outside_kinds; _selects(selector, allowed, kind)}
+
+_outside_kinds := {"namespaces of other tenants", "namespaces of no tenant"}
+
+_selects(selector, allowed, "namespaces of other tenants") if {
+	may_have_value_outside(selector, tenancy.tenant_label, allowed)
+	_selects_ordinary_namespace(selector)
+}
+
+_selects(selector, _, "namespaces of no tenant") if {
+	may_be_absent(selector, tenancy.tenant_label)
+	_selects_ordinary_namespace(selector)
+}
+
 # Tenants whose namespaces this tenant's policies may select, per direction.
 _allowed_tenants(tenant, "ingress") := {tenant.metadata.name} | {name |
 	some name in object.get(tenant, ["spec", "network", "allowIngressFromTenants"], [])
@@ -66,8 +167,8 @@ _allowed_tenants(tenant, "egress") := {tenant.metadata.name} | {name |
 }
 
 # Every peer of the policy as {direction, field, peer, shown, explicit}. A rule without peers allows
-# every source (ingress) or every destination (egress), so it stands for an empty namespaceSelector
-# (and, for egress, an ipBlock of every address).
+# every source or destination, so it stands for an empty namespaceSelector and an ipBlock of every
+# address (IPv4 and IPv6).
 _peers contains {
 	"direction": direction,
 	"field": sprintf("spec.%s[%d].%s[%d]", [direction, i, key, j]),
@@ -86,7 +187,7 @@ _peers contains {
 _peers contains {
 	"direction": direction,
 	"field": sprintf("spec.%s[%d]", [direction, i]),
-	"peer": {"ingress": {"namespaceSelector": {}}, "egress": {"namespaceSelector": {}, "ipBlock": {"cidr": "0.0.0.0/0"}}}[direction],
+	"peer": {"namespaceSelector": {}, "ipBlocks": [{"cidr": "0.0.0.0/0"}, {"cidr": "::/0"}]},
 	"shown": sprintf("no %q peers: %s", [key, {"ingress": "every source", "egress": "every destination"}[direction]]),
 	"explicit": false,
 } if {
@@ -102,15 +203,33 @@ _has_peers(rule, key) if {
 	count(rule[key]) > 0
 }
 
-# Namespaces labgate knows that belong to a tenant outside `allowed` and that `selector` selects,
-# shown as `"team-b" (tenant "team-b")`.
-_foreign_namespaces(selector, allowed) := {sprintf("%q (tenant %q)", [name, owner]) |
+# The ipBlocks a peer stands for.
+_ip_blocks(peer) := [peer.ipBlock] if is_object(peer.ipBlock)
+
+_ip_blocks(peer) := peer.ipBlocks if is_array(peer.ipBlocks)
+
+# Namespaces labgate knows today that belong to a tenant outside `allowed`, or to none, and that
+# `selector` selects, shown as `"team-b" (tenant "team-b")`: an example for the message.
+_selected_today(selector, allowed) := {_show_namespace(name, labels) |
 	some name, namespace in data.inventory.namespaces
-	labels := object.get(namespace, "labels", {})
-	owner := labels[tenancy.tenant_label]
-	not owner in allowed
+	labels := object.union(object.get(namespace, "labels", {}), {_name_label: name})
+	not object.get(labels, tenancy.tenant_label, null) in allowed
+	not _is_platform_namespace(name, labels)
 	namespace_selector_matches(selector, labels)
 }
+
+_is_platform_namespace(name, labels) if {
+	name in _platform_namespaces
+	not tenancy.tenant_label in object.keys(labels)
+}
+
+_show_namespace(name, labels) := sprintf("%q (tenant %q)", [name, labels[tenancy.tenant_label]])
+
+_show_namespace(name, labels) := sprintf("%q (no tenant)", [name]) if not tenancy.tenant_label in object.keys(labels)
+
+_today_text(selected) := sprintf("; today: %s", [concat(", ", sort(selected))]) if count(selected) > 0
+
+_today_text(selected) := "" if count(selected) == 0
 
 _applies(operations) := tenant if {
 	_is_network_policy
@@ -130,20 +249,22 @@ _opening_fix(tenant, "egress") := sprintf("ask the infra team to add %q to the o
 _opens := {"ingress": "ingress from", "egress": "egress to"}
 
 # METADATA
-# title: A tenant's NetworkPolicies do not open it to other tenants' namespaces
+# title: A tenant's NetworkPolicies do not open it to other tenants' namespaces, now or later
 # custom:
 #   rule_id: network-policy-peer
 violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	tenant := _applies({"CREATE", "UPDATE"})
 	some p in _peers
 	is_object(p.peer.namespaceSelector)
-	foreign := _foreign_namespaces(p.peer.namespaceSelector, _allowed_tenants(tenant, p.direction))
-	count(foreign) > 0
+	allowed := _allowed_tenants(tenant, p.direction)
+	outside := selects_outside(p.peer.namespaceSelector, allowed)
+	count(outside) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open %s namespaces of other tenants: %s. Fix: %s, or %s",
+		"[%s] NetworkPolicy %q %s (%s) would open %s namespaces that are not tenant %q's (nor an allowed tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
 		[
-			rule_id, input.request.name, p.field, p.shown, _opens[p.direction], concat(", ", sort(foreign)),
+			rule_id, input.request.name, p.field, p.shown, _opens[p.direction], tenant.metadata.name,
+			concat(" and ", sort(outside)), _today_text(_selected_today(p.peer.namespaceSelector, allowed)),
 			_selector_fix(tenant), _opening_fix(tenant, p.direction),
 		],
 	)
@@ -153,20 +274,68 @@ _ip_fix(p, _) := "remove the ipBlock peer" if p.explicit
 
 _ip_fix(p, tenant) := _selector_fix(tenant) if not p.explicit
 
+_addresses := {"ingress": "from IP addresses", "egress": "to IP addresses"}
+
 # METADATA
-# title: No egress to IP blocks for a tenant without egress
+# title: No ipBlock peers for a tenant closed to the outside
 # custom:
 #   rule_id: network-policy-peer
 violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	tenant := _applies({"CREATE", "UPDATE"})
 	object.get(tenant, ["spec", "network", "allowEgress"], true) == false
 	some p in _peers
-	p.direction == "egress"
-	is_object(p.peer.ipBlock)
+	count(_ip_blocks(p.peer)) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open egress to IP addresses, but tenant %q has spec.network.allowEgress: false. Fix: %s, or ask the infra team to allow egress in Tenant %q",
-		[rule_id, input.request.name, p.field, p.shown, tenant.metadata.name, _ip_fix(p, tenant), tenant.metadata.name],
+		"[%s] NetworkPolicy %q %s (%s) would open %s %s, but tenant %q has spec.network.allowEgress: false. Fix: %s, or ask the infra team to allow egress in Tenant %q",
+		[
+			rule_id, input.request.name, p.field, p.shown, p.direction, _addresses[p.direction],
+			tenant.metadata.name, _ip_fix(p, tenant), tenant.metadata.name,
+		],
+	)
+}
+
+# The metadata addresses an ipBlock lets through: inside its cidr and outside every `except`.
+_open_metadata_addresses(block) := {address |
+	some address in data.labgate.config.metadata_addresses
+	net.cidr_contains(block.cidr, address)
+	not _excepted(block, address)
+}
+
+_excepted(block, address) if {
+	some excepted in object.get(block, "except", [])
+	net.cidr_contains(excepted, address)
+}
+
+_metadata_fix(p) := sprintf("add the address to the ipBlock's except (%s)", [
+	concat(", ", [sprintf("%q", [_host_cidr(a)]) | some a in sort(_reachable_metadata(p))]),
+]) if {
+	p.explicit
+} else := sprintf(`list "to" peers instead, e.g. ipBlock {"cidr": "0.0.0.0/0", "except": [%q]}`, [_host_cidr(data.labgate.config.metadata_addresses[0])])
+
+_host_cidr(address) := sprintf("%s/128", [address]) if contains(address, ":")
+
+_host_cidr(address) := sprintf("%s/32", [address]) if not contains(address, ":")
+
+_reachable_metadata(p) := {a |
+	some block in _ip_blocks(p.peer)
+	some a in _open_metadata_addresses(block)
+}
+
+# METADATA
+# title: No egress to the cloud metadata address, whatever the tenant's egress setting
+# custom:
+#   rule_id: network-policy-metadata
+violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
+	_applies({"CREATE", "UPDATE"})
+	some p in _peers
+	p.direction == "egress"
+	reachable := _reachable_metadata(p)
+	count(reachable) > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's credentials and no tenant may reach. Fix: %s",
+		[rule_id, input.request.name, p.field, p.shown, concat(", ", sort(reachable)), _metadata_fix(p)],
 	)
 }
 

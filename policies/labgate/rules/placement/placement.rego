@@ -8,7 +8,8 @@
 #   tolerates, or every taint at once) only as its own tenant's pools do. A pod may opt out of spot
 #   capacity (annotation capacity_annotation: on-demand) only if its Tenant allows on-demand capacity.
 #   Tenants without node pools are not restricted, nor are pods without GPUs. Pods are checked when
-#   created, whoever creates them; other workloads when people create or change them (lib.gpu).
+#   created, whoever creates them, and when people change them (tolerations can be added to a running
+#   pod); other workloads when people create or change them (lib.gpu).
 #   The mutation package places GPU pods that name no pool, so most pods never meet these rules.
 package labgate.rules.placement
 
@@ -19,8 +20,16 @@ import data.labgate.lib.tenancy
 _placed contains {"tenant": tenant, "template": template} if {
 	tenant := tenancy.namespace_tenant
 	count(gpu.node_pools(tenant)) > 0
-	some template in gpu.checked_templates
+	some template in _checked_templates
 	gpu.template_demand[template.path].total > 0
+}
+
+# What the GPU rules check, and a running Pod that people change: tolerations may be added to it.
+_checked_templates := gpu.checked_templates | {template |
+	gpu.is_pod
+	input.request.operation == "UPDATE"
+	not tenancy.is_trusted_requester
+	some template in input.pod_templates
 }
 
 _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])

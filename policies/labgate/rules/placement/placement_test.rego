@@ -115,3 +115,23 @@ test_on_demand_in_a_job_template_is_refused_when_applied if {
 		with data.inventory as testdata.gpu_inventory
 	[[x.rule, x.field] | some x in v] == [["placement-on-demand", "spec.template.metadata.annotations"]]
 }
+
+# --- a running pod changed by people ---
+
+test_toleration_added_to_a_running_pod_is_refused if {
+	old := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "h100-spot"}}, {})
+	new := json.patch(old, [{"op": "add", "path": "/spec/tolerations", "value": [testdata.pool_toleration("speech")]}])
+	request := testdata.request("UPDATE", "Pod", "vision", testdata.vera, new, old)
+	violations := placement.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+		with data.inventory as testdata.gpu_inventory
+	{v.field | some v in violations} == {"spec.tolerations[0]"}
+	count(placement.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", old)}
+		with data.inventory as testdata.gpu_inventory
+}
+
+test_the_platform_changing_a_running_pod_is_not_checked if {
+	pod := gpu_pod("1", {"tolerations": [testdata.pool_toleration("speech")]}, {})
+	request := testdata.request("UPDATE", "Pod", "vision", testdata.job_controller, pod, pod)
+	count(placement.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", pod)}
+		with data.inventory as testdata.gpu_inventory
+}

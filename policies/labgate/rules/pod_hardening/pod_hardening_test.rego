@@ -26,8 +26,8 @@ test_platform_is_not_checked if {
 	count(violations_for("Pod", "team-a", testdata.cluster_admin, pod)) == 0
 }
 
-test_tenant_exceptions_allow_host_network_pid_and_ipc if {
-	pod := testdata.pod("train-1", {"hostNetwork": true, "hostPID": true, "hostIPC": true, "containers": [testdata.main_container]})
+test_tenant_exceptions_allow_host_network_and_pid if {
+	pod := testdata.pod("train-1", {"hostNetwork": true, "hostPID": true, "containers": [testdata.main_container]})
 	count(violations_for("Pod", "team-b", testdata.bob, pod)) == 0
 }
 
@@ -66,7 +66,7 @@ test_host_namespaces_are_refused_without_exception if {
 		{
 			"rule": "pod-hardening",
 			"field": "spec.hostIPC",
-			"message": `[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-a" has no hostPID exception (it also covers hostIPC). Fix: remove spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+			"message": `[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-a" has no hostIPC exception. Fix: remove spec.hostIPC, or ask the infra team for an exception in the Tenant`,
 		},
 	}
 }
@@ -97,4 +97,161 @@ test_decision_applies_the_tenants_mode_to_pod_hardening if {
 		with data.inventory as inventory
 	decision.allowed
 	[f.rule | some f in decision.warnings] == ["pod-hardening"]
+}
+
+# --- One exception relaxes one control ---
+
+with_exceptions(exceptions) := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/exceptions", "value": exceptions}])
+
+messages_with(exceptions, pod) := {v.message |
+	some v in pod_hardening.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
+		with data.inventory as with_exceptions(exceptions)
+}
+
+container_with(security_context) := object.union(testdata.main_container, {"securityContext": security_context})
+
+test_host_pid_exception_does_not_cover_host_ipc if {
+	pod := testdata.pod("x", {"hostPID": true, "hostIPC": true, "containers": [testdata.main_container]})
+	violations_for("Pod", "team-b", testdata.bob, pod) == {{
+		"rule": "pod-hardening",
+		"field": "spec.hostIPC",
+		"message": `[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-b" has no hostIPC exception. Fix: remove spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+	}}
+}
+
+test_host_network_exception_relaxes_nothing_else if {
+	pod := testdata.pod("x", {
+		"hostNetwork": true,
+		"containers": [container_with({"capabilities": {"add": ["NET_ADMIN"]}, "seccompProfile": {"type": "Unconfined"}})],
+	})
+	violations_for("Pod", "team-b", testdata.bob, pod) == {
+		{
+			"rule": "pod-hardening",
+			"field": "spec.containers[0].securityContext.capabilities.add[0]",
+			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "NET_ADMIN"; tenant "team-b" has no capabilities exception for "NET_ADMIN". Fix: remove "NET_ADMIN" from securityContext.capabilities.add (the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`,
+		},
+		{
+			"rule": "pod-hardening",
+			"field": "spec.containers[0].securityContext.seccompProfile.type",
+			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks seccompProfile Unconfined; tenant "team-b" has no seccompUnconfined exception. Fix: use seccompProfile RuntimeDefault (or remove it), or ask the infra team for an exception in the Tenant`,
+		},
+	}
+}
+
+test_baseline_capabilities_are_allowed if {
+	pod := testdata.pod("x", {"containers": [container_with({"capabilities": {"add": ["CHOWN", "NET_BIND_SERVICE"], "drop": ["ALL"]}})]})
+	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
+}
+
+test_capability_exception_allows_the_named_capability_only if {
+	pod := testdata.pod("x", {"containers": [container_with({"capabilities": {"add": ["NET_ADMIN", "SYS_ADMIN"]}})]})
+	messages_with({"capabilities": ["NET_ADMIN"]}, pod) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "SYS_ADMIN"; tenant "team-a" has no capabilities exception for "SYS_ADMIN". Fix: remove "SYS_ADMIN" from securityContext.capabilities.add (the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`}
+}
+
+test_host_port_is_refused if {
+	pod := testdata.pod("x", {"containers": [object.union(testdata.main_container, {"ports": [{"containerPort": 8080}, {"containerPort": 22, "hostPort": 2222}]})]})
+	violations_for("Pod", "team-a", testdata.alice, pod) == {{
+		"rule": "pod-hardening",
+		"field": "spec.containers[0].ports[1].hostPort",
+		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks hostPort 2222; tenant "team-a" has no hostPorts exception. Fix: remove ports[1].hostPort and reach the pod through a Service, or ask the infra team for an exception in the Tenant`,
+	}}
+}
+
+test_host_network_exception_covers_the_host_ports_the_apiserver_defaults if {
+	container := object.union(testdata.main_container, {"ports": [{"containerPort": 8080, "hostPort": 8080}]})
+	defaulted := testdata.pod("x", {"hostNetwork": true, "containers": [container]})
+	count(violations_for("Pod", "team-b", testdata.bob, defaulted)) == 0
+	other := object.union(testdata.main_container, {"ports": [{"containerPort": 8080, "hostPort": 80}]})
+	{v.field | some v in violations_for("Pod", "team-b", testdata.bob, testdata.pod("x", {"hostNetwork": true, "containers": [other]}))} == {"spec.containers[0].ports[0].hostPort"}
+}
+
+test_host_ports_exception_allows_host_ports if {
+	pod := testdata.pod("x", {"containers": [object.union(testdata.main_container, {"ports": [{"containerPort": 22, "hostPort": 2222}]})]})
+	messages_with({"hostPorts": true}, pod) == set()
+}
+
+test_pod_level_seccomp_and_apparmor_unconfined_are_refused if {
+	pod := testdata.pod("x", {
+		"securityContext": {"seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"}},
+		"containers": [testdata.main_container],
+	})
+	messages_with({"seccompUnconfined": true}, pod) == {`[pod-hardening] Pod "x" spec asks appArmorProfile Unconfined; tenant "team-a" has no appArmorUnconfined exception. Fix: use appArmorProfile RuntimeDefault (or remove it), or ask the infra team for an exception in the Tenant`}
+	messages_with({"seccompUnconfined": true, "appArmorUnconfined": true}, pod) == set()
+}
+
+test_runtime_default_and_localhost_profiles_are_allowed if {
+	pod := testdata.pod("x", {
+		"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-x"}},
+		"containers": [container_with({"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})],
+	})
+	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
+}
+
+test_apparmor_unconfined_annotation_is_refused_on_templates if {
+	deployment := object.union(
+		testdata.deployment("web", {}, {"containers": [testdata.main_container]}),
+		{"spec": {"template": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}}}},
+	)
+	violations_for("Deployment", "team-a", testdata.alice, deployment) == {{
+		"rule": "pod-hardening",
+		"field": "spec.template.metadata.annotations[container.apparmor.security.beta.kubernetes.io/main]",
+		"message": `[pod-hardening] Deployment "web" spec.template.spec asks AppArmor profile "unconfined"; tenant "team-a" has no appArmorUnconfined exception. Fix: remove the annotation container.apparmor.security.beta.kubernetes.io/main (or set it to runtime/default), or ask the infra team for an exception in the Tenant`,
+	}}
+}
+
+test_selinux_beyond_container_types_is_refused if {
+	pod := testdata.pod("x", {
+		"securityContext": {"seLinuxOptions": {"type": "spc_t"}},
+		"containers": [container_with({"seLinuxOptions": {"type": "container_t", "level": "s0:c1,c2", "user": "system_u"}})],
+	})
+	violations_for("Pod", "team-a", testdata.alice, pod) == {
+		{
+			"rule": "pod-hardening",
+			"field": "spec.securityContext.seLinuxOptions.type",
+			"message": `[pod-hardening] Pod "x" spec asks SELinux type "spc_t"; tenant "team-a" has no seLinux exception. Fix: remove seLinuxOptions.type or use one of container_t, container_init_t, container_kvm_t, container_engine_t, or ask the infra team for an exception in the Tenant`,
+		},
+		{
+			"rule": "pod-hardening",
+			"field": "spec.containers[0].securityContext.seLinuxOptions.user",
+			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks SELinux user "system_u"; tenant "team-a" has no seLinux exception. Fix: remove seLinuxOptions.user, or ask the infra team for an exception in the Tenant`,
+		},
+	}
+}
+
+test_unmasked_proc_mount_is_refused_and_default_allowed if {
+	unmasked := testdata.pod("x", {"containers": [container_with({"procMount": "Unmasked"})]})
+	messages_with({}, unmasked) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks procMount "Unmasked"; tenant "team-a" has no procMount exception. Fix: remove securityContext.procMount (or set it to Default), or ask the infra team for an exception in the Tenant`}
+	messages_with({"procMount": true}, unmasked) == set()
+	count(violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container_with({"procMount": "Default"})]}))) == 0
+}
+
+test_unsafe_sysctls_are_refused_unless_excepted_by_name if {
+	pod := testdata.pod("x", {
+		"securityContext": {"sysctls": [
+			{"name": "net.ipv4.tcp_syncookies", "value": "1"},
+			{"name": "net.core.somaxconn", "value": "4096"},
+			{"name": "kernel.msgmax", "value": "65536"},
+		]},
+		"containers": [testdata.main_container],
+	})
+	messages_with({"sysctls": ["net.core.somaxconn"]}, pod) == {`[pod-hardening] Pod "x" spec asks sysctl "kernel.msgmax"; tenant "team-a" has no sysctls exception for "kernel.msgmax". Fix: remove the sysctl (the baseline allows kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes), or ask the infra team for an exception in the Tenant`}
+}
+
+test_windows_host_process_is_refused if {
+	pod := testdata.pod("x", {"securityContext": {"windowsOptions": {"hostProcess": true}}, "containers": [testdata.main_container]})
+	violations_for("Pod", "team-a", testdata.alice, pod) == {{
+		"rule": "pod-hardening",
+		"field": "spec.securityContext.windowsOptions.hostProcess",
+		"message": `[pod-hardening] Pod "x" spec asks windowsOptions.hostProcess: true; tenant "team-a" has no windowsHostProcess exception. Fix: remove windowsOptions.hostProcess, or ask the infra team for an exception in the Tenant`,
+	}}
+}
+
+test_ephemeral_container_added_to_a_running_pod_is_checked if {
+	debug := {"name": "debugger", "image": "busybox", "securityContext": {"privileged": true}}
+	old := testdata.pod("x", {"containers": [testdata.main_container]})
+	new := testdata.pod("x", {"containers": [testdata.main_container], "ephemeralContainers": [debug]})
+	request := object.union(testdata.request("UPDATE", "Pod", "team-a", testdata.alice, new, old), {"subResource": "ephemeralcontainers"})
+	violations := pod_hardening.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+		with data.inventory as testdata.inventory
+	{v.field | some v in violations} == {"spec.ephemeralContainers[0].securityContext.privileged"}
 }

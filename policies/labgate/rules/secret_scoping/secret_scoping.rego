@@ -2,13 +2,17 @@
 # title: Secret and service-account scoping
 # description: |
 #   Keeps identities where they belong. A service-account token Secret may not mint a token for a
-#   privileged service account (data.labgate.config.privileged_service_accounts) nor for one that a
-#   Tenant lists as its member unless the requester is a member of that Tenant. Pods may not run as a
-#   privileged service account. A Secret annotated labgate.io/restricted-to-service-account=<names>
-#   (comma-separated, in the pod's namespace) may be referenced only by pods running as one of those
-#   service accounts; the webhook provides the annotations of the Secrets a request's pods reference
-#   as input.secrets[name].annotations, and without those facts this check finds nothing.
-#   The platform (trusted requesters, and so controller-created pods) is never refused here.
+#   privileged service account (data.labgate.config.privileged_service_accounts), and pods may not run
+#   as one. A service account that a Tenant lists as a member (admin, researcher or viewer) is that
+#   tenant's identity: a pod may run as it, and a token Secret may name it, only in a namespace of that
+#   tenant (or of none) and only for a requester who is at least what the account is there (an admin
+#   account needs an admin). A Secret annotated labgate.io/restricted-to-service-account=<names>
+#   (comma-separated, in the pod's namespace) may be referenced, from any field of a pod spec that
+#   names a Secret, only by pods running as one of those service accounts; the webhook provides the
+#   annotations of the namespace's restricted Secrets as input.secrets[name].annotations, and without
+#   those facts this check finds nothing. Only the tenant's admins may change or delete a restricted
+#   Secret (the API returns its data to whoever does). The platform (trusted requesters, and so
+#   controller-created pods) is never refused here.
 package labgate.rules.secret_scoping
 
 import data.labgate.lib.tenancy
@@ -53,33 +57,64 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
-# Tenants that list the token's service account (this namespace, that name) as an admin or researcher.
-_tenants_listing_token_service_account contains name if {
-	sa := _token_service_account
-	some name, tenant in data.inventory.tenants
-	some subject in tenancy.workload_subjects(tenant)
+# Every tenant that lists service account `name` of `namespace` as a member, with the role: admins,
+# researchers or viewers.
+_listings(namespace, name) := {{"tenant": tenant_name, "role": role} |
+	some tenant_name, tenant in data.inventory.tenants
+	some role in ["admins", "researchers", "viewers"]
+	some subject in object.get(tenant, ["spec", "members", role], [])
 	subject.kind == "ServiceAccount"
-	subject.namespace == input.request.namespace
-	subject.name == sa
+	subject.namespace == namespace
+	subject.name == name
+}
+
+_role_rank := {"viewers": 1, "researchers": 2, "admins": 3}
+
+_singular := {"viewers": "a viewer", "researchers": "a researcher", "admins": "an admin"}
+
+# How far `user` may act for `tenant`: 3 admin, 2 researcher (or a service account inside the
+# tenant), 1 viewer, 0 none.
+_requester_rank(tenant, user) := 3 if {
+	tenancy.is_admin(tenant, user)
+} else := 2 if {
+	tenancy.is_member(tenant, user)
+} else := 1 if {
+	some subject in object.get(tenant, ["spec", "members", "viewers"], [])
+	tenancy.subject_matches(subject, user)
+} else := 0
+
+# Why `user` may not take the identity a listing gives, in namespace `namespace`: the identity belongs
+# to another tenant than the namespace's (whose members could then use it), or it ranks above what
+# the user is in that tenant. Undefined when the user may.
+_identity_problem(listing, namespace, _) := sprintf("namespace %q belongs to tenant %q, so %q's identity would be in another tenant's hands", [namespace, owner, listing.tenant]) if {
+	owner := tenancy.namespace_tenant_name
+	owner != ""
+	owner != listing.tenant
+}
+
+_identity_problem(listing, _, user) := sprintf("user %s is not one of its %s", [tenancy.describe_user(user), listing.role]) if {
+	tenancy.namespace_tenant_name in {"", listing.tenant}
+	tenant := data.inventory.tenants[listing.tenant]
+	_requester_rank(tenant, user) < _role_rank[listing.role]
 }
 
 # METADATA
-# title: A tenant's member service account gets tokens only from that tenant's members
+# title: A tenant's member service account gets tokens only from those who may act as it
 # custom:
 #   rule_id: service-account-token
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	sa := _token_service_account
 	not tenancy.is_trusted_requester
-	some name in _tenants_listing_token_service_account
-	tenant := data.inventory.tenants[name]
-	not tenancy.is_member(tenant, input.request.userInfo)
+	some listing in _listings(input.request.namespace, sa)
+	problem := _identity_problem(listing, input.request.namespace, input.request.userInfo)
+	tenant := data.inventory.tenants[listing.tenant]
 	field := sprintf("metadata.annotations[%s]", [_token_annotation])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks a token for service account %q (annotation %s), which tenant %q lists as a member; user %s is not a member of %q. Fix: use a service account of your own tenant, or ask an admin of %q (%s) to create the token",
+		"[%s] %s asks a token for service account %q (annotation %s), which tenant %q lists as %s; %s. Fix: use a service account of your own tenant, or ask an admin of %q (%s) to create the token",
 		[
-			rule_id, _secret_ref, concat("/", [input.request.namespace, sa]), _token_annotation, name,
-			tenancy.describe_user(input.request.userInfo), name, name, tenancy.admin_names(tenant),
+			rule_id, _secret_ref, concat("/", [input.request.namespace, sa]), _token_annotation, listing.tenant,
+			_singular[listing.role], problem, listing.tenant, tenancy.admin_names(tenant),
 		],
 	)
 }
@@ -110,36 +145,67 @@ violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if 
 	)
 }
 
-# Every Secret a pod template references by name, with the field that references it.
-_secret_references(template) := {ref |
-	some refs in [_volume_references(template), _container_references(template), _pull_secret_references(template)]
-	some ref in refs
+# METADATA
+# title: Pods run only as identities their requester may act as
+# custom:
+#   rule_id: service-account-identity
+violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if {
+	_writes
+	not tenancy.is_trusted_requester
+	input.request.namespace != ""
+	some template in input.pod_templates
+	runs_as := _runs_as(template)
+	some listing in _listings(input.request.namespace, runs_as.name)
+	problem := _identity_problem(listing, input.request.namespace, input.request.userInfo)
+	tenant := data.inventory.tenants[listing.tenant]
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s runs as service account %q, which tenant %q lists as %s; %s. Fix: run the pod as a service account no tenant lists as a member (or remove %s to run as \"default\"), or ask an admin of %q (%s)",
+		[
+			rule_id, tenancy.object_ref, runs_as.field, concat("/", [input.request.namespace, runs_as.name]),
+			listing.tenant, _singular[listing.role], problem, runs_as.field, listing.tenant,
+			tenancy.admin_names(tenant),
+		],
+	)
 }
 
-_pull_secret_references(template) := [{"field": sprintf("%s.imagePullSecrets[%d].name", [template.path, i]), "name": s.name} |
-	some i, s in object.get(template.spec, "imagePullSecrets", [])
-]
+# Every Secret a pod template names, wherever in the spec (volumes of every kind, CSI and flexVolume
+# secret refs, env, envFrom, projected sources, imagePullSecrets, ...), found by walking the spec:
+# a string under a key that says "secret" (secretName), an object with a name under such a key
+# (secretRef, secretKeyRef, nodePublishSecretRef, a projected source's secret), or the entries of a
+# list under such a key (imagePullSecrets). cephfs.secretFile is a path on the node, not a Secret.
+_secret_references(template) := {ref |
+	walk(template.spec, [path, value])
+	some ref in _reference_at(template.path, path, value)
+}
 
-_volume_references(template) := array.concat(
-	[{"field": sprintf("%s.volumes[%d].secret.secretName", [template.path, i]), "name": v.secret.secretName} |
-		some i, v in object.get(template.spec, "volumes", [])
-	],
-	[{"field": sprintf("%s.volumes[%d].projected.sources[%d].secret.name", [template.path, i, j]), "name": source.secret.name} |
-		some i, v in object.get(template.spec, "volumes", [])
-		some j, source in v.projected.sources
-	],
-)
+_is_secret_key(key) if {
+	is_string(key)
+	contains(lower(key), "secret")
+	key != "secretFile"
+}
 
-_container_references(template) := array.concat(
-	[{"field": sprintf("%s.%s.env[%d].valueFrom.secretKeyRef.name", [template.path, c.field, j]), "name": e.valueFrom.secretKeyRef.name} |
-		some c in tenancy.containers(template.spec)
-		some j, e in object.get(c.container, "env", [])
-	],
-	[{"field": sprintf("%s.%s.envFrom[%d].secretRef.name", [template.path, c.field, j]), "name": e.secretRef.name} |
-		some c in tenancy.containers(template.spec)
-		some j, e in object.get(c.container, "envFrom", [])
-	],
-)
+_reference_at(prefix, path, value) := {{"field": _path_text(prefix, path), "name": value}} if {
+	count(path) > 0
+	_is_secret_key(path[count(path) - 1])
+	is_string(value)
+} else := {{"field": concat(".", [_path_text(prefix, path), "name"]), "name": value.name}} if {
+	count(path) > 0
+	_is_secret_key(path[count(path) - 1])
+	is_string(value.name)
+} else := {{"field": concat(".", [_path_text(prefix, path), "name"]), "name": value.name}} if {
+	count(path) > 1
+	_is_secret_key(path[count(path) - 2])
+	is_number(path[count(path) - 1])
+	is_string(value.name)
+} else := set()
+
+# "spec.volumes[0].csi.nodePublishSecretRef" for ["volumes", 0, "csi", "nodePublishSecretRef"] under "spec".
+_path_text(prefix, path) := concat("", array.concat([prefix], [_path_part(p) | some p in path]))
+
+_path_part(p) := sprintf("[%d]", [p]) if is_number(p)
+
+else := concat("", [".", p])
 
 # The service accounts a Secret is restricted to, from input.secrets (undefined without the facts).
 _restricted_to(secret_name) := {trim_space(name) |
@@ -171,3 +237,37 @@ violation contains {"rule": rule_id, "message": msg, "field": ref.field} if {
 }
 
 _quoted_list(names) := concat(" or ", [sprintf("%q", [n]) | some n in sort(names)])
+
+# The service accounts the Secret being changed or deleted was restricted to (from its oldObject).
+_restricted_old_secret := {trim_space(name) |
+	input.request.operation in {"UPDATE", "DELETE"}
+	input.request.kind.kind == "Secret"
+	input.request.kind.group == ""
+	some name in split(input.request.oldObject.metadata.annotations[_restriction_annotation], ",")
+	trim_space(name) != ""
+}
+
+# METADATA
+# title: Only the tenant's admins change or delete a restricted Secret
+# description: |
+#   The API answers an update, a patch or a delete with the Secret itself, data included: whoever may
+#   change a restricted Secret may read it, and whoever removes the annotation lifts the restriction.
+# custom:
+#   rule_id: secret-restriction
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	count(_restricted_old_secret) > 0
+	not tenancy.is_trusted_requester
+	tenant := tenancy.namespace_tenant
+	not tenancy.is_admin(tenant, input.request.userInfo)
+	field := sprintf("metadata.annotations[%s]", [_restriction_annotation])
+	rule_id := rego.metadata.rule().custom.rule_id
+	verb := {"UPDATE": "change", "DELETE": "delete"}[input.request.operation]
+	msg := sprintf(
+		"[%s] user %s may not %s Secret %q in namespace %q: it is restricted to service account %s (annotation %s), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant %q (%s)",
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), verb, input.request.name,
+			input.request.namespace, _quoted_list(_restricted_old_secret), _restriction_annotation,
+			tenant.metadata.name, tenancy.admin_names(tenant),
+		],
+	)
+}

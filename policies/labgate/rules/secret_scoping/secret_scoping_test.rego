@@ -50,7 +50,7 @@ test_token_for_another_tenants_member_service_account_is_refused if {
 	token_violations("ci", testdata.alice, token_secret("runner-token", "runner")) == {{
 		"rule": "service-account-token",
 		"field": "metadata.annotations[kubernetes.io/service-account.name]",
-		"message": `[service-account-token] Secret "runner-token" in namespace "ci" asks a token for service account "ci/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a member; user "alice" (groups: team-a) is not a member of "team-b". Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`,
+		"message": `[service-account-token] Secret "runner-token" in namespace "ci" asks a token for service account "ci/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; user "alice" (groups: team-a) is not one of its researchers. Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`,
 	}}
 }
 
@@ -136,4 +136,106 @@ test_pod_as_default_may_not_use_restricted_secrets if {
 	some v in violations
 	v.field == "spec.volumes[0].secret.secretName"
 	v.message == `[secret-scope] Pod "train-1" spec.volumes[0].secret.secretName references Secret "wandb-key", which is restricted to service account "evaluator" or "trainer" (annotation labgate.io/restricted-to-service-account); the pod runs as "default" (spec.serviceAccountName). Fix: run the pod as "evaluator" or "trainer", or stop referencing "wandb-key"`
+}
+
+# --- identities: token Secrets and pods of member service accounts ---
+
+# team-a lists its own deployer as an admin; team-b lists team-a's runner as a researcher.
+identities := json.patch(testdata.inventory, [
+	{"op": "add", "path": "/tenants/team-a/spec/members/admins/-", "value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "deployer"}},
+	{"op": "add", "path": "/tenants/team-b/spec/members/researchers/-", "value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "runner"}},
+])
+
+identity_messages(kind, user, obj) := {v.message |
+	some v in secret_scoping.violation with input as testdata.workload_input(kind, "team-a", user, obj)
+		with data.inventory as identities
+}
+
+token_messages(user, secret) := {v.message |
+	some v in secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", "team-a", user, secret, null)
+		with input.pod_templates as []
+		with data.inventory as identities
+}
+
+test_token_of_an_admin_account_only_from_admins if {
+	token_messages(testdata.ann, token_secret("d", "deployer")) == set()
+	token_messages(testdata.alice, token_secret("d", "deployer")) == {`[service-account-token] Secret "d" in namespace "team-a" asks a token for service account "team-a/deployer" (annotation kubernetes.io/service-account.name), which tenant "team-a" lists as an admin; user "alice" (groups: team-a) is not one of its admins. Fix: use a service account of your own tenant, or ask an admin of "team-a" (ann, team-a/deployer) to create the token`}
+}
+
+test_token_of_another_tenants_account_in_this_namespace_is_refused_even_to_its_members if {
+	token_messages(testdata.bob, token_secret("r", "runner")) == {`[service-account-token] Secret "r" in namespace "team-a" asks a token for service account "team-a/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; namespace "team-a" belongs to tenant "team-a", so "team-b"'s identity would be in another tenant's hands. Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`}
+}
+
+test_pod_may_run_as_an_unlisted_account if {
+	identity_messages("Pod", testdata.alice, testdata.pod("x", {"serviceAccountName": "trainer", "containers": [testdata.main_container]})) == set()
+}
+
+test_pod_as_another_tenants_member_account_is_refused if {
+	job := testdata.job("j", 1, {}, {"serviceAccountName": "runner", "containers": [testdata.main_container]})
+	violations := secret_scoping.violation with input as testdata.workload_input("Job", "team-a", testdata.alice, job)
+		with data.inventory as identities
+	violations == {{
+		"rule": "service-account-identity",
+		"field": "spec.template.spec.serviceAccountName",
+		"message": `[service-account-identity] Job "j" spec.template.spec.serviceAccountName runs as service account "team-a/runner", which tenant "team-b" lists as a researcher; namespace "team-a" belongs to tenant "team-a", so "team-b"'s identity would be in another tenant's hands. Fix: run the pod as a service account no tenant lists as a member (or remove spec.template.spec.serviceAccountName to run as "default"), or ask an admin of "team-b" (carol)`,
+	}}
+}
+
+test_pod_as_an_admin_account_only_from_admins if {
+	pod := testdata.pod("x", {"serviceAccountName": "deployer", "containers": [testdata.main_container]})
+	identity_messages("Pod", testdata.ann, pod) == set()
+	identity_messages("Pod", testdata.alice, pod) == {`[service-account-identity] Pod "x" spec.serviceAccountName runs as service account "team-a/deployer", which tenant "team-a" lists as an admin; user "alice" (groups: team-a) is not one of its admins. Fix: run the pod as a service account no tenant lists as a member (or remove spec.serviceAccountName to run as "default"), or ask an admin of "team-a" (ann, team-a/deployer)`}
+}
+
+# --- every field that names a Secret ---
+
+test_secret_references_are_found_wherever_the_spec_names_them if {
+	pod := testdata.pod("x", {
+		"serviceAccountName": "evaluator",
+		"volumes": [
+			{"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "registry"}}},
+			{"name": "az", "azureFile": {"secretName": "registry", "shareName": "s"}},
+			{"name": "ceph", "cephfs": {"monitors": ["m"], "secretRef": {"name": "registry"}, "secretFile": "/etc/ceph/registry"}},
+			{"name": "flex", "flexVolume": {"driver": "x/y", "secretRef": {"name": "registry"}}},
+			{"name": "rbd", "rbd": {"monitors": ["m"], "image": "i", "secretRef": {"name": "shared"}}},
+		],
+		"initContainers": [object.union(testdata.main_container, {"name": "init", "envFrom": [{"secretRef": {"name": "registry"}}]})],
+		"containers": [testdata.main_container],
+	})
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod), {"secrets": restricted_secrets})
+	violations := secret_scoping.violation with input as input_doc
+		with data.inventory as testdata.inventory
+	{v.field | some v in violations} == {
+		"spec.volumes[0].csi.nodePublishSecretRef.name",
+		"spec.volumes[1].azureFile.secretName",
+		"spec.volumes[2].cephfs.secretRef.name",
+		"spec.volumes[3].flexVolume.secretRef.name",
+		"spec.initContainers[0].envFrom[0].secretRef.name",
+	}
+}
+
+# --- secret-restriction ---
+
+restricted_secret(annotations) := {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wandb-key", "annotations": annotations}}
+
+restriction := {"labgate.io/restricted-to-service-account": "trainer"}
+
+restriction_messages(operation, user, new, old) := {v.message |
+	some v in secret_scoping.violation with input.request as testdata.request(operation, "Secret", "team-a", user, new, old)
+		with input.pod_templates as []
+		with data.inventory as testdata.inventory
+}
+
+test_researcher_may_not_lift_a_restriction if {
+	restriction_messages("UPDATE", testdata.alice, restricted_secret({}), restricted_secret(restriction)) == {`[secret-restriction] user "alice" (groups: team-a) may not change Secret "wandb-key" in namespace "team-a": it is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant "team-a" (ann)`}
+}
+
+test_researcher_may_not_delete_a_restricted_secret if {
+	restriction_messages("DELETE", testdata.alice, null, restricted_secret(restriction)) == {`[secret-restriction] user "alice" (groups: team-a) may not delete Secret "wandb-key" in namespace "team-a": it is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant "team-a" (ann)`}
+}
+
+test_admin_may_lift_a_restriction_and_researchers_may_add_one if {
+	restriction_messages("UPDATE", testdata.ann, restricted_secret({}), restricted_secret(restriction)) == set()
+	restriction_messages("UPDATE", testdata.alice, restricted_secret(restriction), restricted_secret({})) == set()
+	restriction_messages("DELETE", testdata.alice, null, restricted_secret({})) == set()
 }
