@@ -170,11 +170,18 @@ def spawn(
 def process_identity(pid: int) -> dict[str, str] | None:
     """What tells this process from a later one with the same pid: its start time (clock ticks since
     boot, /proc/<pid>/stat field 22) and its command line; None when no such process exists."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
+    # Popen returns once the child's exec has closed its close-on-exec pipe, which the kernel does
+    # before it sets up the new program's arguments: for a moment the command line reads empty.
+    # Every process labgate records has one, so an empty read is retried (bounded), never recorded.
+    for _ in range(200):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        if cmdline:
+            break
+        time.sleep(0.005)
     # The command name (field 2) is in parentheses and may hold spaces: split after its last ")".
     fields = stat[stat.rindex(")") + 2 :].split()
     return {

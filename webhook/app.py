@@ -7,10 +7,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -37,16 +38,17 @@ from webhook.policy_sync import PolicySync
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
-from webhook.provenance.settings import get_provenance_settings
+from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus
 from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
 from webhook.settings import Settings, get_settings
-from webhook.workloads import load_workload_kinds
+from webhook.workloads import WorkloadKind, load_workload_kinds
 
 log = logging.getLogger("labgate.webhook")
 
 
-def get_server(request: Request) -> AdmissionServer:
+async def get_server(request: Request) -> AdmissionServer:
+    # async: a plain `def` dependency runs in a worker thread, a hand-off for every request.
     server: AdmissionServer = request.app.state.server
     return server
 
@@ -172,6 +174,7 @@ async def _serve(
     *,
     settings: Settings,
     decisions: DecisionLog | None,
+    recorder: Executor,
     gate: AdmissionGate,
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
@@ -196,7 +199,15 @@ async def _serve(
         ADMISSION_OVERLOADED.inc()
         return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
-        return await _decide(request, review, handle, settings=settings, size=len(body), decisions=decisions)
+        return await _decide(
+            request,
+            review,
+            handle,
+            settings=settings,
+            size=len(body),
+            decisions=decisions,
+            recorder=recorder,
+        )
     finally:
         gate.leave()
 
@@ -209,7 +220,8 @@ async def _decide(
     settings: Settings,
     size: int,
     decisions: DecisionLog | None,
-) -> JSONResponse:
+    recorder: Executor,
+) -> Response:
     deadline = settings.admission_deadline_seconds
     started = time.perf_counter()
     trace = DecisionTrace()
@@ -251,8 +263,10 @@ async def _decide(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
+    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        decisions.record(
+        recorder.submit(
+            decisions.record,
             request=review.request,
             decision=trace.decision,
             tenant=trace.tenant,
@@ -261,7 +275,7 @@ async def _decide(
             latency_ms=elapsed * 1000,
             reason=reason,
         )
-    return JSONResponse(content=response.to_review())
+    return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
 
 
 def _start_policy_sync(settings: Settings) -> PolicySync | None:
@@ -275,6 +289,49 @@ def _start_policy_sync(settings: Settings) -> PolicySync | None:
     return policies
 
 
+def _cluster_server(
+    resolved: Settings,
+    engine: PolicyEngine,
+    registry: RegistryClient,
+    provenance: ProvenanceSettings,
+    kinds: tuple[WorkloadKind, ...],
+) -> tuple[AdmissionServer, list[InventorySync | LedgerCache | RestrictedSecrets]]:
+    """The admission server with its watch-fed facts started (inventory, ledgers, secrets)."""
+    api = api_client(resolved.kubeconfig)
+    kube = KubeApi(api, field_manager="labgate-webhook")
+    watch_timeout = resolved.watch_timeout_seconds
+    inventory = InventorySync(
+        api,
+        InventoryStore(resolved.opa_url),
+        platform_namespace=resolved.namespace,
+        watch_timeout_seconds=watch_timeout,
+    )
+    ledgers = LedgerCache(
+        LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
+    )
+    secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
+    stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = [inventory, ledgers, secrets]
+    for part in stoppable:
+        part.start()
+    parts = tuple(stoppable)
+    server = AdmissionServer(
+        engine=engine,
+        inventory=inventory,
+        ledgers=ledgers,
+        secrets=secrets,
+        workload_kinds=kinds,
+        images=ImageGatherer(ImageFacts(registry, provenance), kube),
+        image_timeout=provenance.registry_timeout_seconds,
+        reservation_seconds=resolved.reservation_seconds,
+        facts_age=lambda: max(part.age() for part in parts),
+        facts_max_age=resolved.facts_max_age_seconds,
+        volumes=PersistentVolumes(kube),
+        claims=ClaimFacts(kube),
+    )
+    FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
+    return server, stoppable
+
+
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
     """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
     resolved = settings or get_settings()
@@ -285,8 +342,12 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         else None
     )
 
+    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal recorder  # one decision-log writer per run of the app (a stopped one takes no records)
+        recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
         # Blocking calls (API read-through, ledger compare-and-swap) run in threads; the default pool
         # (cores + 4) queues them behind each other when many GPU pods arrive at once.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
@@ -297,38 +358,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         provenance = get_provenance_settings()
         registry = RegistryClient(provenance)
         if watch_cluster:
-            api = api_client(resolved.kubeconfig)
-            kube = KubeApi(api, field_manager="labgate-webhook")
-            watch_timeout = resolved.watch_timeout_seconds
-            inventory = InventorySync(
-                api,
-                InventoryStore(resolved.opa_url),
-                platform_namespace=resolved.namespace,
-                watch_timeout_seconds=watch_timeout,
-            )
-            ledgers = LedgerCache(
-                LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
-            )
-            secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
-            stoppable = [inventory, ledgers, secrets]
-            for part in stoppable:
-                part.start()
-            parts = tuple(stoppable)
-            app.state.server = AdmissionServer(
-                engine=engine,
-                inventory=inventory,
-                ledgers=ledgers,
-                secrets=secrets,
-                workload_kinds=kinds,
-                images=ImageGatherer(ImageFacts(registry, provenance), kube),
-                image_timeout=provenance.registry_timeout_seconds,
-                reservation_seconds=resolved.reservation_seconds,
-                facts_age=lambda: max(part.age() for part in parts),
-                facts_max_age=resolved.facts_max_age_seconds,
-                volumes=PersistentVolumes(kube),
-                claims=ClaimFacts(kube),
-            )
-            FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
+            app.state.server, stoppable = _cluster_server(resolved, engine, registry, provenance, kinds)
         else:
             app.state.server = AdmissionServer(
                 engine=engine, inventory=_Offline(), ledgers=None, secrets=None, workload_kinds=kinds
@@ -342,6 +372,7 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 policies.stop()
             await engine.close()
             await registry.aclose()
+            recorder.shutdown(wait=True)
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
     gate = AdmissionGate(resolved.max_in_flight)
@@ -354,12 +385,21 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
             server.validate,
             settings=resolved,
             decisions=decisions,
+            recorder=recorder,
             gate=gate,
         )
 
     @app.post("/mutate")
     async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        return await _serve(request, server, server.mutate, settings=resolved, decisions=decisions, gate=gate)
+        return await _serve(
+            request,
+            server,
+            server.mutate,
+            settings=resolved,
+            decisions=decisions,
+            recorder=recorder,
+            gate=gate,
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -38,6 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TextIO
 
+import orjson
+
 from labgate.core.decisions import Decision, Finding
 from webhook.review import AdmissionRequest
 
@@ -54,8 +56,12 @@ class DecisionLogError(RuntimeError):
 
 
 def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8: the bytes a record's hash is taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """Sorted keys, no spaces, UTF-8: the bytes a record's hash is taken over.
+
+    orjson gives the same bytes as `json.dumps(value, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)` for what records hold (strings, booleans, null, integers, short decimals),
+    in a tenth of the time; the decision log hashes and writes every admission."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def record_hash(record: dict[str, Any]) -> str:

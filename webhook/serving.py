@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.gpu_ledger import (
@@ -48,6 +49,8 @@ MAX_LEDGER_ATTEMPTS = 8
 
 class DecisionSource(Protocol):
     async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
+
+    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]: ...
 
     async def mutate(self, policy_input: dict[str, Any]) -> Mutation: ...
 
@@ -165,15 +168,58 @@ def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: i
     )
 
 
+# A GPU usage in a comparable form: total, and the models with a non-zero count, sorted.
+UsageKey = tuple[int, tuple[tuple[str, int], ...]]
+
+
+def usage_key(amount: GpuAmount) -> UsageKey:
+    return amount.total, tuple(sorted((m, c) for m, c in amount.by_model.items() if c))
+
+
+def usage_document(key: UsageKey) -> dict[str, Any]:
+    """input.gpu_usage for a usage."""
+    return {"total": key[0], "by_model": dict(key[1])}
+
+
+GPU_QUOTA_RULE = "gpu-quota"
+
+
+def decides_alike(decision: Decision, at: UsageKey) -> bool:
+    """Whether `decision`, made against another usage, is also the decision against usage `at`:
+    the policy said the pod fits up to its headroom, and the quota rule (the only one that reads the
+    usage) found nothing, so it finds nothing at `at` either and every other finding stays."""
+    headroom = decision.gpu_headroom
+    if headroom is None or not decision.allowed:
+        return False
+    if any(f.rule == GPU_QUOTA_RULE for f in (*decision.denials, *decision.warnings, *decision.dry_run)):
+        return False
+    total, by_model = at[0], dict(at[1])
+    if headroom.total is not None and total > headroom.total:
+        return False
+    return all(by_model.get(model, 0) <= room for model, room in headroom.by_model.items())
+
+
+def _plus(a: UsageKey, b: GpuAmount, sign: int = 1) -> UsageKey:
+    by_model = dict(a[1])
+    for model, count in b.by_model.items():
+        by_model[model] = by_model.get(model, 0) + sign * count
+    return a[0] + sign * b.total, tuple(sorted((m, c) for m, c in by_model.items() if c))
+
+
 @dataclass
 class _PendingReservation:
-    """A GPU pod waiting for its tenant's next ledger batch."""
+    """A GPU pod waiting for its tenant's next ledger batch: admitted by a first decision against the
+    cached usage, it is decided again (in one evaluation with the rest of its batch) against the usage
+    the pods before it leave, unless that is the usage it was first decided with."""
 
     request: AdmissionRequest
     policy_input: dict[str, Any]
     key: str
     trace: DecisionTrace
     response: asyncio.Future[AdmissionResponse]
+    decision: Decision
+    decided_usage: UsageKey
+    demand: GpuAmount
 
 
 @dataclass
@@ -214,6 +260,8 @@ class AdmissionServer:
         self.facts_max_age = facts_max_age
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
+        self._usage_memo: dict[str, tuple[Ledger, UsageKey]] = {}
+        self._size_memo: dict[str, tuple[Ledger, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.images = images
         self.image_timeout = image_timeout
@@ -260,7 +308,7 @@ class AdmissionServer:
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
             excluding = reservation_key(request) if _is_pod_create(request) else None
-            policy_input["gpu_usage"] = usage(self.ledgers.cached(tenant), excluding=excluding).model_dump()
+            policy_input["gpu_usage"] = usage_document(self._usage(self.ledgers.cached(tenant), excluding))
         if tenant and request.namespace and self.claims is not None and policy_input["pod_templates"]:
             # Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them.
             claims = await self.claims.for_templates(request.namespace, policy_input["pod_templates"])
@@ -279,6 +327,23 @@ class AdmissionServer:
                     policy_input["images"] = images
         return policy_input, tenant
 
+    def _usage(self, ledger: Ledger, excluding: str | None = None) -> UsageKey:
+        """The ledger's usage, summed once per version of the ledger (not once per request)."""
+        memo = self._usage_memo.get(ledger.tenant)
+        if memo is None or memo[0] is not ledger:
+            memo = (ledger, usage_key(usage(ledger)))
+            self._usage_memo[ledger.tenant] = memo
+        held = ledger.reservations.get(excluding) if excluding is not None else None
+        return memo[1] if held is None else _plus(memo[1], held.gpus, -1)
+
+    def _size(self, ledger: Ledger) -> int:
+        """The stored size of the ledger's reservations, encoded once per version of the ledger."""
+        memo = self._size_memo.get(ledger.tenant)
+        if memo is None or memo[0] is not ledger:
+            memo = (ledger, stored_size(ledger))
+            self._size_memo[ledger.tenant] = memo
+        return memo[1]
+
     async def validate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
@@ -287,12 +352,20 @@ class AdmissionServer:
             return facts_stale_response(request, age=age, bound=self.facts_max_age)
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
-        if not (_is_pod_create(request) and tenant):
-            decision = await self._decide(policy_input)
-            trace.decision = decision
-            self._count(decision)
-            return build_response(request=request, decision=decision)
-        return await self._validate_gpu_pod(request, policy_input, tenant, trace)
+        # Every request is decided at once against the cached usage, side by side with the others;
+        # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
+        decision = await self._decide(policy_input)
+        trace.decision = decision
+        if (
+            tenant
+            and _is_pod_create(request)
+            and decision.allowed
+            and decision.gpu_demand.total > 0
+            and not request.dry_run
+        ):
+            return await self._reserve(request, policy_input, tenant, trace, decision)
+        self._count(decision)
+        return build_response(request=request, decision=decision)
 
     async def _decide(self, policy_input: dict[str, Any]) -> Decision:
         """One policy query; if OPA lost the inventory (it drops pushed data when it reloads its
@@ -314,19 +387,29 @@ class AdmissionServer:
         for finding in decision.dry_run:
             log.info("dry-run finding for tenant %s: %s", tenant, finding.message)
 
-    async def _validate_gpu_pod(
-        self, request: AdmissionRequest, policy_input: dict[str, Any], tenant: str, trace: DecisionTrace
+    async def _reserve(
+        self,
+        request: AdmissionRequest,
+        policy_input: dict[str, Any],
+        tenant: str,
+        trace: DecisionTrace,
+        decision: Decision,
     ) -> AdmissionResponse:
-        """Decide with the tenant's current GPU usage and reserve what is admitted, by compare-and-swap;
-        a lost race decides again with the new usage (never two admissions spending the same GPUs).
+        """Reserve the GPUs of an admitted pod by compare-and-swap on its tenant's ledger; a lost race
+        decides again with the new usage (never two admissions spending the same GPUs).
 
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
-        next batch; a batch is decided one pod after the other against a running ledger and written in
-        one compare-and-swap. A Job's thousand pods cost a few writes, not a thousand."""
+        next batch; a batch is decided against a running ledger (each pod against what the pods
+        before it leave) and written in one compare-and-swap. A Job's thousand pods cost a few
+        writes and, within the quota's headroom, no further evaluation."""
+        if self.ledgers is None:
+            return engine_unavailable_response(request=request, reason="no GPU quota ledger to reserve in")
         key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
+        demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
+        decided = usage_key(GpuAmount.model_validate(policy_input.get("gpu_usage") or {}))
         self._pending.setdefault(tenant, []).append(
-            _PendingReservation(request, policy_input, key, trace, future)
+            _PendingReservation(request, policy_input, key, trace, future, decision, decided, demand)
         )
         if tenant not in self._committing:
             self._committing.add(tenant)
@@ -347,49 +430,164 @@ class AdmissionServer:
         finally:
             self._committing.discard(tenant)
 
-    async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:  # noqa: PLR0912 - one decide-reserve-write loop
-        ledgers = self.ledgers
-        ledger = ledgers.cached(tenant) if ledgers is not None else Ledger(tenant=tenant)
-        for attempt in range(MAX_LEDGER_ATTEMPTS):
-            working = ledger
-            size = stored_size(ledger)
-            responses: list[AdmissionResponse] = []
-            for item in batch:
-                if item.response.done():
-                    # Its caller gave up at the deadline and refused: reserving for it now would hold
-                    # GPUs for a pod the apiserver never creates.
-                    reason = "the request's deadline passed before its turn"
-                    responses.append(engine_unavailable_response(request=item.request, reason=reason))
-                    continue
-                item.policy_input["gpu_usage"] = usage(working, excluding=item.key).model_dump()
-                decision = await self._decide(item.policy_input)
-                item.trace.decision = decision
-                demand = decision.gpu_demand
-                if decision.allowed and demand.total > 0 and not item.request.dry_run:
-                    if ledgers is None:
-                        reason = "no GPU quota ledger to reserve in"
-                        responses.append(engine_unavailable_response(request=item.request, reason=reason))
-                        continue
-                    reservation = GpuAmount(total=demand.total, by_model=dict(demand.by_model))
-                    metadata = (item.request.object or {}).get("metadata", {})
-                    pod = pod_key(
-                        item.request.namespace or "", metadata.get("name") or item.request.name or ""
-                    )
-                    candidate = with_reservation(
-                        working, item.key, reservation, now=now(), pod=pod, ttl=self.reservation_seconds
-                    )
-                    added = encoded_size(item.key, candidate.reservations[item.key])
-                    if size + added > LEDGER_MAX_BYTES:
-                        LEDGER_FULL.labels(tenant).inc()
-                        responses.append(
-                            ledger_full_response(item.request, tenant, len(working.reservations))
-                        )
-                        continue
-                    size, working = size + added, candidate
+    async def _decide_batch(
+        self, ledger: Ledger, batch: list[_PendingReservation]
+    ) -> tuple[Ledger, list[AdmissionResponse], UsageKey, int]:
+        """Decide `batch` in order against `ledger`: each pod against the usage the pods before it
+        leave (the same answers as deciding them one after the other).
+
+        A pod's decision is known when it was made with exactly that usage, or when the policy said the
+        pod fits up to a headroom the usage stays within (the common case: no evaluation at all, only
+        the comparison the policy's numbers allow). At the quota's edge, each round asks, in one
+        evaluation, for the pods not yet decided, against two usages each: the one left if all the
+        pods before it in the round are admitted, and, once a pod of the batch was refused (the
+        quota's edge), also the one left if none is: a run of admissions, then a run of refusals,
+        each settle in one round. A round always settles at least its first pod, usually all."""
+        assert self.ledgers is not None
+        tenant = ledger.tenant
+        working = ledger
+        size = self._size(ledger)
+        running = self._usage(ledger)
+        known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
+        responses: list[AdmissionResponse] = []
+        refused = False  # at the quota's edge: rounds also ask what is left if no earlier pod is admitted
+
+        def own(item: _PendingReservation) -> GpuAmount | None:
+            held = working.reservations.get(item.key)
+            return held.gpus if held is not None else None
+
+        def exact(item: _PendingReservation) -> UsageKey:
+            held = own(item)
+            return running if held is None else _plus(running, held, -1)
+
+        while len(responses) < len(batch):
+            index = len(responses)
+            item = batch[index]
+            if item.response.done():
+                # Its caller gave up at the deadline and refused: reserving for it now would hold
+                # GPUs for a pod the apiserver never creates.
+                reason = "the request's deadline passed before its turn"
+                responses.append(engine_unavailable_response(request=item.request, reason=reason))
+                continue
+            at = exact(item)
+            decision = known[index].get(at)
+            if decision is None and decides_alike(item.decision, at):
+                decision = item.decision
+            if decision is None and item.decision.gpu_headroom is not None:
+                await self._decide_beyond_headroom(batch[index:], known[index:], working, running)
+                decision = known[index].get(at)
+            if decision is None:
+                await self._decide_round(
+                    batch[index:], known[index:], working, running, if_none_admitted=refused
+                )
+                decision = known[index][at]
+            item.trace.decision = decision
+            if not decision.allowed or decision.gpu_demand.total == 0:
+                refused = refused or not decision.allowed
                 responses.append(build_response(request=item.request, decision=decision))
-            if working is not ledger and ledgers is not None:
+                continue
+            demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
+            metadata = (item.request.object or {}).get("metadata", {})
+            pod = pod_key(item.request.namespace or "", metadata.get("name") or item.request.name or "")
+            candidate = with_reservation(
+                working, item.key, demand, now=now(), pod=pod, ttl=self.reservation_seconds
+            )
+            added = encoded_size(item.key, candidate.reservations[item.key])
+            if size + added > LEDGER_MAX_BYTES:
+                LEDGER_FULL.labels(tenant).inc()
+                responses.append(ledger_full_response(item.request, tenant, len(working.reservations)))
+                continue
+            running = _plus(at, demand)
+            size, working = size + added, candidate
+            responses.append(build_response(request=item.request, decision=decision))
+        return working, responses, running, size
+
+    async def _decide_beyond_headroom(
+        self,
+        items: list[_PendingReservation],
+        known: list[dict[UsageKey, Decision]],
+        working: Ledger,
+        running: UsageKey,
+    ) -> None:
+        """At the quota's edge: the pods beyond their headroom are refused by the quota rule and
+        leave the usage as it is, so each one's usage is known in advance; they are decided side by
+        side (the policy's message quotes that usage). Should one be admitted after all (the rule in
+        warn mode), the pods after it are decided again by the next round."""
+        overlay: dict[str, GpuAmount] = {}
+        at_each = running
+        asks: list[tuple[int, UsageKey]] = []
+        for index, item in enumerate(items):
+            reserved = working.reservations.get(item.key)
+            held = overlay.get(item.key, reserved.gpus if reserved is not None else None)
+            at = at_each if held is None else _plus(at_each, held, -1)
+            decided = known[index].get(at)
+            if decided is not None:
+                if decided.allowed and decided.gpu_demand.total > 0:
+                    at_each = _plus(at, item.demand)
+                    overlay[item.key] = item.demand
+                continue
+            if decides_alike(item.decision, at):
+                at_each = _plus(at, item.demand)
+                overlay[item.key] = item.demand
+            else:
+                asks.append((index, at))
+        decisions = await asyncio.gather(
+            *(self._decide({**items[i].policy_input, "gpu_usage": usage_document(at)}) for i, at in asks)
+        )
+        for (index, at), decision in zip(asks, decisions, strict=True):
+            known[index][at] = decision
+
+    async def _decide_round(
+        self,
+        items: list[_PendingReservation],
+        known: list[dict[UsageKey, Decision]],
+        working: Ledger,
+        running: UsageKey,
+        *,
+        if_none_admitted: bool,
+    ) -> None:
+        """One evaluation for the undecided `items`: each against the usage left if every earlier
+        item of the round is admitted, and (`if_none_admitted`) if none is; the answers go into
+        `known`."""
+        overlay: dict[str, GpuAmount] = {}
+        if_all = running
+        asks: list[tuple[int, UsageKey]] = []
+        for index, item in enumerate(items):
+            reserved = working.reservations.get(item.key)
+            before = reserved.gpus if reserved is not None else None
+            held = overlay.get(item.key, before)
+            if_none = running if before is None else _plus(running, before, -1)
+            at_all = if_all if held is None else _plus(if_all, held, -1)
+            for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
+                if at not in known[index] and not decides_alike(item.decision, at):
+                    asks.append((index, at))
+            if_all = _plus(at_all, item.demand)
+            overlay[item.key] = item.demand
+        if not asks:
+            return
+        inputs = [{**items[index].policy_input, "gpu_usage": usage_document(at)} for index, at in asks]
+        decisions = await self.engine.decide_all(inputs)
+        if any(d.inventory_revision is None for d in decisions) and self.inventory.is_synced:
+            log.warning("OPA has no inventory (policies reloaded?); pushing it again")
+            await asyncio.to_thread(self.inventory.push_all)
+            decisions = await self.engine.decide_all(inputs)
+            if any(d.inventory_revision is None for d in decisions):
+                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
+        for (index, at), decision in zip(asks, decisions, strict=True):
+            known[index][at] = decision
+
+    async def _commit(self, tenant: str, batch: list[_PendingReservation]) -> None:
+        ledgers = self.ledgers
+        assert ledgers is not None
+        ledger = ledgers.cached(tenant)
+        for attempt in range(MAX_LEDGER_ATTEMPTS):
+            working, responses, running, size = await self._decide_batch(ledger, batch)
+            if working is not ledger:
                 try:
                     working = await asyncio.to_thread(ledgers.write, working)
+                    # The next batch starts from the written ledger: its sums are known already.
+                    self._usage_memo[tenant] = (working, running)
+                    self._size_memo[tenant] = (working, size)
                 except LedgerConflictError:
                     LEDGER_CONFLICTS.labels(tenant).inc()
                     log.info(
@@ -400,7 +598,7 @@ class AdmissionServer:
                     )
                     ledger = await asyncio.to_thread(ledgers.fresh, tenant)
                     continue
-            if ledgers is not None and working is not ledger:
+            if working is not ledger:
                 await self._release_abandoned(tenant, [i.key for i in batch if i.response.done()], working)
             for item, response in zip(batch, responses, strict=True):
                 if item.trace.decision is not None:
@@ -457,7 +655,7 @@ class AdmissionServer:
         warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
-        patch = json.dumps([op.model_dump() for op in mutation.patch]).encode()
+        patch = orjson.dumps([op.model_dump() for op in mutation.patch])
         return AdmissionResponse(
             uid=request.uid,
             allowed=True,

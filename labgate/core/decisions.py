@@ -29,6 +29,16 @@ class GpuDemand(BaseModel):
     by_model: dict[str, int] = Field(default_factory=dict)
 
 
+class GpuHeadroom(BaseModel):
+    """The most GPUs the tenant may use, in total (None: no total limit) and per model, with the
+    request's Pod still within its quota (the gpu_quota policy's `headroom`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    total: int | None = None
+    by_model: dict[str, int] = Field(default_factory=dict)
+
+
 class Decision(BaseModel):
     """data.labgate.admission.decision, as OPA returns it."""
 
@@ -40,6 +50,7 @@ class Decision(BaseModel):
     dry_run: list[Finding] = Field(default_factory=list)
     tenant: str | None = None
     gpu_demand: GpuDemand = Field(default_factory=GpuDemand)
+    gpu_headroom: GpuHeadroom | None = None  # None: the request's Pod asks no GPUs (or pre-dates it)
     inventory_revision: int | None = None  # None: OPA holds no inventory (lost on a policy reload)
 
 

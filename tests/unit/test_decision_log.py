@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from labgate.cli.main import main
 from labgate.core.decisions import Decision, Finding
@@ -339,3 +341,22 @@ def test_a_rotated_file_is_followed_by_a_new_one_in_the_same_chain(tmp_path: Pat
     assert not verify(_lines(path)).ok  # on its own, the new file starts mid-chain
     assert verify(_lines(path), prev=before[-1]["hash"]).ok
     assert verify(_lines(rotated) + _lines(path)).records == 5
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(min_value=0, max_value=1e6, allow_nan=False).map(lambda x: round(x, 3))
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(record=st.dictionaries(st.text(), _json_values, max_size=8))
+def test_canonical_bytes_are_those_of_sorted_compact_json(record: dict[str, Any]) -> None:
+    # Records written before the fast encoder must still verify: the same bytes as the standard library's.
+    expected = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert canonical_json(record) == expected

@@ -34,6 +34,9 @@ class _Engine:
     async def decide(self, policy_input: dict[str, Any]) -> Decision:
         raise AssertionError("not asked")
 
+    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+        raise AssertionError("not asked")
+
     async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
         raise AssertionError("not asked")
 

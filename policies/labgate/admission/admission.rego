@@ -6,7 +6,8 @@
 #   enforcement mode for the tenant (enforce, warn or dry-run; enforce when unset), and returns
 #   denials, warnings and dry-run findings. The webhook turns denials into one refusal message.
 #   gpu_demand is what the request's Pod asks of GPUs ({"total", "by_model"}; zero for anything else),
-#   which the webhook reserves in the quota ledger when the verdict is to admit.
+#   which the webhook reserves in the quota ledger when the verdict is to admit; gpu_headroom the usage
+#   up to which that Pod still fits the GPU quota (null when it asks none).
 package labgate.admission
 
 import data.labgate.lib.tenancy
@@ -44,7 +45,13 @@ decision := {
 	"tenant": tenant_name,
 	"inventory_revision": inventory_revision,
 	"gpu_demand": gpu_quota.demand,
+	"gpu_headroom": gpu_quota.headroom,
 }
+
+# Several inputs decided in one evaluation: one `decision` per element of input.batch, in order.
+# The webhook decides a tenant's batch of GPU pods this way, each input carrying the GPU usage the
+# pod is to be decided against (what the pods before it in the batch leave).
+decisions := [d | some item in input.batch; d := decision with input as item]
 
 tenant_name := tenancy.claimed_tenant_name
 

@@ -116,3 +116,27 @@ test_unknown_config_mode_falls_back_to_enforce if {
 		with data.labgate.config.rule_modes as {"tenant-membership": "off"}
 	not d.allowed
 }
+
+test_batch_gives_each_input_its_own_decision if {
+	pod := testdata.pod("train-1", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})],
+	})
+	item := testdata.workload_input("Pod", "vision", testdata.vera, pod)
+	fits := object.union(item, {"gpu_usage": {"total": 0, "by_model": {}}})
+	full := object.union(item, {"gpu_usage": {"total": 16, "by_model": {"h100": 8}}})
+	ds := admission.decisions with input as {"batch": [fits, full, fits]}
+		with data.inventory as testdata.gpu_inventory
+	count(ds) == 3
+	ds[0] == admission.decision with input as fits with data.inventory as testdata.gpu_inventory
+	ds[1] == admission.decision with input as full with data.inventory as testdata.gpu_inventory
+	ds[0].allowed
+	not ds[1].allowed
+	[f.rule | some f in ds[1].denials] == ["gpu-quota"]
+	ds[2].allowed
+}
+
+test_empty_batch_gives_no_decisions if {
+	ds := admission.decisions with input as {"batch": []} with data.inventory as testdata.gpu_inventory
+	ds == []
+}

@@ -67,6 +67,29 @@ _is_admitted_preemptible if {
 	object.get(_pod_template.spec, "priorityClassName", "") == _preemptible_class
 }
 
+# The most GPUs the tenant may use or have reserved, in total and per model, with the request's Pod
+# still admitted: the gpu-quota rule refuses it exactly when input.gpu_usage goes beyond one of these
+# (total null: no total limit; by_model only the models it asks that have a limit). The webhook
+# decides a burst of GPU pods against these numbers, and asks again only at the quota's edge.
+default headroom := null
+
+headroom := {"total": _headroom_total(tenant, d), "by_model": by_model} if {
+	not _is_admitted_preemptible
+	tenant := tenancy.namespace_tenant
+	d := gpu.template_demand[_pod_template.path]
+	d.total > 0
+	by_model := {model: room |
+		some model, limit in _models(tenant)
+		asked := object.get(d.by_model, model, 0)
+		asked > 0
+		room := limit - asked
+	}
+}
+
+_headroom_total(tenant, d) := tenant.spec.gpu.total - d.total if _has_total(tenant)
+
+else := null
+
 # Whether demand `d` would go beyond one of the tenant's limits (for the mutation).
 exceeds(tenant, d) if _overrun_text(tenant, d)
 

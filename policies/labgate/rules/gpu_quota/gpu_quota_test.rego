@@ -474,3 +474,38 @@ test_claims_of_unknown_classes_are_refused if {
 	[v.field | some v in violations(_claim_object_input("ResourceClaim", "UPDATE", claim))] == ["spec.devices.requests[0]"]
 	count(violations(json.patch(_claim_object_input("ResourceClaim", "CREATE", claim), [{"op": "replace", "path": "/request/userInfo", "value": testdata.job_controller}]))) == 0
 }
+
+# --- headroom: the usage up to which the pod still fits, exactly where gpu-quota starts ---
+
+headroom_of(input_doc) := h if {
+	h := gpu_quota.headroom with input as input_doc
+		with data.inventory as testdata.gpu_inventory
+}
+
+quota_rules(input_doc) := {v.rule | some v in violations(input_doc); v.rule == "gpu-quota"}
+
+test_headroom_is_the_limit_less_the_demand if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "3"})
+	headroom_of(pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})) == {"total": 13, "by_model": {"h100": 5}}
+}
+
+test_headroom_ends_where_the_quota_rule_begins if {
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "3"})
+	at_edge := pod_input("vision", testdata.vera, pod, {"total": 13, "by_model": {"h100": 5}})
+	quota_rules(at_edge) == set()
+	quota_rules(pod_input("vision", testdata.vera, pod, {"total": 14, "by_model": {"h100": 5}})) == {"gpu-quota"}
+	quota_rules(pod_input("vision", testdata.vera, pod, {"total": 13, "by_model": {"h100": 6}})) == {"gpu-quota"}
+}
+
+test_headroom_without_a_total_limit_is_per_model_only if {
+	inventory := json.patch(testdata.gpu_inventory, [{"op": "remove", "path": "/tenants/vision/spec/gpu/total"}])
+	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "3"})
+	h := gpu_quota.headroom with input as pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})
+		with data.inventory as inventory
+	h == {"total": null, "by_model": {"h100": 5}}
+}
+
+test_no_headroom_for_a_pod_without_gpus if {
+	pod := testdata.pod("cpu", {"containers": [{"name": "main", "image": "registry.lab.example/x:1"}]})
+	headroom_of(pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})) == null
+}
