@@ -6,7 +6,7 @@
 One run, on one machine, everything on loopback:
   - the real local stack (etcd, kube-apiserver, controllers, OPA, one labgate webhook, reconciler),
     the no-op webhook (benchmarks/noop_webhook.py, same FastAPI/uvicorn/TLS) and Gatekeeper run out
-    of cluster (`--operation=webhook --disable-cert-rotation --debug-use-fake-pod`) with the
+    of cluster (`--operation=webhook --operation=generate --disable-cert-rotation --debug-use-fake-pod`) with the
     ConstraintTemplates in benchmarks/gatekeeper/ (labgate's main pod rules, as Gatekeeper can say them);
   - direct HTTPS AdmissionReviews (vegeta, open loop at each fixed rate, the same bodies for every
     target, a fresh pod name per request), targets interleaved in rounds so noise hits all alike:
@@ -395,6 +395,8 @@ def start_gatekeeper(stack: LabgateStack, workdir: Path, pki: Path) -> tuple[Man
         [
             binary("gatekeeper"),
             "--operation=webhook",
+            # Since v3.2x the constraint CRDs of ConstraintTemplates are made only by `generate`.
+            "--operation=generate",
             "--disable-cert-rotation",
             "--debug-use-fake-pod",
             f"--port={port}",
