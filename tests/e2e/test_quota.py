@@ -421,7 +421,12 @@ def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
         (labgate's own, OPA's, or the apiserver's 3 s call timeout: failurePolicy Fail refuses).
         Each is a refusal, never an admission, and must leave no reservation behind."""
         pod = gpu_pod(f"race-{i}", 1, labels={SHARD_LABEL: str(i % 2)})
-        retryable = ("[gpu-ledger-busy]", "no decision within", "no answer within", "context deadline exceeded")
+        retryable = (
+            "[gpu-ledger-busy]",
+            "no decision within",
+            "no answer within",
+            "context deadline exceeded",
+        )
         for _ in range(5):
             try:
                 pods_api.create_namespaced_pod(team.namespace, pod)
