@@ -41,6 +41,7 @@ from labgate.core.gpu_ledger import GpuAmount, usage
 from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
 from labgate.core.kube import ApiException
 from labgate.core.ledger_store import LedgerStore
+from labgate.core.policy_reports import AUDIT_REPORT, ResourceRef, report, result
 from labgate.core.tenant import TENANT_LABEL
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
@@ -445,8 +446,7 @@ def dump_snapshot(snapshot: Snapshot) -> str:
     return yaml.safe_dump(snapshot.document(), sort_keys=False)
 
 
-REPORT_NAME = "labgate-audit"
-_RESULTS = {"enforce": "fail", "warn": "warn", "dry-run": "warn"}
+REPORT_NAME = AUDIT_REPORT
 
 
 def policy_reports(rows: list[Manifest], namespaces: Iterable[str], *, now: float) -> list[Manifest]:
@@ -458,40 +458,23 @@ def policy_reports(rows: list[Manifest], namespaces: Iterable[str], *, now: floa
         namespace = row["resource"].get("namespace")
         if namespace is None:
             continue  # a Tenant: cluster-scoped, reported by the CLI only
+        ref = ResourceRef(
+            api_version=str(row["resource"].get("apiVersion")),
+            kind=str(row["resource"].get("kind")),
+            name=str(row["resource"].get("name")),
+            namespace=namespace,
+        )
         by_namespace.setdefault(namespace, []).append(
-            {
-                "source": "labgate",
-                "policy": row["rule"],
-                "rule": row["rule"],
-                "result": _RESULTS[row["mode"]],
-                "message": row["message"],
-                "properties": {"mode": row["mode"], "tenant": row["tenant"] or ""},
-                "resources": [row["resource"]],
-                "timestamp": {"seconds": int(now), "nanos": 0},
-            }
+            result(
+                rule=row["rule"],
+                mode=row["mode"],
+                message=row["message"],
+                resource=ref,
+                tenant=row["tenant"],
+                now=now,
+            )
         )
-    reports = []
-    for namespace, results in sorted(by_namespace.items()):
-        reports.append(
-            {
-                "apiVersion": "wgpolicyk8s.io/v1alpha2",
-                "kind": "PolicyReport",
-                "metadata": {
-                    "name": REPORT_NAME,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "labgate"},
-                },
-                "summary": {
-                    "pass": 0,
-                    "fail": sum(1 for r in results if r["result"] == "fail"),
-                    "warn": sum(1 for r in results if r["result"] == "warn"),
-                    "error": 0,
-                    "skip": 0,
-                },
-                "results": results,
-            }
-        )
-    return reports
+    return [report(namespace, REPORT_NAME, results) for namespace, results in sorted(by_namespace.items())]
 
 
 def tenant_namespaces(snapshot: Snapshot) -> list[str]:

@@ -63,3 +63,15 @@ POLICY_RELOAD_ERROR = Gauge(
 POLICY_RELOADS = Counter(
     "labgate_policy_reloads_total", "Policy loads by result (loaded, failed)", ["result"]
 )
+POLICY_REPORT_WRITES = Counter(
+    "labgate_policy_report_writes_total",
+    "Writes of the labgate-admission PolicyReports, per namespace and pass, by result (written, unchanged, failed)",
+    ["result"],
+)
+POLICY_REPORT_PENDING = Gauge(
+    "labgate_policy_report_pending", "Admitted objects whose findings wait for the next PolicyReport write"
+)
+POLICY_REPORT_DROPPED = Counter(
+    "labgate_policy_report_findings_dropped_total",
+    "Admitted objects' findings not reported because the pending bound was reached (the API was slow or down)",
+)
