@@ -114,7 +114,9 @@ def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOA
     pod_kind = Kind("Pod", "", "v1", "pods", is_namespaced=True)
     workload_kinds = [Kind(k.kind, k.group, k.version, k.resource, is_namespaced=True) for k in kinds]
     for namespace in tenant_namespaces:
-        for secret in kube.list(SECRET, namespace=namespace)["items"]:
+        # Metadata only: the audit needs the labgate.io/ annotations, never a Secret's data.
+        listed = kube.lister(SECRET, metadata_only=True, namespace=namespace)(_request_timeout=30)
+        for secret in (listed or {}).get("items") or []:
             annotations = (secret.get("metadata") or {}).get("annotations") or {}
             restricted = {k: v for k, v in annotations.items() if k.startswith("labgate.io/")}
             if restricted:
