@@ -113,7 +113,7 @@ def audit_once(
     """Read the cluster, evaluate it (with `opa_for(facts)`: a ServerOpa, or the `opa` binary),
     write the reports; the metrics set from the result."""
     started = time.monotonic()
-    snapshot = export_snapshot(kube, kinds)
+    snapshot = export_snapshot(kube, kinds, platform_namespace=platform_namespace)
     items = cluster_items(snapshot)
     facts = facts_from_manifests(snapshot.definitions, platform_namespace=platform_namespace)
     with opa_for(facts) as opa:

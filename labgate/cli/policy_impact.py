@@ -97,8 +97,14 @@ def _clean(obj: Manifest) -> Manifest:
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
 
 
-def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> Snapshot:
-    """Read the cluster through `kube` (webhook.kube.KubeApi; list calls only)."""
+def export_snapshot(
+    kube: Any,
+    kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+    *,
+    platform_namespace: str = "labgate-system",
+) -> Snapshot:
+    """Read the cluster through `kube` (labgate.core.kube.KubeApi; list calls only; the quota ledgers
+    from `platform_namespace`)."""
     tenants = [
         _clean(t) | {"apiVersion": "labgate.io/v1alpha1", "kind": "Tenant"}
         for t in kube.list(TENANT)["items"]
@@ -143,7 +149,7 @@ def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOA
                     continue  # made by a controller: its owner is evaluated (and its pods counted)
                 api_version = kind.api_version
                 workloads.append(_clean(item) | {"apiVersion": api_version, "kind": kind.kind})
-    store = LedgerStore(kube, namespace="labgate-system")
+    store = LedgerStore(kube, namespace=platform_namespace)
     gpu_usage = {}
     for tenant in tenants:
         name = tenant["metadata"]["name"]
