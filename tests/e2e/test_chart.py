@@ -174,8 +174,13 @@ WEBHOOK_MAY = [
     ("get", "configmaps", "-n", LABGATE_NAMESPACE),
     ("create", "configmaps", "-n", LABGATE_NAMESPACE),
     ("update", "configmaps", "-n", LABGATE_NAMESPACE),
+    ("create", "policyreports.wgpolicyk8s.io", "-n", "default"),  # admitted objects' findings
+    ("update", "policyreports.wgpolicyk8s.io", "-n", "default"),
+    ("create", "events", "-n", LABGATE_NAMESPACE),  # a refused policy, on the policies ConfigMap
 ]
 WEBHOOK_MAY_NOT = [
+    ("delete", "policyreports.wgpolicyk8s.io", "-n", "default"),
+    ("create", "events", "-n", "default"),
     ("create", "secrets", "-n", "default"),
     ("create", "configmaps", "-n", "default"),
     ("create", "pods", "-n", "default"),

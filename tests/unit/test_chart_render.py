@@ -432,6 +432,11 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert set(env) <= fields
     assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
     assert env["LABGATE_NAMESPACE"] == NAMESPACE
+    # A refused policy is recorded on the ConfigMap the policies really come from.
+    assert (
+        env["LABGATE_POLICY_CONFIGMAP"]
+        == one(default_manifests, "ConfigMap", "labgate-policies")["metadata"]["name"]
+    )
     assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
     assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 2.0
     # The values the chart sets are values Settings accepts.
@@ -573,11 +578,16 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
         ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        # the warn and dry-run findings of admitted objects (labgate-admission reports)
+        ("wgpolicyk8s.io", "policyreports", "get"),
+        ("wgpolicyk8s.io", "policyreports", "create"),
+        ("wgpolicyk8s.io", "policyreports", "update"),
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert _grants(manifests, "Role", "labgate-webhook") == {
-        ("", "configmaps", verb) for verb in ("get", "list", "watch", "create", "update")
+        *(("", "configmaps", verb) for verb in ("get", "list", "watch", "create", "update")),
+        ("", "events", "create"),  # a refused policy, on the policies ConfigMap
     }
     binding = one(manifests, "ClusterRoleBinding", "labgate-webhook")
     assert binding["subjects"] == [
