@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,7 +35,9 @@ from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
-from webhook.policy_sync import PolicySync
+from webhook.policy_events import PolicyEvents
+from webhook.policy_reports import AdmissionReports, KubeReportStore
+from webhook.policy_sync import PolicyStatus, PolicySync
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
@@ -275,15 +278,26 @@ async def _decide(
             latency_ms=elapsed * 1000,
             reason=reason,
         )
+    # Warn and dry-run findings of an admitted object, for its namespace's PolicyReport: kept in
+    # memory here, written by a thread (webhook/policy_reports.py); never raises, never waits.
+    reports: AdmissionReports | None = getattr(request.app.state, "reports", None)
+    if reports is not None and webhook == "validate" and response.allowed:
+        reports.record(review.request, trace.decision, trace.tenant)
     return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
 
 
-def _start_policy_sync(settings: Settings) -> PolicySync | None:
-    """Keep OPA's policies equal to LABGATE_POLICY_DIR (webhook/policy_sync.py), when it is set."""
+def _start_policy_sync(
+    settings: Settings, on_change: Callable[[PolicyStatus, PolicyStatus], None] | None = None
+) -> PolicySync | None:
+    """Keep OPA's policies equal to LABGATE_POLICY_DIR (webhook/policy_sync.py), when it is set;
+    `on_change` hears of a refused policy and its fix (an Event, webhook/policy_events.py)."""
     if settings.policy_dir is None:
         return None
     policies = PolicySync(
-        settings.policy_dir, PolicyStore(settings.opa_url), interval=settings.policy_poll_seconds
+        settings.policy_dir,
+        PolicyStore(settings.opa_url),
+        interval=settings.policy_poll_seconds,
+        on_change=on_change,
     )
     policies.start()
     return policies
@@ -332,6 +346,25 @@ def _cluster_server(
     return server, stoppable
 
 
+def _start_reporting(settings: Settings) -> tuple[PolicyEvents, AdmissionReports | None]:
+    """The Events about the policies and the PolicyReports of admitted objects' findings. They go
+    through a Kubernetes client of their own: their writes never queue in front of, or share a
+    connection with, what an admission reads."""
+    kube = KubeApi(api_client(settings.kubeconfig), field_manager="labgate-webhook")
+    events = PolicyEvents(
+        kube, namespace=settings.namespace, configmap=settings.policy_configmap, replica=socket.gethostname()
+    )
+    if not settings.policy_reports:
+        return events, None
+    reports = AdmissionReports(
+        KubeReportStore(kube),
+        interval=settings.policy_report_interval_seconds,
+        max_pending=settings.policy_report_max_pending,
+    )
+    reports.start()
+    return events, reports
+
+
 def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
     """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
     resolved = settings or get_settings()
@@ -352,7 +385,9 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         # (cores + 4) queues them behind each other when many GPU pods arrive at once.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
-        policies = _start_policy_sync(resolved)
+        events, reports = _start_reporting(resolved) if watch_cluster else (None, None)
+        app.state.reports = reports
+        policies = _start_policy_sync(resolved, on_change=events)
         app.state.policies = policies
         stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
         provenance = get_provenance_settings()
@@ -370,6 +405,8 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
                 part.stop()
             if policies is not None:
                 policies.stop()
+            if reports is not None:
+                reports.stop()
             await engine.close()
             await registry.aclose()
             recorder.shutdown(wait=True)

@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,8 +107,18 @@ class PolicyStatus:
 class PolicySync:
     """Keeps OPA's policies equal to `directory`, polling every `interval` seconds."""
 
-    def __init__(self, directory: Path, writer: PolicyWriter, *, interval: float = 1.0):
+    def __init__(
+        self,
+        directory: Path,
+        writer: PolicyWriter,
+        *,
+        interval: float = 1.0,
+        on_change: Callable[[PolicyStatus, PolicyStatus], None] | None = None,
+    ):
+        """`on_change(old, new)` is called (on the loader's thread) when the loaded revision or the
+        error changes, e.g. to record an Event (webhook/policy_events.py)."""
         self.directory = directory
+        self.on_change = on_change
         self.writer = writer
         self.interval = interval
         self._pushed: dict[str, bytes] = {}
@@ -203,6 +214,17 @@ class PolicySync:
         return errors
 
     def _record(self, attempted: str | None, error: str | None) -> PolicyStatus:
+        old = self._status
+        self._update(attempted, error)
+        new = self._status
+        if self.on_change is not None and (old.revision, old.error) != (new.revision, new.error):
+            try:
+                self.on_change(old, new)
+            except Exception:  # telling about the policies never stops loading them
+                log.exception("policy status callback failed")
+        return new
+
+    def _update(self, attempted: str | None, error: str | None) -> None:
         if error is None and attempted is not None:
             if attempted != self._status.revision:
                 log.info("policies loaded: revision %s", attempted)
@@ -216,7 +238,6 @@ class PolicySync:
                 POLICY_RELOADS.labels("failed").inc()
             self._status = replace(self._status, attempted=attempted, error=error)
         POLICY_RELOAD_ERROR.set(0 if self._status.error is None else 1)
-        return self._status
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -112,6 +112,25 @@ class Settings(BaseSettings):
     policy_poll_seconds: float = Field(
         default=1.0, gt=0, description="How often policy_dir is read for changes."
     )
+    policy_configmap: str = Field(
+        default="labgate-policies",
+        description="The ConfigMap (in `namespace`) the policies come from: a policy OPA refuses, and its "
+        "fix, are recorded as Events on it (PolicyReloadFailed, PolicyReloaded).",
+    )
+    policy_reports: bool = Field(
+        default=True,
+        description="Write the warn and dry-run findings of admitted objects into the PolicyReport "
+        "labgate-admission of their namespace (off the request path; webhook/policy_reports.py).",
+    )
+    policy_report_interval_seconds: float = Field(
+        default=5.0, gt=0, description="How often the pending findings are written (per namespace, coalesced)."
+    )
+    policy_report_max_pending: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most admitted objects whose findings wait to be written; beyond it findings are "
+        "dropped and counted (labgate_policy_report_findings_dropped_total).",
+    )
 
 
 @lru_cache(maxsize=1)

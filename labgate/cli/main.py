@@ -427,6 +427,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     policies = Path(args.policies) if args.policies else _default_policies()
     kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+    if args.every is not None:
+        return _audit_every(args, policies, kinds)
     try:
         snapshot = _snapshot_from(args)
         items = cluster_items(snapshot)
@@ -455,6 +457,57 @@ def _audit(args: argparse.Namespace) -> int:
         for line in grouped_text(rows, key="mode"):
             print(line)
     return 1 if any(r["mode"] == "enforce" for r in rows) else 0
+
+
+def _audit_every(args: argparse.Namespace, policies: Path, kinds: Any) -> int:
+    """The scheduled audit (labgate/cli/audit_service.py): until SIGTERM, every --every seconds."""
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from labgate.cli.audit_service import AuditLoop, ServerOpa
+    from labgate.cli.offline_admission import Facts, OfflineOpa
+    from labgate.core.kube import KubeApi, api_client
+    from webhook.policy_engine import PolicyStore
+    from webhook.policy_sync import PolicySync
+
+    if args.snapshot:
+        print("labgate audit: --every audits the live cluster, not a --snapshot", file=sys.stderr)
+        return 2
+    kube = KubeApi(
+        api_client(Path(args.kubeconfig) if args.kubeconfig else None), field_manager="labgate-audit"
+    )
+    if args.opa_url:
+        url = args.opa_url
+
+        def opa_for(facts: Facts) -> OfflineOpa:
+            return ServerOpa(url, facts)
+
+        loader = PolicySync(policies, PolicyStore(url))
+    else:
+        binary = _opa_binary(args.opa)
+
+        def opa_for(facts: Facts) -> OfflineOpa:
+            return OfflineOpa(binary, policies, facts)
+
+        loader = None
+    loop = AuditLoop(
+        kube,
+        opa_for,
+        kinds,
+        policies=loader,
+        interval=args.every,
+        platform_namespace=args.platform_namespace,
+        write_reports=args.write_reports,
+    )
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    loop.run(stop)
+    return 0
 
 
 def _policy_diff(args: argparse.Namespace) -> int:
@@ -594,6 +647,20 @@ def _add_impact_commands(commands: Any) -> None:
         action="store_true",
         help="write a PolicyReport (wgpolicyk8s.io/v1alpha2) labgate-audit into every tenant namespace",
     )
+    audit.add_argument(
+        "--every",
+        type=float,
+        metavar="SECONDS",
+        help="audit the live cluster again every SECONDS until stopped (the scheduled audit; metrics "
+        "labgate_audit_* with --metrics-port)",
+    )
+    audit.add_argument(
+        "--opa-url",
+        help="with --every: evaluate with this OPA server instead of the opa binary; labgate keeps "
+        "--policies loaded in it and replaces its data.inventory, so never the webhook's OPA",
+    )
+    audit.add_argument("--metrics-port", type=int, default=0, help="with --every: Prometheus /metrics port")
+    audit.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
     _add_cluster_source(audit)
     audit.set_defaults(handler=_audit)
 

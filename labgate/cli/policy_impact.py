@@ -41,6 +41,7 @@ from labgate.core.gpu_ledger import GpuAmount, usage
 from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
 from labgate.core.kube import ApiException
 from labgate.core.ledger_store import LedgerStore
+from labgate.core.policy_reports import AUDIT_REPORT, ResourceRef, report, result
 from labgate.core.tenant import TENANT_LABEL
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
@@ -96,8 +97,14 @@ def _clean(obj: Manifest) -> Manifest:
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
 
 
-def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> Snapshot:
-    """Read the cluster through `kube` (webhook.kube.KubeApi; list calls only)."""
+def export_snapshot(
+    kube: Any,
+    kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+    *,
+    platform_namespace: str = "labgate-system",
+) -> Snapshot:
+    """Read the cluster through `kube` (labgate.core.kube.KubeApi; list calls only; the quota ledgers
+    from `platform_namespace`)."""
     tenants = [
         _clean(t) | {"apiVersion": "labgate.io/v1alpha1", "kind": "Tenant"}
         for t in kube.list(TENANT)["items"]
@@ -113,7 +120,9 @@ def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOA
     pod_kind = Kind("Pod", "", "v1", "pods", is_namespaced=True)
     workload_kinds = [Kind(k.kind, k.group, k.version, k.resource, is_namespaced=True) for k in kinds]
     for namespace in tenant_namespaces:
-        for secret in kube.list(SECRET, namespace=namespace)["items"]:
+        # Metadata only: the audit needs the labgate.io/ annotations, never a Secret's data.
+        listed = kube.lister(SECRET, metadata_only=True, namespace=namespace)(_request_timeout=30)
+        for secret in (listed or {}).get("items") or []:
             annotations = (secret.get("metadata") or {}).get("annotations") or {}
             restricted = {k: v for k, v in annotations.items() if k.startswith("labgate.io/")}
             if restricted:
@@ -140,7 +149,7 @@ def export_snapshot(kube: Any, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOA
                     continue  # made by a controller: its owner is evaluated (and its pods counted)
                 api_version = kind.api_version
                 workloads.append(_clean(item) | {"apiVersion": api_version, "kind": kind.kind})
-    store = LedgerStore(kube, namespace="labgate-system")
+    store = LedgerStore(kube, namespace=platform_namespace)
     gpu_usage = {}
     for tenant in tenants:
         name = tenant["metadata"]["name"]
@@ -445,8 +454,7 @@ def dump_snapshot(snapshot: Snapshot) -> str:
     return yaml.safe_dump(snapshot.document(), sort_keys=False)
 
 
-REPORT_NAME = "labgate-audit"
-_RESULTS = {"enforce": "fail", "warn": "warn", "dry-run": "warn"}
+REPORT_NAME = AUDIT_REPORT
 
 
 def policy_reports(rows: list[Manifest], namespaces: Iterable[str], *, now: float) -> list[Manifest]:
@@ -458,40 +466,23 @@ def policy_reports(rows: list[Manifest], namespaces: Iterable[str], *, now: floa
         namespace = row["resource"].get("namespace")
         if namespace is None:
             continue  # a Tenant: cluster-scoped, reported by the CLI only
+        ref = ResourceRef(
+            api_version=str(row["resource"].get("apiVersion")),
+            kind=str(row["resource"].get("kind")),
+            name=str(row["resource"].get("name")),
+            namespace=namespace,
+        )
         by_namespace.setdefault(namespace, []).append(
-            {
-                "source": "labgate",
-                "policy": row["rule"],
-                "rule": row["rule"],
-                "result": _RESULTS[row["mode"]],
-                "message": row["message"],
-                "properties": {"mode": row["mode"], "tenant": row["tenant"] or ""},
-                "resources": [row["resource"]],
-                "timestamp": {"seconds": int(now), "nanos": 0},
-            }
+            result(
+                rule=row["rule"],
+                mode=row["mode"],
+                message=row["message"],
+                resource=ref,
+                tenant=row["tenant"],
+                now=now,
+            )
         )
-    reports = []
-    for namespace, results in sorted(by_namespace.items()):
-        reports.append(
-            {
-                "apiVersion": "wgpolicyk8s.io/v1alpha2",
-                "kind": "PolicyReport",
-                "metadata": {
-                    "name": REPORT_NAME,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "labgate"},
-                },
-                "summary": {
-                    "pass": 0,
-                    "fail": sum(1 for r in results if r["result"] == "fail"),
-                    "warn": sum(1 for r in results if r["result"] == "warn"),
-                    "error": 0,
-                    "skip": 0,
-                },
-                "results": results,
-            }
-        )
-    return reports
+    return [report(namespace, REPORT_NAME, results) for namespace, results in sorted(by_namespace.items())]
 
 
 def tenant_namespaces(snapshot: Snapshot) -> list[str]:

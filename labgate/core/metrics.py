@@ -63,3 +63,27 @@ POLICY_RELOAD_ERROR = Gauge(
 POLICY_RELOADS = Counter(
     "labgate_policy_reloads_total", "Policy loads by result (loaded, failed)", ["result"]
 )
+POLICY_REPORT_WRITES = Counter(
+    "labgate_policy_report_writes_total",
+    "Writes of the labgate-admission PolicyReports, per namespace and pass, by result (written, unchanged, failed)",
+    ["result"],
+)
+POLICY_REPORT_PENDING = Gauge(
+    "labgate_policy_report_pending", "Admitted objects whose findings wait for the next PolicyReport write"
+)
+POLICY_REPORT_DROPPED = Counter(
+    "labgate_policy_report_findings_dropped_total",
+    "Admitted objects' findings not reported because the pending bound was reached (the API was slow or down)",
+)
+AUDIT_VIOLATIONS = Gauge(
+    "labgate_audit_violations",
+    "Findings of the last scheduled audit of existing workloads and Tenants, by rule id, mode and tenant "
+    "(mode enforce: what the current policies would refuse now)",
+    ["rule", "mode", "tenant"],
+)
+AUDIT_OBJECTS = Gauge("labgate_audit_objects", "Workloads and Tenants the last audit evaluated")
+AUDIT_DURATION = Gauge("labgate_audit_duration_seconds", "How long the last audit run took")
+AUDIT_LAST_RUN = Gauge(
+    "labgate_audit_last_run_timestamp_seconds", "When the last audit run finished (Unix time)"
+)
+AUDIT_RUNS = Counter("labgate_audit_runs_total", "Audit runs, by result (ok, failed)", ["result"])

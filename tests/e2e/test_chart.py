@@ -4,6 +4,7 @@ and the chart's RBAC, applied for real, lets the webhook and the reconciler do e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -173,8 +174,13 @@ WEBHOOK_MAY = [
     ("get", "configmaps", "-n", LABGATE_NAMESPACE),
     ("create", "configmaps", "-n", LABGATE_NAMESPACE),
     ("update", "configmaps", "-n", LABGATE_NAMESPACE),
+    ("create", "policyreports.wgpolicyk8s.io", "-n", "default"),  # admitted objects' findings
+    ("update", "policyreports.wgpolicyk8s.io", "-n", "default"),
+    ("create", "events", "-n", LABGATE_NAMESPACE),  # a refused policy, on the policies ConfigMap
 ]
 WEBHOOK_MAY_NOT = [
+    ("delete", "policyreports.wgpolicyk8s.io", "-n", "default"),
+    ("create", "events", "-n", "default"),
     ("create", "secrets", "-n", "default"),
     ("create", "configmaps", "-n", "default"),
     ("create", "pods", "-n", "default"),
@@ -207,9 +213,31 @@ RECONCILER_MAY_NOT = [
 ]
 
 
+AUDIT_MAY = [
+    ("list", "tenants.labgate.io"),
+    ("list", "namespaces"),
+    ("list", "pods", "--all-namespaces"),
+    ("list", "jobs.batch", "--all-namespaces"),
+    ("list", "deployments.apps", "--all-namespaces"),
+    ("list", "secrets", "--all-namespaces"),  # read as metadata only (the labgate.io/ annotations)
+    ("get", "configmaps", "-n", LABGATE_NAMESPACE),  # the GPU ledgers
+    ("create", "policyreports.wgpolicyk8s.io", "-n", "default"),
+    ("patch", "policyreports.wgpolicyk8s.io", "-n", "default"),
+]
+AUDIT_MAY_NOT = [
+    ("get", "secrets", "-n", "default"),
+    ("watch", "pods", "--all-namespaces"),
+    ("create", "pods", "-n", "default"),
+    ("update", "tenants.labgate.io"),
+    ("update", "configmaps", "-n", LABGATE_NAMESPACE),
+    ("delete", "policyreports.wgpolicyk8s.io", "-n", "default"),
+]
+
+
 @pytest.mark.parametrize(("component", "allowed", "refused"), [
     ("webhook", WEBHOOK_MAY, WEBHOOK_MAY_NOT),
     ("reconciler", RECONCILER_MAY, RECONCILER_MAY_NOT),
+    ("audit", AUDIT_MAY, AUDIT_MAY_NOT),
 ])  # fmt: skip
 def test_service_accounts_get_what_they_need_and_no_more(
     stack: LabgateStack,
@@ -381,3 +409,61 @@ def test_webhook_becomes_ready_with_the_charts_rbac(
         pytest.fail(f"/readyz never answered 200 (last: {last}); log:\n{process.log_tail()}")
     finally:
         process.stop()
+
+
+def test_the_audit_reads_the_cluster_and_writes_reports_with_the_charts_rbac(
+    stack: LabgateStack, installed_rbac: Installed, tmp_path: Path
+) -> None:
+    """`labgate audit --write-reports` authenticated as the chart's audit service account: it lists
+    every kind it audits (a missing grant would fail the run) and writes every tenant namespace's report."""
+    suffix = uuid.uuid4().hex[:6]
+    name = f"chart-audit-{suffix}"
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}},
+    }
+    tenant = {
+        "apiVersion": "labgate.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {
+            "members": {"admins": [{"kind": "User", "name": f"admin-{suffix}"}]},
+            "namespaces": {"names": [name]},
+        },
+    }
+    stack.admin_kubectl("apply", "-f", "-", stdin=as_list([namespace, tenant]))
+    kubeconfig = service_account_kubeconfig(
+        stack, installed_rbac.service_account("audit"), tmp_path / "audit.kubeconfig"
+    )
+    try:
+        stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=30s", f"tenant/{name}")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "labgate.cli.main",
+                "audit",
+                f"--kubeconfig={kubeconfig}",
+                f"--policies={stack.policy_dir}",
+                f"--opa={ensure_tools('opa')['opa'].binary()}",
+                "--write-reports",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
+        assert result.returncode in (0, 1), result.stderr  # 1: another test's object would be refused
+        assert "wrote" in result.stderr, result.stderr
+        report = json.loads(
+            stack.admin_kubectl("get", "policyreport", "labgate-audit", "-n", name, "-o", "json")
+        )
+        assert report["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "labgate"}
+        assert report["results"] == []
+    finally:
+        for kind, each in (("tenant", name), ("namespace", name)):
+            stack.admin_kubectl("delete", kind, each, "--wait=false", "--ignore-not-found")

@@ -3,14 +3,17 @@ without a restart, and keeps every tenant it knew (OPA drops pushed data when it
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from devcluster.stack import LabgateStack
+from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from tests.e2e.conftest import TenantFactory, pod_manifest
+from tests.e2e.test_reconciler import eventually
 
 pytestmark = pytest.mark.chart
 
@@ -91,3 +94,59 @@ def test_a_broken_policy_never_replaces_the_working_one(
         assert outsider.returncode == 1
         assert "[tenant-membership]" in outsider.stderr
         assert "policy-engine-unavailable" not in outsider.stderr
+
+
+def _events(stack: LabgateStack, reason: str) -> list[dict[str, Any]]:
+    listed = stack.admin_kubectl(
+        "get", "events", "-n", LABGATE_NAMESPACE, f"--field-selector=reason={reason}", "-o", "json"
+    )
+    items: list[dict[str, Any]] = json.loads(listed)["items"]
+    return items
+
+
+def test_a_broken_policy_is_an_event_on_the_policies_configmap(stack: LabgateStack) -> None:
+    """Besides /readyz and the metrics: `kubectl describe configmap <release>-policies` shows it."""
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "labgate-policies", "namespace": LABGATE_NAMESPACE},
+    }  # as the chart installs it (the local stack's webhooks read a directory instead)
+    stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(configmap))
+    broken = stack.policy_dir / "labgate" / "rules" / "e2e_event_probe" / "probe.rego"
+    broken.parent.mkdir()
+    try:
+        broken.write_text("package labgate.rules.e2e_event_probe\n\nviolation contains {{{\n")
+
+        def failures() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in _events(stack, "PolicyReloadFailed")
+                if "e2e_event_probe/probe.rego" in e["message"]
+            ]
+
+        eventually(lambda: failures() != [], what="a PolicyReloadFailed Event")
+        event = failures()[0]
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["kind"] == "ConfigMap"
+        assert event["involvedObject"]["name"] == "labgate-policies"
+        assert "rego_parse_error" in event["message"]
+        assert "still serving revision" in event["message"]
+        assert "Fix:" in event["message"]
+        described = stack.admin_kubectl("describe", "configmap", "labgate-policies", "-n", LABGATE_NAMESPACE)
+        assert "PolicyReloadFailed" in described
+        reloaded_before = len(_events(stack, "PolicyReloaded"))
+    finally:
+        broken.unlink(missing_ok=True)
+        broken.parent.rmdir()
+    # The fix is told too.
+    eventually(
+        lambda: len(_events(stack, "PolicyReloaded")) > reloaded_before,
+        what="a PolicyReloaded Event after the fix",
+    )
+    assert any(
+        e["type"] == "Normal" and "after a failed revision" in e["message"]
+        for e in _events(stack, "PolicyReloaded")
+    )
+    stack.admin_kubectl(
+        "delete", "configmap", "labgate-policies", "-n", LABGATE_NAMESPACE, "--ignore-not-found"
+    )

@@ -432,6 +432,11 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert set(env) <= fields
     assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
     assert env["LABGATE_NAMESPACE"] == NAMESPACE
+    # A refused policy is recorded on the ConfigMap the policies really come from.
+    assert (
+        env["LABGATE_POLICY_CONFIGMAP"]
+        == one(default_manifests, "ConfigMap", "labgate-policies")["metadata"]["name"]
+    )
     assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
     assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 2.0
     # The values the chart sets are values Settings accepts.
@@ -573,11 +578,16 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
         ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        # the warn and dry-run findings of admitted objects (labgate-admission reports)
+        ("wgpolicyk8s.io", "policyreports", "get"),
+        ("wgpolicyk8s.io", "policyreports", "create"),
+        ("wgpolicyk8s.io", "policyreports", "update"),
     }
     role = one(manifests, "Role", "labgate-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert _grants(manifests, "Role", "labgate-webhook") == {
-        ("", "configmaps", verb) for verb in ("get", "list", "watch", "create", "update")
+        *(("", "configmaps", verb) for verb in ("get", "list", "watch", "create", "update")),
+        ("", "events", "create"),  # a refused policy, on the policies ConfigMap
     }
     binding = one(manifests, "ClusterRoleBinding", "labgate-webhook")
     assert binding["subjects"] == [
@@ -739,3 +749,60 @@ def test_image_runs_labgate_as_a_numeric_non_root_user(default_manifests: list[M
     webhook = container(one(default_manifests, "Deployment", "labgate-webhook"), "labgate")
     reconciler = container(one(default_manifests, "Deployment", "labgate-reconciler"), "reconciler")
     assert (webhook["args"][0], reconciler["args"][0]) == ("serve", "reconcile")
+
+
+# -- the scheduled audit --------------------------------------------------------------------------
+
+
+def test_audit_runs_once_with_its_own_opa_and_the_webhooks_policies(render: Renderer) -> None:
+    manifests = render({"audit": {"intervalSeconds": 120}}, namespace="research-platform")
+    deployment = one(manifests, "Deployment", "labgate-audit")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two audits writing at once
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "labgate-audit"
+    audit = container(deployment, "audit")
+    assert audit["args"] == [
+        "audit",
+        "--every=120",
+        "--opa-url=http://127.0.0.1:8181",
+        "--policies=/policies",
+        "--write-reports",
+        "--metrics-port=8080",
+        "--platform-namespace=research-platform",
+    ]
+    opa = container(deployment, "opa")
+    assert "--addr=127.0.0.1:8181" in opa["args"]  # its own OPA: the audit replaces data.inventory
+    # The same policies as the webhook, at the same path in both containers.
+    webhook_volumes = one(manifests, "Deployment", "labgate-webhook")["spec"]["template"]["spec"]["volumes"]
+    policies = next(v for v in pod["volumes"] if v["name"] == "policies")
+    assert policies == next(v for v in webhook_volumes if v["name"] == "policies")
+    for each in (audit, opa):
+        assert {"name": "policies", "mountPath": "/policies", "readOnly": True} in each["volumeMounts"]
+
+
+def test_audit_rbac_lists_what_it_audits_and_writes_only_policy_reports(render: Renderer) -> None:
+    manifests = render()
+    cluster = _grants(manifests, "ClusterRole", "labgate-audit")
+    writes = {g for g in cluster if g[2] not in ("get", "list", "watch")}
+    assert writes == {
+        ("wgpolicyk8s.io", "policyreports", "create"),
+        ("wgpolicyk8s.io", "policyreports", "patch"),
+    }
+    from webhook.workloads import BUILTIN_WORKLOAD_KINDS
+
+    for kind in BUILTIN_WORKLOAD_KINDS:
+        assert (kind.group, kind.resource, "list") in cluster, kind.kind
+    for core in ("namespaces", "secrets", "pods"):
+        assert ("", core, "list") in cluster
+    assert ("", "secrets", "get") not in cluster  # metadata through list only, never a Secret read by name
+    assert _grants(manifests, "Role", "labgate-audit") == {("", "configmaps", "get")}
+    binding = one(manifests, "ClusterRoleBinding", "labgate-audit")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "labgate-audit", "namespace": NAMESPACE}
+    ]
+
+
+def test_audit_can_be_turned_off(render: Renderer) -> None:
+    manifests = render({"audit": {"enabled": False}})
+    assert not [m for m in manifests if m["metadata"]["name"] == "labgate-audit"]

@@ -56,6 +56,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "labgate.reconcilerName" -}}
 {{- printf "%s-reconciler" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- define "labgate.auditName" -}}
+{{- printf "%s-audit" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- define "labgate.policiesName" -}}
 {{- printf "%s-policies" (include "labgate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

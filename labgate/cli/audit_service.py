@@ -1,0 +1,202 @@
+"""The scheduled audit: `labgate audit --every SECONDS`, as Gatekeeper's audit runs in the cluster.
+
+Every run reads the cluster (list calls), evaluates every workload in tenant namespaces and every
+Tenant against the current policies (labgate.cli.policy_impact, the same evaluation as `labgate
+audit`), replaces the `labgate-audit` PolicyReport of every tenant namespace, and sets:
+
+- `labgate_audit_violations{rule,mode,tenant}`: findings of the last run (Gatekeeper's
+  `gatekeeper_violations`; mode enforce is what would be refused now);
+- `labgate_audit_last_run_timestamp_seconds`, `labgate_audit_duration_seconds`,
+  `labgate_audit_objects`, `labgate_audit_runs_total{result}`.
+
+In the chart it runs as its own Deployment with an OPA sidecar (the image has no `opa` binary): the
+policies come from the same ConfigMap as the webhook's, kept loaded by webhook.policy_sync, and each
+run's inventory (the snapshot's tenants and namespaces) is put into that OPA, never the webhook's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from labgate.cli.offline_admission import Facts, OfflineCheckError, OfflineOpa, facts_from_manifests
+from labgate.cli.policy_impact import (
+    audit_rows,
+    cluster_items,
+    evaluate,
+    export_snapshot,
+    policy_reports,
+    tenant_namespaces,
+)
+from labgate.core.kube import KubeApi
+from labgate.core.metrics import (
+    AUDIT_DURATION,
+    AUDIT_LAST_RUN,
+    AUDIT_OBJECTS,
+    AUDIT_RUNS,
+    AUDIT_VIOLATIONS,
+)
+from webhook.policy_sync import PolicySync
+from webhook.workloads import WorkloadKind
+
+log = logging.getLogger("labgate.audit")
+
+Manifest = dict[str, Any]
+
+
+class ServerOpa(OfflineOpa):
+    """The offline evaluation, asked of an OPA server instead of `opa eval`: the facts are put at
+    data.inventory (so the server must be the audit's own), the queries asked through its data API."""
+
+    def __init__(self, url: str, facts: Facts, *, timeout: float = 10.0):
+        super().__init__("opa", Path(url), facts)
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._pushed: str | None = None
+
+    def close(self) -> None:
+        self._session.close()
+        super().close()
+
+    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+        inventory = json.dumps((facts or self.facts).inventory, sort_keys=True)
+        try:
+            if inventory != self._pushed:
+                response = self._session.put(
+                    f"{self.url}/v1/data/inventory", data=inventory, timeout=self.timeout
+                )
+                response.raise_for_status()
+                self._pushed = inventory
+            path = query.removeprefix("data.").replace(".", "/")
+            response = self._session.post(
+                f"{self.url}/v1/data/{path}", json={"input": policy_input}, timeout=self.timeout
+            )
+            response.raise_for_status()
+            body = response.json()
+        except (requests.RequestException, ValueError) as err:
+            raise OfflineCheckError(f"OPA at {self.url}: {query}: {err}") from err
+        if "result" not in body:
+            raise OfflineCheckError(f"{query} is undefined: are labgate's policies loaded in {self.url}?")
+        return body["result"]
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """What one run found and wrote."""
+
+    evaluated: int
+    rows: list[Manifest]
+    reports: int
+    seconds: float
+
+
+OpaFor = Callable[[Facts], OfflineOpa]
+
+
+def audit_once(
+    kube: KubeApi,
+    opa_for: OpaFor,
+    kinds: tuple[WorkloadKind, ...],
+    *,
+    platform_namespace: str,
+    write_reports: bool,
+) -> AuditRun:
+    """Read the cluster, evaluate it (with `opa_for(facts)`: a ServerOpa, or the `opa` binary),
+    write the reports; the metrics set from the result."""
+    started = time.monotonic()
+    snapshot = export_snapshot(kube, kinds, platform_namespace=platform_namespace)
+    items = cluster_items(snapshot)
+    facts = facts_from_manifests(snapshot.definitions, platform_namespace=platform_namespace)
+    with opa_for(facts) as opa:
+        rows = audit_rows(list(evaluate(opa, items, kinds)))
+    written = 0
+    if write_reports:
+        for report in policy_reports(rows, tenant_namespaces(snapshot), now=time.time()):
+            kube.apply(report)
+            written += 1
+    seconds = time.monotonic() - started
+    counts: dict[tuple[str, str, str], int] = {}
+    for row in rows:
+        key = (row["rule"], row["mode"], row["tenant"] or "")
+        counts[key] = counts.get(key, 0) + 1
+    AUDIT_VIOLATIONS.clear()  # a finding that was fixed goes from the metrics too
+    for (rule, mode, tenant), count in counts.items():
+        AUDIT_VIOLATIONS.labels(rule, mode, tenant).set(count)
+    AUDIT_OBJECTS.set(len(items))
+    AUDIT_DURATION.set(seconds)
+    AUDIT_LAST_RUN.set(time.time())
+    AUDIT_RUNS.labels("ok").inc()
+    return AuditRun(evaluated=len(items), rows=rows, reports=written, seconds=seconds)
+
+
+class AuditLoop:
+    """`audit_once` every `interval` seconds, the policies kept loaded in the audit's OPA first."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        opa_for: OpaFor,
+        kinds: tuple[WorkloadKind, ...],
+        *,
+        policies: PolicySync | None,
+        interval: float,
+        platform_namespace: str,
+        write_reports: bool,
+    ):
+        """`policies`: the loader that keeps the audit's OPA server current (None with `opa eval`)."""
+        self.kube = kube
+        self.opa_for = opa_for
+        self.kinds = kinds
+        self.interval = interval
+        self.platform_namespace = platform_namespace
+        self.write_reports = write_reports
+        self.policies = policies
+        self.last: AuditRun | None = None
+
+    def run_once(self) -> AuditRun | None:
+        if self.policies is not None:
+            status = self.policies.sync_once()
+            if status.revision is None:
+                AUDIT_RUNS.labels("failed").inc()
+                log.error("audit skipped: no complete policy revision loaded: %s", status.error)
+                return None
+            if status.error is not None:
+                log.warning(
+                    "auditing with revision %s; the newer one failed: %s", status.revision, status.error
+                )
+        try:
+            run = audit_once(
+                self.kube,
+                self.opa_for,
+                self.kinds,
+                platform_namespace=self.platform_namespace,
+                write_reports=self.write_reports,
+            )
+        except Exception:  # the next run tries again; the metrics keep the last good run
+            AUDIT_RUNS.labels("failed").inc()
+            log.exception("audit run failed")
+            return None
+        self.last = run
+        log.info(
+            "audit: %d objects, %d findings (%d enforce), %d reports written, %.1fs",
+            run.evaluated,
+            len(run.rows),
+            sum(1 for r in run.rows if r["mode"] == "enforce"),
+            run.reports,
+            run.seconds,
+        )
+        return run
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.run_once()
+            stop.wait(self.interval)
