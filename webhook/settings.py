@@ -123,7 +123,9 @@ class Settings(BaseSettings):
         "labgate-admission of their namespace (off the request path; webhook/policy_reports.py).",
     )
     policy_report_interval_seconds: float = Field(
-        default=5.0, gt=0, description="How often the pending findings are written (per namespace, coalesced)."
+        default=5.0,
+        gt=0,
+        description="How often the pending findings are written (per namespace, coalesced).",
     )
     policy_report_max_pending: int = Field(
         default=10_000,
