@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import random
+import ssl
 import statistics
 import tempfile
 import threading
@@ -57,10 +58,13 @@ def _client(kubeconfig: Path, server: str) -> httpx.Client:
         files[name].write_bytes(base64.b64decode(user[key]))
     ca = folder / "ca.crt"
     ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    # One SSL context with both: httpx 0.28 ignores `cert=` when `verify=` is a path, and the
+    # apiserver then sees system:anonymous.
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(str(files["tls.crt"]), str(files["tls.key"]))
     return httpx.Client(
         base_url=server,
-        verify=str(ca),
-        cert=(str(files["tls.crt"]), str(files["tls.key"])),
+        verify=context,
         timeout=30,
         limits=httpx.Limits(max_connections=16),
     )
