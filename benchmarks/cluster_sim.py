@@ -132,6 +132,13 @@ class Truth:
             return sum(self._held(p)[1] for p in self.pods.values() if p["metadata"]["namespace"] == ns)
 
 
+def sample_load(samples: list[float], stop: threading.Event) -> None:
+    """The 1-minute load average every 5 s: the machine is shared, the figures depend on it."""
+    while not stop.is_set():
+        samples.append(os.getloadavg()[0])
+        stop.wait(5)
+
+
 def watch_pods(admin: httpx.Client, truth: Truth, stop: threading.Event) -> None:
     listed = admin.get("/api/v1/pods").json()
     for pod in listed["items"]:
@@ -355,6 +362,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop = threading.Event()
         watcher = threading.Thread(target=watch_pods, args=(admin, truth, stop), daemon=True)
         watcher.start()
+        load: list[float] = []
+        results["load_before"] = os.getloadavg()[0]
+        threading.Thread(target=sample_load, args=(load, stop), daemon=True).start()
         outcomes: list[Outcome] = []
         burst_started = time.monotonic()
         for i, burst in enumerate(plan(tenants, scale=args.scale, rng=rng)):
@@ -412,6 +422,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "settle_s": settled_after,
             "unsettled": mismatched,
             "memory_mb": memory,
+            "load_mean_max": (
+                statistics.mean(load) if load else float("nan"),
+                max(load, default=float("nan")),
+            ),
         }
     )
     return results
@@ -472,6 +486,12 @@ def table(r: dict[str, Any], args: argparse.Namespace) -> str:
             f"{mem('kube-apiserver')}, {mem('etcd')}, {mem('kube-scheduler')}, {mem('kwok')}",
         ),
     ]
+    rows.append(
+        (
+            "load average (1 min) before / mean / max during bursts and settling",
+            f"{r['load_before']:.1f} / {r['load_mean_max'][0]:.1f} / {r['load_mean_max'][1]:.1f}",
+        )
+    )
     lines = ["| measure | value |", "| --- | ---: |", *[f"| {k} | {v} |" for k, v in rows]]
     lines.append("")
     lines.append(
