@@ -258,6 +258,7 @@ class Outcome:
     seconds: float
     status: int
     started: float
+    detail: str = ""  # the apiserver's message, for answers other than created or refused by policy
 
 
 def submit(item: Submission) -> Outcome:
@@ -271,6 +272,7 @@ def submit(item: Submission) -> Outcome:
         time.monotonic() - started,
         response.status_code,
         started,
+        "" if response.status_code in (201, 403) else response.text[:300],
     )
 
 
@@ -402,6 +404,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "gpu_admitted": len(admitted_gpu),
             "gpu_refused": sum(1 for o in gpu if o.status == 403),
             "gpu_other": dict(Counter(o.status for o in gpu if o.status not in (201, 403))),
+            "other_examples": sorted({f"{o.status} {o.detail}" for o in outcomes if o.detail})[:10],
             "cpu_pods": len(cpu),
             "gpu_p50_ms": 1000 * statistics.median([o.seconds for o in gpu]),
             "gpu_p99_ms": 1000 * _percentile([o.seconds for o in gpu], 0.99),
