@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import random
+import shutil
 import ssl
 import statistics
 import tempfile
@@ -51,7 +52,9 @@ def _client(kubeconfig: Path, server: str) -> httpx.Client:
     config = yaml.safe_load(kubeconfig.read_text())
     user = config["users"][0]["user"]
     cluster = config["clusters"][0]["cluster"]
-    folder = Path(tempfile.mkdtemp(prefix="cluster-sim-"))
+    # Beside the kubeconfig, in the run's work directory (not one more folder in /tmp per client).
+    folder = kubeconfig.parent / f"{kubeconfig.stem}-tls"
+    folder.mkdir(exist_ok=True)
     files = {}
     for key, name in (("client-certificate-data", "tls.crt"), ("client-key-data", "tls.key")):
         files[name] = folder / name
@@ -431,6 +434,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ),
         }
     )
+    shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs: hundreds of MB
     return results
 
 
