@@ -20,6 +20,8 @@ import base64
 import json
 import os
 import random
+import shutil
+import ssl
 import statistics
 import tempfile
 import threading
@@ -50,17 +52,22 @@ def _client(kubeconfig: Path, server: str) -> httpx.Client:
     config = yaml.safe_load(kubeconfig.read_text())
     user = config["users"][0]["user"]
     cluster = config["clusters"][0]["cluster"]
-    folder = Path(tempfile.mkdtemp(prefix="cluster-sim-"))
+    # Beside the kubeconfig, in the run's work directory (not one more folder in /tmp per client).
+    folder = kubeconfig.parent / f"{kubeconfig.stem}-tls"
+    folder.mkdir(exist_ok=True)
     files = {}
     for key, name in (("client-certificate-data", "tls.crt"), ("client-key-data", "tls.key")):
         files[name] = folder / name
         files[name].write_bytes(base64.b64decode(user[key]))
     ca = folder / "ca.crt"
     ca.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    # One SSL context with both: httpx 0.28 ignores `cert=` when `verify=` is a path, and the
+    # apiserver then sees system:anonymous.
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(str(files["tls.crt"]), str(files["tls.key"]))
     return httpx.Client(
         base_url=server,
-        verify=str(ca),
-        cert=(str(files["tls.crt"]), str(files["tls.key"])),
+        verify=context,
         timeout=30,
         limits=httpx.Limits(max_connections=16),
     )
@@ -126,6 +133,13 @@ class Truth:
         """Bound + admitted-not-yet-bound in-quota GPUs of a namespace (what labgate should report)."""
         with self.lock:
             return sum(self._held(p)[1] for p in self.pods.values() if p["metadata"]["namespace"] == ns)
+
+
+def sample_load(samples: list[float], stop: threading.Event) -> None:
+    """The 1-minute load average every 5 s: the machine is shared, the figures depend on it."""
+    while not stop.is_set():
+        samples.append(os.getloadavg()[0])
+        stop.wait(5)
 
 
 def watch_pods(admin: httpx.Client, truth: Truth, stop: threading.Event) -> None:
@@ -247,6 +261,7 @@ class Outcome:
     seconds: float
     status: int
     started: float
+    detail: str = ""  # the apiserver's message, for answers other than created or refused by policy
 
 
 def submit(item: Submission) -> Outcome:
@@ -260,6 +275,7 @@ def submit(item: Submission) -> Outcome:
         time.monotonic() - started,
         response.status_code,
         started,
+        "" if response.status_code in (201, 403) else response.text[:300],
     )
 
 
@@ -351,6 +367,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stop = threading.Event()
         watcher = threading.Thread(target=watch_pods, args=(admin, truth, stop), daemon=True)
         watcher.start()
+        load: list[float] = []
+        results["load_before"] = os.getloadavg()[0]
+        threading.Thread(target=sample_load, args=(load, stop), daemon=True).start()
         outcomes: list[Outcome] = []
         burst_started = time.monotonic()
         for i, burst in enumerate(plan(tenants, scale=args.scale, rng=rng)):
@@ -388,6 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "gpu_admitted": len(admitted_gpu),
             "gpu_refused": sum(1 for o in gpu if o.status == 403),
             "gpu_other": dict(Counter(o.status for o in gpu if o.status not in (201, 403))),
+            "other_examples": sorted({f"{o.status} {o.detail}" for o in outcomes if o.detail})[:10],
             "cpu_pods": len(cpu),
             "gpu_p50_ms": 1000 * statistics.median([o.seconds for o in gpu]),
             "gpu_p99_ms": 1000 * _percentile([o.seconds for o in gpu], 0.99),
@@ -408,8 +428,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "settle_s": settled_after,
             "unsettled": mismatched,
             "memory_mb": memory,
+            "load_mean_max": (
+                statistics.mean(load) if load else float("nan"),
+                max(load, default=float("nan")),
+            ),
         }
     )
+    shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs: hundreds of MB
     return results
 
 
@@ -468,6 +493,12 @@ def table(r: dict[str, Any], args: argparse.Namespace) -> str:
             f"{mem('kube-apiserver')}, {mem('etcd')}, {mem('kube-scheduler')}, {mem('kwok')}",
         ),
     ]
+    rows.append(
+        (
+            "load average (1 min) before / mean / max during bursts and settling",
+            f"{r['load_before']:.1f} / {r['load_mean_max'][0]:.1f} / {r['load_mean_max'][1]:.1f}",
+        )
+    )
     lines = ["| measure | value |", "| --- | ---: |", *[f"| {k} | {v} |" for k, v in rows]]
     lines.append("")
     lines.append(
