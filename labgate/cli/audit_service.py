@@ -36,7 +36,7 @@ from labgate.cli.policy_impact import (
     policy_reports,
     tenant_namespaces,
 )
-from labgate.core.kube import KubeApi
+from labgate.core.kube import ApiException, KubeApi
 from labgate.core.metrics import (
     AUDIT_DURATION,
     AUDIT_LAST_RUN,
@@ -102,6 +102,35 @@ class AuditRun:
 OpaFor = Callable[[Facts], OfflineOpa]
 
 
+class ReportWriteError(RuntimeError):
+    """Some PolicyReports could not be written (the others were); the message names each."""
+
+
+def _namespace_gone(err: ApiException) -> bool:
+    """The report's namespace was deleted, or is being deleted, since the cluster was read."""
+    return err.status == 404 or (err.status == 403 and "NamespaceTerminating" in str(err.body))
+
+
+def write_policy_reports(kube: KubeApi, reports: list[dict[str, Any]]) -> int:
+    """Apply every report; the number written. A namespace deleted (or being deleted) since the
+    cluster was read has nothing left to report on and is skipped; any other refusal is raised as
+    ReportWriteError after every other report was written (one bad namespace hides none)."""
+    written, failures = 0, []
+    for report in reports:
+        namespace = report["metadata"].get("namespace", "")
+        try:
+            kube.apply(report)
+            written += 1
+        except ApiException as err:
+            if _namespace_gone(err):
+                log.info("namespace %s is gone or going: its PolicyReport is not written", namespace)
+                continue
+            failures.append(f"{namespace}: {err.status} {err.reason}")
+    if failures:
+        raise ReportWriteError(f"{len(failures)} PolicyReports not written: {'; '.join(failures)}")
+    return written
+
+
 def audit_once(
     kube: KubeApi,
     opa_for: OpaFor,
@@ -120,9 +149,9 @@ def audit_once(
         rows = audit_rows(list(evaluate(opa, items, kinds)))
     written = 0
     if write_reports:
-        for report in policy_reports(rows, tenant_namespaces(snapshot), now=time.time()):
-            kube.apply(report)
-            written += 1
+        written = write_policy_reports(
+            kube, policy_reports(rows, tenant_namespaces(snapshot), now=time.time())
+        )
     seconds = time.monotonic() - started
     counts: dict[tuple[str, str, str], int] = {}
     for row in rows:

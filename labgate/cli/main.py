@@ -440,6 +440,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.write_reports:
         import time
 
+        from labgate.cli.audit_service import ReportWriteError, write_policy_reports
         from labgate.cli.policy_impact import policy_reports, tenant_namespaces
         from labgate.core.kube import KubeApi, api_client
 
@@ -447,9 +448,12 @@ def _audit(args: argparse.Namespace) -> int:
             api_client(Path(args.kubeconfig) if args.kubeconfig else None), field_manager="labgate-audit"
         )
         reports = policy_reports(rows, tenant_namespaces(snapshot), now=time.time())
-        for report in reports:
-            kube.apply(report)
-        print(f"labgate audit: wrote {len(reports)} PolicyReports ({REPORT_HINT})", file=sys.stderr)
+        try:
+            written = write_policy_reports(kube, reports)
+        except ReportWriteError as err:
+            print(f"labgate audit: {err}", file=sys.stderr)
+            return 2
+        print(f"labgate audit: wrote {written} PolicyReports ({REPORT_HINT})", file=sys.stderr)
     if args.output_format == "json":
         print(json.dumps({"evaluated": len(items), "findings": rows}, indent=2))
     else:

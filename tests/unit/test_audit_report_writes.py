@@ -1,0 +1,67 @@
+"""Writing the audit's PolicyReports: a namespace deleted while the audit ran is skipped, and one
+namespace the API refuses does not keep the others' reports from being written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+from urllib3 import HTTPResponse
+
+from labgate.cli.audit_service import ReportWriteError, write_policy_reports
+from labgate.core.kube import ApiException, KubeApi
+
+
+def refusal(status: int, reason: str, cause: str) -> ApiException:
+    """The exception the Kubernetes door raises for this answer of the apiserver."""
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": reason,
+        "details": {"causes": [{"reason": cause}]},
+    }
+    response = HTTPResponse(body=json.dumps(body).encode(), status=status, reason=reason)
+    try:
+        ApiException.from_response(http_resp=response, body=None, data=None)
+    except ApiException as err:
+        return err
+    raise AssertionError(f"no exception for {status}")
+
+
+class Api:
+    """Applies reports, refusing those of the namespaces in `refusals` as the apiserver would."""
+
+    def __init__(self, refusals: dict[str, ApiException]):
+        self.refusals = refusals
+        self.applied: list[str] = []
+
+    def apply(self, document: dict[str, Any]) -> dict[str, Any]:
+        namespace = document["metadata"]["namespace"]
+        if namespace in self.refusals:
+            raise self.refusals[namespace]
+        self.applied.append(namespace)
+        return document
+
+
+def report(namespace: str) -> dict[str, Any]:
+    return {"kind": "PolicyReport", "metadata": {"name": "labgate-audit", "namespace": namespace}}
+
+
+def test_a_namespace_being_deleted_is_skipped_and_the_others_are_written() -> None:
+    api = Api(
+        {
+            "going": refusal(403, "Forbidden", "NamespaceTerminating"),
+            "gone": refusal(404, "NotFound", "NotFound"),
+        }
+    )
+    reports = [report("team-a"), report("going"), report("gone"), report("team-b")]
+    assert write_policy_reports(cast(KubeApi, api), reports) == 2
+    assert api.applied == ["team-a", "team-b"]
+
+
+def test_a_refused_report_is_an_error_after_every_other_report_is_written() -> None:
+    api = Api({"locked": refusal(403, "Forbidden", "RBAC")})
+    with pytest.raises(ReportWriteError, match="locked: 403"):
+        write_policy_reports(cast(KubeApi, api), [report("team-a"), report("locked"), report("team-b")])
+    assert api.applied == ["team-a", "team-b"]
