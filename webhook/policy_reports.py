@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from labgate.core.decisions import Decision
 from labgate.core.kinds import POLICY_REPORT
-from labgate.core.kube import ApiException, KubeApi
+from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import POLICY_REPORT_DROPPED, POLICY_REPORT_PENDING, POLICY_REPORT_WRITES
 from labgate.core.policy_reports import (
     ADMISSION_REPORT,
@@ -48,6 +48,10 @@ ObjectKey = tuple[str, str, str]
 
 class ReportConflictError(Exception):
     """The report changed (or was created) since it was read: read it again and merge again."""
+
+
+class ReportNamespaceGoneError(Exception):
+    """The report's namespace was deleted, or is being deleted: its findings are dropped."""
 
 
 class ReportStore(Protocol):
@@ -74,6 +78,8 @@ class KubeReportStore:
         except ApiException as err:
             if err.status == 409:
                 raise ReportConflictError from err
+            if namespace_gone(err):
+                raise ReportNamespaceGoneError(obj["metadata"]["namespace"]) from err
             raise
 
     def replace(self, obj: Manifest) -> None:
@@ -192,6 +198,9 @@ class AdmissionReports:
         for namespace, updates in sorted(pending.items()):
             try:
                 outcome = self._write(namespace, updates)
+            except ReportNamespaceGoneError:  # deleted since: its findings went with it
+                POLICY_REPORT_WRITES.labels("namespace-gone").inc()
+                continue
             except Exception as err:  # API down, CRD missing, forbidden: keep the news for later
                 POLICY_REPORT_WRITES.labels("failed").inc()
                 log.warning("policy report of namespace %s not written: %s", namespace, err)

@@ -36,7 +36,7 @@ from labgate.cli.policy_impact import (
     policy_reports,
     tenant_namespaces,
 )
-from labgate.core.kube import ApiException, KubeApi
+from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import (
     AUDIT_DURATION,
     AUDIT_LAST_RUN,
@@ -106,11 +106,6 @@ class ReportWriteError(RuntimeError):
     """Some PolicyReports could not be written (the others were); the message names each."""
 
 
-def _namespace_gone(err: ApiException) -> bool:
-    """The report's namespace was deleted, or is being deleted, since the cluster was read."""
-    return err.status == 404 or (err.status == 403 and "NamespaceTerminating" in str(err.body))
-
-
 def write_policy_reports(kube: KubeApi, reports: list[dict[str, Any]]) -> int:
     """Apply every report; the number written. A namespace deleted (or being deleted) since the
     cluster was read has nothing left to report on and is skipped; any other refusal is raised as
@@ -122,7 +117,7 @@ def write_policy_reports(kube: KubeApi, reports: list[dict[str, Any]]) -> int:
             kube.apply(report)
             written += 1
         except ApiException as err:
-            if _namespace_gone(err):
+            if namespace_gone(err):
                 log.info("namespace %s is gone or going: its PolicyReport is not written", namespace)
                 continue
             failures.append(f"{namespace}: {err.status} {err.reason}")

@@ -25,7 +25,13 @@ log = logging.getLogger(__name__)
 # What callers may name without importing the client library themselves: this module is the only
 # one that imports `kubernetes` (an import-linter contract in pyproject.toml holds it to that).
 ApiClient = client.ApiClient
-__all__ = ["ApiClient", "ApiException", "KubeApi", "Reflector", "WatchFed", "api_client"]
+__all__ = ["ApiClient", "ApiException", "KubeApi", "Reflector", "WatchFed", "api_client", "namespace_gone"]
+
+
+def namespace_gone(err: ApiException) -> bool:
+    """A write refused because its namespace was deleted (404) or is being deleted (403,
+    NamespaceTerminating): there is nothing left to write into."""
+    return err.status == 404 or (err.status == 403 and "NamespaceTerminating" in str(err.body))
 
 
 def api_client(kubeconfig: Path | None) -> client.ApiClient:

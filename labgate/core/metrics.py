@@ -65,7 +65,7 @@ POLICY_RELOADS = Counter(
 )
 POLICY_REPORT_WRITES = Counter(
     "labgate_policy_report_writes_total",
-    "Writes of the labgate-admission PolicyReports, per namespace and pass, by result (written, unchanged, failed)",
+    "Writes of the labgate-admission PolicyReports, per namespace and pass, by result (written, unchanged, failed, namespace-gone)",
     ["result"],
 )
 POLICY_REPORT_PENDING = Gauge(

@@ -18,7 +18,12 @@ from labgate.core.policy_reports import (
     same_findings,
     summary,
 )
-from webhook.policy_reports import AdmissionReports, ReportConflictError, admitted_findings
+from webhook.policy_reports import (
+    AdmissionReports,
+    ReportConflictError,
+    ReportNamespaceGoneError,
+    admitted_findings,
+)
 from webhook.review import AdmissionRequest
 
 Manifest = dict[str, Any]
@@ -71,6 +76,7 @@ class MemoryStore:
         self.writes = 0
         self.fail: Exception | None = None
         self.before_write: Any = None
+        self.deleted: set[str] = set()  # namespaces deleted (or being deleted) since the findings
 
     def get(self, namespace: str, name: str) -> Manifest | None:
         if self.fail is not None:
@@ -89,6 +95,8 @@ class MemoryStore:
     def create(self, obj: Manifest) -> None:
         if self.before_write is not None:
             self.before_write()
+        if obj["metadata"]["namespace"] in self.deleted:
+            raise ReportNamespaceGoneError(obj["metadata"]["namespace"])
         if (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self.objects:
             raise ReportConflictError
         self._store(obj)
@@ -227,6 +235,18 @@ def test_an_api_outage_costs_admission_nothing_and_keeps_the_news_bounded() -> N
     reports.flush()
     assert reports.pending == 0
     assert len(store.results()) == 100
+
+
+def test_findings_of_a_deleted_namespace_are_dropped_not_retried_forever() -> None:
+    store = MemoryStore()
+    store.deleted.add("gone")
+    reports = AdmissionReports(store, interval=3600)
+    reports.record(request("left-behind", namespace="gone"), decision(WARN), "team-a")
+    reports.record(request("kept"), decision(WARN), "team-a")
+    reports.flush()
+    assert reports.pending == 0  # nothing kept for a namespace that is no more
+    assert [r["resources"][0]["name"] for r in store.results()] == ["kept"]
+    assert ("gone", ADMISSION_REPORT) not in store.objects
 
 
 def test_a_hanging_api_never_blocks_record() -> None:
