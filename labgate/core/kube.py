@@ -3,6 +3,7 @@ the list-then-watch loop that keeps a local copy of one kind of object current."
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,7 +32,17 @@ __all__ = ["ApiClient", "ApiException", "KubeApi", "Reflector", "WatchFed", "api
 def namespace_gone(err: ApiException) -> bool:
     """A write refused because its namespace was deleted (404) or is being deleted (403,
     NamespaceTerminating): there is nothing left to write into."""
-    return err.status == 404 or (err.status == 403 and "NamespaceTerminating" in str(err.body))
+    if err.status == 403:
+        return "NamespaceTerminating" in str(err.body)
+    if err.status != 404:
+        return False
+    # Only the namespace's own 404 (details.kind "namespaces"): a 404 for an unknown resource type
+    # (a CRD not installed) or a missing object is not a deleted namespace.
+    try:
+        details = json.loads(err.body or "{}").get("details") or {}
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return bool(details.get("kind") == "namespaces")
 
 
 def api_client(kubeconfig: Path | None) -> client.ApiClient:

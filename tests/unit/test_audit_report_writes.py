@@ -13,20 +13,22 @@ from labgate.cli.audit_service import ReportWriteError, write_policy_reports
 from labgate.core.kube import ApiException, KubeApi
 
 
-def refusal(status: int, reason: str, cause: str) -> ApiException:
+def refusal(status: int, reason: str, details: dict[str, Any]) -> ApiException:
     """The exception the Kubernetes door raises for this answer of the apiserver."""
-    body = {
-        "kind": "Status",
-        "status": "Failure",
-        "reason": reason,
-        "details": {"causes": [{"reason": cause}]},
-    }
+    body = {"kind": "Status", "status": "Failure", "reason": reason, "details": details}
     response = HTTPResponse(body=json.dumps(body).encode(), status=status, reason=reason)
     try:
         ApiException.from_response(http_resp=response, body=None, data=None)
     except ApiException as err:
         return err
     raise AssertionError(f"no exception for {status}")
+
+
+# As kube-apiserver 1.34 answers a create into a namespace being deleted, and into one deleted.
+TERMINATING = {"name": "labgate-audit", "causes": [{"reason": "NamespaceTerminating"}]}
+NAMESPACE_NOT_FOUND = {"name": "gone", "kind": "namespaces"}
+# ...and when the PolicyReport CRD is not installed: not a reason to drop anything.
+NO_SUCH_RESOURCE = {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}
 
 
 class Api:
@@ -51,8 +53,8 @@ def report(namespace: str) -> dict[str, Any]:
 def test_a_namespace_being_deleted_is_skipped_and_the_others_are_written() -> None:
     api = Api(
         {
-            "going": refusal(403, "Forbidden", "NamespaceTerminating"),
-            "gone": refusal(404, "NotFound", "NotFound"),
+            "going": refusal(403, "Forbidden", TERMINATING),
+            "gone": refusal(404, "NotFound", NAMESPACE_NOT_FOUND),
         }
     )
     reports = [report("team-a"), report("going"), report("gone"), report("team-b")]
@@ -61,7 +63,13 @@ def test_a_namespace_being_deleted_is_skipped_and_the_others_are_written() -> No
 
 
 def test_a_refused_report_is_an_error_after_every_other_report_is_written() -> None:
-    api = Api({"locked": refusal(403, "Forbidden", "RBAC")})
-    with pytest.raises(ReportWriteError, match="locked: 403"):
-        write_policy_reports(cast(KubeApi, api), [report("team-a"), report("locked"), report("team-b")])
+    api = Api(
+        {
+            "locked": refusal(403, "Forbidden", {"name": "labgate-audit", "kind": "policyreports"}),
+            "no-crd": refusal(404, "NotFound", NO_SUCH_RESOURCE),
+        }
+    )
+    reports = [report("team-a"), report("locked"), report("no-crd"), report("team-b")]
+    with pytest.raises(ReportWriteError, match=r"2 PolicyReports not written: locked: 403 .*; no-crd: 404"):
+        write_policy_reports(cast(KubeApi, api), reports)
     assert api.applied == ["team-a", "team-b"]
