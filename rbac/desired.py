@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Subject, Tenant
+from labgate.core.tenant import (
+    DEFAULT_PRIORITY_CLASS,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PREEMPTIBLE_PRIORITY_CLASS,
+    PREEMPTIBLE_PRIORITY_VALUE,
+    TENANT_LABEL,
+    Subject,
+    Tenant,
+)
 
 Manifest = dict[str, Any]
 
@@ -121,13 +130,6 @@ def shared_cluster_roles() -> list[Manifest]:
             "rules": admin_rules,
         },
     ]
-
-
-DEFAULT_PRIORITY_CLASS = "research-default"
-# Pods beyond a tenant's GPU quota (spec.gpu.overQuota: preemptible); name and value must match
-# preemptible_priority_class and preemptible_priority_value in policies/labgate/config/data.json.
-PREEMPTIBLE_PRIORITY_CLASS = "research-preemptible"
-PREEMPTIBLE_PRIORITY_VALUE = -100
 
 
 def shared_priority_classes() -> list[Manifest]:
