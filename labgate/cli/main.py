@@ -112,9 +112,11 @@ def _reconcile(args: argparse.Namespace) -> int:
     if args.gpu_config:
         import json
 
-        from labgate.core.pod_gpus import GpuCounting
+        from labgate.core.gpu_demand import GpuCounting
 
-        gpu_counting = GpuCounting.from_config(json.loads(_Path(args.gpu_config).read_text(encoding="utf-8")))
+        gpu_counting = GpuCounting.model_validate(
+            json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))
+        )
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
