@@ -1,5 +1,6 @@
-"""The webhook's HTTP surface without a cluster: bad requests are 400s, and a policy engine that
-cannot be reached refuses (here a real closed port, not a mock)."""
+"""The webhook's HTTP surface without a cluster: bad requests are 400s, a policy engine that cannot
+be reached refuses (here a real closed port, not a mock), and no object shape makes a server error
+(decided by a real OPA server loaded with policies/)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devcluster.processes import free_port
+from devcluster.processes import ManagedProcess, free_port, wait_until
+from devcluster.stack import POLICY_DIR, opa_argv
+from devcluster.tools import binary, ensure_tools
+from labgate.cli.offline_admission import facts_from_manifests, load_manifests
 from webhook.app import create_app
+from webhook.policy_engine import InventoryStore
 from webhook.settings import Settings
 
 REVIEW: dict[str, Any] = {
@@ -206,19 +211,94 @@ pod_like = st.fixed_dictionaries(
 )
 
 
+@pytest.fixture(scope="module")
+def opa_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real OPA server with policies/ loaded as the chart loads them, holding the inventory of the
+    policy samples' tenants (policies/samples/inventory.yaml); stopped by pid after the module."""
+    ensure_tools("opa")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("opa")
+    process = ManagedProcess(
+        "opa", opa_argv(binary("opa"), port=port, policy_dir=POLICY_DIR), workdir / "opa.log"
+    )
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _is_healthy(url), what="OPA /health", timeout=30, watch=[process])
+        facts = facts_from_manifests(
+            load_manifests([POLICY_DIR / "samples" / "inventory.yaml"]), platform_namespace="labgate-system"
+        )
+        store = InventoryStore(url)
+        store.replace_all(facts.inventory)
+        store.close()
+        yield url
+    finally:
+        process.stop()
+
+
+def _is_healthy(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
+        return bool(response.status == 200)
+
+
+@pytest.fixture(scope="module")
+def decided(opa_url: str) -> Iterator[TestClient]:
+    """The webhook app asking the real OPA server."""
+    settings = Settings(opa_url=opa_url, opa_timeout_seconds=2.0, admission_deadline_seconds=2.5)
+    with TestClient(create_app(settings, watch_cluster=False)) as test_client:
+        yield test_client
+
+
+MEMBER = {"username": "alice", "groups": ["team-a", "system:authenticated"]}
+
+
+def _member_review(kind: str, obj: Any) -> dict[str, Any]:
+    resource = {"Pod": "pods", "Job": "jobs", "Deployment": "deployments"}.get(kind, kind.lower() + "s")
+    group = {"Job": "batch", "Deployment": "apps", "NetworkPolicy": "networking.k8s.io"}.get(kind, "")
+    request = {
+        **REVIEW["request"],
+        "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "namespace": "team-a",
+        "userInfo": MEMBER,
+        "object": obj,
+    }
+    return {**REVIEW, "request": request}
+
+
+def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_network_one(
+    decided: TestClient,
+) -> None:
+    """The fuzzing below reaches the policies: the same app admits and refuses as the rules say."""
+    spec = {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}, "spec": spec}
+    admitted = decided.post("/validate", json=_member_review("Pod", pod)).json()["response"]
+    assert admitted["allowed"] is True, admitted
+    hostile = {**pod, "spec": {**spec, "hostNetwork": True}}
+    refused = decided.post("/validate", json=_member_review("Pod", hostile)).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].startswith("[pod-hardening]"), refused["status"]["message"]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     obj=pod_like, kind=st.sampled_from(["Pod", "Job", "Deployment", "NetworkPolicy", "Secret", "Namespace"])
 )
-def test_no_object_shape_makes_a_server_error(client: TestClient, obj: dict[str, Any], kind: str) -> None:
-    """Whatever an object looks like, the webhook answers: a refusal (OPA is down here) or a 400 for
-    a review that is not one, never a 500 that kubectl would show as 'failed calling webhook'."""
-    request = {**REVIEW["request"], "kind": {"group": "", "version": "v1", "kind": kind}, "object": obj}
+def test_no_object_shape_makes_a_server_error(decided: TestClient, obj: dict[str, Any], kind: str) -> None:
+    """Whatever an object looks like, the webhook answers with a verdict of the policies (admitted or
+    refused, never "the policy engine is unavailable"), or a 400 for a review that is not one; never a
+    500 that kubectl would show as 'failed calling webhook'."""
     for path in ("/validate", "/mutate"):
-        response = client.post(path, json={**REVIEW, "request": request})
+        response = decided.post(path, json=_member_review(kind, obj))
         assert response.status_code in (200, 400), response.text
         if response.status_code == 200:
-            assert response.json()["response"]["allowed"] is False
+            answer = response.json()["response"]
+            assert answer["uid"] == REVIEW["request"]["uid"]
+            message = (answer.get("status") or {}).get("message", "")
+            assert "[policy-engine-unavailable]" not in message, message
+            assert "[request-too-large]" not in message, message
 
 
 @pytest.fixture
