@@ -21,6 +21,7 @@ from labgate.core.tenant import (
     Subject,
     Tenant,
 )
+from labgate.core.workload_kinds import BUILTIN_WORKLOAD_KINDS
 
 Manifest = dict[str, Any]
 
@@ -33,25 +34,18 @@ EXPERIMENT_SERVICE_ACCOUNT = "experiment"
 _WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 _READ_VERBS = ["get", "list", "watch"]
 _SECRET_WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
-# Training operators whose resources researchers may run. The admission webhook must intercept each
-# of them (webhook/workloads.py lists where their pod templates are); tests/e2e/test_rbac_coverage.py
-# fails when a kind researchers can write is not registered.
-_TRAINING_RESOURCES = [
-    {
-        "apiGroups": ["kubeflow.org"],
-        "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs"],
-        "verbs": _WORKLOAD_VERBS,
-    },
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": _WORKLOAD_VERBS},
-    {
-        "apiGroups": ["argoproj.io"],
-        "resources": ["workflows", "workflowtemplates", "cronworkflows"],
-        "verbs": _WORKLOAD_VERBS,
-    },
-]
+
+
+def _workload_rules() -> list[dict[str, Any]]:
+    """Researchers run every workload kind the webhook judges (labgate.core.workload_kinds), one rule
+    per API group; tests/e2e/test_rbac_coverage.py fails when a kind they can write is not registered."""
+    by_group: dict[str, list[str]] = {}
+    for kind in BUILTIN_WORKLOAD_KINDS:
+        by_group.setdefault(kind.group, []).append(kind.resource)
+    return [
+        {"apiGroups": [group], "resources": resources, "verbs": _WORKLOAD_VERBS}
+        for group, resources in by_group.items()
+    ]
 
 
 def _labels(tenant: str) -> dict[str, str]:
@@ -90,12 +84,6 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["events", "resourcequotas", "limitranges", "serviceaccounts"],
             "verbs": _READ_VERBS,
         },
-        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WORKLOAD_VERBS},
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments", "statefulsets", "replicasets"],
-            "verbs": _WORKLOAD_VERBS,
-        },
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ_VERBS},
         # labgate audit's findings about their namespaces (wgpolicyk8s.io PolicyReports, read only).
         {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": _READ_VERBS},
@@ -105,7 +93,7 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": _WORKLOAD_VERBS,
         },
-        *_TRAINING_RESOURCES,
+        *_workload_rules(),
     ]
     admin_rules = [
         *researcher_rules,
