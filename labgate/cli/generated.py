@@ -28,9 +28,14 @@ from labgate.core.workload_kinds import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.registration import namespace_match_expression, workload_resources
 
 CHART_HELPERS = Path("charts/labgate/templates/_generated.tpl")
-WORKLOADS_DATA = Path("policies/labgate/workloads/data.json")
-CONFIG_DATA = Path("policies/labgate/config/data.json")
-SCHEDULING_DATA = Path("policies/labgate/config/scheduling/data.json")
+POLICIES = Path("policies")
+# Relative to a policy directory (the repository's policies/, or the infra team's own copy).
+POLICY_WORKLOADS = Path("labgate/workloads/data.json")
+POLICY_CONFIG = Path("labgate/config/data.json")
+POLICY_SCHEDULING = Path("labgate/config/scheduling/data.json")
+WORKLOADS_DATA = POLICIES / POLICY_WORKLOADS
+CONFIG_DATA = POLICIES / POLICY_CONFIG
+SCHEDULING_DATA = POLICIES / POLICY_SCHEDULING
 GENERATED_BY = "labgate generate (labgate/cli/generated.py); do not edit, see docs/architecture.md"
 
 
@@ -137,23 +142,37 @@ def _with_keys(path: Path, keys: dict[str, Any]) -> str:
     return _json_text({**document, **keys})
 
 
+def generated_policy_files(policies: Path) -> dict[Path, str]:
+    """Path (relative to the policy directory) -> the content it must have for this labgate."""
+    return {
+        POLICY_WORKLOADS: _json_text(workloads_document()),
+        POLICY_CONFIG: _with_keys(policies / POLICY_CONFIG, config_keys()),
+        POLICY_SCHEDULING: _with_keys(policies / POLICY_SCHEDULING, scheduling_keys()),
+    }
+
+
 def generated_files(root: Path) -> dict[Path, str]:
     """Path (relative to the repository root) -> the content it must have."""
-    return {
-        CHART_HELPERS: chart_helpers(),
-        WORKLOADS_DATA: _json_text(workloads_document()),
-        CONFIG_DATA: _with_keys(root / CONFIG_DATA, config_keys()),
-        SCHEDULING_DATA: _with_keys(root / SCHEDULING_DATA, scheduling_keys()),
-    }
+    policy_files = generated_policy_files(root / POLICIES)
+    return {CHART_HELPERS: chart_helpers(), **{POLICIES / path: text for path, text in policy_files.items()}}
+
+
+def _stale(base: Path, wanted: dict[Path, str]) -> list[Path]:
+    return [
+        path
+        for path, text in wanted.items()
+        if not (base / path).exists() or (base / path).read_text(encoding="utf-8") != text
+    ]
 
 
 def stale_files(root: Path) -> list[Path]:
     """The generated files whose content is not what the Python makes (missing ones too)."""
-    return [
-        path
-        for path, wanted in generated_files(root).items()
-        if not (root / path).exists() or (root / path).read_text(encoding="utf-8") != wanted
-    ]
+    return _stale(root, generated_files(root))
+
+
+def stale_policy_files(policies: Path) -> list[Path]:
+    """The generated policy files of a policy directory that do not match this labgate (relative)."""
+    return _stale(policies, generated_policy_files(policies))
 
 
 def write_generated_files(root: Path) -> list[Path]:

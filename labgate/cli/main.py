@@ -299,6 +299,23 @@ def _rule_ids_step(policies: Path, *, write: bool = False) -> list[str]:
     return ["rule ids"]
 
 
+def _generated_step(policies: Path) -> list[str]:
+    """The policy files generated from labgate's Python (workload kinds, tenant label, PriorityClass
+    names) say what this labgate says: a copy edited by hand, or from another labgate version, fails."""
+    from labgate.cli.generated import stale_policy_files
+
+    stale = stale_policy_files(policies)
+    if not stale:
+        print("ok    generated policy data (workload kinds, tenant label, PriorityClass names)")
+        return []
+    for path in stale:
+        print(f"FAIL  generated policy data: {policies / path} is not what this labgate generates")
+    print(
+        "      run `labgate generate` in the labgate checkout (see docs/architecture.md, 'Generated files')"
+    )
+    return [f"generated {path}" for path in stale]
+
+
 def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
     """Every policy sample, reported; the names of those that failed."""
     from labgate.cli.offline_admission import (
@@ -360,6 +377,7 @@ def _policy_test(args: argparse.Namespace) -> int:
             failed = (
                 _opa_steps(opa, policies)
                 + _rule_ids_step(policies)
+                + _generated_step(policies)
                 + _sample_runs(opa, policies, args.platform_namespace)
             )
         report = {"passed": not failed, "failed": failed, "report": buffer.getvalue().splitlines()}
@@ -368,6 +386,7 @@ def _policy_test(args: argparse.Namespace) -> int:
     failed = (
         _opa_steps(opa, policies)
         + _rule_ids_step(policies)
+        + _generated_step(policies)
         + _sample_runs(opa, policies, args.platform_namespace)
     )
     if failed:

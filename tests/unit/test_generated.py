@@ -106,3 +106,20 @@ def test_a_kind_whose_templates_differ_in_their_count_names_no_field() -> None:
     assert replica_field(kind("spec.size", "spec.workers")) is None
     assert replica_field(kind("spec.size", None)) is None
     assert replica_field(kind("spec.roles.*.size")) is None
+
+
+def test_a_policy_directory_with_another_tenant_label_fails_the_policy_test_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The infra team's copy of the policies is checked against the labgate that will run them."""
+    from labgate.cli.main import _generated_step
+
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO_ROOT / "policies" / "labgate" / "config", policies / "labgate" / "config")
+    shutil.copytree(REPO_ROOT / "policies" / "labgate" / "workloads", policies / "labgate" / "workloads")
+    assert _generated_step(policies) == []
+
+    config = policies / "labgate" / "config" / "data.json"
+    config.write_text(config.read_text().replace(f'"{TENANT_LABEL}"', '"example.com/team"'))
+    assert _generated_step(policies) == ["generated labgate/config/data.json"]
+    assert "run `labgate generate`" in capsys.readouterr().out
