@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from devcluster.processes import ManagedProcess, free_port, wait_until
 from devcluster.stack import POLICY_DIR, opa_argv
 from devcluster.tools import binary, ensure_tools
-from labgate.cli.offline_admission import facts_from_manifests, load_manifests
-from webhook.app import create_app
+from labgate.cli.offline_admission import Facts, facts_from_manifests, load_manifests
+from tests.unit.apps import EmptyCluster, app_without_cluster
 from webhook.policy_engine import InventoryStore
 from webhook.settings import Settings
 
@@ -39,7 +39,7 @@ REVIEW: dict[str, Any] = {
 @pytest.fixture
 def client() -> Iterator[TestClient]:
     settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
-    with TestClient(create_app(settings, watch_cluster=False)) as test_client:
+    with TestClient(app_without_cluster(settings)) as test_client:
         yield test_client
 
 
@@ -123,7 +123,7 @@ def test_the_probe_port_serves_probes_and_metrics_only() -> None:
     from webhook.app import probes_only
 
     settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
-    app = create_app(settings, watch_cluster=False)
+    app = app_without_cluster(settings)
     with TestClient(app) as _, TestClient(probes_only(app)) as probes:
         assert probes.get("/healthz").status_code == 200
         assert probes.get("/metrics").status_code == 200
@@ -137,25 +137,9 @@ def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
     from webhook.review import AdmissionReview
     from webhook.serving import AdmissionServer
 
-    class Offline:
-        is_synced = True
-
-        def ensure_namespace(self, name: str) -> None: ...
-
-        def is_known(self, name: str) -> bool:
-            return True
-
-        def tenant_of(self, namespace: str) -> str | None:
-            return None
-
-        def push_all(self) -> None: ...
-
-        def tenant_spec(self, name: str) -> dict[str, Any] | None:
-            return None
-
     server = AdmissionServer(
         engine=None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
-        inventory=Offline(),
+        inventory=EmptyCluster(),
         ledgers=None,
         secrets=None,
         facts_age=lambda: 31.0,
@@ -211,10 +195,42 @@ pod_like = st.fixed_dictionaries(
 )
 
 
+class SampleCluster:
+    """The inventory of the policy samples' tenants (policies/samples/inventory.yaml), written into
+    OPA whole, as the webhook's InventorySync writes a listed cluster."""
+
+    is_synced = True
+
+    def __init__(self, url: str) -> None:
+        self.facts: Facts = facts_from_manifests(
+            load_manifests([POLICY_DIR / "samples" / "inventory.yaml"]), platform_namespace="labgate-system"
+        )
+        self.url = url
+
+    def ensure_namespace(self, name: str) -> None:
+        """Every namespace of the samples is listed already."""
+
+    def is_known(self, name: str) -> bool:
+        return True
+
+    def tenant_of(self, namespace: str) -> str | None:
+        return self.facts.tenant_of(namespace)
+
+    def push_all(self) -> None:
+        store = InventoryStore(self.url)
+        try:
+            store.replace_all(self.facts.inventory)
+        finally:
+            store.close()
+
+    def tenant_spec(self, name: str) -> dict[str, Any] | None:
+        tenant = self.facts.inventory["tenants"].get(name)
+        return None if tenant is None else dict(tenant["spec"])
+
+
 @pytest.fixture(scope="module")
 def opa_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real OPA server with policies/ loaded as the chart loads them, holding the inventory of the
-    policy samples' tenants (policies/samples/inventory.yaml); stopped by pid after the module."""
+    """A real OPA server with policies/ loaded as the chart loads them; stopped by pid after the module."""
     ensure_tools("opa")
     port = free_port()
     workdir = tmp_path_factory.mktemp("opa")
@@ -225,12 +241,6 @@ def opa_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _is_healthy(url), what="OPA /health", timeout=30, watch=[process])
-        facts = facts_from_manifests(
-            load_manifests([POLICY_DIR / "samples" / "inventory.yaml"]), platform_namespace="labgate-system"
-        )
-        store = InventoryStore(url)
-        store.replace_all(facts.inventory)
-        store.close()
         yield url
     finally:
         process.stop()
@@ -247,7 +257,9 @@ def _is_healthy(url: str) -> bool:
 def decided(opa_url: str) -> Iterator[TestClient]:
     """The webhook app asking the real OPA server."""
     settings = Settings(opa_url=opa_url, opa_timeout_seconds=2.0, admission_deadline_seconds=2.5)
-    with TestClient(create_app(settings, watch_cluster=False)) as test_client:
+    cluster = SampleCluster(opa_url)
+    cluster.push_all()
+    with TestClient(app_without_cluster(settings, cluster)) as test_client:
         yield test_client
 
 
@@ -328,7 +340,7 @@ def test_a_large_request_not_decided_in_time_is_too_large_not_a_retry(silent_eng
         admission_deadline_seconds=0.3,
         complex_request_bytes=64 * 1024,
     )
-    with TestClient(create_app(settings, watch_cluster=False)) as client:
+    with TestClient(app_without_cluster(settings)) as client:
         large = client.post("/validate", json=_review_with_env(2000)).json()["response"]
         small = client.post("/validate", json=_review_with_env(1)).json()["response"]
     assert large["allowed"] is False
@@ -348,7 +360,7 @@ def test_a_request_above_the_size_limit_is_refused_at_once(silent_engine_port: i
         admission_deadline_seconds=2.0,
         max_request_bytes=32 * 1024,
     )
-    with TestClient(create_app(settings, watch_cluster=False)) as client:
+    with TestClient(app_without_cluster(settings)) as client:
         body = json.dumps(_review_with_env(1000)).encode()
         response = client.post("/validate", content=body, headers={"content-type": "application/json"})
     refusal = response.json()["response"]
