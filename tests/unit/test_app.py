@@ -294,6 +294,15 @@ def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_networ
     assert refused["status"]["message"].startswith("[pod-hardening]"), refused["status"]["message"]
 
 
+def test_an_integer_beyond_64_bits_is_decided_not_an_internal_error(decided: TestClient) -> None:
+    """JSON allows it and OPA reads it; the request body to OPA must still be written (found by the
+    fuzzing below once it had a real OPA to ask)."""
+    obj = {"metadata": {"name": "p"}, "spec": {"containers": [], "priority": -(2**63) - 1}}
+    for path in ("/validate", "/mutate"):
+        answer = decided.post(path, json=_member_review("Pod", obj)).json()["response"]
+        assert "[policy-engine-unavailable]" not in (answer.get("status") or {}).get("message", "")
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     obj=pod_like, kind=st.sampled_from(["Pod", "Job", "Deployment", "NetworkPolicy", "Secret", "Namespace"])
