@@ -229,3 +229,26 @@ def test_the_reconciler_is_woken_for_ledgers_holding_reservations_only(replica: 
     )
     replica.watch.on_event("MODIFIED", stored(Ledger(tenant="vision"), 8))  # settled: nothing to do
     assert replica.woken == ["speech"]
+
+
+def test_the_watch_event_of_a_write_still_under_way_gives_the_written_ledger(
+    replica: Replica, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch can deliver this replica's own write before the write's answer comes back; the cache
+    must then hold exactly what was written (the reservation and the new version), not the old one."""
+    replica.watch.on_list([])
+    base = replica.cache.write(Ledger(tenant="vision"))
+    stored_replace = replica.api.replace
+
+    def replace_and_deliver_the_event_first(kind: Kind, obj: Object) -> Any:
+        result = stored_replace(kind, obj)
+        replica.watch.on_event("MODIFIED", copy.deepcopy(result))
+        seen = replica.cache.cached("vision")
+        assert seen.resource_version == result["metadata"]["resourceVersion"]
+        assert set(seen.reservations) == {"uid-1"}
+        return result
+
+    monkeypatch.setattr(replica.api, "replace", replace_and_deliver_the_event_first)
+    written = replica.cache.write(with_reservation(base, "uid-1", A100x2, now=0))
+    assert replica.cache.cached("vision") == written
+    assert usage(written) == A100x2
