@@ -123,3 +123,13 @@ def test_a_policy_directory_with_another_tenant_label_fails_the_policy_test_step
     config.write_text(config.read_text().replace(f'"{TENANT_LABEL}"', '"example.com/team"'))
     assert _generated_step(policies) == ["generated labgate/config/data.json"]
     assert "run `labgate generate`" in capsys.readouterr().out
+
+
+def test_the_infra_teams_own_keys_may_be_formatted_as_they_like(checkout: Path) -> None:
+    config = checkout / CONFIG_DATA
+    document = json.loads(config.read_text())
+    document["rule_modes"] = {"noisy-new-rule": "dry-run", **document["rule_modes"]}
+    config.write_text(json.dumps(document))  # one line, not the generator's layout
+    assert stale_files(checkout) == []
+    assert write_generated_files(checkout) == []
+    assert config.read_text() == json.dumps(document)  # nothing rewritten
