@@ -21,7 +21,7 @@ from labgate.core.tenant import (
     Subject,
     Tenant,
 )
-from labgate.core.workload_kinds import BUILTIN_WORKLOAD_KINDS
+from labgate.core.workload_kinds import resources_by_group
 
 Manifest = dict[str, Any]
 
@@ -39,12 +39,9 @@ _SECRET_WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"
 def _workload_rules() -> list[dict[str, Any]]:
     """Researchers run every workload kind the webhook judges (labgate.core.workload_kinds), one rule
     per API group; tests/e2e/test_rbac_coverage.py fails when a kind they can write is not registered."""
-    by_group: dict[str, list[str]] = {}
-    for kind in BUILTIN_WORKLOAD_KINDS:
-        by_group.setdefault(kind.group, []).append(kind.resource)
     return [
         {"apiGroups": [group], "resources": resources, "verbs": _WORKLOAD_VERBS}
-        for group, resources in by_group.items()
+        for group, resources in resources_by_group().items()
     ]
 
 

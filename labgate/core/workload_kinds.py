@@ -168,3 +168,11 @@ BUILTIN_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
         TemplateLocation(template="spec.workflowSpec.templates.*", shape="argo-template"),
     ),
 )
+
+
+def resources_by_group(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> dict[str, list[str]]:
+    """API group -> the plural resources of its workload kinds, in the list's order (for RBAC rules)."""
+    by_group: dict[str, list[str]] = {}
+    for kind in kinds:
+        by_group.setdefault(kind.group, []).append(kind.resource)
+    return by_group

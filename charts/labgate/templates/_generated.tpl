@@ -54,3 +54,34 @@ resource. Call with a list of operations.
   scope: Namespaced
 {{- end }}
 {{- end }}
+
+{{/*
+RBAC rules: list on every workload kind, one rule per API group (labgate.core.workload_kinds
+resources_by_group; the scheduled audit's snapshot lists them).
+*/}}
+{{- define "labgate.workloadListRules" -}}
+- apiGroups: ["batch"]
+  resources: ["jobs", "cronjobs"]
+  verbs: ["list"]
+- apiGroups: ["apps"]
+  resources: ["deployments", "statefulsets", "replicasets"]
+  verbs: ["list"]
+- apiGroups: ["kubeflow.org"]
+  resources: ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs"]
+  verbs: ["list"]
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["list"]
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["list"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["list"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters", "rayjobs"]
+  verbs: ["list"]
+- apiGroups: ["argoproj.io"]
+  resources: ["workflows", "workflowtemplates", "cronworkflows"]
+  verbs: ["list"]
+{{- end }}
