@@ -303,6 +303,21 @@ def test_an_integer_beyond_64_bits_is_decided_not_an_internal_error(decided: Tes
         assert "[policy-engine-unavailable]" not in (answer.get("status") or {}).get("message", "")
 
 
+@pytest.mark.parametrize("containers", [1, "main", {"name": "main"}, [1, None]])
+def test_containers_that_are_not_a_list_of_objects_are_decided(decided: TestClient, containers: Any) -> None:
+    """Found by the fuzzing below once it reached the input builder: image references read every
+    container list as a list."""
+    for kind, obj in (
+        ("Pod", {"metadata": {"name": "p"}, "spec": {"containers": containers}}),
+        ("Job", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"initContainers": containers}}}}),
+    ):
+        for path in ("/validate", "/mutate"):
+            response = decided.post(path, json=_member_review(kind, obj))
+            assert response.status_code == 200, response.text
+            message = (response.json()["response"].get("status") or {}).get("message", "")
+            assert "[policy-engine-unavailable]" not in message, (kind, path, message)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     obj=pod_like, kind=st.sampled_from(["Pod", "Job", "Deployment", "NetworkPolicy", "Secret", "Namespace"])
