@@ -341,6 +341,7 @@ class LabgateStack:
     def start_reconciler(self, *, identity: str | None = None) -> ManagedProcess:
         """Start one reconciler replica (several may run; the Lease picks the one that writes)."""
         index = sum(1 for p in self.processes if p.name.startswith("reconciler-"))
+        gpu_config = self.policy_dir / "labgate" / "config" / "data.json"
         process = self.launcher.launch(
             self.workdir,
             f"reconciler-{index}",
@@ -350,9 +351,11 @@ class LabgateStack:
                 f"--namespace={LABGATE_NAMESPACE}",
                 f"--identity={identity or f'reconciler-{index}'}",
                 f"--lease-seconds={self.reconciler_lease_seconds}",
+                # Which resources are GPUs, from the policies' configuration, as the chart passes it.
+                f"--gpu-config={gpu_config}",
             ],
             detached=self.detached,
-            files=[self.admin_kubeconfig],
+            files=[self.admin_kubeconfig, gpu_config],
             env={},
         )
         self.processes.append(process)

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Subject, Tenant
+from labgate.core.tenant import (
+    DEFAULT_PRIORITY_CLASS,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PREEMPTIBLE_PRIORITY_CLASS,
+    PREEMPTIBLE_PRIORITY_VALUE,
+    TENANT_LABEL,
+    Subject,
+    Tenant,
+)
+from labgate.core.workload_kinds import resources_by_group
 
 Manifest = dict[str, Any]
 
@@ -24,25 +34,15 @@ EXPERIMENT_SERVICE_ACCOUNT = "experiment"
 _WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 _READ_VERBS = ["get", "list", "watch"]
 _SECRET_WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
-# Training operators whose resources researchers may run. The admission webhook must intercept each
-# of them (webhook/workloads.py lists where their pod templates are); tests/e2e/test_rbac_coverage.py
-# fails when a kind researchers can write is not registered.
-_TRAINING_RESOURCES = [
-    {
-        "apiGroups": ["kubeflow.org"],
-        "resources": ["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs"],
-        "verbs": _WORKLOAD_VERBS,
-    },
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": _WORKLOAD_VERBS},
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"], "verbs": _WORKLOAD_VERBS},
-    {
-        "apiGroups": ["argoproj.io"],
-        "resources": ["workflows", "workflowtemplates", "cronworkflows"],
-        "verbs": _WORKLOAD_VERBS,
-    },
-]
+
+
+def _workload_rules() -> list[dict[str, Any]]:
+    """Researchers run every workload kind the webhook judges (labgate.core.workload_kinds), one rule
+    per API group; tests/e2e/test_rbac_coverage.py fails when a kind they can write is not registered."""
+    return [
+        {"apiGroups": [group], "resources": resources, "verbs": _WORKLOAD_VERBS}
+        for group, resources in resources_by_group().items()
+    ]
 
 
 def _labels(tenant: str) -> dict[str, str]:
@@ -81,12 +81,6 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["events", "resourcequotas", "limitranges", "serviceaccounts"],
             "verbs": _READ_VERBS,
         },
-        {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": _WORKLOAD_VERBS},
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments", "statefulsets", "replicasets"],
-            "verbs": _WORKLOAD_VERBS,
-        },
         {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _READ_VERBS},
         # labgate audit's findings about their namespaces (wgpolicyk8s.io PolicyReports, read only).
         {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": _READ_VERBS},
@@ -96,7 +90,7 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": _WORKLOAD_VERBS,
         },
-        *_TRAINING_RESOURCES,
+        *_workload_rules(),
     ]
     admin_rules = [
         *researcher_rules,
@@ -121,13 +115,6 @@ def shared_cluster_roles() -> list[Manifest]:
             "rules": admin_rules,
         },
     ]
-
-
-DEFAULT_PRIORITY_CLASS = "research-default"
-# Pods beyond a tenant's GPU quota (spec.gpu.overQuota: preemptible); name and value must match
-# preemptible_priority_class and preemptible_priority_value in policies/labgate/config/data.json.
-PREEMPTIBLE_PRIORITY_CLASS = "research-preemptible"
-PREEMPTIBLE_PRIORITY_VALUE = -100
 
 
 def shared_priority_classes() -> list[Manifest]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from labgate.core.gpu_demand import GpuCounting
 from labgate.core.gpu_ledger import (
     FINISHED_PHASES,
     GpuAmount,
@@ -52,7 +53,7 @@ from labgate.core.kinds import (
 from labgate.core.kube import ApiClient, ApiException, KubeApi, Reflector
 from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
-from labgate.core.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus
+from labgate.core.pod_gpus import is_admitted_preemptible, pod_gpus
 from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
 from rbac.cert_rotation import CertificateManager
 from rbac.desired import (
@@ -348,7 +349,7 @@ class Reconciler:
             name=str(metadata["name"]),
             phase=str((obj.get("status") or {}).get("phase", "")),
             gpus=pod_gpus(obj, self.gpu_counting),
-            is_preemptible=is_admitted_preemptible(obj, self.gpu_counting),
+            is_preemptible=is_admitted_preemptible(obj),
         )
 
     def _on_pod_list(self, objects: list[Object]) -> None:

@@ -25,6 +25,7 @@ from pydantic import TypeAdapter
 from labgate.core.gpu_ledger import CONFIG_MAP, GpuAmount, LedgerConflictError, newer
 from labgate.core.kinds import Object
 from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
+from labgate.core.tenant import TENANT_LABEL
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
 SETTLED_SHARDS = 8
@@ -78,7 +79,7 @@ class SettledPods(WatchFed):
         metadata = obj.get("metadata", {})
         labels = metadata.get("labels") or {}
         name = str(metadata.get("name", ""))
-        tenant = labels.get("labgate.io/tenant")
+        tenant = labels.get(TENANT_LABEL)
         if metadata.get("namespace") != self.namespace or not tenant:
             return None
         shard = name.rsplit(".", 1)[-1]
@@ -175,7 +176,7 @@ class SettledPods(WatchFed):
             "namespace": self.namespace,
             "labels": {
                 SETTLED_LABEL: "true",
-                "labgate.io/tenant": tenant,
+                TENANT_LABEL: tenant,
                 "app.kubernetes.io/managed-by": "labgate",
             },
         }

@@ -54,7 +54,9 @@ def image_references(pod_templates: list[dict[str, Any]]) -> dict[str, dict[str,
     for template in pod_templates:
         spec = template.get("spec") or {}
         for field in _CONTAINER_LISTS:
-            for container in spec.get(field) or []:
+            containers = spec.get(field)
+            # Not a list: the apiserver would refuse the object; decide it rather than fail on it.
+            for container in containers if isinstance(containers, list) else []:
                 image = container.get("image") if isinstance(container, dict) else None
                 if not isinstance(image, str) or image in references:
                     continue

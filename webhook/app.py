@@ -149,27 +149,6 @@ def probes_only(app: ASGIApp) -> ASGIApp:
     return serve
 
 
-class _Offline:
-    """Stands in for the cluster caches when the app runs without a cluster (`watch_cluster=False`)."""
-
-    is_synced = True
-
-    def ensure_namespace(self, name: str) -> None:
-        """There is no cluster to read through to."""
-
-    def is_known(self, name: str) -> bool:
-        return True
-
-    def tenant_of(self, namespace: str) -> str | None:
-        return None
-
-    def push_all(self) -> None:
-        """Nothing to push without a cluster."""
-
-    def tenant_spec(self, name: str) -> dict[str, Any] | None:
-        return None
-
-
 async def _serve(
     request: Request,
     server: AdmissionServer,
@@ -303,14 +282,19 @@ def _start_policy_sync(
     return policies
 
 
-def _cluster_server(
+Watched = InventorySync | LedgerCache | RestrictedSecrets
+
+
+def cluster_server(
     resolved: Settings,
     engine: PolicyEngine,
     registry: RegistryClient,
     provenance: ProvenanceSettings,
     kinds: tuple[WorkloadKind, ...],
-) -> tuple[AdmissionServer, list[InventorySync | LedgerCache | RestrictedSecrets]]:
-    """The admission server with its watch-fed facts started (inventory, ledgers, secrets)."""
+) -> tuple[AdmissionServer, list[Watched]]:
+    """The admission server with its watch-fed facts started (inventory, ledgers, secrets), and what
+    to stop with the app. A dependency of the app: the lifespan takes it from `app.dependency_overrides`
+    when one is there, so tests give a server without a cluster (FastAPI's way; no stand-in here)."""
     api = api_client(resolved.kubeconfig)
     kube = KubeApi(api, field_manager="labgate-webhook")
     watch_timeout = resolved.watch_timeout_seconds
@@ -324,7 +308,7 @@ def _cluster_server(
         LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
     )
     secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
-    stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = [inventory, ledgers, secrets]
+    stoppable: list[Watched] = [inventory, ledgers, secrets]
     for part in stoppable:
         part.start()
     parts = tuple(stoppable)
@@ -346,10 +330,11 @@ def _cluster_server(
     return server, stoppable
 
 
-def _start_reporting(settings: Settings) -> tuple[PolicyEvents, AdmissionReports | None]:
+def policy_reporting(settings: Settings) -> tuple[PolicyEvents | None, AdmissionReports | None]:
     """The Events about the policies and the PolicyReports of admitted objects' findings. They go
     through a Kubernetes client of their own: their writes never queue in front of, or share a
-    connection with, what an admission reads."""
+    connection with, what an admission reads. A dependency of the app, like `cluster_server`
+    (tests without a cluster override it)."""
     kube = KubeApi(api_client(settings.kubeconfig), field_manager="labgate-webhook")
     events = PolicyEvents(
         kube, namespace=settings.namespace, configmap=settings.policy_configmap, replica=socket.gethostname()
@@ -365,8 +350,9 @@ def _start_reporting(settings: Settings) -> tuple[PolicyEvents, AdmissionReports
     return events, reports
 
 
-def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) -> FastAPI:
-    """The webhook app. `watch_cluster=False` runs without Kubernetes (no inventory, ledger or secrets)."""
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The webhook app; its lifespan owns the OPA and Kubernetes clients (see `cluster_server` and
+    `policy_reporting`, which tests replace through `app.dependency_overrides`)."""
     resolved = settings or get_settings()
     kinds = load_workload_kinds(resolved.workload_kinds_file)
     decisions = (
@@ -385,19 +371,20 @@ def create_app(settings: Settings | None = None, *, watch_cluster: bool = True) 
         # (cores + 4) queues them behind each other when many GPU pods arrive at once.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
         engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
-        events, reports = _start_reporting(resolved) if watch_cluster else (None, None)
+        reporting: Callable[..., tuple[PolicyEvents | None, AdmissionReports | None]] = (
+            app.dependency_overrides.get(policy_reporting, policy_reporting)
+        )
+        events, reports = reporting(resolved)
         app.state.reports = reports
         policies = _start_policy_sync(resolved, on_change=events)
         app.state.policies = policies
-        stoppable: list[InventorySync | LedgerCache | RestrictedSecrets] = []
         provenance = get_provenance_settings()
         registry = RegistryClient(provenance)
-        if watch_cluster:
-            app.state.server, stoppable = _cluster_server(resolved, engine, registry, provenance, kinds)
-        else:
-            app.state.server = AdmissionServer(
-                engine=engine, inventory=_Offline(), ledgers=None, secrets=None, workload_kinds=kinds
-            )
+        build: Callable[..., tuple[AdmissionServer, list[Watched]]] = app.dependency_overrides.get(
+            cluster_server, cluster_server
+        )
+        stoppable: list[Watched] = []
+        app.state.server, stoppable = build(resolved, engine, registry, provenance, kinds)
         try:
             yield
         finally:

@@ -10,15 +10,26 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from labgate.core.kinds import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import namespace_document, priority_class_document, tenant_document
-from webhook.policy_engine import InventoryStore
 
 log = logging.getLogger(__name__)
+
+
+class InventoryWriter(Protocol):
+    """Where the inventory is written: data.inventory in OPA (webhook.policy_engine.InventoryStore)."""
+
+    def replace_all(self, inventory: dict[str, Any]) -> None: ...
+
+    def put(self, collection: str, name: str, document: dict[str, Any]) -> None: ...
+
+    def patch(self, operations: list[dict[str, Any]]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class InventorySync:
@@ -27,7 +38,7 @@ class InventorySync:
     def __init__(
         self,
         api: ApiClient,
-        store: InventoryStore,
+        store: InventoryWriter,
         *,
         platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,

@@ -11,6 +11,7 @@ inventory writer (threads, not the admission path) uses the synchronous OpaClien
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +44,12 @@ def _host_port(url: str) -> tuple[str, int, bool]:
 
 
 def _orjson_text(document: Any) -> str:
-    return orjson.dumps(document).decode()
+    try:
+        return orjson.dumps(document).decode()
+    except TypeError:
+        # An integer beyond 64 bits (JSON allows it, orjson does not): refusing it as "OPA
+        # unavailable" would be labgate's failure, not the object's; OPA reads any JSON number.
+        return json.dumps(document)
 
 
 class _OrjsonOpaClient(AsyncOpaClient):  # type: ignore[misc]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Literal
 
+from labgate.core.tenant import TENANT_LABEL
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
@@ -15,7 +16,6 @@ MUTATING_WEBHOOK_NAME = "mutate.labgate.io"
 VALIDATING_CLUSTER_WEBHOOK_NAME = "validate-cluster.labgate.io"
 MUTATING_CLUSTER_WEBHOOK_NAME = "mutate-cluster.labgate.io"
 _WRITE = ["CREATE", "UPDATE"]
-TENANT_LABEL = "labgate.io/tenant"
 IGNORE_LABEL = "labgate.io/ignore"
 # The platform's identities (policies/labgate/config/data.json trusts the same): a Namespace they
 # create or change without a tenant label is none of labgate's business, and never reaches it.
@@ -35,10 +35,16 @@ def _rule(
     }
 
 
+def workload_resources(
+    kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+) -> list[tuple[str, str, str]]:
+    """(group, version, resource) of Pods and every workload kind, in the order the webhooks list
+    them (the chart's templates/_generated.tpl is generated from this)."""
+    return [("", "v1", "pods"), *[(k.group, k.version, k.resource) for k in kinds]]
+
+
 def _workload_rules(kinds: tuple[WorkloadKind, ...], operations: list[str]) -> list[dict[str, Any]]:
-    rules = [_rule("", "v1", ["pods"], operations, "Namespaced")]
-    rules += [_rule(k.group, k.version, [k.resource], operations, "Namespaced") for k in kinds]
-    return rules
+    return [_rule(g, v, [r], operations, "Namespaced") for g, v, r in workload_resources(kinds)]
 
 
 def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ labgate reconcile             run the tenant reconciler
 labgate check -f FILE --as U  what a researcher applying FILE would see, evaluated offline
 labgate policy test           opa fmt/check/test and every policy sample
 labgate decisions verify FILE check the hash chain of a decision log
+labgate generate              write the chart and policy files generated from the Python (a checkout)
 
 The local control plane for trying labgate out is not part of the shipped command: it is
 `python -m devcluster up|down` in a checkout (what `make run` and `make stop` call).
@@ -111,9 +112,11 @@ def _reconcile(args: argparse.Namespace) -> int:
     if args.gpu_config:
         import json
 
-        from labgate.core.pod_gpus import GpuCounting
+        from labgate.core.gpu_demand import GpuCounting
 
-        gpu_counting = GpuCounting.from_config(json.loads(_Path(args.gpu_config).read_text(encoding="utf-8")))
+        gpu_counting = GpuCounting.model_validate(
+            json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))
+        )
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
@@ -296,6 +299,23 @@ def _rule_ids_step(policies: Path, *, write: bool = False) -> list[str]:
     return ["rule ids"]
 
 
+def _generated_step(policies: Path) -> list[str]:
+    """The policy files generated from labgate's Python (workload kinds, tenant label, PriorityClass
+    names) say what this labgate says: a copy edited by hand, or from another labgate version, fails."""
+    from labgate.cli.generated import stale_policy_files
+
+    stale = stale_policy_files(policies)
+    if not stale:
+        print("ok    generated policy data (workload kinds, tenant label, PriorityClass names)")
+        return []
+    for path in stale:
+        print(f"FAIL  generated policy data: {policies / path} is not what this labgate generates")
+    print(
+        "      run `labgate generate` in the labgate checkout (see docs/architecture.md, 'Generated files')"
+    )
+    return [f"generated {path}" for path in stale]
+
+
 def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
     """Every policy sample, reported; the names of those that failed."""
     from labgate.cli.offline_admission import (
@@ -357,6 +377,7 @@ def _policy_test(args: argparse.Namespace) -> int:
             failed = (
                 _opa_steps(opa, policies)
                 + _rule_ids_step(policies)
+                + _generated_step(policies)
                 + _sample_runs(opa, policies, args.platform_namespace)
             )
         report = {"passed": not failed, "failed": failed, "report": buffer.getvalue().splitlines()}
@@ -365,6 +386,7 @@ def _policy_test(args: argparse.Namespace) -> int:
     failed = (
         _opa_steps(opa, policies)
         + _rule_ids_step(policies)
+        + _generated_step(policies)
         + _sample_runs(opa, policies, args.platform_namespace)
     )
     if failed:
@@ -382,6 +404,30 @@ def _policy_rule_ids(args: argparse.Namespace) -> int:
         print(rule_ids_document(policies), end="")
         return 0
     return 1 if _rule_ids_step(policies, write=True) else 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from labgate.cli.generated import generated_files, stale_files, write_generated_files
+
+    root = Path(args.root)
+    if not (root / "charts" / "labgate").is_dir() or not (root / "policies").is_dir():
+        print(
+            f"labgate generate: {root} is not a labgate checkout (no charts/labgate, policies/)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.check:
+        stale = stale_files(root)
+        for path in stale:
+            print(f"STALE {path}")
+        if stale:
+            print("run `labgate generate` in the repository and commit the files it writes")
+            return 1
+        print(f"ok    {len(generated_files(root))} generated files")
+        return 0
+    for path in write_generated_files(root):
+        print(f"wrote {path}")
+    return 0
 
 
 def _snapshot_from(args: argparse.Namespace) -> Any:
@@ -761,6 +807,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_policy_commands(commands)
     _add_impact_commands(commands)
+
+    generate = commands.add_parser(
+        "generate",
+        help="write the chart and policy files generated from labgate's Python (workload kinds, names)",
+        description="Write charts/labgate/templates/_generated.tpl, policies/labgate/workloads/data.json and "
+        "the generated keys of policies/labgate/config/ from labgate's Python (labgate/cli/generated.py). "
+        "With --check, write nothing and exit 1 when any of them is stale.",
+    )
+    generate.add_argument("--root", default=".", help="the repository checkout (default: .)")
+    generate.add_argument("--check", action="store_true", help="only report stale files (exit 1)")
+    generate.set_defaults(handler=_generate)
 
     decisions = commands.add_parser("decisions", help="the decision log")
     decisions_commands = decisions.add_subparsers(dest="decisions_command", required=True)

@@ -37,10 +37,12 @@ from labgate.cli.offline_admission import (
     facts_from_manifests,
     load_manifests,
 )
+from labgate.core.gpu_demand import GpuCounting
 from labgate.core.gpu_ledger import GpuAmount, usage
 from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
 from labgate.core.kube import ApiException
 from labgate.core.ledger_store import LedgerStore
+from labgate.core.pod_gpus import pod_gpus
 from labgate.core.policy_reports import AUDIT_REPORT, ResourceRef, report, result
 from labgate.core.tenant import TENANT_LABEL
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -48,6 +50,9 @@ from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 Manifest = dict[str, Any]
 USAGE_KIND = "TenantGpuUsage"  # a snapshot item: a tenant's GPUs in use or reserved (from its ledger)
 AUDIT_USER = "labgate-audit"
+# A pod's own GPUs, taken out of its tenant's usage when the pod is judged again: NVIDIA's GPUs and MIG
+# profiles, by the scheduler's effective request (labgate.core.pod_gpus).
+_GPU_COUNTING = GpuCounting()
 
 
 @dataclass(frozen=True)
@@ -240,24 +245,6 @@ def _tenants_by_namespace(facts: Facts) -> dict[str, str]:
     }
 
 
-def _pod_gpus(pod: Manifest) -> GpuAmount:
-    """The GPUs a pod's containers ask, per model, as lib.gpu counts them with the default config
-    (nvidia.com/gpu of the model its nodeSelector names; nvidia.com/mig-<profile> as model <profile>)."""
-    spec = pod.get("spec") or {}
-    model = (spec.get("nodeSelector") or {}).get("nvidia.com/gpu.product") or "unspecified"
-    by_model: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-        for resource, value in asked.items():
-            if resource == "nvidia.com/gpu":
-                by_model[model] = by_model.get(model, 0) + int(str(value))
-            elif resource.startswith("nvidia.com/mig-"):
-                mig = resource.removeprefix("nvidia.com/")
-                by_model[mig] = by_model.get(mig, 0) + int(str(value))
-    return GpuAmount(total=sum(by_model.values()), by_model=by_model)
-
-
 def _without(used: GpuAmount, own: GpuAmount) -> GpuAmount:
     """The tenant's usage without one pod's own GPUs (it is counted already)."""
     return GpuAmount(
@@ -281,7 +268,7 @@ def cluster_items(snapshot: Snapshot) -> list[Item]:
             continue
         pod_usage = None
         if obj.get("kind") == "Pod" and tenant in snapshot.gpu_usage:
-            pod_usage = _without(snapshot.gpu_usage[tenant], _pod_gpus(obj))
+            pod_usage = _without(snapshot.gpu_usage[tenant], pod_gpus(obj, _GPU_COUNTING))
         subject = member_of(facts.inventory["tenants"].get(tenant))
         items.append(Item("cluster", tenant, obj, subject, pod_usage))
     return items

@@ -45,12 +45,13 @@ class DraDeviceClass(BaseModel):
 
 
 class GpuCounting(BaseModel):
-    """The GPU keys of labgate's policy config (policies/labgate/config/data.json)."""
+    """The GPU keys of labgate's policy config (policies/labgate/config/data.json). Unset keys count
+    NVIDIA's whole GPUs and MIG profiles (the shipped config lists more vendors)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
-    mig_resource_prefix: str = ""
+    mig_resource_prefix: str = "nvidia.com/mig-"
     gpu_resource_weights: dict[str, int] = Field(default_factory=dict)
     gpu_model_label: str = "nvidia.com/gpu.product"
     dra_device_classes: dict[str, DraDeviceClass] = Field(default_factory=dict)

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from labgate.core.kinds import Kind, Object
+from labgate.core.tenant import TENANT_LABEL
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 LEDGER_LABEL = "labgate.io/gpu-ledger"
@@ -204,7 +205,7 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
         "namespace": namespace,
         "labels": {
             LEDGER_LABEL: "true",
-            "labgate.io/tenant": ledger.tenant,
+            TENANT_LABEL: ledger.tenant,
             "app.kubernetes.io/managed-by": "labgate",
         },
     }

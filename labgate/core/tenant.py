@@ -10,7 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Names the policies use too: `labgate generate` writes them into policies/labgate/config/ (and the
+# chart's templates/_generated.tpl); tests/unit/test_generated.py fails when those copies are stale.
 TENANT_LABEL = "labgate.io/tenant"
+# The PriorityClasses the reconciler creates (rbac.desired.shared_priority_classes). Pods admitted
+# beyond their tenant's GPU quota (spec.gpu.overQuota: preemptible) get the preemptible class and label.
+DEFAULT_PRIORITY_CLASS = "research-default"
+PREEMPTIBLE_PRIORITY_CLASS = "research-preemptible"
+PREEMPTIBLE_PRIORITY_VALUE = -100
+PREEMPTIBLE_LABEL = "labgate.io/preemptible"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "labgate"
 FINALIZER = "labgate.io/cleanup"

@@ -1,5 +1,6 @@
-"""The webhook's HTTP surface without a cluster: bad requests are 400s, and a policy engine that
-cannot be reached refuses (here a real closed port, not a mock)."""
+"""The webhook's HTTP surface without a cluster: bad requests are 400s, a policy engine that cannot
+be reached refuses (here a real closed port, not a mock), and no object shape makes a server error
+(decided by a real OPA server loaded with policies/)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devcluster.processes import free_port
-from webhook.app import create_app
+from devcluster.processes import ManagedProcess, free_port, wait_until
+from devcluster.stack import POLICY_DIR, opa_argv
+from devcluster.tools import binary, ensure_tools
+from labgate.cli.offline_admission import Facts, facts_from_manifests, load_manifests
+from tests.unit.apps import EmptyCluster, app_without_cluster
+from webhook.policy_engine import InventoryStore
 from webhook.settings import Settings
 
 REVIEW: dict[str, Any] = {
@@ -34,7 +39,7 @@ REVIEW: dict[str, Any] = {
 @pytest.fixture
 def client() -> Iterator[TestClient]:
     settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
-    with TestClient(create_app(settings, watch_cluster=False)) as test_client:
+    with TestClient(app_without_cluster(settings)) as test_client:
         yield test_client
 
 
@@ -118,7 +123,7 @@ def test_the_probe_port_serves_probes_and_metrics_only() -> None:
     from webhook.app import probes_only
 
     settings = Settings(opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5)
-    app = create_app(settings, watch_cluster=False)
+    app = app_without_cluster(settings)
     with TestClient(app) as _, TestClient(probes_only(app)) as probes:
         assert probes.get("/healthz").status_code == 200
         assert probes.get("/metrics").status_code == 200
@@ -132,25 +137,9 @@ def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
     from webhook.review import AdmissionReview
     from webhook.serving import AdmissionServer
 
-    class Offline:
-        is_synced = True
-
-        def ensure_namespace(self, name: str) -> None: ...
-
-        def is_known(self, name: str) -> bool:
-            return True
-
-        def tenant_of(self, namespace: str) -> str | None:
-            return None
-
-        def push_all(self) -> None: ...
-
-        def tenant_spec(self, name: str) -> dict[str, Any] | None:
-            return None
-
     server = AdmissionServer(
         engine=None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
-        inventory=Offline(),
+        inventory=EmptyCluster(),
         ledgers=None,
         secrets=None,
         facts_age=lambda: 31.0,
@@ -206,19 +195,146 @@ pod_like = st.fixed_dictionaries(
 )
 
 
+class SampleCluster:
+    """The inventory of the policy samples' tenants (policies/samples/inventory.yaml), written into
+    OPA whole, as the webhook's InventorySync writes a listed cluster."""
+
+    is_synced = True
+
+    def __init__(self, url: str) -> None:
+        self.facts: Facts = facts_from_manifests(
+            load_manifests([POLICY_DIR / "samples" / "inventory.yaml"]), platform_namespace="labgate-system"
+        )
+        self.url = url
+
+    def ensure_namespace(self, name: str) -> None:
+        """Every namespace of the samples is listed already."""
+
+    def is_known(self, name: str) -> bool:
+        return True
+
+    def tenant_of(self, namespace: str) -> str | None:
+        return self.facts.tenant_of(namespace)
+
+    def push_all(self) -> None:
+        store = InventoryStore(self.url)
+        try:
+            store.replace_all(self.facts.inventory)
+        finally:
+            store.close()
+
+    def tenant_spec(self, name: str) -> dict[str, Any] | None:
+        tenant = self.facts.inventory["tenants"].get(name)
+        return None if tenant is None else dict(tenant["spec"])
+
+
+@pytest.fixture(scope="module")
+def opa_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real OPA server with policies/ loaded as the chart loads them; stopped by pid after the module."""
+    ensure_tools("opa")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("opa")
+    process = ManagedProcess(
+        "opa", opa_argv(binary("opa"), port=port, policy_dir=POLICY_DIR), workdir / "opa.log"
+    )
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _is_healthy(url), what="OPA /health", timeout=30, watch=[process])
+        yield url
+    finally:
+        process.stop()
+
+
+def _is_healthy(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/health", timeout=2) as response:  # noqa: S310
+        return bool(response.status == 200)
+
+
+@pytest.fixture(scope="module")
+def decided(opa_url: str) -> Iterator[TestClient]:
+    """The webhook app asking the real OPA server."""
+    settings = Settings(opa_url=opa_url, opa_timeout_seconds=2.0, admission_deadline_seconds=2.5)
+    cluster = SampleCluster(opa_url)
+    cluster.push_all()
+    with TestClient(app_without_cluster(settings, cluster)) as test_client:
+        yield test_client
+
+
+MEMBER = {"username": "alice", "groups": ["team-a", "system:authenticated"]}
+
+
+def _member_review(kind: str, obj: Any) -> dict[str, Any]:
+    resource = {"Pod": "pods", "Job": "jobs", "Deployment": "deployments"}.get(kind, kind.lower() + "s")
+    group = {"Job": "batch", "Deployment": "apps", "NetworkPolicy": "networking.k8s.io"}.get(kind, "")
+    request = {
+        **REVIEW["request"],
+        "kind": {"group": group, "version": "v1", "kind": kind},
+        "resource": {"group": group, "version": "v1", "resource": resource},
+        "namespace": "team-a",
+        "userInfo": MEMBER,
+        "object": obj,
+    }
+    return {**REVIEW, "request": request}
+
+
+def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_network_one(
+    decided: TestClient,
+) -> None:
+    """The fuzzing below reaches the policies: the same app admits and refuses as the rules say."""
+    spec = {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}, "spec": spec}
+    admitted = decided.post("/validate", json=_member_review("Pod", pod)).json()["response"]
+    assert admitted["allowed"] is True, admitted
+    hostile = {**pod, "spec": {**spec, "hostNetwork": True}}
+    refused = decided.post("/validate", json=_member_review("Pod", hostile)).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].startswith("[pod-hardening]"), refused["status"]["message"]
+
+
+def test_an_integer_beyond_64_bits_is_decided_not_an_internal_error(decided: TestClient) -> None:
+    """JSON allows it and OPA reads it; the request body to OPA must still be written (found by the
+    fuzzing below once it had a real OPA to ask)."""
+    obj = {"metadata": {"name": "p"}, "spec": {"containers": [], "priority": -(2**63) - 1}}
+    for path in ("/validate", "/mutate"):
+        answer = decided.post(path, json=_member_review("Pod", obj)).json()["response"]
+        assert "[policy-engine-unavailable]" not in (answer.get("status") or {}).get("message", "")
+
+
+@pytest.mark.parametrize("containers", [1, "main", {"name": "main"}, [1, None]])
+def test_containers_that_are_not_a_list_of_objects_are_decided(decided: TestClient, containers: Any) -> None:
+    """Found by the fuzzing below once it reached the input builder: image references read every
+    container list as a list."""
+    for kind, obj in (
+        ("Pod", {"metadata": {"name": "p"}, "spec": {"containers": containers}}),
+        ("Job", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"initContainers": containers}}}}),
+    ):
+        for path in ("/validate", "/mutate"):
+            response = decided.post(path, json=_member_review(kind, obj))
+            assert response.status_code == 200, response.text
+            message = (response.json()["response"].get("status") or {}).get("message", "")
+            assert "[policy-engine-unavailable]" not in message, (kind, path, message)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     obj=pod_like, kind=st.sampled_from(["Pod", "Job", "Deployment", "NetworkPolicy", "Secret", "Namespace"])
 )
-def test_no_object_shape_makes_a_server_error(client: TestClient, obj: dict[str, Any], kind: str) -> None:
-    """Whatever an object looks like, the webhook answers: a refusal (OPA is down here) or a 400 for
-    a review that is not one, never a 500 that kubectl would show as 'failed calling webhook'."""
-    request = {**REVIEW["request"], "kind": {"group": "", "version": "v1", "kind": kind}, "object": obj}
+def test_no_object_shape_makes_a_server_error(decided: TestClient, obj: dict[str, Any], kind: str) -> None:
+    """Whatever an object looks like, the webhook answers with a verdict of the policies (admitted or
+    refused, never "the policy engine is unavailable"), or a 400 for a review that is not one; never a
+    500 that kubectl would show as 'failed calling webhook'."""
     for path in ("/validate", "/mutate"):
-        response = client.post(path, json={**REVIEW, "request": request})
+        response = decided.post(path, json=_member_review(kind, obj))
         assert response.status_code in (200, 400), response.text
         if response.status_code == 200:
-            assert response.json()["response"]["allowed"] is False
+            answer = response.json()["response"]
+            assert answer["uid"] == REVIEW["request"]["uid"]
+            message = (answer.get("status") or {}).get("message", "")
+            assert "[policy-engine-unavailable]" not in message, message
+            assert "[request-too-large]" not in message, message
 
 
 @pytest.fixture
@@ -248,7 +364,7 @@ def test_a_large_request_not_decided_in_time_is_too_large_not_a_retry(silent_eng
         admission_deadline_seconds=0.3,
         complex_request_bytes=64 * 1024,
     )
-    with TestClient(create_app(settings, watch_cluster=False)) as client:
+    with TestClient(app_without_cluster(settings)) as client:
         large = client.post("/validate", json=_review_with_env(2000)).json()["response"]
         small = client.post("/validate", json=_review_with_env(1)).json()["response"]
     assert large["allowed"] is False
@@ -268,7 +384,7 @@ def test_a_request_above_the_size_limit_is_refused_at_once(silent_engine_port: i
         admission_deadline_seconds=2.0,
         max_request_bytes=32 * 1024,
     )
-    with TestClient(create_app(settings, watch_cluster=False)) as client:
+    with TestClient(app_without_cluster(settings)) as client:
         body = json.dumps(_review_with_env(1000)).encode()
         response = client.post("/validate", content=body, headers={"content-type": "application/json"})
     refusal = response.json()["response"]

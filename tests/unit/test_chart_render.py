@@ -17,7 +17,8 @@ import yaml
 
 from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
-from rbac.desired import DEFAULT_PRIORITY_CLASS, shared_priority_classes
+from labgate.core.tenant import DEFAULT_PRIORITY_CLASS
+from rbac.desired import shared_priority_classes
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,

@@ -17,8 +17,8 @@ import uvicorn
 
 from devcluster.processes import free_port
 from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
+from tests.unit.apps import app_without_cluster
 from webhook import http_guard
-from webhook.app import create_app
 from webhook.http_guard import admission_server_config
 from webhook.settings import Settings
 
@@ -57,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         tls_key_file=pki / "tls.key",
         tls_client_ca_file=pki / "client-ca.crt",
     )
-    server = uvicorn.Server(admission_server_config(create_app(settings, watch_cluster=False), settings))
+    server = uvicorn.Server(admission_server_config(app_without_cluster(settings), settings))
     thread = threading.Thread(target=server.run, daemon=True)
     original = http_guard.HEAD_TIMEOUT_SECONDS
     http_guard.HEAD_TIMEOUT_SECONDS = 1.0
@@ -156,6 +156,6 @@ def test_idle_connections_are_closed_by_the_apiserver_first(tmp_path: Path) -> N
         tls_cert_file=tmp_path / "tls.crt",
         tls_key_file=tmp_path / "tls.key",
     )
-    config = admission_server_config(create_app(settings, watch_cluster=False), settings)
+    config = admission_server_config(app_without_cluster(settings), settings)
     go_transport_idle_conn_timeout = 90
     assert config.timeout_keep_alive > go_transport_idle_conn_timeout

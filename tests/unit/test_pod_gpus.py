@@ -1,15 +1,21 @@
-"""Counting a live pod's GPUs as the scheduler does (for pods without a record or reservation)."""
+"""Counting a live pod's GPUs (for pods without a record or reservation, and the offline audit): the
+reconciler's count is the scheduler's effective request, the same as the admission policy's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
+from labgate.core.gpu_demand import GpuCounting
 from labgate.core.gpu_ledger import GpuAmount
-from labgate.core.pod_gpus import GpuCounting, is_admitted_preemptible, pod_gpus, quantity
+from labgate.core.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.core.tenant import PREEMPTIBLE_LABEL, PREEMPTIBLE_PRIORITY_CLASS
+from tests.unit.test_gpu_demand import CONFIG, pod_specs, reference_demand
 
-COUNTING = GpuCounting()
+# What the reconciler counts when the chart gives it no --gpu-config.
+DEFAULT = GpuCounting()
 
 
 def container(gpus: int | str, *, resource: str = "nvidia.com/gpu", **extra: Any) -> dict[str, Any]:
@@ -18,6 +24,15 @@ def container(gpus: int | str, *, resource: str = "nvidia.com/gpu", **extra: Any
 
 def pod(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+@given(pod_specs())
+@settings(max_examples=300, deadline=None)
+def test_a_live_pod_counts_what_the_scheduler_reserves(spec: dict[str, Any]) -> None:
+    counted = pod_gpus(pod(**spec), CONFIG)
+    wanted = reference_demand(spec)
+    assert counted.total == wanted["total"]
+    assert {m: n for m, n in counted.by_model.items() if n} == wanted["by_model"]
 
 
 @pytest.mark.parametrize(
@@ -33,12 +48,7 @@ def pod(**spec: Any) -> dict[str, Any]:
             {"containers": [container(1)], "initContainers": [container(4)]},
             GpuAmount(total=4, by_model={"unspecified": 4}),
         ),
-        # A sidecar (restartPolicy Always) runs beside the containers: it adds.
-        (
-            {"containers": [container(1)], "initContainers": [container(2, restartPolicy="Always")]},
-            GpuAmount(total=3, by_model={"unspecified": 3}),
-        ),
-        # An init container after a sidecar runs beside it.
+        # An init container after a sidecar (restartPolicy Always) runs beside it.
         (
             {
                 "containers": [container(1)],
@@ -46,6 +56,12 @@ def pod(**spec: Any) -> dict[str, Any]:
             },
             GpuAmount(total=5, by_model={"unspecified": 5}),
         ),
+        # The pod's overhead is reserved too (the count before gpu_demand left it out).
+        (
+            {"containers": [container(2)], "overhead": {"nvidia.com/gpu": "1"}},
+            GpuAmount(total=3, by_model={"unspecified": 3}),
+        ),
+        # Without a config: NVIDIA's MIG profiles count, each as its own model.
         (
             {"containers": [container(1, resource="nvidia.com/mig-1g.10gb"), container(2)]},
             GpuAmount(total=3, by_model={"mig-1g.10gb": 1, "unspecified": 2}),
@@ -54,28 +70,36 @@ def pod(**spec: Any) -> dict[str, Any]:
         ({"containers": [{"name": "c", "image": "x"}]}, GpuAmount()),
     ],
 )
-def test_pod_gpus_follow_the_effective_request(spec: dict[str, Any], expected: GpuAmount) -> None:
-    assert pod_gpus(pod(**spec), COUNTING) == expected
+def test_the_default_counting(spec: dict[str, Any], expected: GpuAmount) -> None:
+    assert pod_gpus(pod(**spec), DEFAULT) == expected
 
 
-def test_a_request_without_a_limit_counts() -> None:
-    spec = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2"}}}]}
-    assert pod_gpus(pod(**spec), COUNTING).total == 2
+def test_weights_of_the_policy_config_apply_to_the_recount() -> None:
+    """The ledger's total is weighted (gpu_resource_weights): a recount must weigh the same, or a
+    rebuilt sum would differ from what admission recorded."""
+    counting = GpuCounting.model_validate(
+        {
+            "gpu_resources": ["amd.com/gpu"],
+            "gpu_model_label": "gpu",
+            "gpu_resource_weights": {"amd.com/gpu": 2},
+        }
+    )
+    spec = {"containers": [container(2, resource="amd.com/gpu")], "nodeSelector": {"gpu": "mi300"}}
+    assert pod_gpus(pod(**spec), counting) == GpuAmount(total=4, by_model={"mi300": 2})
+    # Not a GPU of this config: nothing held.
+    assert pod_gpus(pod(containers=[container(2)]), counting) == GpuAmount()
 
 
-def test_quantities() -> None:
-    assert [quantity(v) for v in ("2", 3, "1k", "0.5", "junk")] == [2, 3, 1000, 1, 0]
+def test_a_pod_without_a_spec_holds_nothing() -> None:
+    assert pod_gpus({"metadata": {"name": "p"}}, DEFAULT) == GpuAmount()
 
 
 def test_preemptible_pods_are_known_by_label_and_priority_class() -> None:
-    marked = pod(containers=[container(1)], priorityClassName="research-preemptible")
-    marked["metadata"]["labels"] = {"labgate.io/preemptible": "true"}
-    assert is_admitted_preemptible(marked, COUNTING)
+    marked = pod(containers=[container(1)], priorityClassName=PREEMPTIBLE_PRIORITY_CLASS)
+    marked["metadata"]["labels"] = {PREEMPTIBLE_LABEL: "true"}
+    assert is_admitted_preemptible(marked)
     marked["spec"]["priorityClassName"] = "research-default"
-    assert not is_admitted_preemptible(marked, COUNTING)
-
-
-def test_counting_reads_the_policy_configuration() -> None:
-    counting = GpuCounting.from_config({"gpu_resources": ["amd.com/gpu"], "gpu_model_label": "gpu"})
-    spec = {"containers": [container(2, resource="amd.com/gpu")], "nodeSelector": {"gpu": "mi300"}}
-    assert pod_gpus(pod(**spec), counting) == GpuAmount(total=2, by_model={"mi300": 2})
+    assert not is_admitted_preemptible(marked)
+    marked["spec"]["priorityClassName"] = PREEMPTIBLE_PRIORITY_CLASS
+    marked["metadata"]["labels"] = {PREEMPTIBLE_LABEL: "false"}
+    assert not is_admitted_preemptible(marked)

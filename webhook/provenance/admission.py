@@ -30,7 +30,9 @@ def template_images(pod_templates: Iterable[dict[str, Any]]) -> list[str]:
     for template in pod_templates:
         spec = template.get("spec") or {}
         for field in _CONTAINER_LISTS:
-            for container in spec.get(field) or []:
+            containers = spec.get(field)
+            # Not a list: the apiserver would refuse the object; decide it rather than fail on it.
+            for container in containers if isinstance(containers, list) else []:
                 if isinstance(container, dict) and isinstance(container.get("image"), str):
                     images[container["image"]] = None
     return list(images)

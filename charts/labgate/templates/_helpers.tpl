@@ -143,40 +143,10 @@ JSON/YAML data), from the chart's policies/ symlink to the repository's policies
 {{- end }}
 
 {{/*
-Webhook rules: the same resources and operations as webhook/registration.py (validating_rules and
-mutating_rules); tests/unit/test_chart_render.py compares them. Call with a list of operations.
-Leases, Events and Nodes are never listed: intercepting them could stall leader election or nodes.
+Webhook rules (labgate.workloadRules) are generated from webhook/registration.py into _generated.tpl
+(`labgate generate`). Leases, Events and Nodes are never listed: intercepting them could stall leader
+election or nodes.
 */}}
-{{- define "labgate.workloadRules" -}}
-{{- $operations := . }}
-{{- $workloads := list
-  (list "" "v1" "pods")
-  (list "batch" "v1" "jobs")
-  (list "batch" "v1" "cronjobs")
-  (list "apps" "v1" "deployments")
-  (list "apps" "v1" "statefulsets")
-  (list "apps" "v1" "replicasets")
-  (list "kubeflow.org" "v1" "pytorchjobs")
-  (list "kubeflow.org" "v1" "tfjobs")
-  (list "kubeflow.org" "v2beta1" "mpijobs")
-  (list "kubeflow.org" "v1" "xgboostjobs")
-  (list "kubeflow.org" "v1" "paddlejobs")
-  (list "trainer.kubeflow.org" "v1alpha1" "trainjobs")
-  (list "leaderworkerset.x-k8s.io" "v1" "leaderworkersets")
-  (list "jobset.x-k8s.io" "v1alpha2" "jobsets")
-  (list "ray.io" "v1" "rayclusters")
-  (list "ray.io" "v1" "rayjobs")
-  (list "argoproj.io" "v1alpha1" "workflows")
-  (list "argoproj.io" "v1alpha1" "workflowtemplates")
-  (list "argoproj.io" "v1alpha1" "cronworkflows") }}
-{{- range $workloads }}
-- apiGroups: [{{ index . 0 | quote }}]
-  apiVersions: [{{ index . 1 | quote }}]
-  resources: [{{ index . 2 | quote }}]
-  operations: {{ toJson $operations }}
-  scope: Namespaced
-{{- end }}
-{{- end }}
 
 {{/*
 The namespaceSelector of the webhooks for objects in namespaces: tenant namespaces only (labelled
@@ -189,7 +159,7 @@ namespaceSelector:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ include "labgate.exemptNamespaces" . }}
-    - key: labgate.io/tenant
+    - key: {{ include "labgate.tenantLabel" . }}
       operator: Exists
 {{- end }}
 
@@ -197,8 +167,8 @@ namespaceSelector:
 The namespaceSelector and matchConditions of the webhooks for cluster-scoped objects (Namespaces,
 Tenants): a Namespace request reaches labgate when the namespace carries a tenant label (before or
 after), or when someone other than the platform asks about a namespace that did not opt out
-(labgate.io/ignore). The CEL text is webhook.registration.namespace_match_expression's, character
-for character (tests/unit/test_chart_render.py compares them).
+(labgate.io/ignore). The CEL text is generated from webhook.registration.namespace_match_expression
+(_generated.tpl).
 */}}
 {{- define "labgate.clusterScope" -}}
 namespaceSelector:
@@ -208,7 +178,7 @@ namespaceSelector:
       values: {{ include "labgate.exemptNamespaces" . }}
 matchConditions:
   - name: tenant-namespaces-and-tenants
-    expression: {{ "request.resource.resource != 'namespaces' || (has(object.metadata.labels) && 'labgate.io/tenant' in object.metadata.labels) || (oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/tenant' in oldObject.metadata.labels) || (!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system']))) && !(oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/ignore' in oldObject.metadata.labels))" | quote }}
+    expression: {{ include "labgate.namespaceMatchExpression" . }}
 {{- end }}
 
 {{/* clientConfig of a webhook: the Service, and a caBundle only when values give one (see values.yaml). */}}

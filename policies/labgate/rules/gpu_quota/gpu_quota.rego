@@ -219,14 +219,12 @@ _model_name(model) := "model unspecified" if {
 	model == gpu.unspecified_model
 } else := model
 
-# Where each workload kind says how many pods run at once.
-_replica_field := {
-	"Job": "spec.parallelism",
-	"CronJob": "spec.jobTemplate.spec.parallelism",
-	"Deployment": "spec.replicas",
-	"StatefulSet": "spec.replicas",
-	"ReplicaSet": "spec.replicas",
-	"ReplicationController": "spec.replicas",
+# Where the request's kind says how many pods run at once, when one field says it for all its pod
+# templates (data.labgate.workloads, generated from labgate/core/workload_kinds.py: `labgate generate`).
+_replica_field := {w.kind: w.replica_field |
+	some w in data.labgate.workloads.kinds
+	w.group == input.request.kind.group
+	w.replica_field
 }
 
 _replicas(template) := object.get(template, "replicas", 1)

@@ -221,6 +221,33 @@ test_training_job_sums_its_replica_templates if {
 	}}
 }
 
+# The replica field comes from data.labgate.workloads (generated from the webhook's workload kinds).
+_worker_set_input(group) := {
+	"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": group, "version": "v1", "kind": "LeaderWorkerSet"}}]),
+	"pod_templates": [{
+		"path": "spec.leaderWorkerTemplate.workerTemplate.spec",
+		"spec": {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("worker", {"nvidia.com/gpu": "4"})]},
+		"metadata": {},
+		"replicas": 4,
+	}],
+}
+
+test_a_training_kind_names_its_own_replica_field if {
+	violations(_worker_set_input("leaderworkerset.x-k8s.io")) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.replicas",
+		"message": `[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: run at most 2 pods at once (spec.replicas) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+	}}
+}
+
+test_a_kind_of_the_same_name_in_another_group_names_no_field if {
+	violations(_worker_set_input("example.com")) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.leaderWorkerTemplate.workerTemplate.spec.containers",
+		"message": `[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: run at most 2 pods at once (its replica count) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+	}}
+}
+
 test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
 	job := testdata.job("sweep", 64, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "8"})]})
 	count(violations(testdata.workload_input("Job", "team-a", testdata.alice, job))) == 0
