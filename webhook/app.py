@@ -12,7 +12,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from labgate.core import json_bytes
 from labgate.core.gpu_ledger import LedgerCorruptError
 from labgate.core.kube import ApiException, KubeApi, api_client
 from labgate.core.ledger_store import LedgerCache, LedgerStore
@@ -262,7 +262,7 @@ async def _decide(
     reports: AdmissionReports | None = getattr(request.app.state, "reports", None)
     if reports is not None and webhook == "validate" and response.allowed:
         reports.record(review.request, trace.decision, trace.tenant)
-    return Response(content=orjson.dumps(response.to_review()), media_type="application/json")
+    return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
 
 
 def _start_policy_sync(

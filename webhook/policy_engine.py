@@ -11,16 +11,15 @@ inventory writer (threads, not the admission path) uses the synchronous OpaClien
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import orjson
 import requests
 from opa_client import AsyncOpaClient, OpaClient
 from pydantic import TypeAdapter, ValidationError
 
+from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
 
 DECISION_PACKAGE = "labgate/admission"
@@ -44,12 +43,7 @@ def _host_port(url: str) -> tuple[str, int, bool]:
 
 
 def _orjson_text(document: Any) -> str:
-    try:
-        return orjson.dumps(document).decode()
-    except TypeError:
-        # An integer beyond 64 bits (JSON allows it, orjson does not): refusing it as "OPA
-        # unavailable" would be labgate's failure, not the object's; OPA reads any JSON number.
-        return json.dumps(document)
+    return json_bytes.dumps(document).decode()
 
 
 class _OrjsonOpaClient(AsyncOpaClient):  # type: ignore[misc]

@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
+from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.gpu_ledger import (
     LEDGER_MAX_BYTES,
@@ -655,7 +654,7 @@ class AdmissionServer:
         warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
-        patch = orjson.dumps([op.model_dump() for op in mutation.patch])
+        patch = json_bytes.dumps([op.model_dump() for op in mutation.patch])
         return AdmissionResponse(
             uid=request.uid,
             allowed=True,
