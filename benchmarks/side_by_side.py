@@ -6,8 +6,8 @@
 One run, on one machine, everything on loopback:
   - the real local stack (etcd, kube-apiserver, controllers, OPA, one labgate webhook, reconciler),
     the no-op webhook (benchmarks/noop_webhook.py, same FastAPI/uvicorn/TLS) and Gatekeeper run out
-    of cluster (`--operation=webhook --operation=generate --disable-cert-rotation --debug-use-fake-pod`) with the
-    ConstraintTemplates in benchmarks/gatekeeper/ (labgate's main pod rules, as Gatekeeper can say them);
+    of cluster (`--operation=webhook --operation=generate --disable-cert-rotation`, with a Pod object
+    of its own) with the ConstraintTemplates in benchmarks/gatekeeper/ (labgate's main pod rules, as Gatekeeper can say them);
   - direct HTTPS AdmissionReviews (vegeta, open loop at each fixed rate, the same bodies for every
     target, a fresh pod name per request), targets interleaved in rounds so noise hits all alike:
     latency p50/p99, answered share, CPU seconds per 1,000 admissions, RSS;
@@ -383,8 +383,22 @@ def gatekeeper_crds() -> list[Path]:
     raise FileNotFoundError(f"no Gatekeeper CRDs under {module} (run toolchain/build.sh gatekeeper)")
 
 
+# Gatekeeper owns its per-pod status objects by its Pod. With --debug-use-fake-pod that owner does
+# not exist, so the controller manager's garbage collector deletes every status object Gatekeeper
+# writes and Gatekeeper writes it again: tens of thousands of API writes in a run, load on the
+# apiserver and etcd that every target would pay for. So Gatekeeper gets a Pod object of its own
+# (never scheduled: no node runs it), as in a cluster.
+GATEKEEPER_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "gatekeeper-bench", "namespace": "gatekeeper-system"},
+    "spec": {"containers": [{"name": "manager", "image": "openpolicyagent/gatekeeper:v3.23.0"}]},
+}
+
+
 def start_gatekeeper(stack: LabgateStack, workdir: Path, pki: Path) -> tuple[ManagedProcess, str]:
     stack.admin_kubectl("create", "namespace", "gatekeeper-system")
+    stack.admin_kubectl("create", "-f", "-", stdin=json.dumps(GATEKEEPER_POD))
     for crd in gatekeeper_crds():
         stack.admin_kubectl("apply", "--server-side", "--field-manager=bench", "-f", str(crd))
     stack.admin_kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -398,7 +412,6 @@ def start_gatekeeper(stack: LabgateStack, workdir: Path, pki: Path) -> tuple[Man
             # Since v3.2x the constraint CRDs of ConstraintTemplates are made only by `generate`.
             "--operation=generate",
             "--disable-cert-rotation",
-            "--debug-use-fake-pod",
             f"--port={port}",
             "--host=127.0.0.1",
             f"--cert-dir={pki}",
