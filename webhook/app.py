@@ -325,6 +325,8 @@ def cluster_server(
         facts_max_age=resolved.facts_max_age_seconds,
         volumes=PersistentVolumes(kube),
         claims=ClaimFacts(kube),
+        decision_reuse_seconds=resolved.decision_reuse_seconds,
+        facts_version=lambda: inventory.writes,
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable
@@ -385,6 +387,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         stoppable: list[Watched] = []
         app.state.server, stoppable = build(resolved, engine, registry, provenance, kinds)
+        if policies is not None:
+            # A reused decision is one of the policies OPA serves now (webhook/decision_reuse.py).
+            facts = app.state.server.facts_version
+            app.state.server.facts_version = lambda: (
+                facts() if facts is not None else None,
+                policies.status.revision,
+                policies.status.attempted,
+            )
         try:
             yield
         finally:

@@ -53,6 +53,8 @@ class InventorySync:
         # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
+        # Writes into OPA that completed: a decision made before one is not reused after it.
+        self._writes = 0
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
@@ -136,6 +138,7 @@ class InventorySync:
                 self._inventory["namespaces"][name] = namespace
             # Written at once, not queued behind a burst of watch events: this request waits for it.
             self._store.put("namespaces", name, namespace)
+            self._count_write()
         tenant_name = namespace["labels"].get(TENANT_LABEL)
         if not tenant_name:
             return
@@ -149,6 +152,7 @@ class InventorySync:
         with self._lock:
             self._inventory["tenants"][tenant_name] = document
         self._store.put("tenants", tenant_name, document)
+        self._count_write()
 
     def _push_changes(self) -> None:
         while not self._stopping.is_set():
@@ -169,6 +173,7 @@ class InventorySync:
                     continue
                 try:
                     self._store.patch(patch)
+                    self._count_write()
                 except Exception:  # OPA lost the inventory (a reload) or is down: write it all
                     log.warning(
                         "inventory patch of %d changes failed; pushing the whole inventory", len(patch)
@@ -186,6 +191,16 @@ class InventorySync:
             self._inventory["revision"] += 1
             snapshot = copy.deepcopy(self._inventory)
         self._store.replace_all(snapshot)
+        self._count_write()
+
+    def _count_write(self) -> None:
+        with self._lock:
+            self._writes += 1
+
+    @property
+    def writes(self) -> int:
+        """How many writes into OPA have completed: what OPA holds is the same while this is."""
+        return self._writes
 
     def push_all(self) -> None:
         """Write the whole inventory into OPA. Its revision lets the webhook tell that OPA still holds

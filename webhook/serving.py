@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from labgate.core.gpu_ledger import (
     usage,
     with_reservation,
 )
-from labgate.core.metrics import LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
+from labgate.core.metrics import DECISIONS_REUSED, LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.admission import (
     build_policy_input,
     build_response,
@@ -36,6 +36,7 @@ from webhook.admission import (
     needs_gpu_usage,
     warning_lines,
 )
+from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key
 from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -198,6 +199,17 @@ def decides_alike(decision: Decision, at: UsageKey) -> bool:
     return all(by_model.get(model, 0) <= room for model, room in headroom.by_model.items())
 
 
+def _input_usage(policy_input: dict[str, Any]) -> UsageKey | None:
+    """The GPU usage a policy input carries, comparable; None when it carries none."""
+    document = policy_input.get("gpu_usage")
+    return None if document is None else usage_key(GpuAmount.model_validate(document))
+
+
+def _holds_at(decision: Decision, decided: Hashable, at: UsageKey | None) -> bool:
+    """Whether `decision`, made at usage `decided`, is also the decision at usage `at`."""
+    return decision.gpu_demand.total == 0 or decided == at or (at is not None and decides_alike(decision, at))
+
+
 def _plus(a: UsageKey, b: GpuAmount, sign: int = 1) -> UsageKey:
     by_model = dict(a[1])
     for model, count in b.by_model.items():
@@ -247,10 +259,17 @@ class AdmissionServer:
         facts_max_age: float = float("inf"),
         volumes: VolumeFacts | None = None,
         claims: ClaimSource | None = None,
+        decision_reuse_seconds: float = 0.0,
+        facts_version: Callable[[], Hashable] | None = None,
     ):
         """`facts_age()` tells how long ago the API last proved the stalest watch-fed fact current;
         past `facts_max_age` every request is refused with [facts-stale]. `claims` reads the DRA
-        claims a request's pod templates name."""
+        claims a request's pod templates name.
+
+        `decision_reuse_seconds` > 0: a Pod CREATE identical to one decided moments before, but for
+        the pod's name and uid, gets that decision again without a policy evaluation (a Job's copies;
+        webhook/decision_reuse.py), for as long as `facts_version()` (what OPA holds: the inventory
+        writes, the policy revision) stays the same, and at most that many seconds."""
         self.volumes = volumes
         self.claims = claims
         self.workload_kinds = workload_kinds
@@ -268,6 +287,10 @@ class AdmissionServer:
         self.inventory = inventory
         self.ledgers = ledgers
         self.secrets = secrets
+        self.facts_version = facts_version
+        self._reused_decisions: ReuseCache[Decision] = ReuseCache(decision_reuse_seconds)
+        self._reused_mutations: ReuseCache[Mutation] = ReuseCache(decision_reuse_seconds)
+        self._deciding: dict[bytes, asyncio.Future[None]] = {}
 
     @property
     def caches_synced(self) -> dict[str, bool]:
@@ -353,7 +376,7 @@ class AdmissionServer:
         trace.tenant = tenant
         # Every request is decided at once against the cached usage, side by side with the others;
         # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
-        decision = await self._decide(policy_input)
+        decision = await self._decide_or_reuse(policy_input)
         trace.decision = decision
         if (
             tenant
@@ -365,6 +388,58 @@ class AdmissionServer:
             return await self._reserve(request, policy_input, tenant, trace, decision)
         self._count(decision)
         return build_response(request=request, decision=decision)
+
+    def _reuse_key(self, cache: ReuseCache[Any], policy_input: dict[str, Any]) -> bytes | None:
+        if not cache.enabled:
+            return None
+        return pod_create_key(policy_input, self.facts_version() if self.facts_version else None)
+
+    async def _decide_or_reuse(self, policy_input: dict[str, Any]) -> Decision:
+        """The decision of an identical pod decided moments before (or being decided now: copies
+        arriving together wait for the first one's evaluation), when it holds at this pod's GPU usage
+        (it asks none, the same usage, or one within the headroom the policy returned); else one policy
+        query, kept for the next identical pod when it is a clean admission."""
+        key = self._reuse_key(self._reused_decisions, policy_input)
+        if key is None:
+            return await self._decide(policy_input)
+        at = _input_usage(policy_input)
+        if (held := self._reused_decisions.get(key)) is None and (first := self._deciding.get(key)):
+            await asyncio.wait([first])
+            held = self._reused_decisions.get(key)
+        if held is not None and _holds_at(held.value, held.usage, at):
+            DECISIONS_REUSED.labels("validate").inc()
+            return held.value
+        if key in self._deciding:
+            return await self._decide(policy_input)
+        deciding = asyncio.get_running_loop().create_future()
+        self._deciding[key] = deciding
+        try:
+            decision = await self._decide(policy_input)
+            if is_clean_admission(decision):
+                self._reused_decisions.put(key, decision, at)
+            return decision
+        finally:
+            del self._deciding[key]
+            deciding.set_result(None)
+
+    async def _mutate_or_reuse(self, policy_input: dict[str, Any]) -> Mutation:
+        """The mutation of an identical pod mutated moments before, when its patch does not read the
+        GPU usage or this pod's usage is the same; else one policy query."""
+        key = self._reuse_key(self._reused_mutations, policy_input)
+        at = _input_usage(policy_input)
+        held = self._reused_mutations.get(key) if key is not None else None
+        if held is not None and (not held.value.reads_gpu_usage or held.usage == at):
+            DECISIONS_REUSED.labels("mutate").inc()
+            return held.value
+        mutation = await self.engine.mutate(policy_input)
+        if mutation.inventory_revision is None and self.inventory.is_synced:
+            await asyncio.to_thread(self.inventory.push_all)
+            mutation = await self.engine.mutate(policy_input)
+            if mutation.inventory_revision is None:
+                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
+        if key is not None and mutation.inventory_revision is not None:
+            self._reused_mutations.put(key, mutation, at)
+        return mutation
 
     async def _decide(self, policy_input: dict[str, Any]) -> Decision:
         """One policy query; if OPA lost the inventory (it drops pushed data when it reloads its
@@ -645,12 +720,7 @@ class AdmissionServer:
         policy_input, tenant = await self._gather(request)
         if trace is not None:
             trace.tenant = tenant
-        mutation = await self.engine.mutate(policy_input)
-        if mutation.inventory_revision is None and self.inventory.is_synced:
-            await asyncio.to_thread(self.inventory.push_all)
-            mutation = await self.engine.mutate(policy_input)
-            if mutation.inventory_revision is None:
-                raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
+        mutation = await self._mutate_or_reuse(policy_input)
         warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
         if not mutation.patch:
             return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)

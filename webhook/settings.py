@@ -92,6 +92,13 @@ class Settings(BaseSettings):
         description="Admission requests decided at once by one replica; more are refused at once with "
         "[admission-overloaded] instead of waiting past the apiserver's timeout.",
     )
+    decision_reuse_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="A Pod CREATE identical to one admitted moments before but for the pod's name and "
+        "uid (a Job's copies) gets that decision without a policy evaluation, for at most this long and "
+        "while the tenants and policies OPA holds stay the same; 0 evaluates every pod.",
+    )
     workload_kinds_file: Path | None = Field(
         default=None,
         description="YAML list of extra workload kinds (group, version, kind, resource, template paths).",

@@ -72,3 +72,6 @@ class Mutation(BaseModel):
     patch: list[PatchOperation] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     inventory_revision: int | None = None
+    # Whether the patch depends on input.gpu_usage (a tenant whose pods beyond quota run preemptible):
+    # such a mutation is reused for an identical pod only at the same usage. True when OPA does not say.
+    reads_gpu_usage: bool = True

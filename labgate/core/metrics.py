@@ -29,6 +29,12 @@ ADMISSION_OVERLOADED = Counter(
     "labgate_admission_overloaded_total",
     "Admission requests refused at once with [admission-overloaded] (the replica's in-flight bound was reached)",
 )
+DECISIONS_REUSED = Counter(
+    "labgate_admission_decisions_reused_total",
+    "Pod creations answered with the decision made for an identical pod moments before (no policy "
+    "evaluation), by webhook (validate, mutate)",
+    ["webhook"],
+)
 FACTS_AGE = Gauge(
     "labgate_facts_age_seconds",
     "Seconds since the Kubernetes API last proved the replica's stalest watch-fed cache current",

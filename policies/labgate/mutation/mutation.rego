@@ -349,6 +349,13 @@ _pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op],
 	warning := sprintf("labgate pinned %s to %s", [container.image, substring(split(pinned, "@")[1], 0, 19)])
 ]
 
+# Whether the patch depends on input.gpu_usage: only for a tenant whose GPU pods beyond quota are
+# admitted as preemptible. The webhook reuses a mutation for an identical pod created moments later
+# (a Job's copies) only at the same usage when it does.
+default reads_gpu_usage := false
+
+reads_gpu_usage if tenancy.namespace_tenant.spec.gpu.overQuota == "preemptible"
+
 # Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
 inventory_revision := data.inventory.revision
 

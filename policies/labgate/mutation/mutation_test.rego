@@ -386,6 +386,23 @@ test_a_pod_within_quota_is_not_marked if {
 	not {"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
 }
 
+# The webhook reuses a mutation for an identical pod at another GPU usage only when reads_gpu_usage
+# is false: then the patch must indeed be the same at any usage.
+test_without_preemptible_pods_the_patch_does_not_read_the_usage if {
+	not mutation.reads_gpu_usage with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
+		with data.inventory as testdata.gpu_inventory
+	over := mutation.patch with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
+		with data.inventory as testdata.gpu_inventory
+	within := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
+		with data.inventory as testdata.gpu_inventory
+	over == within
+}
+
+test_with_preemptible_pods_the_patch_reads_the_usage if {
+	mutation.reads_gpu_usage with input as _preempt_input({"total": 0, "by_model": {}})
+		with data.inventory as _preempt_inventory
+}
+
 # Regression: the opt-out written on the Job's own metadata was ignored and the pods went to spot.
 test_on_demand_on_a_jobs_own_metadata_places_its_template_on_demand if {
 	job := json.patch(testdata.job("sweep", 1, {}, {"containers": [gpu_container("1")]}), [{

@@ -1,0 +1,139 @@
+"""Reusing a decision for an identical pod (pure: no I/O, the clock is given).
+
+A Job of a thousand copies arrives as a thousand Pod CREATEs that differ only in the pod's name, uid
+and timestamps. labgate's rules never decide on those (they only quote the name in messages; the
+unit tests check the shipped rules for it, and docs/infra.md asks the same of new ones), so one
+policy evaluation serves the burst: the answer for the first pod is reused for the next identical
+one, for a few seconds.
+
+What is reused, and when:
+- only Pod CREATEs (the burst), keyed by the whole policy input (the request, the user, the pod
+  spec, labels and annotations, the gathered facts: secrets, images, claims) minus the pod's
+  identity (`IDENTITY_FIELDS`), plus the version of the facts OPA holds (`facts_version`: the
+  inventory writes and the policy revision this replica made): any change to them starts afresh;
+- only clean admissions: admitted with no denial, warning or dry-run finding, so that no message
+  naming another pod is ever shown, and every refusal is evaluated (and explained) on its own;
+- GPU pods: the key leaves out the tenant's GPU usage, which moves with every admission; the
+  decision is reused only at the usage it was made at or within the headroom the policy returned
+  (the usage up to which the pod still fits), the same test the GPU batch applies;
+- mutations: only when OPA says the patch does not read the GPU usage (`reads_gpu_usage`), or at
+  the same usage;
+- for at most `seconds` (LABGATE_DECISION_REUSE_SECONDS; 0 turns reuse off): a bound for what the
+  version does not see (policies OPA loads by itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from labgate.core import json_bytes
+from labgate.core.decisions import Decision
+
+# Metadata fields that differ between the copies of one pod and that no rule decides on.
+IDENTITY_FIELDS = frozenset(
+    {"name", "uid", "creationTimestamp", "managedFields", "resourceVersion", "generation"}
+)
+
+DEFAULT_MAX_ENTRIES = 4096
+
+Value = TypeVar("Value")
+
+
+def _without_identity(metadata: Any) -> Any:
+    if not isinstance(metadata, dict):
+        return metadata
+    return {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
+
+
+def pod_create_key(policy_input: dict[str, Any], facts_version: Hashable) -> bytes | None:
+    """The reuse key of a Pod CREATE's policy input (its GPU usage left out), or None for any other
+    request. Two pods get one key exactly when their inputs differ in nothing but the pod's identity."""
+    request = policy_input.get("request")
+    if not isinstance(request, dict):
+        return None
+    kind = request.get("kind") or {}
+    if (kind.get("group"), kind.get("kind"), request.get("operation")) != ("", "Pod", "CREATE"):
+        return None
+    if request.get("subResource"):
+        return None
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        return None
+    stripped_request = {k: v for k, v in request.items() if k not in ("uid", "name", "object", "oldObject")}
+    stripped_request["object"] = {**obj, "metadata": _without_identity(obj.get("metadata"))}
+    templates = [
+        {**t, "metadata": _without_identity(t.get("metadata"))} if isinstance(t, dict) else t
+        for t in policy_input.get("pod_templates") or []
+    ]
+    document = {
+        **{k: v for k, v in policy_input.items() if k not in ("request", "pod_templates", "gpu_usage")},
+        "request": stripped_request,
+        "pod_templates": templates,
+        "facts_version": repr(facts_version),
+    }
+    return hashlib.blake2b(json_bytes.dumps_sorted(document), digest_size=20).digest()
+
+
+def is_clean_admission(decision: Decision) -> bool:
+    """Admitted with nothing to say: the only decisions worth reusing (no other pod's name in them)."""
+    return (
+        decision.allowed
+        and not decision.denials
+        and not decision.warnings
+        and not decision.dry_run
+        and decision.inventory_revision is not None
+    )
+
+
+@dataclass(frozen=True)
+class Reused(Generic[Value]):
+    """A stored answer and the GPU usage (comparable form) it was made at."""
+
+    value: Value
+    usage: Hashable
+    stored_at: float
+
+
+class ReuseCache(Generic[Value]):
+    """Answers by key for `seconds`, the most recent `max_entries` of them."""
+
+    def __init__(
+        self,
+        seconds: float,
+        *,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.seconds = seconds
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[bytes, Reused[Value]] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.seconds > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: bytes) -> Reused[Value] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self._clock() - entry.stored_at > self.seconds:
+            del self._entries[key]
+            return None
+        return entry
+
+    def put(self, key: bytes, value: Value, usage: Hashable) -> None:
+        if not self.enabled:
+            return
+        self._entries[key] = Reused(value, usage, self._clock())
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
