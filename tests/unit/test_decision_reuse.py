@@ -253,7 +253,7 @@ def test_gpu_copies_reuse_the_decision_within_the_headroom_and_never_pass_the_qu
             decision_reuse_seconds=5.0,
             facts_version=lambda: 1,
         )
-        verdicts = []
+        verdicts: list[bool] = []
         for start in range(0, len(pods), 7):  # bursts of 7 arriving together
             chunk = list(enumerate(pods))[start : start + 7]
             answers = await asyncio.gather(*(server.validate(gpu_pod(i, m, n)) for i, (m, n) in chunk))
