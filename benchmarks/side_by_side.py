@@ -230,8 +230,14 @@ def pod(name: str, namespace: str, *, gpus: int = 0, generate: bool = False) -> 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container]}}
 
 
-def review(namespace: str, *, gpus: int = 0) -> dict[str, Any]:
+def review(namespace: str, *, gpus: int = 0, distinct: bool = False) -> dict[str, Any]:
+    """A member's pod with a fresh name and uid, like a Job's copies; `distinct`: its container also
+    gets an environment variable of its own, so that no two pods are alike and labgate cannot reuse
+    a decision (webhook/decision_reuse.py): every request is evaluated."""
     name = f"bench-{uuid.uuid4().hex[:12]}"
+    obj = pod(name, namespace, gpus=gpus)
+    if distinct:
+        obj["spec"]["containers"][0]["env"] = [{"name": "RUN_ID", "value": uuid.uuid4().hex}]
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -244,7 +250,7 @@ def review(namespace: str, *, gpus: int = 0) -> dict[str, Any]:
             "operation": "CREATE",
             "userInfo": {"username": MEMBER, "groups": [MEMBER_GROUP, "system:authenticated"]},
             "object": {
-                **pod(name, namespace, gpus=gpus),
+                **obj,
                 "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
             },
         },
@@ -619,6 +625,13 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                     "labgate /validate, CPU pod",
                     f"{webhook_url}/validate",
                     lambda: review(NS_LABGATE),
+                    tls,
+                    lambda: labgate_pids,
+                ),
+                HttpTarget(
+                    "labgate /validate, CPU pod, no two alike",
+                    f"{webhook_url}/validate",
+                    lambda: review(NS_LABGATE, distinct=True),
                     tls,
                     lambda: labgate_pids,
                 ),
