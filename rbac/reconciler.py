@@ -23,18 +23,6 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from labgate.core.gpu_demand import GpuCounting
-from labgate.core.gpu_ledger import (
-    FINISHED_PHASES,
-    GpuAmount,
-    Ledger,
-    LedgerConflictError,
-    LedgerCorruptError,
-    reservation_uid,
-    settle,
-    usage,
-)
-from labgate.core.gpu_ledger import now as ledger_now
 from labgate.core.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -51,10 +39,23 @@ from labgate.core.kinds import (
     kind_of,
 )
 from labgate.core.kube import ApiClient, ApiException, KubeApi, Reflector
-from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
-from labgate.core.pod_gpus import is_admitted_preemptible, pod_gpus
 from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant
+from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.ledger import (
+    FINISHED_PHASES,
+    GpuAmount,
+    Ledger,
+    LedgerConflictError,
+    LedgerCorruptError,
+    reservation_uid,
+    settle,
+    usage,
+)
+from labgate.gpu_accounting.ledger import now as ledger_now
+from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
+from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.cert_rotation import CertificateManager
 from rbac.desired import (
     Manifest,
@@ -66,7 +67,6 @@ from rbac.desired import (
     tenant_namespaces,
 )
 from rbac.leader import LeaderElector
-from rbac.settled_pods import SettledPods
 from rbac.tenant_view import gpu_summary, pending_pods
 
 log = logging.getLogger("labgate.reconciler")

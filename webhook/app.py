@@ -20,9 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labgate.core import json_bytes
-from labgate.core.gpu_ledger import LedgerCorruptError
 from labgate.core.kube import ApiException, KubeApi, api_client
-from labgate.core.ledger_store import LedgerCache, LedgerStore
 from labgate.core.metrics import (
     ADMISSION_OVERLOADED,
     ADMISSION_REQUESTS,
@@ -30,6 +28,8 @@ from labgate.core.metrics import (
     FACTS_AGE,
     POLICY_ENGINE_ERRORS,
 )
+from labgate.gpu_accounting.ledger import LedgerCorruptError
+from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from webhook.admission import request_too_large_response
 from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog

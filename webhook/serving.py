@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
-from labgate.core.gpu_ledger import (
+from labgate.core.metrics import DECISIONS_REUSED, LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
+from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
     RESERVATION_TTL_SECONDS,
     GpuAmount,
@@ -28,7 +29,6 @@ from labgate.core.gpu_ledger import (
     usage,
     with_reservation,
 )
-from labgate.core.metrics import DECISIONS_REUSED, LEDGER_CONFLICTS, LEDGER_FULL, RULE_FINDINGS
 from webhook.admission import (
     build_policy_input,
     build_response,

@@ -112,7 +112,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     if args.gpu_config:
         import json
 
-        from labgate.core.gpu_demand import GpuCounting
+        from labgate.gpu_accounting.demand import GpuCounting
 
         gpu_counting = GpuCounting.model_validate(
             json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))

@@ -26,8 +26,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from labgate.core.decisions import Decision, Mutation, PatchOperation
-from labgate.core.gpu_ledger import GpuAmount
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
+from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
     build_policy_input,
     build_response,

@@ -37,21 +37,21 @@ from labgate.cli.offline_admission import (
     facts_from_manifests,
     load_manifests,
 )
-from labgate.core.gpu_demand import GpuCounting
-from labgate.core.gpu_ledger import GpuAmount, usage
 from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
 from labgate.core.kube import ApiException
-from labgate.core.ledger_store import LedgerStore
-from labgate.core.pod_gpus import pod_gpus
 from labgate.core.policy_reports import AUDIT_REPORT, ResourceRef, report, result
 from labgate.core.tenant import TENANT_LABEL
+from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.ledger import GpuAmount, usage
+from labgate.gpu_accounting.ledger_store import LedgerStore
+from labgate.gpu_accounting.pod_gpus import pod_gpus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 Manifest = dict[str, Any]
 USAGE_KIND = "TenantGpuUsage"  # a snapshot item: a tenant's GPUs in use or reserved (from its ledger)
 AUDIT_USER = "labgate-audit"
 # A pod's own GPUs, taken out of its tenant's usage when the pod is judged again: NVIDIA's GPUs and MIG
-# profiles, by the scheduler's effective request (labgate.core.pod_gpus).
+# profiles, by the scheduler's effective request (labgate.gpu_accounting.pod_gpus).
 _GPU_COUNTING = GpuCounting()
 
 

@@ -34,7 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from labgate.cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request
-from labgate.core.gpu_ledger import GpuAmount
+from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.review import Operation
 
 SAMPLES_DIR = "samples"

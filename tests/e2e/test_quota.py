@@ -18,7 +18,7 @@ import kubernetes
 import pytest
 
 from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
-from labgate.core.gpu_ledger import (
+from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
     GpuAmount,
     Reservation,
@@ -26,7 +26,7 @@ from labgate.core.gpu_ledger import (
     encoded_size,
     ledger_name,
 )
-from rbac.settled_pods import settled_name, shard_of
+from labgate.gpu_accounting.settled_pods import settled_name, shard_of
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import eventually, get_json
 

@@ -13,7 +13,7 @@ import pytest
 from devcluster.tools import REPO_ROOT, ensure_tools
 from labgate.cli.offline_admission import apply_patch, parse_gpu_usage
 from labgate.core.decisions import PatchOperation
-from labgate.core.gpu_ledger import GpuAmount
+from labgate.gpu_accounting.ledger import GpuAmount
 
 POLICIES = REPO_ROOT / "policies"
 

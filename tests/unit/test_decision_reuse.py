@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from labgate.core.decisions import Decision, Finding, Mutation, PatchOperation
-from labgate.core.gpu_ledger import GpuAmount, now, usage, with_reservation
+from labgate.gpu_accounting.ledger import GpuAmount, now, usage, with_reservation
 from tests.unit.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request, sequential
 from webhook.admission import build_policy_input
 from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key

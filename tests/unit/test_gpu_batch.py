@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labgate.core.decisions import Decision, Finding, GpuDemand, GpuHeadroom, Mutation
-from labgate.core.gpu_ledger import Ledger, LedgerConflictError, usage
+from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 

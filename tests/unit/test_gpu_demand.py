@@ -1,4 +1,4 @@
-"""A pod's GPU demand is the scheduler's: labgate's Python (labgate.core.gpu_demand) and Rego
+"""A pod's GPU demand is the scheduler's: labgate's Python (labgate.gpu_accounting.demand) and Rego
 (labgate.lib.gpu) computations both equal a reference implementation of Kubernetes' effective-request
 rules written here independently, over generated pod specs."""
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devcluster.tools import binary, ensure_tools
-from labgate.core.gpu_demand import (
+from labgate.gpu_accounting.demand import (
     DraDeviceClass,
     GpuCounting,
     effective_request,
@@ -23,7 +23,7 @@ from labgate.core.gpu_demand import (
     pod_demand,
     quantity,
 )
-from labgate.core.gpu_ledger import GpuAmount
+from labgate.gpu_accounting.ledger import GpuAmount
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = load_gpu_counting()

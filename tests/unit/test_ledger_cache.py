@@ -1,4 +1,4 @@
-"""The GPU ledger's watch-fed cache (labgate.core.ledger_store.LedgerCache) over a fake of the
+"""The GPU ledger's watch-fed cache (labgate.gpu_accounting.ledger_store.LedgerCache) over a fake of the
 Kubernetes door with the apiserver's compare-and-swap, and a fake watch the test delivers through.
 What a tenant would notice: GPUs admitted twice because the cache forgot a reservation (a watch
 event older than the replica's own write), a corrupt ledger that admits instead of refusing, a
@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-import labgate.core.ledger_store
-from labgate.core.gpu_ledger import (
+import labgate.gpu_accounting.ledger_store
+from labgate.core.kinds import Kind
+from labgate.core.kube import ApiException, KubeApi
+from labgate.gpu_accounting.ledger import (
     CONFIG_MAP,
     GpuAmount,
     Ledger,
@@ -24,9 +26,7 @@ from labgate.core.gpu_ledger import (
     usage,
     with_reservation,
 )
-from labgate.core.kinds import Kind
-from labgate.core.kube import ApiException, KubeApi
-from labgate.core.ledger_store import LedgerCache, LedgerStore
+from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 
 Object = dict[str, Any]
 NAMESPACE = "labgate-system"
@@ -116,7 +116,7 @@ def replica(api: FakeConfigMaps, monkeypatch: pytest.MonkeyPatch) -> Replica:
         watches.append(FakeWatch(*args, **kwargs))
         return watches[-1]
 
-    monkeypatch.setattr(labgate.core.ledger_store, "Reflector", make_watch)
+    monkeypatch.setattr(labgate.gpu_accounting.ledger_store, "Reflector", make_watch)
     kube: KubeApi = api  # type: ignore[assignment]  # a fake of the calls the store makes
     woken: list[str] = []
     cache = LedgerCache(LedgerStore(kube, namespace=NAMESPACE), on_unsettled=woken.append)

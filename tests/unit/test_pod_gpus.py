@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from labgate.core.gpu_demand import GpuCounting
-from labgate.core.gpu_ledger import GpuAmount
-from labgate.core.pod_gpus import is_admitted_preemptible, pod_gpus
 from labgate.core.tenant import PREEMPTIBLE_LABEL, PREEMPTIBLE_PRIORITY_CLASS
+from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.ledger import GpuAmount
+from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
 from tests.unit.test_gpu_demand import CONFIG, pod_specs, reference_demand
 
 # What the reconciler counts when the chart gives it no --gpu-config.

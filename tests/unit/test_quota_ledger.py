@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labgate.core.gpu_ledger import (
+from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
     RESERVATION_TTL_SECONDS,
     GpuAmount,
@@ -20,7 +20,7 @@ from labgate.core.gpu_ledger import (
     usage,
     with_reservation,
 )
-from rbac.settled_pods import SETTLED_SHARDS, shard_of, split_into_shards
+from labgate.gpu_accounting.settled_pods import SETTLED_SHARDS, shard_of, split_into_shards
 
 H100x4 = GpuAmount(total=4, by_model={"h100": 4})
 A100x2 = GpuAmount(total=2, by_model={"a100": 2})

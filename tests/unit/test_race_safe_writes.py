@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from labgate.core.gpu_ledger import GpuAmount, LedgerConflictError
 from labgate.core.kinds import Kind
 from labgate.core.kube import ApiException, KubeApi
 from labgate.core.tenant import FINALIZER
+from labgate.gpu_accounting.ledger import GpuAmount, LedgerConflictError
+from labgate.gpu_accounting.settled_pods import SettledPods, shard_of
 from rbac.reconciler import finalizer_added, finalizer_removed
-from rbac.settled_pods import SettledPods, shard_of
 
 
 class FakeConfigMaps:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from labgate.core.gpu_ledger import GpuAmount
+from labgate.gpu_accounting.ledger import GpuAmount
 
 UNSPECIFIED_MODEL = "unspecified"
 

@@ -1,5 +1,5 @@
 """The GPU ledger's I/O: compare-and-swap reads and writes through the Kubernetes door, and the
-watch-fed copy of every tenant's ledger (the model and its arithmetic are `labgate.core.gpu_ledger`)."""
+watch-fed copy of every tenant's ledger (the model and its arithmetic are `labgate.gpu_accounting.ledger`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from labgate.core.gpu_ledger import (
+from labgate.core.kinds import Object
+from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
+from labgate.gpu_accounting.ledger import (
     CONFIG_MAP,
     LEDGER_LABEL,
     Ledger,
@@ -18,8 +20,6 @@ from labgate.core.gpu_ledger import (
     ledger_name,
     newer,
 )
-from labgate.core.kinds import Object
-from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
 
 log = logging.getLogger("labgate.quota_ledger")
 

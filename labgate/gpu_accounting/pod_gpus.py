@@ -3,7 +3,7 @@
 The admission policy (Rego, `labgate.lib.gpu`) decides a pod's GPU demand when it is created, and
 that number is what the ledger records. The reconciler needs its own count only for pods that have
 neither a reservation nor a record: after the settled-pods store was deleted, or for pods created
-while the webhook was bypassed. It is `labgate.core.gpu_demand.pod_demand` of the pod's spec, the
+while the webhook was bypassed. It is `labgate.gpu_accounting.demand.pod_demand` of the pod's spec, the
 effective request the scheduler reserves (init containers, native sidecars, overhead, weights), the
 same rules as the policy's; GPUs asked through Dynamic Resource Allocation claims are not counted
 here (the reconciler does not read claims), only through the pod's ledger record.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from labgate.core.gpu_demand import GpuCounting, pod_demand
-from labgate.core.gpu_ledger import GpuAmount
 from labgate.core.tenant import PREEMPTIBLE_LABEL, PREEMPTIBLE_PRIORITY_CLASS
+from labgate.gpu_accounting.demand import GpuCounting, pod_demand
+from labgate.gpu_accounting.ledger import GpuAmount
 
 
 def pod_gpus(pod: Mapping[str, Any], counting: GpuCounting) -> GpuAmount:

@@ -8,7 +8,7 @@ refused. Because settled pods are a sum, the ledger stays small however many pod
 and an admission costs the same for a tenant of ten pods and one of ten thousand.
 
 A reservation is made when the validating webhook admits a GPU pod. The reconciler settles it when
-the pod appears: it records the pod's GPUs in its own per-pod store (`rbac.settled_pods`, which
+the pod appears: it records the pod's GPUs in its own per-pod store (`labgate.gpu_accounting.settled_pods`, which
 the webhook never reads) and then, in one compare-and-swap of the ledger, drops the reservation and
 adds the GPUs to the sum. It recomputes the sum from that store when pods are deleted or finish. A
 reservation whose pod never appears (the create failed after admission) is dropped once it has

@@ -1,7 +1,7 @@
 """The GPUs of each tenant's settled pods, one entry per pod (keyed by the pod's uid), kept by the
 reconciler alone.
 
-The ledger (`labgate.core.gpu_ledger`) holds only their sum, so that admitting a GPU pod never reads or
+The ledger (`labgate.gpu_accounting.ledger`) holds only their sum, so that admitting a GPU pod never reads or
 rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
 the sum when it is deleted or finishes: the GPU demand was decided by the policy at admission, and
 is not recomputed from the pod. The records are spread over `SETTLED_SHARDS` ConfigMaps per tenant
@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 from pydantic import TypeAdapter
 
-from labgate.core.gpu_ledger import CONFIG_MAP, GpuAmount, LedgerConflictError, newer
 from labgate.core.kinds import Object
 from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import TENANT_LABEL
+from labgate.gpu_accounting.ledger import CONFIG_MAP, GpuAmount, LedgerConflictError, newer
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
 SETTLED_SHARDS = 8
