@@ -120,19 +120,6 @@ def build_response(*, request: AdmissionRequest, decision: Decision) -> Admissio
     return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
 
 
-def engine_unavailable_response(*, request: AdmissionRequest, reason: str) -> AdmissionResponse:
-    """Refuse when no policy decision could be had: an error must never admit by accident."""
-    message = (
-        f"[policy-engine-unavailable] labgate could not evaluate its policies ({reason}), so the request "
-        "was refused to stay safe. Fix: retry in a minute; if it persists, tell the infra team"
-    )
-    return AdmissionResponse(
-        uid=request.uid,
-        allowed=False,
-        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
-    )
-
-
 def namespace_document(namespace: Object) -> dict[str, Any]:
     """What policies see of a Namespace."""
     metadata = namespace.get("metadata", {})
@@ -159,41 +146,3 @@ def tenant_document(tenant: Object) -> dict[str, Any]:
         },
         "spec": tenant.get("spec") or {},
     }
-
-
-def _size_text(size: int) -> str:
-    if size >= 1024 * 1024:
-        return f"{size / (1024 * 1024):.1f} MiB"
-    if size >= 1024:
-        return f"{size / 1024:.0f} KiB"
-    return f"{size} bytes"
-
-
-def request_too_large_response(
-    *, request: AdmissionRequest, size: int, limit: int, deadline: float | None
-) -> AdmissionResponse:
-    """Refuse a request too large to decide (above `limit`), or too complex to decide within
-    `deadline`: a retry would fail the same way, so the message says how to make it smaller."""
-    kind = request.kind.kind
-    metadata = (request.object or {}).get("metadata") or {}
-    name = request.name or metadata.get("name") or metadata.get("generateName") or ""
-    if deadline is None:
-        what = (
-            f"is {_size_text(size)} as an admission request; labgate decides requests up to "
-            f"{_size_text(limit)}"
-        )
-    else:
-        what = (
-            f"is {_size_text(size)} as an admission request and could not be decided within "
-            f"{deadline:.1f}s; requests above {_size_text(limit)} may be too complex to decide in time"
-        )
-    message = (
-        f'[request-too-large] {kind} "{name}" {what}. Fix: split it into smaller objects (fewer pod '
-        "templates, containers, env entries or volumes each; bulky data belongs in a volume, not in "
-        "the spec), or ask the infra team about the limit"
-    )
-    return AdmissionResponse(
-        uid=request.uid,
-        allowed=False,
-        status=ResponseStatus(code=413, reason="RequestEntityTooLarge", message=message),
-    )

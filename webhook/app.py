@@ -30,7 +30,7 @@ from labgate.core.metrics import (
 )
 from labgate.gpu_accounting.ledger import LedgerCorruptError
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
-from webhook.admission import request_too_large_response
+from webhook import refusals
 from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
@@ -42,8 +42,8 @@ from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
-from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus
-from webhook.serving import AdmissionServer, DecisionTrace, refuse_unavailable
+from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
 from webhook.workloads import WorkloadKind, load_workload_kinds
 
@@ -119,18 +119,7 @@ class AdmissionGate:
         self.in_flight -= 1
 
     def refusal(self, request: AdmissionRequest) -> AdmissionResponse:
-        message = (
-            f"[admission-overloaded] this labgate webhook replica is deciding {self.in_flight} requests "
-            f"at once, its bound (LABGATE_MAX_IN_FLIGHT), with {self.rate():.0f} arriving per second; "
-            "this one was refused rather than left to wait past the apiserver's timeout. Fix: retry "
-            "(controllers retry by themselves); if it persists, tell the infra team to add webhook "
-            "replicas (webhook.replicas) or slow the client creating objects this fast"
-        )
-        return AdmissionResponse(
-            uid=request.uid,
-            allowed=False,
-            status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
-        )
+        return refusals.overloaded(in_flight=self.in_flight, rate=self.rate()).response(request)
 
 
 _PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -211,9 +200,13 @@ async def _decide(
     try:
         if size > settings.max_request_bytes:
             reason = "request-too-large"
-            response = request_too_large_response(
-                request=review.request, size=size, limit=settings.max_request_bytes, deadline=None
-            )
+            response = refusals.request_too_large(
+                kind=review.request.kind.kind,
+                name=refusals.request_name(review.request),
+                size=size,
+                limit=settings.max_request_bytes,
+                deadline=None,
+            ).response(review.request)
         else:
             response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
     except TimeoutError:
@@ -222,22 +215,30 @@ async def _decide(
         if size >= settings.complex_request_bytes:
             # A large request that runs out of time would run out again: say so, not "retry".
             reason = "request-too-large"
-            response = request_too_large_response(
-                request=review.request, size=size, limit=settings.complex_request_bytes, deadline=deadline
-            )
+            response = refusals.request_too_large(
+                kind=review.request.kind.kind,
+                name=refusals.request_name(review.request),
+                size=size,
+                limit=settings.complex_request_bytes,
+                deadline=deadline,
+            ).response(review.request)
         else:
             reason = "policy-engine-unavailable"
-            response = refuse_unavailable(review.request, f"no decision within {deadline:.1f}s")
+            response = refusals.engine_unavailable(f"no decision within {deadline:.1f}s").response(
+                review.request
+            )
     except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
         POLICY_ENGINE_ERRORS.labels("error").inc()
         log.error("no decision for %s: %s", review.request.uid, err)
         reason = "policy-engine-unavailable"
-        response = refuse_unavailable(review.request, str(err))
+        response = refusals.engine_unavailable(str(err)).response(review.request)
     except Exception:  # a bug of labgate's: refuse with a message (never admit, never a bare 500)
         POLICY_ENGINE_ERRORS.labels("internal").inc()
         log.exception("no decision for %s: internal error", review.request.uid)
         reason = "policy-engine-unavailable"
-        response = refuse_unavailable(review.request, "an internal error in labgate's webhook; see its log")
+        response = refusals.engine_unavailable(
+            "an internal error in labgate's webhook; see its log"
+        ).response(review.request)
     elapsed = time.perf_counter() - started
     webhook = request.url.path.strip("/")
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)

@@ -29,16 +29,16 @@ from labgate.gpu_accounting.ledger import (
     usage,
     with_reservation,
 )
+from webhook import refusals
 from webhook.admission import (
     build_policy_input,
     build_response,
-    engine_unavailable_response,
     needs_gpu_usage,
     warning_lines,
 )
 from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key
 from webhook.policy_engine import PolicyEngineUnavailableError
-from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
+from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 log = logging.getLogger("labgate.webhook")
@@ -130,42 +130,6 @@ def reservation_key(request: AdmissionRequest) -> str:
     which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
     uid = (request.object or {}).get("metadata", {}).get("uid")
     return str(uid) if uid else f"no-pod-uid/{request.uid}"
-
-
-def facts_stale_response(request: AdmissionRequest, *, age: float, bound: float) -> AdmissionResponse:
-    """The refusal of a replica that cannot prove its watch-fed facts are current."""
-    heard = (
-        "never heard from the Kubernetes API"
-        if age == float("inf")
-        else f"not heard from the Kubernetes API for {age:.0f}s"
-    )
-    message = (
-        f"[facts-stale] this labgate webhook replica has {heard} (its bound is {bound:.0f}s), so it "
-        "cannot know the current tenants, namespaces and GPU usage, and refuses rather than decide on "
-        "old facts. Fix: retry; the other replicas answer while this one reports not ready. If it "
-        "persists, tell the infra team (docs/operations.md, 'Stale facts')"
-    )
-    return AdmissionResponse(
-        uid=request.uid,
-        allowed=False,
-        status=ResponseStatus(code=503, reason="ServiceUnavailable", message=message),
-    )
-
-
-def ledger_full_response(request: AdmissionRequest, tenant: str, reservations: int) -> AdmissionResponse:
-    """The refusal when the tenant's GPU ledger cannot take one more reservation: pods admitted and
-    not yet settled by the reconciler (which does so within seconds when it runs)."""
-    message = (
-        f"[gpu-ledger-full] tenant {tenant!r} has {reservations} GPU pods admitted that labgate has not "
-        "yet seen start, the most its quota ledger can hold. Fix: retry in a minute (Jobs retry by "
-        "themselves); if it persists, labgate's reconciler is not running: tell the infra team "
-        "(docs/operations.md, 'GPU ledger capacity')"
-    )
-    return AdmissionResponse(
-        uid=request.uid,
-        allowed=False,
-        status=ResponseStatus(code=403, reason="Forbidden", message=message),
-    )
 
 
 # A GPU usage in a comparable form: total, and the models with a non-zero count, sorted.
@@ -371,7 +335,7 @@ class AdmissionServer:
     ) -> AdmissionResponse:
         trace = trace if trace is not None else DecisionTrace()
         if (age := self.stale_facts_age()) is not None:
-            return facts_stale_response(request, age=age, bound=self.facts_max_age)
+            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
         policy_input, tenant = await self._gather(request)
         trace.tenant = tenant
         # Every request is decided at once against the cached usage, side by side with the others;
@@ -477,7 +441,7 @@ class AdmissionServer:
         before it leave) and written in one compare-and-swap. A Job's thousand pods cost a few
         writes and, within the quota's headroom, no further evaluation."""
         if self.ledgers is None:
-            return engine_unavailable_response(request=request, reason="no GPU quota ledger to reserve in")
+            return refusals.engine_unavailable("no GPU quota ledger to reserve in").response(request)
         key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
         demand = GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
@@ -541,7 +505,7 @@ class AdmissionServer:
                 # Its caller gave up at the deadline and refused: reserving for it now would hold
                 # GPUs for a pod the apiserver never creates.
                 reason = "the request's deadline passed before its turn"
-                responses.append(engine_unavailable_response(request=item.request, reason=reason))
+                responses.append(refusals.engine_unavailable(reason).response(item.request))
                 continue
             at = exact(item)
             decision = known[index].get(at)
@@ -569,7 +533,9 @@ class AdmissionServer:
             added = encoded_size(item.key, candidate.reservations[item.key])
             if size + added > LEDGER_MAX_BYTES:
                 LEDGER_FULL.labels(tenant).inc()
-                responses.append(ledger_full_response(item.request, tenant, len(working.reservations)))
+                responses.append(
+                    refusals.ledger_full(tenant, len(working.reservations)).response(item.request)
+                )
                 continue
             running = _plus(at, demand)
             size, working = size + added, candidate
@@ -680,19 +646,10 @@ class AdmissionServer:
                 if not item.response.done():  # its caller may have given up at the deadline
                     item.response.set_result(response)
             return
-        message = (
-            f"[gpu-ledger-busy] tenant {tenant!r} is admitting many GPU pods at once and this one lost "
-            f"the race {MAX_LEDGER_ATTEMPTS} times. Fix: retry; Jobs retry by themselves"
-        )
+        busy = refusals.ledger_busy(tenant, MAX_LEDGER_ATTEMPTS)
         for item in batch:
             if not item.response.done():
-                item.response.set_result(
-                    AdmissionResponse(
-                        uid=item.request.uid,
-                        allowed=False,
-                        status=ResponseStatus(code=429, reason="TooManyRequests", message=message),
-                    )
-                )
+                item.response.set_result(busy.response(item.request))
 
     async def _release_abandoned(self, tenant: str, keys: list[str], written: Ledger) -> None:
         """Drop at once the reservations of requests whose caller gave up at the deadline while their
@@ -716,7 +673,7 @@ class AdmissionServer:
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
         if (age := self.stale_facts_age()) is not None:
-            return facts_stale_response(request, age=age, bound=self.facts_max_age)
+            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
         policy_input, tenant = await self._gather(request)
         if trace is not None:
             trace.tenant = tenant
@@ -732,8 +689,3 @@ class AdmissionServer:
             patch_type="JSONPatch",
             patch=base64.b64encode(patch).decode(),
         )
-
-
-def refuse_unavailable(request: AdmissionRequest, reason: str) -> AdmissionResponse:
-    """The refusal for any failure on the way to a decision."""
-    return engine_unavailable_response(request=request, reason=reason)

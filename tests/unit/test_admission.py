@@ -11,9 +11,9 @@ from webhook.admission import (
     MAX_WARNING_LENGTH,
     build_policy_input,
     build_response,
-    engine_unavailable_response,
     warning_lines,
 )
+from webhook.refusals import engine_unavailable
 from webhook.review import AdmissionRequest
 
 
@@ -90,9 +90,7 @@ def test_a_word_longer_than_a_line_is_cut_into_pieces_without_losing_text() -> N
 
 
 def test_engine_failure_refuses_and_says_what_to_do() -> None:
-    response = engine_unavailable_response(request=_request(), reason="cannot reach OPA").to_review()[
-        "response"
-    ]
+    response = engine_unavailable("cannot reach OPA").response(_request()).to_review()["response"]
     assert response["allowed"] is False
     assert response["status"]["code"] == 503
     assert response["status"]["message"].startswith(
