@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run stop test setup tools venv lint policy-test unit e2e e2e-kind clean
+.PHONY: run stop test setup tools debian-packages venv lint policy-test unit e2e e2e-kind clean
 
 run: setup  ## start everything and show the main job (stop with: make stop)
 	@$(BIN)/python -m devcluster down >/dev/null
@@ -23,7 +23,12 @@ stop:  ## stop what `make run` started
 test: setup lint policy-test  ## every test
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
-setup: venv tools
+setup: venv tools debian-packages
+
+# Debian's debootstrap, umoci, containerd and runc for the image tests: installed with apt where this
+# runs as root (skipped with the reason elsewhere, and the image tests then say so).
+debian-packages:
+	toolchain/debian-packages.sh
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
 TEST_TOOLS := kubernetes etcd opa helm registry crane cosign-v2 cosign-v3 kwok
