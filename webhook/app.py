@@ -8,7 +8,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -145,7 +145,6 @@ async def _serve(
     *,
     settings: Settings,
     decisions: DecisionLog | None,
-    recorder: Executor,
     gate: AdmissionGate,
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
@@ -177,7 +176,6 @@ async def _serve(
             settings=settings,
             size=len(body),
             decisions=decisions,
-            recorder=recorder,
         )
     finally:
         gate.leave()
@@ -191,7 +189,6 @@ async def _decide(
     settings: Settings,
     size: int,
     decisions: DecisionLog | None,
-    recorder: Executor,
 ) -> Response:
     deadline = settings.admission_deadline_seconds
     started = time.perf_counter()
@@ -246,10 +243,9 @@ async def _decide(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
-    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
+    # Written by the log's one thread, in order, off the event loop.
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        recorder.submit(
-            decisions.record,
+        decisions.submit(
             request=review.request,
             decision=trace.decision,
             tenant=trace.tenant,
@@ -358,18 +354,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     `policy_reporting`, which tests replace through `app.dependency_overrides`)."""
     resolved = settings or get_settings()
     kinds = load_workload_kinds(resolved.workload_kinds_file)
-    decisions = (
-        DecisionLog(resolved.decision_log_file, stdout=resolved.decision_log_stdout)
-        if resolved.decision_log_file is not None or resolved.decision_log_stdout
-        else None
-    )
-
-    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal recorder  # one decision-log writer per run of the app (a stopped one takes no records)
-        recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
+        # One decision log (and its writer thread) per run of the app: a stopped one takes no records.
+        decisions = (
+            DecisionLog(resolved.decision_log_file, stdout=resolved.decision_log_stdout)
+            if resolved.decision_log_file is not None or resolved.decision_log_stdout
+            else None
+        )
+        app.state.decisions = decisions
         # Blocking calls (API read-through, ledger compare-and-swap) run in threads; the default pool
         # (cores + 4) queues them behind each other when many GPU pods arrive at once.
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
@@ -407,7 +401,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 reports.stop()
             await engine.close()
             await registry.aclose()
-            recorder.shutdown(wait=True)
+            if decisions is not None:
+                decisions.close()
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
     gate = AdmissionGate(resolved.max_in_flight)
@@ -419,8 +414,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             server,
             server.validate,
             settings=resolved,
-            decisions=decisions,
-            recorder=recorder,
+            decisions=request.app.state.decisions,
             gate=gate,
         )
 
@@ -431,8 +425,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             server,
             server.mutate,
             settings=resolved,
-            decisions=decisions,
-            recorder=recorder,
+            decisions=request.app.state.decisions,
             gate=gate,
         )
 
