@@ -43,6 +43,7 @@ from typing import Any, Literal, TextIO
 import orjson
 
 from labgate.core.decisions import Decision, Finding
+from labgate.core.errors import LabgateError
 from webhook.review import AdmissionRequest
 
 log = logging.getLogger("labgate.decision_log")
@@ -55,7 +56,7 @@ GENESIS = "0" * 64
 _HASH_CHARS = frozenset("0123456789abcdef")
 
 
-class DecisionLogError(RuntimeError):
+class DecisionLogError(LabgateError, RuntimeError):
     """The decision log cannot be continued (its last line is not a decision record)."""
 
 

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
+from labgate.core.errors import LabgateError, NoDecisionError
 
 DECISION_PACKAGE = "labgate/admission"
 DECISION_RULE = "decision"
@@ -32,7 +33,7 @@ MUTATION_PACKAGE = "labgate/mutation"
 INVENTORY_PATH = "inventory"
 
 
-class PolicyEngineUnavailableError(RuntimeError):
+class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
     """OPA could not give a decision in time (down, slow, no policy loaded, or a malformed answer)."""
 
 
@@ -173,7 +174,7 @@ class InventoryStore:
         self._client.close_connection()
 
 
-class PolicyLoadError(RuntimeError):
+class PolicyLoadError(LabgateError, RuntimeError):
     """OPA refused a policy module (it does not parse or compile); the message says where and why."""
 
 

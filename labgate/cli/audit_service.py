@@ -36,6 +36,7 @@ from labgate.cli.policy_impact import (
     policy_reports,
     tenant_namespaces,
 )
+from labgate.core.errors import LabgateError
 from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import (
     AUDIT_DURATION,
@@ -102,7 +103,7 @@ class AuditRun:
 OpaFor = Callable[[Facts], OfflineOpa]
 
 
-class ReportWriteError(RuntimeError):
+class ReportWriteError(LabgateError, RuntimeError):
     """Some PolicyReports could not be written (the others were); the message names each."""
 
 

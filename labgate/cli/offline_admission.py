@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from labgate.core.decisions import Decision, Mutation, PatchOperation
+from labgate.core.errors import LabgateError
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
@@ -77,7 +78,7 @@ _CLUSTER_SCOPED = {
 }
 
 
-class OfflineCheckError(RuntimeError):
+class OfflineCheckError(LabgateError, RuntimeError):
     """The offline evaluation could not run (bad manifest, policies that do not compile, ...)."""
 
 

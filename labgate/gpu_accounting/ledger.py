@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from labgate.core.errors import LabgateError, NoDecisionError
 from labgate.core.kinds import Kind, Object
 from labgate.core.tenant import TENANT_LABEL
 
@@ -170,7 +171,7 @@ def settle(
     return updated, settled
 
 
-class LedgerCorruptError(ValueError):
+class LedgerCorruptError(NoDecisionError, ValueError):
     """A tenant's ledger ConfigMap does not parse (edited by hand?): its GPU pods are refused until
     it is fixed, rather than admitted against an unknown usage."""
 
@@ -246,7 +247,7 @@ def encoded_size(key: str, reservation: Reservation) -> int:
     return len(_RESERVATIONS.dump_json({key: reservation}, exclude_defaults=True))
 
 
-class LedgerConflictError(RuntimeError):
+class LedgerConflictError(LabgateError, RuntimeError):
     """Someone else changed the ledger since it was read: re-read and decide again."""
 
 
