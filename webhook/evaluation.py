@@ -4,6 +4,8 @@ OPA drops the data pushed into it when it reloads its policies; an answer made w
 inventory (no `inventory_revision`) would decide without tenants. So every question goes through
 `Evaluator`: such an answer makes it push the inventory again and ask once more, and a second such
 answer is a PolicyEngineUnavailableError (the request is refused, never admitted by accident).
+Requests that find OPA so while a push is under way wait for that push instead of each pushing the
+whole inventory again (after a reload, every request in flight finds it so at once).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from labgate.core.coalesce import Coalescer
 from labgate.core.decisions import Decision, Mutation
 from webhook.policy_engine import PolicyEngineUnavailableError
 
@@ -44,6 +47,7 @@ class Evaluator:
     def __init__(self, engine: DecisionSource, inventory: InventoryPush):
         self.engine = engine
         self.inventory = inventory
+        self._pushes: Coalescer[str, None] = Coalescer()
 
     async def decide(self, policy_input: dict[str, Any]) -> Decision:
         """One decision (data.labgate.admission.decision)."""
@@ -72,9 +76,12 @@ class Evaluator:
         answer = await ask()
         if has_inventory(answer) or not self.inventory.is_synced:
             return answer
-        log.warning("OPA has no inventory (policies reloaded?); pushing it again")
-        await asyncio.to_thread(self.inventory.push_all)
+        await self._pushes.run("inventory", self._push)
         answer = await ask()
         if not has_inventory(answer):
             raise PolicyEngineUnavailableError("OPA does not keep labgate's inventory of tenants")
         return answer
+
+    async def _push(self) -> None:
+        log.warning("OPA has no inventory (policies reloaded?); pushing it again")
+        await asyncio.to_thread(self.inventory.push_all)
