@@ -4,16 +4,14 @@ reserve a GPU pod's GPUs (webhook.reservations), build the response (webhook.adm
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable, Hashable
 
-from labgate.core import json_bytes
 from labgate.core.decisions import Decision
 from labgate.core.metrics import RULE_FINDINGS
 from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS
 from webhook import refusals
-from webhook.admission import build_response, warning_lines
+from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
 from webhook.evaluation import DecisionSource, Evaluator
 from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryState, SecretFacts, VolumeFacts
@@ -131,15 +129,4 @@ class AdmissionServer:
         policy_input, tenant = await self.facts.gather(request)
         if trace is not None:
             trace.tenant = tenant
-        mutation = await self.reuse.mutate(policy_input)
-        warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
-        if not mutation.patch:
-            return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
-        patch = json_bytes.dumps([op.model_dump() for op in mutation.patch])
-        return AdmissionResponse(
-            uid=request.uid,
-            allowed=True,
-            warnings=warnings,
-            patch_type="JSONPatch",
-            patch=base64.b64encode(patch).decode(),
-        )
+        return build_mutation_response(request=request, mutation=await self.reuse.mutate(policy_input))
