@@ -152,6 +152,67 @@ class _PendingReservation:
     demand: GpuAmount
 
 
+def _at_usage(item: _PendingReservation, at: UsageKey) -> dict[str, Any]:
+    """`item`'s policy input at GPU usage `at`."""
+    return {**item.policy_input, "gpu_usage": usage_document(at)}
+
+
+def _asks_beyond_headroom(
+    items: list[_PendingReservation],
+    known: list[dict[UsageKey, Decision]],
+    working: Ledger,
+    running: UsageKey,
+) -> list[tuple[int, UsageKey]]:
+    """The pods to decide beyond their headroom, each at the usage it meets if the pods before it
+    that are known or alike to be admitted are: (index in `items`, usage)."""
+    overlay: dict[str, GpuAmount] = {}
+    at_each = running
+    asks: list[tuple[int, UsageKey]] = []
+    for index, item in enumerate(items):
+        reserved = working.reservations.get(item.key)
+        held = overlay.get(item.key, reserved.gpus if reserved is not None else None)
+        at = at_each if held is None else _plus(at_each, held, -1)
+        decided = known[index].get(at)
+        if decided is not None:
+            if decided.allowed and decided.gpu_demand.total > 0:
+                at_each = _plus(at, item.demand)
+                overlay[item.key] = item.demand
+            continue
+        if decides_alike(item.decision, at):
+            at_each = _plus(at, item.demand)
+            overlay[item.key] = item.demand
+        else:
+            asks.append((index, at))
+    return asks
+
+
+def _asks_of_round(
+    items: list[_PendingReservation],
+    known: list[dict[UsageKey, Decision]],
+    working: Ledger,
+    running: UsageKey,
+    *,
+    if_none_admitted: bool,
+) -> list[tuple[int, UsageKey]]:
+    """What a round asks: each undecided item against the usage left if every earlier item of the
+    round is admitted, and (`if_none_admitted`, or the first item) if none is."""
+    overlay: dict[str, GpuAmount] = {}
+    if_all = running
+    asks: list[tuple[int, UsageKey]] = []
+    for index, item in enumerate(items):
+        reserved = working.reservations.get(item.key)
+        before = reserved.gpus if reserved is not None else None
+        held = overlay.get(item.key, before)
+        if_none = running if before is None else _plus(running, before, -1)
+        at_all = if_all if held is None else _plus(if_all, held, -1)
+        for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
+            if at not in known[index] and not decides_alike(item.decision, at):
+                asks.append((index, at))
+        if_all = _plus(at_all, item.demand)
+        overlay[item.key] = item.demand
+    return asks
+
+
 class GpuReservations:
     """The tenants' GPU reservations of one webhook replica: the batcher, its decisions, its writes."""
 
@@ -340,29 +401,9 @@ class GpuReservations:
         leave the usage as it is, so each one's usage is known in advance; they are decided side by
         side (the policy's message quotes that usage). Should one be admitted after all (the rule in
         warn mode), the pods after it are decided again by the next round."""
-        overlay: dict[str, GpuAmount] = {}
-        at_each = running
-        asks: list[tuple[int, UsageKey]] = []
-        for index, item in enumerate(items):
-            reserved = working.reservations.get(item.key)
-            held = overlay.get(item.key, reserved.gpus if reserved is not None else None)
-            at = at_each if held is None else _plus(at_each, held, -1)
-            decided = known[index].get(at)
-            if decided is not None:
-                if decided.allowed and decided.gpu_demand.total > 0:
-                    at_each = _plus(at, item.demand)
-                    overlay[item.key] = item.demand
-                continue
-            if decides_alike(item.decision, at):
-                at_each = _plus(at, item.demand)
-                overlay[item.key] = item.demand
-            else:
-                asks.append((index, at))
+        asks = _asks_beyond_headroom(items, known, working, running)
         decisions = await asyncio.gather(
-            *(
-                self.evaluations.decide({**items[i].policy_input, "gpu_usage": usage_document(at)})
-                for i, at in asks
-            )
+            *(self.evaluations.decide(_at_usage(items[i], at)) for i, at in asks)
         )
         for (index, at), decision in zip(asks, decisions, strict=True):
             known[index][at] = decision
@@ -379,24 +420,10 @@ class GpuReservations:
         """One evaluation for the undecided `items`: each against the usage left if every earlier
         item of the round is admitted, and (`if_none_admitted`) if none is; the answers go into
         `known`."""
-        overlay: dict[str, GpuAmount] = {}
-        if_all = running
-        asks: list[tuple[int, UsageKey]] = []
-        for index, item in enumerate(items):
-            reserved = working.reservations.get(item.key)
-            before = reserved.gpus if reserved is not None else None
-            held = overlay.get(item.key, before)
-            if_none = running if before is None else _plus(running, before, -1)
-            at_all = if_all if held is None else _plus(if_all, held, -1)
-            for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
-                if at not in known[index] and not decides_alike(item.decision, at):
-                    asks.append((index, at))
-            if_all = _plus(at_all, item.demand)
-            overlay[item.key] = item.demand
+        asks = _asks_of_round(items, known, working, running, if_none_admitted=if_none_admitted)
         if not asks:
             return
-        inputs = [{**items[index].policy_input, "gpu_usage": usage_document(at)} for index, at in asks]
-        decisions = await self.evaluations.decide_all(inputs)
+        decisions = await self.evaluations.decide_all([_at_usage(items[i], at) for i, at in asks])
         for (index, at), decision in zip(asks, decisions, strict=True):
             known[index][at] = decision
 
@@ -422,7 +449,8 @@ class GpuReservations:
                     ledger = await asyncio.to_thread(ledgers.fresh, tenant)
                     continue
             if working is not ledger:
-                await self._release_abandoned(tenant, [i.key for i in batch if i.response.done()], working)
+                abandoned = [i.key for i in batch if i.response.done()]
+                await _release_abandoned(ledgers, tenant, abandoned, working)
             for item, response in zip(batch, responses, strict=True):
                 if item.trace.decision is not None:
                     self.on_decided(item.trace.decision)
@@ -434,20 +462,20 @@ class GpuReservations:
             if not item.response.done():
                 item.response.set_result(busy.response(item.request))
 
-    async def _release_abandoned(self, tenant: str, keys: list[str], written: Ledger) -> None:
-        """Drop at once the reservations of requests whose caller gave up at the deadline while their
-        batch was being written: the apiserver refused those pods, so their GPUs must not be held."""
-        ledgers = self.ledgers
-        if not (keys := [k for k in keys if k in written.reservations]):
+
+async def _release_abandoned(ledgers: LedgerAccess, tenant: str, keys: list[str], written: Ledger) -> None:
+    """Drop at once the reservations of requests whose caller gave up at the deadline while their
+    batch was being written: the apiserver refused those pods, so their GPUs must not be held."""
+    if not (keys := [k for k in keys if k in written.reservations]):
+        return
+    ledger = written
+    for _ in range(MAX_LEDGER_ATTEMPTS):
+        kept = {k: v for k, v in ledger.reservations.items() if k not in keys}
+        if len(kept) == len(ledger.reservations):
             return
-        ledger = written
-        for _ in range(MAX_LEDGER_ATTEMPTS):
-            kept = {k: v for k, v in ledger.reservations.items() if k not in keys}
-            if len(kept) == len(ledger.reservations):
-                return
-            try:
-                await asyncio.to_thread(ledgers.write, ledger.model_copy(update={"reservations": kept}))
-                return
-            except LedgerConflictError:
-                ledger = await asyncio.to_thread(ledgers.fresh, tenant)
-        log.warning("could not release %d abandoned reservations of %s; they expire", len(keys), tenant)
+        try:
+            await asyncio.to_thread(ledgers.write, ledger.model_copy(update={"reservations": kept}))
+            return
+        except LedgerConflictError:
+            ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+    log.warning("could not release %d abandoned reservations of %s; they expire", len(keys), tenant)
