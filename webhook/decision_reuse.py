@@ -159,6 +159,9 @@ class DecisionReuse:
         self.facts_version = facts_version
         self._decisions: ReuseCache[Decision] = ReuseCache(seconds)
         self._mutations: ReuseCache[Mutation] = ReuseCache(seconds)
+        # Not labgate.core.coalesce's single flight: copies wait for the first one's evaluation and
+        # then look in the cache (its answer may not hold at their GPU usage), and the first evaluates
+        # in its own task, not one apart, which keeps a burst's order of arrival into the GPU batch.
         self._deciding: dict[bytes, asyncio.Future[None]] = {}
 
     def _key(self, cache: ReuseCache[Any], policy_input: dict[str, Any]) -> bytes | None:
