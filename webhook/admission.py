@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
-from labgate.core.decisions import Decision, Finding
+from labgate.core import json_bytes
+from labgate.core.decisions import Decision, Finding, Mutation
 from labgate.core.kinds import Object
 from webhook.provenance.reference import InvalidReferenceError, parse_reference
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
@@ -118,6 +120,22 @@ def build_response(*, request: AdmissionRequest, decision: Decision) -> Admissio
             warnings=warnings,
         )
     return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+
+
+def build_mutation_response(*, request: AdmissionRequest, mutation: Mutation) -> AdmissionResponse:
+    """The AdmissionResponse for `mutation`: uid echoed, admitted, its notes as warnings, its patch
+    as a base64 JSON Patch (none when there is nothing to patch)."""
+    warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
+    if not mutation.patch:
+        return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+    patch = json_bytes.dumps([op.model_dump() for op in mutation.patch])
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=True,
+        warnings=warnings,
+        patch_type="JSONPatch",
+        patch=base64.b64encode(patch).decode(),
+    )
 
 
 def namespace_document(namespace: Object) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def _gather(volumes: _Volumes, request: AdmissionRequest) -> dict[str, Any]:
     server = AdmissionServer(
         engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, volumes=volumes
     )
-    policy_input, _ = asyncio.run(server._gather(request))
+    policy_input, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 
 
