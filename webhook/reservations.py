@@ -47,14 +47,17 @@ GPU_QUOTA_RULE = "gpu-quota"
 
 
 class LedgerAccess(Protocol):
+    """The ledgers (labgate.gpu_accounting.ledger_store.LedgerCache): the cached copy, and the
+    compare-and-swap and re-read, which run in the ledger's own threads."""
+
     @property
     def is_synced(self) -> bool: ...
 
     def cached(self, tenant: str) -> Ledger: ...
 
-    def fresh(self, tenant: str) -> Ledger: ...
+    async def fresh_async(self, tenant: str) -> Ledger: ...
 
-    def write(self, ledger: Ledger) -> Ledger: ...
+    async def write_async(self, ledger: Ledger) -> Ledger: ...
 
 
 class Evaluations(Protocol):
@@ -434,7 +437,7 @@ class GpuReservations:
             working, responses, running, size = await self._decide_batch(ledger, batch)
             if working is not ledger:
                 try:
-                    working = await asyncio.to_thread(ledgers.write, working)
+                    working = await ledgers.write_async(working)
                     # The next batch starts from the written ledger: its sums are known already.
                     self._usage_memo[tenant] = (working, running)
                     self._size_memo[tenant] = (working, size)
@@ -446,7 +449,7 @@ class GpuReservations:
                         attempt + 1,
                         len(batch),
                     )
-                    ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+                    ledger = await ledgers.fresh_async(tenant)
                     continue
             if working is not ledger:
                 abandoned = [i.key for i in batch if i.response.done()]
@@ -474,8 +477,8 @@ async def _release_abandoned(ledgers: LedgerAccess, tenant: str, keys: list[str]
         if len(kept) == len(ledger.reservations):
             return
         try:
-            await asyncio.to_thread(ledgers.write, ledger.model_copy(update={"reservations": kept}))
+            await ledgers.write_async(ledger.model_copy(update={"reservations": kept}))
             return
         except LedgerConflictError:
-            ledger = await asyncio.to_thread(ledgers.fresh, tenant)
+            ledger = await ledgers.fresh_async(tenant)
     log.warning("could not release %d abandoned reservations of %s; they expire", len(keys), tenant)

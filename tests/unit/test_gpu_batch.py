@@ -112,6 +112,12 @@ class Ledgers:
         )
         return self.stored
 
+    async def fresh_async(self, tenant: str) -> Ledger:
+        return self.fresh(tenant)
+
+    async def write_async(self, ledger: Ledger) -> Ledger:
+        return self.write(ledger)
+
 
 def request(index: int, model: str, gpus: int) -> AdmissionRequest:
     return AdmissionRequest.model_validate(
