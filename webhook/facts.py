@@ -13,8 +13,9 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, needs_gpu_usage
-from webhook.reservations import UsageKey, is_pod_create, reservation_key, usage_document
+from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
@@ -67,7 +68,7 @@ class VolumeFacts(Protocol):
 class GpuUsageSource(Protocol):
     """A tenant's GPU usage (webhook.reservations.GpuReservations)."""
 
-    def usage_of(self, tenant: str, *, excluding: str | None = None) -> UsageKey: ...
+    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount: ...
 
 
 def claimed_volume(request: AdmissionRequest) -> str | None:
@@ -124,7 +125,7 @@ class FactGatherer:
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
             excluding = reservation_key(request) if is_pod_create(request) else None
-            policy_input["gpu_usage"] = usage_document(self.gpu_usage.usage_of(tenant, excluding=excluding))
+            policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
         if tenant and request.namespace and policy_input["pod_templates"]:
             claims, images = await self._claims_and_images(
                 tenant, request.namespace, policy_input["pod_templates"]

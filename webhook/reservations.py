@@ -4,8 +4,8 @@ Group commit: the GPU pods of one tenant that arrive while a write is under way 
 batch; a batch is decided against a running ledger (each pod against what the pods before it leave)
 and written in one compare-and-swap; a lost race re-reads the ledger and decides the batch again.
 Within the headroom the policy returned no further evaluation is needed (`decides_alike`); at the
-quota's edge a few. The usage arithmetic (`UsageKey`) lives here too: the facts room puts the usage
-into the policy input, decision reuse compares decisions by it.
+quota's edge a few. Usages are `GpuAmount`s (hashable: the decisions known per usage are keyed by
+them): the facts room puts the usage into the policy input, decision reuse compares decisions by it.
 
 The ledger store and the evaluation door are given (`LedgerAccess`, `Evaluations`): this room
 imports no door.
@@ -89,20 +89,12 @@ def reservation_key(request: AdmissionRequest) -> str:
     return str(uid) if uid else f"no-pod-uid/{request.uid}"
 
 
-# A GPU usage in a comparable form: total, and the models with a non-zero count, sorted.
-UsageKey = tuple[int, tuple[tuple[str, int], ...]]
-
-
-def usage_key(amount: GpuAmount) -> UsageKey:
-    return amount.total, tuple(sorted((m, c) for m, c in amount.by_model.items() if c))
-
-
-def usage_document(key: UsageKey) -> dict[str, Any]:
+def usage_document(at: GpuAmount) -> dict[str, Any]:
     """input.gpu_usage for a usage."""
-    return {"total": key[0], "by_model": dict(key[1])}
+    return at.to_document()
 
 
-def decides_alike(decision: Decision, at: UsageKey) -> bool:
+def decides_alike(decision: Decision, at: GpuAmount) -> bool:
     """Whether `decision`, made against another usage, is also the decision against usage `at`:
     the policy said the pod fits up to its headroom, and the quota rule (the only one that reads the
     usage) found nothing, so it finds nothing at `at` either and every other finding stays."""
@@ -111,32 +103,18 @@ def decides_alike(decision: Decision, at: UsageKey) -> bool:
         return False
     if any(f.rule == GPU_QUOTA_RULE for f in (*decision.denials, *decision.warnings, *decision.dry_run)):
         return False
-    total, by_model = at[0], dict(at[1])
-    if headroom.total is not None and total > headroom.total:
-        return False
-    return all(by_model.get(model, 0) <= room for model, room in headroom.by_model.items())
+    return at.fits_within(headroom)
 
 
-def input_usage(policy_input: dict[str, Any]) -> UsageKey | None:
+def input_usage(policy_input: dict[str, Any]) -> GpuAmount | None:
     """The GPU usage a policy input carries, comparable; None when it carries none."""
     document = policy_input.get("gpu_usage")
-    return None if document is None else usage_key(GpuAmount.model_validate(document))
+    return None if document is None else GpuAmount.from_document(document)
 
 
-def holds_at(decision: Decision, decided: Hashable, at: UsageKey | None) -> bool:
+def holds_at(decision: Decision, decided: Hashable, at: GpuAmount | None) -> bool:
     """Whether `decision`, made at usage `decided`, is also the decision at usage `at`."""
     return decision.gpu_demand.total == 0 or decided == at or (at is not None and decides_alike(decision, at))
-
-
-def _plus(a: UsageKey, b: GpuAmount, sign: int = 1) -> UsageKey:
-    by_model = dict(a[1])
-    for model, count in b.by_model.items():
-        by_model[model] = by_model.get(model, 0) + sign * count
-    return a[0] + sign * b.total, tuple(sorted((m, c) for m, c in by_model.items() if c))
-
-
-def _demand(decision: Decision) -> GpuAmount:
-    return GpuAmount(total=decision.gpu_demand.total, by_model=dict(decision.gpu_demand.by_model))
 
 
 @dataclass
@@ -151,38 +129,38 @@ class _PendingReservation:
     trace: DecisionTrace
     response: asyncio.Future[AdmissionResponse]
     decision: Decision
-    decided_usage: UsageKey
+    decided_usage: GpuAmount
     demand: GpuAmount
 
 
-def _at_usage(item: _PendingReservation, at: UsageKey) -> dict[str, Any]:
+def _at_usage(item: _PendingReservation, at: GpuAmount) -> dict[str, Any]:
     """`item`'s policy input at GPU usage `at`."""
     return {**item.policy_input, "gpu_usage": usage_document(at)}
 
 
 def _asks_beyond_headroom(
     items: list[_PendingReservation],
-    known: list[dict[UsageKey, Decision]],
+    known: list[dict[GpuAmount, Decision]],
     working: Ledger,
-    running: UsageKey,
-) -> list[tuple[int, UsageKey]]:
+    running: GpuAmount,
+) -> list[tuple[int, GpuAmount]]:
     """The pods to decide beyond their headroom, each at the usage it meets if the pods before it
     that are known or alike to be admitted are: (index in `items`, usage)."""
     overlay: dict[str, GpuAmount] = {}
     at_each = running
-    asks: list[tuple[int, UsageKey]] = []
+    asks: list[tuple[int, GpuAmount]] = []
     for index, item in enumerate(items):
         reserved = working.reservations.get(item.key)
         held = overlay.get(item.key, reserved.gpus if reserved is not None else None)
-        at = at_each if held is None else _plus(at_each, held, -1)
+        at = at_each if held is None else at_each - held
         decided = known[index].get(at)
         if decided is not None:
             if decided.allowed and decided.gpu_demand.total > 0:
-                at_each = _plus(at, item.demand)
+                at_each = at + item.demand
                 overlay[item.key] = item.demand
             continue
         if decides_alike(item.decision, at):
-            at_each = _plus(at, item.demand)
+            at_each = at + item.demand
             overlay[item.key] = item.demand
         else:
             asks.append((index, at))
@@ -191,27 +169,27 @@ def _asks_beyond_headroom(
 
 def _asks_of_round(
     items: list[_PendingReservation],
-    known: list[dict[UsageKey, Decision]],
+    known: list[dict[GpuAmount, Decision]],
     working: Ledger,
-    running: UsageKey,
+    running: GpuAmount,
     *,
     if_none_admitted: bool,
-) -> list[tuple[int, UsageKey]]:
+) -> list[tuple[int, GpuAmount]]:
     """What a round asks: each undecided item against the usage left if every earlier item of the
     round is admitted, and (`if_none_admitted`, or the first item) if none is."""
     overlay: dict[str, GpuAmount] = {}
     if_all = running
-    asks: list[tuple[int, UsageKey]] = []
+    asks: list[tuple[int, GpuAmount]] = []
     for index, item in enumerate(items):
         reserved = working.reservations.get(item.key)
         before = reserved.gpus if reserved is not None else None
         held = overlay.get(item.key, before)
-        if_none = running if before is None else _plus(running, before, -1)
-        at_all = if_all if held is None else _plus(if_all, held, -1)
+        if_none = running if before is None else running - before
+        at_all = if_all if held is None else if_all - held
         for at in dict.fromkeys((at_all, if_none) if if_none_admitted or index == 0 else (at_all,)):
             if at not in known[index] and not decides_alike(item.decision, at):
                 asks.append((index, at))
-        if_all = _plus(at_all, item.demand)
+        if_all = at_all + item.demand
         overlay[item.key] = item.demand
     return asks
 
@@ -234,22 +212,22 @@ class GpuReservations:
         self.on_decided = on_decided
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
-        self._usage_memo: dict[str, tuple[Ledger, UsageKey]] = {}
+        self._usage_memo: dict[str, tuple[Ledger, GpuAmount]] = {}
         self._size_memo: dict[str, tuple[Ledger, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def usage_of(self, tenant: str, *, excluding: str | None = None) -> UsageKey:
+    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount:
         """The tenant's GPU usage from the cached ledger, less the reservation `excluding` holds."""
         return self._usage(self.ledgers.cached(tenant), excluding)
 
-    def _usage(self, ledger: Ledger, excluding: str | None = None) -> UsageKey:
+    def _usage(self, ledger: Ledger, excluding: str | None = None) -> GpuAmount:
         """The ledger's usage, summed once per version of the ledger (not once per request)."""
         memo = self._usage_memo.get(ledger.tenant)
         if memo is None or memo[0] is not ledger:
-            memo = (ledger, usage_key(usage(ledger)))
+            memo = (ledger, usage(ledger))
             self._usage_memo[ledger.tenant] = memo
         held = ledger.reservations.get(excluding) if excluding is not None else None
-        return memo[1] if held is None else _plus(memo[1], held.gpus, -1)
+        return memo[1] if held is None else memo[1] - held.gpus
 
     def _size(self, ledger: Ledger) -> int:
         """The stored size of the ledger's reservations, encoded once per version of the ledger."""
@@ -276,10 +254,10 @@ class GpuReservations:
         writes and, within the quota's headroom, no further evaluation."""
         key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
-        decided = usage_key(GpuAmount.model_validate(policy_input.get("gpu_usage") or {}))
+        decided = GpuAmount.from_document(policy_input.get("gpu_usage"))
         self._pending.setdefault(tenant, []).append(
             _PendingReservation(
-                request, policy_input, key, trace, future, decision, decided, _demand(decision)
+                request, policy_input, key, trace, future, decision, decided, decision.gpu_demand
             )
         )
         if tenant not in self._committing:
@@ -303,7 +281,7 @@ class GpuReservations:
 
     async def _decide_batch(
         self, ledger: Ledger, batch: list[_PendingReservation]
-    ) -> tuple[Ledger, list[AdmissionResponse], UsageKey, int]:
+    ) -> tuple[Ledger, list[AdmissionResponse], GpuAmount, int]:
         """Decide `batch` in order against `ledger`: each pod against the usage the pods before it
         leave (the same answers as deciding them one after the other), and reserve for the admitted
         ones in a working copy of the ledger. Returns that copy, the responses, its usage and size."""
@@ -311,7 +289,7 @@ class GpuReservations:
         working = ledger
         size = self._size(ledger)
         running = self._usage(ledger)
-        known: list[dict[UsageKey, Decision]] = [{item.decided_usage: item.decision} for item in batch]
+        known: list[dict[GpuAmount, Decision]] = [{item.decided_usage: item.decision} for item in batch]
         responses: list[AdmissionResponse] = []
         refused = False  # at the quota's edge: rounds also ask what is left if no earlier pod is admitted
         while len(responses) < len(batch):
@@ -324,7 +302,7 @@ class GpuReservations:
                 responses.append(refusals.engine_unavailable(reason).response(item.request))
                 continue
             held = working.reservations.get(item.key)
-            at = running if held is None else _plus(running, held.gpus, -1)
+            at = running if held is None else running - held.gpus
             decision = await self._decision_at(
                 at,
                 items=batch[index:],
@@ -338,7 +316,7 @@ class GpuReservations:
                 refused = refused or not decision.allowed
                 responses.append(build_response(request=item.request, decision=decision))
                 continue
-            demand = _demand(decision)
+            demand = decision.gpu_demand
             candidate, added = self._with_reservation(working, item, demand)
             if size + added > LEDGER_MAX_BYTES:
                 LEDGER_FULL.labels(tenant).inc()
@@ -346,19 +324,19 @@ class GpuReservations:
                     refusals.ledger_full(tenant, len(working.reservations)).response(item.request)
                 )
                 continue
-            running = _plus(at, demand)
+            running = at + demand
             size, working = size + added, candidate
             responses.append(build_response(request=item.request, decision=decision))
         return working, responses, running, size
 
     async def _decision_at(
         self,
-        at: UsageKey,
+        at: GpuAmount,
         *,
         items: list[_PendingReservation],
-        known: list[dict[UsageKey, Decision]],
+        known: list[dict[GpuAmount, Decision]],
         working: Ledger,
-        running: UsageKey,
+        running: GpuAmount,
         refused: bool,
     ) -> Decision:
         """The decision of `items[0]` at usage `at`.
@@ -396,9 +374,9 @@ class GpuReservations:
     async def _decide_beyond_headroom(
         self,
         items: list[_PendingReservation],
-        known: list[dict[UsageKey, Decision]],
+        known: list[dict[GpuAmount, Decision]],
         working: Ledger,
-        running: UsageKey,
+        running: GpuAmount,
     ) -> None:
         """At the quota's edge: the pods beyond their headroom are refused by the quota rule and
         leave the usage as it is, so each one's usage is known in advance; they are decided side by
@@ -414,9 +392,9 @@ class GpuReservations:
     async def _decide_round(
         self,
         items: list[_PendingReservation],
-        known: list[dict[UsageKey, Decision]],
+        known: list[dict[GpuAmount, Decision]],
         working: Ledger,
-        running: UsageKey,
+        running: GpuAmount,
         *,
         if_none_admitted: bool,
     ) -> None:

@@ -489,7 +489,7 @@ class OfflineOpa:
         decision_input = policy_input(mutated)
         if tenant and needs_gpu_usage(mutated, decision_input["pod_templates"]):
             # the webhook adds the tenant's usage from the quota ledger
-            decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).model_dump()
+            decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))
         response = build_response(request=mutated, decision=decision)
         return CheckResult(request=mutated, mutation=mutation, decision=decision, response=response)

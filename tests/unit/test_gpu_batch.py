@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labgate.core.decisions import Decision, Finding, GpuDemand, GpuHeadroom, Mutation
+from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
@@ -41,8 +42,8 @@ class QuotaPolicy:
             allowed=not over,
             denials=denials,
             tenant=TENANT,
-            gpu_demand=GpuDemand(total=count, by_model={model: count}),
-            gpu_headroom=GpuHeadroom(
+            gpu_demand=GpuAmount(total=count, by_model={model: count}),
+            gpu_headroom=GpuAmount(
                 total=self.total - count,
                 by_model={model: self.models[model] - count} if model in self.models else {},
             )
