@@ -35,6 +35,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.metrics import DECISIONS_REUSED
+from webhook.policy_input import PolicyInput
 from webhook.reservations import holds_at, input_usage
 
 # Metadata fields that differ between the copies of one pod and that no rule decides on.
@@ -53,7 +54,7 @@ def _without_identity(metadata: Any) -> Any:
     return {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
 
 
-def pod_create_key(policy_input: dict[str, Any], facts_version: Hashable) -> bytes | None:
+def pod_create_key(policy_input: PolicyInput, facts_version: Hashable) -> bytes | None:
     """The reuse key of a Pod CREATE's policy input (its GPU usage left out), or None for any other
     request. Two pods get one key exactly when their inputs differ in nothing but the pod's identity."""
     request = policy_input.get("request")
@@ -145,9 +146,9 @@ class ReuseCache(Generic[Value]):
 class Evaluations(Protocol):
     """What reuse asks of the evaluation door (webhook.evaluation.Evaluator)."""
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
+    async def decide(self, policy_input: PolicyInput) -> Decision: ...
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation: ...
+    async def mutate(self, policy_input: PolicyInput) -> Mutation: ...
 
 
 class DecisionReuse:
@@ -164,10 +165,10 @@ class DecisionReuse:
         # in its own task, not one apart, which keeps a burst's order of arrival into the GPU batch.
         self._deciding: dict[bytes, asyncio.Future[None]] = {}
 
-    def _key(self, cache: ReuseCache[Any], policy_input: dict[str, Any]) -> bytes | None:
+    def _key(self, cache: ReuseCache[Any], policy_input: PolicyInput) -> bytes | None:
         return pod_create_key(policy_input, self.facts_version()) if cache.enabled else None
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         """The decision of an identical pod decided moments before (or being decided now: copies
         arriving together wait for the first one's evaluation), when it holds at this pod's GPU usage
         (it asks none, the same usage, or one within the headroom the policy returned); else one policy
@@ -195,7 +196,7 @@ class DecisionReuse:
             del self._deciding[key]
             deciding.set_result(None)
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         """The mutation of an identical pod mutated moments before, when its patch does not read the
         GPU usage or this pod's usage is the same; else one policy query."""
         key = self._key(self._mutations, policy_input)

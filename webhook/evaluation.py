@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from labgate.core.coalesce import Coalescer
 from labgate.core.decisions import Decision, Mutation
 from webhook.policy_engine import PolicyEngineUnavailableError
+from webhook.policy_input import PolicyInput
 
 log = logging.getLogger("labgate.webhook")
 
@@ -25,11 +26,11 @@ Answer = TypeVar("Answer")
 
 
 class DecisionSource(Protocol):
-    async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
+    async def decide(self, policy_input: PolicyInput) -> Decision: ...
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]: ...
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]: ...
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation: ...
+    async def mutate(self, policy_input: PolicyInput) -> Mutation: ...
 
     async def is_healthy(self) -> bool: ...
 
@@ -49,20 +50,20 @@ class Evaluator:
         self.inventory = inventory
         self._pushes: Coalescer[str, None] = Coalescer()
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         """One decision (data.labgate.admission.decision)."""
         return await self._with_inventory(
             lambda: self.engine.decide(policy_input), lambda d: d.inventory_revision is not None
         )
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         """One decision per input, in one evaluation (data.labgate.admission.decisions)."""
         return await self._with_inventory(
             lambda: self.engine.decide_all(policy_inputs),
             lambda ds: all(d.inventory_revision is not None for d in ds),
         )
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         """The mutation (data.labgate.mutation)."""
         return await self._with_inventory(
             lambda: self.engine.mutate(policy_input), lambda m: m.inventory_revision is not None

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, needs_gpu_usage
+from webhook.policy_input import PolicyInput
 from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -103,7 +104,7 @@ class FactGatherer:
         self.volumes = volumes
         self.claims = claims
 
-    async def gather(self, request: AdmissionRequest) -> tuple[dict[str, Any], str | None]:
+    async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
         """The policy input and the tenant that owns the request's namespace."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         tenant = None
@@ -127,9 +128,9 @@ class FactGatherer:
             excluding = reservation_key(request) if is_pod_create(request) else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
         if tenant and request.namespace and policy_input["pod_templates"]:
-            claims, images = await self._claims_and_images(
-                tenant, request.namespace, policy_input["pod_templates"]
-            )
+            # The claims and image readers read templates as plain documents (they are, at run time).
+            templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
+            claims, images = await self._claims_and_images(tenant, request.namespace, templates)
             if claims:
                 policy_input["resource_claims"] = claims
             if images is not None:

@@ -17,9 +17,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from labgate.core.decisions import Decision
+from labgate.core.gpu_amount import GpuDocument
 from labgate.core.metrics import LEDGER_CONFLICTS, LEDGER_FULL
 from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
@@ -36,6 +37,7 @@ from labgate.gpu_accounting.ledger import (
 )
 from webhook import refusals
 from webhook.admission import build_response
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest, AdmissionResponse
 
 log = logging.getLogger("labgate.webhook")
@@ -63,9 +65,9 @@ class LedgerAccess(Protocol):
 class Evaluations(Protocol):
     """What a batch asks of the evaluation door (webhook.evaluation.Evaluator)."""
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision: ...
+    async def decide(self, policy_input: PolicyInput) -> Decision: ...
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]: ...
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]: ...
 
 
 @dataclass
@@ -89,7 +91,7 @@ def reservation_key(request: AdmissionRequest) -> str:
     return str(uid) if uid else f"no-pod-uid/{request.uid}"
 
 
-def usage_document(at: GpuAmount) -> dict[str, Any]:
+def usage_document(at: GpuAmount) -> GpuDocument:
     """input.gpu_usage for a usage."""
     return at.to_document()
 
@@ -106,7 +108,7 @@ def decides_alike(decision: Decision, at: GpuAmount) -> bool:
     return at.fits_within(headroom)
 
 
-def input_usage(policy_input: dict[str, Any]) -> GpuAmount | None:
+def input_usage(policy_input: PolicyInput) -> GpuAmount | None:
     """The GPU usage a policy input carries, comparable; None when it carries none."""
     document = policy_input.get("gpu_usage")
     return None if document is None else GpuAmount.from_document(document)
@@ -124,7 +126,7 @@ class _PendingReservation:
     the pods before it leave, unless that is the usage it was first decided with."""
 
     request: AdmissionRequest
-    policy_input: dict[str, Any]
+    policy_input: PolicyInput
     key: str
     trace: DecisionTrace
     response: asyncio.Future[AdmissionResponse]
@@ -133,7 +135,7 @@ class _PendingReservation:
     demand: GpuAmount
 
 
-def _at_usage(item: _PendingReservation, at: GpuAmount) -> dict[str, Any]:
+def _at_usage(item: _PendingReservation, at: GpuAmount) -> PolicyInput:
     """`item`'s policy input at GPU usage `at`."""
     return {**item.policy_input, "gpu_usage": usage_document(at)}
 
@@ -240,7 +242,7 @@ class GpuReservations:
     async def reserve(
         self,
         request: AdmissionRequest,
-        policy_input: dict[str, Any],
+        policy_input: PolicyInput,
         tenant: str,
         trace: DecisionTrace,
         decision: Decision,

@@ -45,6 +45,7 @@ from labgate.core.metrics import (
     AUDIT_RUNS,
     AUDIT_VIOLATIONS,
 )
+from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 from webhook.workloads import WorkloadKind
 
@@ -68,7 +69,7 @@ class ServerOpa(OfflineOpa):
         self._session.close()
         super().close()
 
-    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+    def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         inventory = json.dumps((facts or self.facts).inventory, sort_keys=True)
         try:
             if inventory != self._pushed:

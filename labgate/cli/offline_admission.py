@@ -37,6 +37,7 @@ from webhook.admission import (
     tenant_document,
     warning_lines,
 )
+from webhook.policy_input import PolicyInput
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.review import AdmissionRequest, AdmissionResponse, Operation
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -425,7 +426,7 @@ class OfflineOpa:
             self._inventory_files[text] = path
         return self._inventory_files[text]
 
-    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+    def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         """The value of `query` for `policy_input`; OfflineCheckError when undefined or failing."""
         inventory_file = self._inventory_file(facts or self.facts)
         self._count += 1
@@ -474,7 +475,7 @@ class OfflineOpa:
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
 
-        def policy_input(req: AdmissionRequest) -> dict[str, Any]:
+        def policy_input(req: AdmissionRequest) -> PolicyInput:
             built = build_policy_input(request=req, kinds=kinds)
             if req.namespace:  # the webhook adds the namespace's restricted Secrets
                 built["secrets"] = facts.secrets.get(req.namespace, {})

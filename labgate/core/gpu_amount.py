@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import GetCoreSchemaHandler, TypeAdapter
 from pydantic_core import core_schema
@@ -24,6 +24,13 @@ from pydantic_core import core_schema
 # The total of a bound without a total limit (a tenant with per-model quotas only): no usage
 # reaches it.
 NO_TOTAL_LIMIT = 2**63 - 1
+
+
+class GpuDocument(TypedDict):
+    """The JSON form of an amount."""
+
+    total: int
+    by_model: dict[str, int]
 
 
 class GpuAmount:
@@ -93,7 +100,7 @@ class GpuAmount:
             self.count(model) <= room for model, room in bound._by_model.items()
         )
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> GpuDocument:
         """The JSON form policies read (input.gpu_usage) and ledgers store."""
         return {"total": self._total, "by_model": dict(self._by_model)}
 

@@ -13,6 +13,7 @@ from labgate.core.decisions import Decision, Mutation
 from tests.unit.test_gpu_batch import Inventory, request
 from webhook.evaluation import Evaluator
 from webhook.policy_engine import PolicyEngineUnavailableError
+from webhook.policy_input import PolicyInput
 from webhook.serving import AdmissionServer
 
 CONCURRENT = 32
@@ -48,14 +49,14 @@ class _ReloadedEngine:
         await self.everyone_asked.wait()
         return None
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         return Decision(allowed=True, inventory_revision=await self._revision())
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         revision = await self._revision()
         return [Decision(allowed=True, inventory_revision=revision) for _ in policy_inputs]
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         return Mutation(inventory_revision=await self._revision())
 
     async def is_healthy(self) -> bool:
@@ -113,7 +114,9 @@ def test_before_the_inventory_is_synced_there_is_nothing_to_push() -> None:
     inventory = _CountingInventory(synced=False)
 
     async def run() -> Decision:
-        return await Evaluator(_ReloadedEngine(inventory), inventory).decide({})
+        return await Evaluator(_ReloadedEngine(inventory), inventory).decide(
+            {"request": {}, "pod_templates": [], "image_references": {}}
+        )
 
     assert asyncio.run(run()).inventory_revision is None
     assert inventory.pushes == 0

@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
@@ -73,7 +74,7 @@ def _pod() -> AdmissionRequest:
 
 
 def test_claims_and_images_are_fetched_at_the_same_time() -> None:
-    async def run() -> dict[str, Any]:
+    async def run() -> PolicyInput:
         meeting = _Meeting()
         gatherer = FactGatherer(inventory=_Inventory(), claims=meeting, images=meeting)
         policy_input, tenant = await gatherer.gather(_pod())

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from labgate.core.decisions import Decision, Finding, Mutation
 from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
@@ -29,7 +30,7 @@ class QuotaPolicy:
         self.evaluations = 0
         self.calls = 0
 
-    def _decide(self, policy_input: dict[str, Any]) -> Decision:
+    def _decide(self, policy_input: PolicyInput) -> Decision:
         self.evaluations += 1
         annotations = policy_input["request"]["object"]["metadata"]["annotations"]
         model, count = annotations["model"], int(annotations["gpus"])
@@ -52,15 +53,15 @@ class QuotaPolicy:
             inventory_revision=1,
         )
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         self.calls += 1
         return self._decide(policy_input)
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         self.calls += 1
         return [self._decide(i) for i in policy_inputs]
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         raise NotImplementedError
 
     async def is_healthy(self) -> bool:
