@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from labgate.core.errors import LabgateError
 from labgate.core.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -112,7 +113,7 @@ class PodFacts:
 Key = tuple[str, str, str, str]
 
 
-class NotLeaderError(RuntimeError):
+class NotLeaderError(LabgateError, RuntimeError):
     """This replica lost (or never had) the lease: it must not write."""
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
-from labgate.core.decisions import Decision, Finding
+from labgate.core import json_bytes
+from labgate.core.decisions import Decision, Finding, Mutation
 from labgate.core.kinds import Object
+from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
@@ -16,7 +20,7 @@ MAX_WARNING_LENGTH = 119  # kubectl shows warnings whole; keep them on one line
 
 def build_policy_input(
     *, request: AdmissionRequest, kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS
-) -> dict[str, Any]:
+) -> PolicyInput:
     """The `input` document for data.labgate.admission.decision.
 
     `input.request` is the AdmissionRequest in its wire form (camelCase, as Kubernetes docs show it);
@@ -27,7 +31,7 @@ def build_policy_input(
     templates = find_pod_templates(
         request.object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
     )
-    pod_templates = [t.model_dump() for t in templates]
+    pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
     return {
         "request": request.model_dump(by_alias=True, exclude_none=True),
         "pod_templates": pod_templates,
@@ -38,7 +42,7 @@ def build_policy_input(
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
-def needs_gpu_usage(request: AdmissionRequest, pod_templates: list[dict[str, Any]]) -> bool:
+def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created (the
     quota is checked and reserved), and a workload with pod templates being created (its pods that
     will wait for GPUs are announced at apply time; on an update its own pods are counted already)."""
@@ -47,10 +51,10 @@ def needs_gpu_usage(request: AdmissionRequest, pod_templates: list[dict[str, Any
     )
 
 
-def image_references(pod_templates: list[dict[str, Any]]) -> dict[str, dict[str, str | None]]:
+def image_references(pod_templates: Sequence[Mapping[str, Any]]) -> dict[str, ImageReferenceDocument]:
     """Every image of the templates, as written -> {registry, repository, error}: what the reference
     alone tells (Docker's normalisation), or why it is not a reference."""
-    references: dict[str, dict[str, str | None]] = {}
+    references: dict[str, ImageReferenceDocument] = {}
     for template in pod_templates:
         spec = template.get("spec") or {}
         for field in _CONTAINER_LISTS:
@@ -118,6 +122,22 @@ def build_response(*, request: AdmissionRequest, decision: Decision) -> Admissio
             warnings=warnings,
         )
     return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+
+
+def build_mutation_response(*, request: AdmissionRequest, mutation: Mutation) -> AdmissionResponse:
+    """The AdmissionResponse for `mutation`: uid echoed, admitted, its notes as warnings, its patch
+    as a base64 JSON Patch (none when there is nothing to patch)."""
+    warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
+    if not mutation.patch:
+        return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+    patch = json_bytes.dumps([op.model_dump() for op in mutation.patch])
+    return AdmissionResponse(
+        uid=request.uid,
+        allowed=True,
+        warnings=warnings,
+        patch_type="JSONPatch",
+        patch=base64.b64encode(patch).decode(),
+    )
 
 
 def namespace_document(namespace: Object) -> dict[str, Any]:

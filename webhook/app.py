@@ -3,38 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labgate.core import json_bytes
-from labgate.core.kube import ApiException, KubeApi, api_client
-from labgate.core.metrics import (
-    ADMISSION_OVERLOADED,
-    ADMISSION_REQUESTS,
-    ADMISSION_SECONDS,
-    FACTS_AGE,
-    POLICY_ENGINE_ERRORS,
-)
-from labgate.gpu_accounting.ledger import LedgerCorruptError
+from labgate.core.errors import BadRequestError
+from labgate.core.kube import KubeApi, api_client
+from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_REQUESTS, ADMISSION_SECONDS, FACTS_AGE
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
-from webhook import refusals
+from webhook import failures, refusals
 from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
+from webhook.failures import Attempt
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
-from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyEngineUnavailableError, PolicyStore
+from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyStore
 from webhook.policy_events import PolicyEvents
 from webhook.policy_reports import AdmissionReports, KubeReportStore
 from webhook.policy_sync import PolicyStatus, PolicySync
@@ -42,12 +36,10 @@ from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
-from webhook.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
 from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
 from webhook.workloads import WorkloadKind, load_workload_kinds
-
-log = logging.getLogger("labgate.webhook")
 
 
 async def get_server(request: Request) -> AdmissionServer:
@@ -56,12 +48,26 @@ async def get_server(request: Request) -> AdmissionServer:
     return server
 
 
-def _bad_request(reason: str) -> JSONResponse:
-    return JSONResponse(status_code=400, content={"error": "malformed AdmissionReview", "reason": reason})
-
-
-class BodyTooLargeError(ValueError):
+class BodyTooLargeError(BadRequestError, ValueError):
     """The request body is larger than any AdmissionReview the apiserver sends."""
+
+    status = 413
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"request body above {limit} bytes",
+            content={"error": "request body too large", "limit_bytes": limit},
+        )
+
+
+class BodyNotReceivedError(BadRequestError):
+    """The body did not fully arrive in time after the request's head (a stalled client)."""
+
+    status = 408
+
+
+class ClientGoneError(BadRequestError):
+    """The caller went away mid-body: nothing to answer (no body), nothing to log."""
 
 
 # A body that has not fully arrived this long after its head is abandoned (a stalled client).
@@ -72,7 +78,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refusing more than `limit` bytes without reading them all."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLargeError
+        raise BodyTooLargeError(limit)
 
     async def read() -> bytes:
         chunks: list[bytes] = []
@@ -80,11 +86,25 @@ async def _read_body(request: Request, limit: int) -> bytes:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise BodyTooLargeError
+                raise BodyTooLargeError(limit)
             chunks.append(chunk)
         return b"".join(chunks)
 
-    return await asyncio.wait_for(read(), timeout=BODY_TIMEOUT_SECONDS)
+    try:
+        return await asyncio.wait_for(read(), timeout=BODY_TIMEOUT_SECONDS)
+    except ClientDisconnect as err:
+        raise ClientGoneError("client disconnected") from err
+    except TimeoutError as err:
+        raise BodyNotReceivedError(
+            "body not received in time", content={"error": "request body not received in time"}
+        ) from err
+
+
+def _http_error(err: BadRequestError) -> Response:
+    """The HTTP answer to a bad request (never an AdmissionResponse)."""
+    if err.content is None:
+        return Response(status_code=err.status)
+    return JSONResponse(status_code=err.status, content=err.content)
 
 
 class AdmissionGate:
@@ -138,119 +158,93 @@ def probes_only(app: ASGIApp) -> ASGIApp:
     return serve
 
 
+Handler = Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]]
+
+
 async def _serve(
     request: Request,
-    server: AdmissionServer,
-    handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
+    handle: Handler,
     *,
     settings: Settings,
     decisions: DecisionLog | None,
-    recorder: Executor,
     gate: AdmissionGate,
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
-    max_body_bytes = settings.max_body_bytes
     try:
-        body = await _read_body(request, max_body_bytes)
-        review = AdmissionReview.model_validate_json(body)
-    except BodyTooLargeError:
-        return JSONResponse(
-            status_code=413,
-            content={"error": "request body too large", "limit_bytes": max_body_bytes},
-        )
-    except ClientDisconnect:  # the caller went away mid-body: nothing to answer, nothing to log
-        return Response(status_code=400)
-    except TimeoutError:
-        return JSONResponse(status_code=408, content={"error": "request body not received in time"})
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        return _bad_request(f"{where}: {first['msg']}")
+        body = await _read_body(request, settings.max_body_bytes)
+        review = parse_review(body)
+    except BadRequestError as err:
+        return _http_error(err)
     if not gate.arrive():
         ADMISSION_OVERLOADED.inc()
         return JSONResponse(content=gate.refusal(review.request).to_review())
     try:
-        return await _decide(
+        started = time.perf_counter()
+        trace = DecisionTrace()
+        response, reason = await _decide(review.request, handle, trace, settings=settings, size=len(body))
+        _account(
             request,
-            review,
-            handle,
-            settings=settings,
-            size=len(body),
+            review.request,
+            response,
+            trace,
+            elapsed=time.perf_counter() - started,
+            reason=reason,
             decisions=decisions,
-            recorder=recorder,
         )
+        return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
     finally:
         gate.leave()
 
 
 async def _decide(
-    request: Request,
-    review: AdmissionReview,
-    handle: Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]],
-    *,
-    settings: Settings,
-    size: int,
-    decisions: DecisionLog | None,
-    recorder: Executor,
-) -> Response:
+    request: AdmissionRequest, handle: Handler, trace: DecisionTrace, *, settings: Settings, size: int
+) -> tuple[AdmissionResponse, str | None]:
+    """The answer to `request` within the deadline, and the reason of a refusal of labgate's own
+    (its rule id; None for the policies' answer). A failure refuses (webhook/failures.py)."""
+    if size > settings.max_request_bytes:
+        refusal = refusals.request_too_large(
+            kind=request.kind.kind,
+            name=refusals.request_name(request),
+            size=size,
+            limit=settings.max_request_bytes,
+            deadline=None,
+        )
+        return refusal.response(request), refusal.rule
     deadline = settings.admission_deadline_seconds
-    started = time.perf_counter()
-    trace = DecisionTrace()
-    reason = None
     try:
-        if size > settings.max_request_bytes:
-            reason = "request-too-large"
-            response = refusals.request_too_large(
-                kind=review.request.kind.kind,
-                name=refusals.request_name(review.request),
-                size=size,
-                limit=settings.max_request_bytes,
-                deadline=None,
-            ).response(review.request)
-        else:
-            response = await asyncio.wait_for(handle(review.request, trace), timeout=deadline)
-    except TimeoutError:
-        POLICY_ENGINE_ERRORS.labels("timeout").inc()
-        log.error("no decision for %s (%d bytes) within %.1fs", review.request.uid, size, deadline)
-        if size >= settings.complex_request_bytes:
-            # A large request that runs out of time would run out again: say so, not "retry".
-            reason = "request-too-large"
-            response = refusals.request_too_large(
-                kind=review.request.kind.kind,
-                name=refusals.request_name(review.request),
-                size=size,
-                limit=settings.complex_request_bytes,
-                deadline=deadline,
-            ).response(review.request)
-        else:
-            reason = "policy-engine-unavailable"
-            response = refusals.engine_unavailable(f"no decision within {deadline:.1f}s").response(
-                review.request
-            )
-    except (PolicyEngineUnavailableError, ApiException, OSError, LedgerCorruptError) as err:
-        POLICY_ENGINE_ERRORS.labels("error").inc()
-        log.error("no decision for %s: %s", review.request.uid, err)
-        reason = "policy-engine-unavailable"
-        response = refusals.engine_unavailable(str(err)).response(review.request)
-    except Exception:  # a bug of labgate's: refuse with a message (never admit, never a bare 500)
-        POLICY_ENGINE_ERRORS.labels("internal").inc()
-        log.exception("no decision for %s: internal error", review.request.uid)
-        reason = "policy-engine-unavailable"
-        response = refusals.engine_unavailable(
-            "an internal error in labgate's webhook; see its log"
-        ).response(review.request)
-    elapsed = time.perf_counter() - started
+        return await asyncio.wait_for(handle(request, trace), timeout=deadline), None
+    except Exception as err:  # never admit, never a bare 500
+        attempt = Attempt(
+            request=request,
+            size=size,
+            deadline=deadline,
+            complex_request_bytes=settings.complex_request_bytes,
+        )
+        refusal = failures.refuse(err, attempt)
+        return refusal.response(request), refusal.rule
+
+
+def _account(
+    request: Request,
+    admission: AdmissionRequest,
+    response: AdmissionResponse,
+    trace: DecisionTrace,
+    *,
+    elapsed: float,
+    reason: str | None,
+    decisions: DecisionLog | None,
+) -> None:
+    """Metrics, the decision record and the PolicyReport findings of one answer."""
     webhook = request.url.path.strip("/")
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)
     ADMISSION_REQUESTS.labels(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
-    # Written by one thread, in order, off the event loop (hashing, formatting, the file's stat and write).
+    # Written by the log's one thread, in order, off the event loop.
     if decisions is not None and (webhook == "validate" or response.patch is not None):
-        recorder.submit(
-            decisions.record,
-            request=review.request,
+        decisions.submit(
+            request=admission,
             decision=trace.decision,
             tenant=trace.tenant,
             verdict="allowed" if response.allowed else "refused",
@@ -262,8 +256,7 @@ async def _decide(
     # memory here, written by a thread (webhook/policy_reports.py); never raises, never waits.
     reports: AdmissionReports | None = getattr(request.app.state, "reports", None)
     if reports is not None and webhook == "validate" and response.allowed:
-        reports.record(review.request, trace.decision, trace.tenant)
-    return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
+        reports.record(admission, trace.decision, trace.tenant)
 
 
 def _start_policy_sync(
@@ -353,89 +346,82 @@ def policy_reporting(settings: Settings) -> tuple[PolicyEvents | None, Admission
     return events, reports
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The webhook app; its lifespan owns the OPA and Kubernetes clients (see `cluster_server` and
-    `policy_reporting`, which tests replace through `app.dependency_overrides`)."""
-    resolved = settings or get_settings()
-    kinds = load_workload_kinds(resolved.workload_kinds_file)
-    decisions = (
-        DecisionLog(resolved.decision_log_file, stdout=resolved.decision_log_stdout)
-        if resolved.decision_log_file is not None or resolved.decision_log_stdout
-        else None
+def _open_decision_log(settings: Settings) -> DecisionLog | None:
+    if settings.decision_log_file is None and not settings.decision_log_stdout:
+        return None
+    return DecisionLog(settings.decision_log_file, stdout=settings.decision_log_stdout)
+
+
+@dataclass
+class _Running:
+    """What one run of the app owns, stopped in reverse when it ends."""
+
+    engine: PolicyEngine
+    registry: RegistryClient
+    decisions: DecisionLog | None
+    policies: PolicySync | None
+    reports: AdmissionReports | None
+    watched: list[Watched]
+
+    async def stop(self) -> None:
+        for part in self.watched:
+            part.stop()
+        if self.policies is not None:
+            self.policies.stop()
+        if self.reports is not None:
+            self.reports.stop()
+        await self.engine.close()
+        await self.registry.aclose()
+        if self.decisions is not None:
+            self.decisions.close()
+
+
+def _start(app: FastAPI, resolved: Settings, kinds: tuple[WorkloadKind, ...]) -> _Running:
+    """The app's clients, caches and writers, started; the server in `app.state`."""
+    # Blocking calls (API read-through) run in threads; the default pool (cores + 4) queues them
+    # behind each other when many pods arrive at once. Ledger writes have threads of their own.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
+    # One decision log (and its writer thread) per run of the app: a stopped one takes no records.
+    app.state.decisions = decisions = _open_decision_log(resolved)
+    engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
+    reporting: Callable[..., tuple[PolicyEvents | None, AdmissionReports | None]] = (
+        app.dependency_overrides.get(policy_reporting, policy_reporting)
     )
-
-    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal recorder  # one decision-log writer per run of the app (a stopped one takes no records)
-        recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
-        # Blocking calls (API read-through, ledger compare-and-swap) run in threads; the default pool
-        # (cores + 4) queues them behind each other when many GPU pods arrive at once.
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
-        engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
-        reporting: Callable[..., tuple[PolicyEvents | None, AdmissionReports | None]] = (
-            app.dependency_overrides.get(policy_reporting, policy_reporting)
+    events, reports = reporting(resolved)
+    app.state.reports = reports
+    app.state.policies = policies = _start_policy_sync(resolved, on_change=events)
+    provenance = get_provenance_settings()
+    registry = RegistryClient(provenance)
+    build: Callable[..., tuple[AdmissionServer, list[Watched]]] = app.dependency_overrides.get(
+        cluster_server, cluster_server
+    )
+    app.state.server, watched = build(resolved, engine, registry, provenance, kinds)
+    if policies is not None:
+        # A reused decision is one of the policies OPA serves now (webhook/decision_reuse.py).
+        facts = app.state.server.facts_version
+        app.state.server.facts_version = lambda: (
+            facts() if facts is not None else None,
+            policies.status.revision,
+            policies.status.attempted,
         )
-        events, reports = reporting(resolved)
-        app.state.reports = reports
-        policies = _start_policy_sync(resolved, on_change=events)
-        app.state.policies = policies
-        provenance = get_provenance_settings()
-        registry = RegistryClient(provenance)
-        build: Callable[..., tuple[AdmissionServer, list[Watched]]] = app.dependency_overrides.get(
-            cluster_server, cluster_server
-        )
-        stoppable: list[Watched] = []
-        app.state.server, stoppable = build(resolved, engine, registry, provenance, kinds)
-        if policies is not None:
-            # A reused decision is one of the policies OPA serves now (webhook/decision_reuse.py).
-            facts = app.state.server.facts_version
-            app.state.server.facts_version = lambda: (
-                facts() if facts is not None else None,
-                policies.status.revision,
-                policies.status.attempted,
-            )
-        try:
-            yield
-        finally:
-            for part in stoppable:
-                part.stop()
-            if policies is not None:
-                policies.stop()
-            if reports is not None:
-                reports.stop()
-            await engine.close()
-            await registry.aclose()
-            recorder.shutdown(wait=True)
+    return _Running(engine, registry, decisions, policies, reports, watched)
 
-    app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
     gate = AdmissionGate(resolved.max_in_flight)
 
     @app.post("/validate")
     async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        return await _serve(
-            request,
-            server,
-            server.validate,
-            settings=resolved,
-            decisions=decisions,
-            recorder=recorder,
-            gate=gate,
-        )
+        decisions = request.app.state.decisions
+        return await _serve(request, server.validate, settings=resolved, decisions=decisions, gate=gate)
 
     @app.post("/mutate")
     async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        return await _serve(
-            request,
-            server,
-            server.mutate,
-            settings=resolved,
-            decisions=decisions,
-            recorder=recorder,
-            gate=gate,
-        )
+        decisions = request.app.state.decisions
+        return await _serve(request, server.mutate, settings=resolved, decisions=decisions, gate=gate)
 
+
+def _add_probe_routes(app: FastAPI) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(content=generate_latest(), media_type=CONTENT_TYPE_LATEST)
@@ -459,4 +445,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             content["policy"] = policies.status.as_dict()
         return JSONResponse(status_code=200 if all(checks.values()) else 503, content=content)
 
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The webhook app; its lifespan owns the OPA and Kubernetes clients (see `cluster_server` and
+    `policy_reporting`, which tests replace through `app.dependency_overrides`)."""
+    resolved = settings or get_settings()
+    kinds = load_workload_kinds(resolved.workload_kinds_file)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        running = _start(app, resolved, kinds)
+        try:
+            yield
+        finally:
+            await running.stop()
+
+    app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
+    _add_admission_routes(app, resolved)
+    _add_probe_routes(app)
     return app

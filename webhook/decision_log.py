@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +43,10 @@ from typing import Any, Literal, TextIO
 import orjson
 
 from labgate.core.decisions import Decision, Finding
+from labgate.core.errors import LabgateError
 from webhook.review import AdmissionRequest
+
+log = logging.getLogger("labgate.decision_log")
 
 Verdict = Literal["allowed", "refused"]
 
@@ -51,7 +56,7 @@ GENESIS = "0" * 64
 _HASH_CHARS = frozenset("0123456789abcdef")
 
 
-class DecisionLogError(RuntimeError):
+class DecisionLogError(LabgateError, RuntimeError):
     """The decision log cannot be continued (its last line is not a decision record)."""
 
 
@@ -258,7 +263,9 @@ class DecisionLog:
 
     On start it reads the last record of an existing file and continues its chain; when the file is
     moved away (rotated), the next record starts a new file at the path, still in the chain. Each
-    record is written with one write call and flushed; `fsync=True` also syncs it to disk.
+    record is written with one write call and flushed; `fsync=True` also syncs it to disk. `submit`
+    hands a record to the log's one writer thread (in order, off the caller's thread: the event
+    loop's); `close` waits for what was submitted.
     """
 
     def __init__(
@@ -277,6 +284,8 @@ class DecisionLog:
         self._file: TextIO | None = None
         self._path = path
         self._identity: tuple[int, int] | None = None
+        # Started on the first `submit`; one thread, so records keep the order they were submitted in.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
         self.last_hash = GENESIS
         if path is not None:
             previous = last_line(path)
@@ -347,6 +356,36 @@ class DecisionLog:
                 self._stream.flush()
         return record
 
+    def submit(
+        self,
+        *,
+        request: AdmissionRequest,
+        decision: Decision | None,
+        tenant: str | None,
+        verdict: Verdict,
+        patch_applied: bool,
+        latency_ms: float,
+        reason: str | None = None,
+    ) -> None:
+        """`record` in the log's writer thread (hashing, formatting, the file's stat and write); never
+        raises, never waits."""
+        self._writer.submit(
+            self._record_or_log,
+            request=request,
+            decision=decision,
+            tenant=tenant,
+            verdict=verdict,
+            patch_applied=patch_applied,
+            latency_ms=latency_ms,
+            reason=reason,
+        )
+
+    def _record_or_log(self, **fields: Any) -> None:
+        try:
+            self.record(**fields)
+        except Exception:  # nobody waits for a submitted record: say it was lost
+            log.exception("decision record for %s not written", fields["request"].uid)
+
     def __enter__(self) -> DecisionLog:
         return self
 
@@ -356,7 +395,8 @@ class DecisionLog:
         self.close()
 
     def close(self) -> None:
-        """Close the file (the stream, if any, is the caller's)."""
+        """Write what was submitted, then close the file (the stream, if any, is the caller's)."""
+        self._writer.shutdown(wait=True)
         with self._lock:
             if self._file is not None:
                 self._file.close()

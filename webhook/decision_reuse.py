@@ -1,4 +1,4 @@
-"""Reusing a decision for an identical pod (pure: no I/O, the clock is given).
+"""Reusing a decision for an identical pod (no I/O: the evaluation door and the clock are given).
 
 A Job of a thousand copies arrives as a thousand Pod CREATEs that differ only in the pod's name, uid
 and timestamps. labgate's rules never decide on those (they only quote the name in messages; the
@@ -24,15 +24,19 @@ What is reused, and when:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from labgate.core import json_bytes
-from labgate.core.decisions import Decision
+from labgate.core.decisions import Decision, Mutation
+from labgate.core.metrics import DECISIONS_REUSED
+from webhook.policy_input import PolicyInput
+from webhook.reservations import holds_at, input_usage
 
 # Metadata fields that differ between the copies of one pod and that no rule decides on.
 IDENTITY_FIELDS = frozenset(
@@ -50,7 +54,7 @@ def _without_identity(metadata: Any) -> Any:
     return {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
 
 
-def pod_create_key(policy_input: dict[str, Any], facts_version: Hashable) -> bytes | None:
+def pod_create_key(policy_input: PolicyInput, facts_version: Hashable) -> bytes | None:
     """The reuse key of a Pod CREATE's policy input (its GPU usage left out), or None for any other
     request. Two pods get one key exactly when their inputs differ in nothing but the pod's identity."""
     request = policy_input.get("request")
@@ -137,3 +141,71 @@ class ReuseCache(Generic[Value]):
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+
+
+class Evaluations(Protocol):
+    """What reuse asks of the evaluation door (webhook.evaluation.Evaluator)."""
+
+    async def decide(self, policy_input: PolicyInput) -> Decision: ...
+
+    async def mutate(self, policy_input: PolicyInput) -> Mutation: ...
+
+
+class DecisionReuse:
+    """Decisions and mutations of Pod CREATEs, each reused for the identical pods that follow."""
+
+    def __init__(self, evaluations: Evaluations, *, seconds: float, facts_version: Callable[[], Hashable]):
+        """`facts_version()`: the version of the facts OPA holds (a change starts afresh)."""
+        self.evaluations = evaluations
+        self.facts_version = facts_version
+        self._decisions: ReuseCache[Decision] = ReuseCache(seconds)
+        self._mutations: ReuseCache[Mutation] = ReuseCache(seconds)
+        # Not labgate.core.coalesce's single flight: copies wait for the first one's evaluation and
+        # then look in the cache (its answer may not hold at their GPU usage), and the first evaluates
+        # in its own task, not one apart, which keeps a burst's order of arrival into the GPU batch.
+        self._deciding: dict[bytes, asyncio.Future[None]] = {}
+
+    def _key(self, cache: ReuseCache[Any], policy_input: PolicyInput) -> bytes | None:
+        return pod_create_key(policy_input, self.facts_version()) if cache.enabled else None
+
+    async def decide(self, policy_input: PolicyInput) -> Decision:
+        """The decision of an identical pod decided moments before (or being decided now: copies
+        arriving together wait for the first one's evaluation), when it holds at this pod's GPU usage
+        (it asks none, the same usage, or one within the headroom the policy returned); else one policy
+        query, kept for the next identical pod when it is a clean admission."""
+        key = self._key(self._decisions, policy_input)
+        if key is None:
+            return await self.evaluations.decide(policy_input)
+        at = input_usage(policy_input)
+        if (held := self._decisions.get(key)) is None and (first := self._deciding.get(key)):
+            await asyncio.wait([first])
+            held = self._decisions.get(key)
+        if held is not None and holds_at(held.value, held.usage, at):
+            DECISIONS_REUSED.labels("validate").inc()
+            return held.value
+        if key in self._deciding:
+            return await self.evaluations.decide(policy_input)
+        deciding = asyncio.get_running_loop().create_future()
+        self._deciding[key] = deciding
+        try:
+            decision = await self.evaluations.decide(policy_input)
+            if is_clean_admission(decision):
+                self._decisions.put(key, decision, at)
+            return decision
+        finally:
+            del self._deciding[key]
+            deciding.set_result(None)
+
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
+        """The mutation of an identical pod mutated moments before, when its patch does not read the
+        GPU usage or this pod's usage is the same; else one policy query."""
+        key = self._key(self._mutations, policy_input)
+        at = input_usage(policy_input)
+        held = self._mutations.get(key) if key is not None else None
+        if held is not None and (not held.value.reads_gpu_usage or held.usage == at):
+            DECISIONS_REUSED.labels("mutate").inc()
+            return held.value
+        mutation = await self.evaluations.mutate(policy_input)
+        if key is not None and mutation.inventory_revision is not None:
+            self._mutations.put(key, mutation, at)
+        return mutation

@@ -7,9 +7,10 @@ query carries only the request itself and nothing on the admission path waits fo
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from labgate.core.kinds import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
@@ -32,6 +33,52 @@ class InventoryWriter(Protocol):
     def close(self) -> None: ...
 
 
+Document = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InventorySnapshot:
+    """The inventory at one moment: never changed once published, so readers use it without a lock
+    or a copy, and a change publishes a new one (copying only the collection it changes; the
+    documents in it are shared, never changed either)."""
+
+    # "namespaces", "tenants", "priority_classes": name -> what policies see of it
+    collections: Mapping[str, Mapping[str, Document]]
+    revision: int
+    # labgate's own namespace, whose service accounts (the reconciler) the policies trust as the
+    # platform, whatever namespace the chart was installed in.
+    platform_namespace: str
+
+    @property
+    def namespaces(self) -> Mapping[str, Document]:
+        return self.collections["namespaces"]
+
+    @property
+    def tenants(self) -> Mapping[str, Document]:
+        return self.collections["tenants"]
+
+    def with_collection(self, name: str, documents: Mapping[str, Document]) -> InventorySnapshot:
+        """This snapshot with collection `name` replaced by `documents`."""
+        return replace(self, collections={**self.collections, name: documents})
+
+    def with_document(self, collection: str, name: str, document: Document | None) -> InventorySnapshot:
+        """This snapshot with one document set (or removed, when None)."""
+        documents = dict(self.collections[collection])
+        if document is None:
+            documents.pop(name, None)
+        else:
+            documents[name] = document
+        return self.with_collection(collection, documents)
+
+    def document(self) -> dict[str, Any]:
+        """data.inventory as OPA holds it (the collections shared, not copied)."""
+        return {
+            **self.collections,
+            "revision": self.revision,
+            "platform": {"namespace": self.platform_namespace},
+        }
+
+
 class InventorySync:
     """Reflectors (Namespaces, Tenants, PriorityClasses) that write every change into OPA."""
 
@@ -45,9 +92,9 @@ class InventorySync:
     ):
         self._store = store
         self._watch_timeout = watch_timeout_seconds
-        # Two locks: `_lock` guards the in-memory copy and is held only for dictionary work (the
-        # event loop takes it for tenant_of); `_push_lock` orders writes to OPA, which may be slow or
-        # hang. Never hold `_lock` across network I/O.
+        # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
+        # watches, a read-through) and guards `_dirty`; `_push_lock` orders writes to OPA, which may
+        # be slow or hang. Never hold `_lock` across network I/O.
         self._lock = threading.Lock()
         self._push_lock = threading.Lock()
         # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
@@ -58,15 +105,12 @@ class InventorySync:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
-        # platform.namespace: labgate's own namespace, whose service accounts (the reconciler) the
-        # policies trust as the platform, whatever namespace the chart was installed in.
-        self._inventory: dict[str, Any] = {
-            "namespaces": {},
-            "tenants": {},
-            "priority_classes": {},
-            "revision": 0,
-            "platform": {"namespace": platform_namespace},
-        }
+        # Replaced whole under `_lock`, read without it (one attribute read is atomic).
+        self._snapshot = InventorySnapshot(
+            collections={"namespaces": {}, "tenants": {}, "priority_classes": {}},
+            revision=0,
+            platform_namespace=platform_namespace,
+        )
         self._kube = KubeApi(api, field_manager="labgate-webhook")  # reads only
         self._reflectors = [
             self._reflector("namespaces", api, self._kube.lister(NAMESPACE), namespace_document),
@@ -78,10 +122,16 @@ class InventorySync:
             ),
         ]
 
+    @property
+    def snapshot(self) -> InventorySnapshot:
+        """The inventory as it is now (never changes; a later change is a later snapshot)."""
+        return self._snapshot
+
     def _reflector(self, collection: str, api: ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
         def on_list(objects: list[Object]) -> None:
+            documents = {o["metadata"]["name"]: to_doc(o) for o in objects}
             with self._lock:
-                self._inventory[collection] = {o["metadata"]["name"]: to_doc(o) for o in objects}
+                self._snapshot = self._snapshot.with_collection(collection, documents)
             try:
                 self.push_all()
             except Exception as err:
@@ -94,15 +144,12 @@ class InventorySync:
 
         def on_event(kind: str, obj: Object) -> None:
             name = obj["metadata"]["name"]
+            document = None if kind == "DELETED" else to_doc(obj)
             with self._lock:
-                if kind == "DELETED":
-                    if self._inventory[collection].pop(name, None) is None:
-                        return
-                else:
-                    document = to_doc(obj)
-                    if self._inventory[collection].get(name) == document:
-                        return  # a status-only change: nothing for OPA
-                    self._inventory[collection][name] = document
+                known = self._snapshot.collections[collection].get(name)
+                if known == document:
+                    return  # a status-only change, or the delete of what was never known: nothing for OPA
+                self._snapshot = self._snapshot.with_document(collection, name, document)
                 self._dirty.add((collection, name))
             self._wake.set()
 
@@ -117,42 +164,38 @@ class InventorySync:
 
     def is_known(self, name: str) -> bool:
         """Whether the namespace, and the tenant it names, are already in the inventory (no I/O)."""
+        snapshot = self._snapshot
+        namespace = snapshot.namespaces.get(name)
+        if namespace is None:
+            return False
+        tenant = namespace["labels"].get(TENANT_LABEL)
+        return not tenant or tenant in snapshot.tenants
+
+    def _learn(self, collection: str, name: str, document: Document) -> None:
+        """A document read through: kept, and written into OPA at once (not queued behind a burst
+        of watch events: the request that read it waits for it)."""
         with self._lock:
-            namespace = self._inventory["namespaces"].get(name)
-            if namespace is None:
-                return False
-            tenant = namespace["labels"].get(TENANT_LABEL)
-            return not tenant or tenant in self._inventory["tenants"]
+            self._snapshot = self._snapshot.with_document(collection, name, document)
+        self._store.put(collection, name, document)
+        self._count_write()
 
     def ensure_namespace(self, name: str) -> None:
         """Read through on a cache miss: a namespace created an instant before its first pod may not
         have reached the watch yet, and deciding without it could admit what its owner would refuse."""
-        with self._lock:
-            namespace = self._inventory["namespaces"].get(name)
+        namespace = self._snapshot.namespaces.get(name)
         if namespace is None:
             obj = self._kube.get(NAMESPACE, name, timeout=2)
             if obj is None:
                 return
             namespace = namespace_document(obj)
-            with self._lock:
-                self._inventory["namespaces"][name] = namespace
-            # Written at once, not queued behind a burst of watch events: this request waits for it.
-            self._store.put("namespaces", name, namespace)
-            self._count_write()
+            self._learn("namespaces", name, namespace)
         tenant_name = namespace["labels"].get(TENANT_LABEL)
-        if not tenant_name:
+        if not tenant_name or tenant_name in self._snapshot.tenants:
             return
-        with self._lock:
-            if tenant_name in self._inventory["tenants"]:
-                return
         tenant = self._kube.get(TENANT, tenant_name, timeout=2)
         if tenant is None:
             return
-        document = tenant_document(tenant)
-        with self._lock:
-            self._inventory["tenants"][tenant_name] = document
-        self._store.put("tenants", tenant_name, document)
-        self._count_write()
+        self._learn("tenants", tenant_name, tenant_document(tenant))
 
     def _push_changes(self) -> None:
         while not self._stopping.is_set():
@@ -161,14 +204,15 @@ class InventorySync:
             with self._push_lock:
                 with self._lock:
                     dirty, self._dirty = self._dirty, set()
-                    patch = []
-                    for collection, name in sorted(dirty):
-                        document = self._inventory[collection].get(name)
-                        path = f"/{collection}/{name.replace('~', '~0').replace('/', '~1')}"
-                        if document is None:
-                            patch.append({"op": "remove", "path": path})
-                        else:
-                            patch.append({"op": "add", "path": path, "value": copy.deepcopy(document)})
+                    snapshot = self._snapshot
+                patch: list[dict[str, Any]] = []
+                for collection, name in sorted(dirty):
+                    document = snapshot.collections[collection].get(name)
+                    path = f"/{collection}/{name.replace('~', '~0').replace('/', '~1')}"
+                    if document is None:
+                        patch.append({"op": "remove", "path": path})
+                    else:
+                        patch.append({"op": "add", "path": path, "value": document})
                 if not patch:
                     continue
                 try:
@@ -188,9 +232,9 @@ class InventorySync:
 
     def _push_all_holding_push_lock(self) -> None:
         with self._lock:
-            self._inventory["revision"] += 1
-            snapshot = copy.deepcopy(self._inventory)
-        self._store.replace_all(snapshot)
+            self._snapshot = replace(self._snapshot, revision=self._snapshot.revision + 1)
+            snapshot = self._snapshot
+        self._store.replace_all(snapshot.document())
         self._count_write()
 
     def _count_write(self) -> None:
@@ -210,14 +254,12 @@ class InventorySync:
 
     def tenant_spec(self, name: str) -> dict[str, Any] | None:
         """The spec of tenant `name`, as the inventory knows it."""
-        with self._lock:
-            tenant = self._inventory["tenants"].get(name)
+        tenant = self._snapshot.tenants.get(name)
         return None if tenant is None else dict(tenant.get("spec") or {})
 
     def tenant_of(self, namespace: str) -> str | None:
         """The tenant whose label the namespace carries, as the inventory knows it."""
-        with self._lock:
-            labels = self._inventory["namespaces"].get(namespace, {}).get("labels", {})
+        labels = self._snapshot.namespaces.get(namespace, {}).get("labels", {})
         tenant = labels.get(TENANT_LABEL)
         return str(tenant) if tenant else None
 

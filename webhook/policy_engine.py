@@ -21,6 +21,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
+from labgate.core.errors import LabgateError, NoDecisionError
+from webhook.policy_input import PolicyBatch, PolicyInput
 
 DECISION_PACKAGE = "labgate/admission"
 DECISION_RULE = "decision"
@@ -32,7 +34,7 @@ MUTATION_PACKAGE = "labgate/mutation"
 INVENTORY_PATH = "inventory"
 
 
-class PolicyEngineUnavailableError(RuntimeError):
+class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
     """OPA could not give a decision in time (down, slow, no policy loaded, or a malformed answer)."""
 
 
@@ -82,7 +84,7 @@ class PolicyEngine:
             await self._client.__aenter__()
             self._opened = True
 
-    async def _query(self, policy_input: dict[str, Any], package: str, rule: str | None) -> Any:
+    async def _query(self, policy_input: PolicyInput | PolicyBatch, package: str, rule: str | None) -> Any:
         try:
             await self._ensure_open()
             result = await asyncio.wait_for(
@@ -96,7 +98,7 @@ class PolicyEngine:
             raise PolicyEngineUnavailableError(f"OPA has no labgate policy loaded ({package} undefined)")
         return result["result"]
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         """Evaluate data.labgate.admission.decision for `policy_input`."""
         result = await self._query(policy_input, DECISION_PACKAGE, DECISION_RULE)
         try:
@@ -106,7 +108,7 @@ class PolicyEngine:
                 f"malformed decision from OPA: {err.error_count()} errors"
             ) from err
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         """data.labgate.admission.decision for each of `policy_inputs`, in one evaluation."""
         result = await self._query({"batch": policy_inputs}, DECISION_PACKAGE, BATCH_DECISION_RULE)
         try:
@@ -121,7 +123,7 @@ class PolicyEngine:
             )
         return decisions
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         """Evaluate data.labgate.mutation (patch and warnings) for `policy_input`."""
         result = await self._query(policy_input, MUTATION_PACKAGE, None)
         try:
@@ -173,7 +175,7 @@ class InventoryStore:
         self._client.close_connection()
 
 
-class PolicyLoadError(RuntimeError):
+class PolicyLoadError(LabgateError, RuntimeError):
     """OPA refused a policy module (it does not parse or compile); the message says where and why."""
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from labgate.core.decisions import Decision
+from labgate.core.errors import LabgateError
 from labgate.core.kinds import POLICY_REPORT
 from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import POLICY_REPORT_DROPPED, POLICY_REPORT_PENDING, POLICY_REPORT_WRITES
@@ -46,11 +47,11 @@ Manifest = dict[str, Any]
 ObjectKey = tuple[str, str, str]
 
 
-class ReportConflictError(Exception):
+class ReportConflictError(LabgateError):
     """The report changed (or was created) since it was read: read it again and merge again."""
 
 
-class ReportNamespaceGoneError(Exception):
+class ReportNamespaceGoneError(LabgateError):
     """The report's namespace was deleted, or is being deleted: its findings are dropped."""
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+
+from labgate.core.errors import BadRequestError
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -80,3 +82,21 @@ class AdmissionResponse(_KubeModel):
             "kind": "AdmissionReview",
             "response": self.model_dump(by_alias=True, exclude_none=True),
         }
+
+
+class MalformedReviewError(BadRequestError):
+    """A body that is not an AdmissionReview: HTTP 400 with the first field that is wrong and why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, content={"error": "malformed AdmissionReview", "reason": reason})
+        self.reason = reason
+
+
+def parse_review(body: bytes) -> AdmissionReview:
+    """The AdmissionReview in `body`; MalformedReviewError when it is not one."""
+    try:
+        return AdmissionReview.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise MalformedReviewError(f"{where}: {first['msg']}") from err

@@ -36,6 +36,7 @@ from labgate.cli.policy_impact import (
     policy_reports,
     tenant_namespaces,
 )
+from labgate.core.errors import LabgateError
 from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import (
     AUDIT_DURATION,
@@ -44,6 +45,7 @@ from labgate.core.metrics import (
     AUDIT_RUNS,
     AUDIT_VIOLATIONS,
 )
+from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 from webhook.workloads import WorkloadKind
 
@@ -67,7 +69,7 @@ class ServerOpa(OfflineOpa):
         self._session.close()
         super().close()
 
-    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+    def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         inventory = json.dumps((facts or self.facts).inventory, sort_keys=True)
         try:
             if inventory != self._pushed:
@@ -102,7 +104,7 @@ class AuditRun:
 OpaFor = Callable[[Facts], OfflineOpa]
 
 
-class ReportWriteError(RuntimeError):
+class ReportWriteError(LabgateError, RuntimeError):
     """Some PolicyReports could not be written (the others were); the message names each."""
 
 

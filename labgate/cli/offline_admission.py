@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from labgate.core.decisions import Decision, Mutation, PatchOperation
+from labgate.core.errors import LabgateError
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
@@ -36,6 +37,7 @@ from webhook.admission import (
     tenant_document,
     warning_lines,
 )
+from webhook.policy_input import PolicyInput
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.review import AdmissionRequest, AdmissionResponse, Operation
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -77,7 +79,7 @@ _CLUSTER_SCOPED = {
 }
 
 
-class OfflineCheckError(RuntimeError):
+class OfflineCheckError(LabgateError, RuntimeError):
     """The offline evaluation could not run (bad manifest, policies that do not compile, ...)."""
 
 
@@ -424,7 +426,7 @@ class OfflineOpa:
             self._inventory_files[text] = path
         return self._inventory_files[text]
 
-    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+    def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         """The value of `query` for `policy_input`; OfflineCheckError when undefined or failing."""
         inventory_file = self._inventory_file(facts or self.facts)
         self._count += 1
@@ -473,7 +475,7 @@ class OfflineOpa:
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
 
-        def policy_input(req: AdmissionRequest) -> dict[str, Any]:
+        def policy_input(req: AdmissionRequest) -> PolicyInput:
             built = build_policy_input(request=req, kinds=kinds)
             if req.namespace:  # the webhook adds the namespace's restricted Secrets
                 built["secrets"] = facts.secrets.get(req.namespace, {})
@@ -488,7 +490,7 @@ class OfflineOpa:
         decision_input = policy_input(mutated)
         if tenant and needs_gpu_usage(mutated, decision_input["pod_templates"]):
             # the webhook adds the tenant's usage from the quota ledger
-            decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).model_dump()
+            decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))
         response = build_response(request=mutated, decision=decision)
         return CheckResult(request=mutated, mutation=mutation, decision=decision, response=response)

@@ -9,8 +9,10 @@ import shlex
 import shutil
 from pathlib import Path
 
+from labgate.core.errors import LabgateError
 
-class OpaNotFoundError(RuntimeError):
+
+class OpaNotFoundError(LabgateError, RuntimeError):
     """No opa binary could be found; the message says where it was looked for."""
 
 

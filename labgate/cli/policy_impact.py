@@ -69,7 +69,7 @@ class Snapshot:
                 "apiVersion": "labgate.io/v1alpha1",
                 "kind": USAGE_KIND,
                 "metadata": {"name": t},
-                "usage": u.model_dump(),
+                "usage": u.to_document(),
             }
             for t, u in sorted(self.gpu_usage.items())
         ]
@@ -84,7 +84,7 @@ def load_snapshot(path: Path) -> Snapshot:
     for item in load_manifests([path]):
         kind = item.get("kind")
         if kind == USAGE_KIND:
-            usage[item["metadata"]["name"]] = GpuAmount.model_validate(item.get("usage") or {})
+            usage[item["metadata"]["name"]] = GpuAmount.from_document(item.get("usage"))
         elif kind in ("Tenant", "Namespace", "Secret"):
             definitions.append(item)
         else:

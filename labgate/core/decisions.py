@@ -1,12 +1,15 @@
-"""What a policy evaluation answers, as plain data (pure): the findings, the admission decision, the
-mutation and its JSON Patch operations. The OPA door (`webhook.policy_engine`) parses OPA's answers
-into these; the response builder, the decision log and the offline check only read them."""
+"""What a policy evaluation answers, as plain data (pure): the findings, the admission decision (with
+the GPUs it asks, as `labgate.core.gpu_amount.GpuAmount`), the mutation and its JSON Patch
+operations. The OPA door (`webhook.policy_engine`) parses OPA's answers into these; the response
+builder, the decision log and the offline check only read them."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from labgate.core.gpu_amount import NO_TOTAL_LIMIT, GpuAmount
 
 
 class Finding(BaseModel):
@@ -20,25 +23,6 @@ class Finding(BaseModel):
     field: str | None = None
 
 
-class GpuDemand(BaseModel):
-    """GPUs a Pod asks for, in total and per model, as the gpu_quota policy counts them."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    total: int = 0
-    by_model: dict[str, int] = Field(default_factory=dict)
-
-
-class GpuHeadroom(BaseModel):
-    """The most GPUs the tenant may use, in total (None: no total limit) and per model, with the
-    request's Pod still within its quota (the gpu_quota policy's `headroom`)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    total: int | None = None
-    by_model: dict[str, int] = Field(default_factory=dict)
-
-
 class Decision(BaseModel):
     """data.labgate.admission.decision, as OPA returns it."""
 
@@ -49,9 +33,21 @@ class Decision(BaseModel):
     warnings: list[Finding] = Field(default_factory=list)
     dry_run: list[Finding] = Field(default_factory=list)
     tenant: str | None = None
-    gpu_demand: GpuDemand = Field(default_factory=GpuDemand)
-    gpu_headroom: GpuHeadroom | None = None  # None: the request's Pod asks no GPUs (or pre-dates it)
+    # GPUs the request's Pod asks for, in total and per model, as the gpu_quota policy counts them.
+    gpu_demand: GpuAmount = Field(default_factory=GpuAmount)
+    # The most GPUs the tenant may use, in total and per model, with the request's Pod still within
+    # its quota (the gpu_quota policy's `headroom`; a bound: `GpuAmount.fits_within`). None: the
+    # Pod asks no GPUs (or the policy pre-dates it).
+    gpu_headroom: GpuAmount | None = None
     inventory_revision: int | None = None  # None: OPA holds no inventory (lost on a policy reload)
+
+    @field_validator("gpu_headroom", mode="before")
+    @classmethod
+    def _no_total_limit(cls, value: Any) -> Any:
+        # OPA says `total: null` for a tenant without a total limit: a total no usage reaches.
+        if isinstance(value, dict) and value.get("total", 0) is None:
+            return {**value, "total": NO_TOTAL_LIMIT}
+        return value
 
 
 class PatchOperation(BaseModel):

@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from labgate.core.errors import LabgateError, NoDecisionError
+from labgate.core.gpu_amount import GpuAmount as GpuAmount  # noqa: PLC0414 (re-exported: the ledger's amounts)
+from labgate.core.gpu_amount import sum_of
 from labgate.core.kinds import Kind, Object
 from labgate.core.tenant import TENANT_LABEL
 
@@ -45,28 +48,21 @@ LEDGER_MAX_BYTES = 1_000_000
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-class GpuAmount(BaseModel):
-    """GPUs in total and per model."""
-
-    model_config = ConfigDict(frozen=True)
-
-    total: int = 0
-    by_model: dict[str, int] = Field(default_factory=dict)
-
-
 class Reservation(BaseModel):
+    """GPUs held for a pod admitted but not yet settled, until `expires` (wall-clock seconds).
+    Ledgers of an earlier format may carry `state` and `pod_uid` too: they are ignored (such
+    reservations expired long ago, and settling drops them)."""
+
     model_config = ConfigDict(frozen=True)
 
     gpus: GpuAmount
-    state: Literal["reserved", "confirmed"] = "reserved"  # "confirmed": ledgers written before settling
     expires: float = 0.0
-    pod_uid: str = ""  # ledgers keyed by pod name (before uids were the key) carry the uid here
     pod: str = ""  # "<namespace>/<name>" of the pod the request would create, for people and checks
 
 
 def reservation_uid(key: str, reservation: Reservation) -> str:
-    """The uid of the pod a reservation waits for (the key, or in older ledgers its pod_uid field)."""
-    return reservation.pod_uid or key
+    """The uid of the pod a reservation waits for: its key."""
+    return key
 
 
 class Ledger(BaseModel):
@@ -94,25 +90,13 @@ def pod_key(namespace: str, name: str) -> str:
 
 def usage(ledger: Ledger, *, excluding: str | None = None) -> GpuAmount:
     """GPUs in use or reserved, optionally not counting one reservation (a pod admitted again)."""
-    total = ledger.settled.total
-    by_model = dict(ledger.settled.by_model)
-    for key, reservation in ledger.reservations.items():
-        if key == excluding:
-            continue
-        total += reservation.gpus.total
-        for model, count in reservation.gpus.by_model.items():
-            by_model[model] = by_model.get(model, 0) + count
-    return GpuAmount(total=total, by_model=by_model)
+    held = (r.gpus for key, r in ledger.reservations.items() if key != excluding)
+    return sum_of((ledger.settled, *held))
 
 
 def total_of(amounts: Iterable[GpuAmount]) -> GpuAmount:
-    total = 0
-    by_model: dict[str, int] = {}
-    for amount in amounts:
-        total += amount.total
-        for model, count in amount.by_model.items():
-            by_model[model] = by_model.get(model, 0) + count
-    return GpuAmount(total=total, by_model=by_model)
+    """The sum of `amounts` (`labgate.core.gpu_amount.sum_of`)."""
+    return sum_of(amounts)
 
 
 def with_reservation(
@@ -125,7 +109,7 @@ def with_reservation(
     ttl: float = RESERVATION_TTL_SECONDS,
 ) -> Ledger:
     """The ledger with a fresh reservation for the pod whose uid is `pod_uid` (named `pod`)."""
-    reservation = Reservation(gpus=gpus, state="reserved", expires=now + ttl, pod=pod)
+    reservation = Reservation(gpus=gpus, expires=now + ttl, pod=pod)
     return ledger.model_copy(update={"reservations": {**ledger.reservations, pod_uid: reservation}})
 
 
@@ -157,7 +141,7 @@ def settle(
         uid = reservation_uid(key, reservation)
         phase = pod_phases.get(uid)
         if phase is None:
-            if reservation.state == "reserved" and reservation.expires > now and uid not in gone_pod_uids:
+            if reservation.expires > now and uid not in gone_pod_uids:
                 kept[key] = reservation  # admitted an instant ago; the pod is on its way
             continue
         if phase not in FINISHED_PHASES:
@@ -170,7 +154,7 @@ def settle(
     return updated, settled
 
 
-class LedgerCorruptError(ValueError):
+class LedgerCorruptError(NoDecisionError, ValueError):
     """A tenant's ledger ConfigMap does not parse (edited by hand?): its GPU pods are refused until
     it is fixed, rather than admitted against an unknown usage."""
 
@@ -190,7 +174,7 @@ def ledger_from_config_map(tenant: str, config_map: Object | None) -> Ledger:
             tenant=tenant,
             resource_version=config_map.get("metadata", {}).get("resourceVersion"),
             reservations=_RESERVATIONS.validate_json(data.get("reservations") or "{}"),
-            settled=GpuAmount.model_validate_json(data.get("settled") or "{}"),
+            settled=_AMOUNT.validate_json(data.get("settled") or "{}"),
             settled_versions=_VERSIONS.validate_json(data.get("settledVersions") or "{}"),
         )
     except ValidationError as err:
@@ -217,7 +201,7 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
         "metadata": metadata,
         "data": {
             "reservations": encode_reservations(ledger.reservations),
-            "settled": ledger.settled.model_dump_json(),
+            "settled": _AMOUNT.dump_json(ledger.settled).decode(),
             "settledVersions": _VERSIONS.dump_json(ledger.settled_versions).decode(),
         },
     }
@@ -227,6 +211,7 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
 # pods takes milliseconds, where a model per entry took some 50 ms each way.
 _RESERVATIONS: TypeAdapter[dict[str, Reservation]] = TypeAdapter(dict[str, Reservation])
 _VERSIONS: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str])
+_AMOUNT: TypeAdapter[GpuAmount] = TypeAdapter(GpuAmount)
 
 
 def encode_reservations(reservations: dict[str, Reservation]) -> str:
@@ -246,7 +231,7 @@ def encoded_size(key: str, reservation: Reservation) -> int:
     return len(_RESERVATIONS.dump_json({key: reservation}, exclude_defaults=True))
 
 
-class LedgerConflictError(RuntimeError):
+class LedgerConflictError(LabgateError, RuntimeError):
     """Someone else changed the ledger since it was read: re-read and decide again."""
 
 

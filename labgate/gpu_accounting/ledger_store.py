@@ -3,9 +3,11 @@ watch-fed copy of every tenant's ledger (the model and its arithmetic are `labga
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from labgate.core.kinds import Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
@@ -56,6 +58,13 @@ class LedgerStore:
         )
 
 
+# Threads for the asynchronous ledger calls (`write_async`, `fresh_async`). A replica has at most one
+# compare-and-swap under way per tenant (the webhook's group commit), so this bounds how many
+# tenants write at once; their own pool keeps them from queueing behind the API read-throughs of
+# the event loop's default executor, and those from queueing behind them.
+LEDGER_WRITERS = 4
+
+
 class LedgerCache(WatchFed):
     """Watch-fed copies of every ledger, so that admitting a GPU pod reads no ledger from the API;
     a compare-and-swap that loses re-reads the one ledger it needs."""
@@ -66,10 +75,13 @@ class LedgerCache(WatchFed):
         *,
         on_unsettled: Callable[[str], None] | None = None,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        writers: int = LEDGER_WRITERS,
     ):
         """`on_unsettled(tenant)` is called whenever a tenant's ledger is seen holding reservations
-        (the reconciler settles them; the webhook passes nothing)."""
+        (the reconciler settles them; the webhook passes nothing). `writers` threads run the
+        asynchronous calls (`write_async`, `fresh_async`), started only when first used."""
         self.store = store
+        self._writers = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="gpu-ledger")
         self._on_unsettled = on_unsettled
         self._corrupt: dict[str, LedgerCorruptError] = {}
         self._lock = threading.Lock()
@@ -144,7 +156,7 @@ class LedgerCache(WatchFed):
                 self._corrupt[tenant] = parsed
                 return
             self._corrupt.pop(tenant, None)
-            self.remember(parsed)
+            self._remember_holding_lock(parsed)
         self._notify(parsed)
 
     def _notify(self, ledger: Ledger) -> None:
@@ -152,7 +164,12 @@ class LedgerCache(WatchFed):
             self._on_unsettled(ledger.tenant)
 
     def remember(self, ledger: Ledger) -> None:
-        """Keep `ledger` unless a newer version is already known (call with the lock held or not)."""
+        """Keep `ledger` unless a newer version is already known."""
+        with self._lock:
+            self._remember_holding_lock(ledger)
+
+    def _remember_holding_lock(self, ledger: Ledger) -> None:
+        # Compare and replace in one step: two threads remembering at once must keep the newer.
         current = self._ledgers.get(ledger.tenant)
         if current is None or newer(ledger.resource_version, current.resource_version):
             self._ledgers[ledger.tenant] = ledger
@@ -165,12 +182,15 @@ class LedgerCache(WatchFed):
             return self._ledgers.get(tenant) or Ledger(tenant=tenant)
 
     def fresh(self, tenant: str) -> Ledger:
+        """The tenant's ledger read from the API (after a lost compare-and-swap), remembered."""
         ledger = self.store.read(tenant)
-        with self._lock:
-            self.remember(ledger)
+        self.remember(ledger)
         return ledger
 
     def write(self, ledger: Ledger) -> Ledger:
+        """Compare-and-swap `ledger` (LedgerConflictError when it changed since read); the written
+        ledger is remembered and returned."""
+
         def sending(data: Object) -> None:
             with self._lock:
                 self._sending[ledger.tenant] = (data, ledger)
@@ -180,6 +200,18 @@ class LedgerCache(WatchFed):
         finally:
             with self._lock:
                 self._sending.pop(ledger.tenant, None)
-        with self._lock:
-            self.remember(written)
+        self.remember(written)
         return written
+
+    async def write_async(self, ledger: Ledger) -> Ledger:
+        """`write` from the event loop, in the ledger's own threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._writers, self.write, ledger)
+
+    async def fresh_async(self, tenant: str) -> Ledger:
+        """`fresh` from the event loop, in the ledger's own threads (the re-read of a lost race)."""
+        return await asyncio.get_running_loop().run_in_executor(self._writers, self.fresh, tenant)
+
+    def stop(self) -> None:
+        """Stop the watch; a write under way completes (its reservation is then in the ledger)."""
+        super().stop()
+        self._writers.shutdown(wait=True)

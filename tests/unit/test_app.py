@@ -5,7 +5,10 @@ be reached refuses (here a real closed port, not a mock), and no object shape ma
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from devcluster.stack import POLICY_DIR, opa_argv
 from devcluster.tools import binary, ensure_tools
 from labgate.cli.offline_admission import Facts, facts_from_manifests, load_manifests
 from tests.unit.apps import EmptyCluster, app_without_cluster
+from webhook.decision_log import verify
 from webhook.policy_engine import InventoryStore
 from webhook.settings import Settings
 
@@ -393,3 +397,30 @@ def test_a_request_above_the_size_limit_is_refused_at_once(silent_engine_port: i
         f'[request-too-large] Pod "p" is {len(body) / 1024:.0f} KiB as an admission request; labgate '
         "decides requests up to 32 KiB. Fix: split it"
     )
+
+
+def _open_files() -> set[str]:
+    fds = Path("/proc/self/fd")
+    return {os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()}
+
+
+def test_each_run_of_the_app_owns_its_decision_log_and_closes_it_when_stopped(tmp_path: Path) -> None:
+    """The decision log and its writer thread belong to the app's lifespan: what a run decided is
+    in the file when it stops (the chain continued by the next run) and the file is closed, so a
+    rotated log is not held open by a stopped app."""
+    log_file = tmp_path / "decisions.jsonl"
+    settings = Settings(
+        opa_url=f"http://127.0.0.1:{free_port()}", opa_timeout_seconds=0.5, decision_log_file=log_file
+    )
+    app = app_without_cluster(settings)
+    for uid in ("u-1", "u-2"):
+        with TestClient(app) as client:
+            review = {**REVIEW, "request": {**REVIEW["request"], "uid": uid}}
+            assert client.post("/validate", json=review).json()["response"]["allowed"] is False
+        assert str(log_file) not in _open_files()
+        assert not [t for t in threading.enumerate() if t.name.startswith("decision-log")]
+
+    lines = log_file.read_text().splitlines()
+    assert [json.loads(line)["uid"] for line in lines] == ["u-1", "u-2"]
+    assert [json.loads(line)["reason"] for line in lines] == ["policy-engine-unavailable"] * 2
+    assert verify(lines).ok

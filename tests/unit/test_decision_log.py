@@ -360,3 +360,35 @@ def test_canonical_bytes_are_those_of_sorted_compact_json(record: dict[str, Any]
     # Records written before the fast encoder must still verify: the same bytes as the standard library's.
     expected = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     assert canonical_json(record) == expected
+
+
+def test_submitted_records_are_written_in_order_by_one_thread_and_close_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.log"
+    log = DecisionLog(path)
+    writers: set[str] = set()
+    record = log.record
+
+    def record_noting_the_thread(**fields: Any) -> dict[str, Any]:
+        writers.add(threading.current_thread().name)
+        return record(**fields)
+
+    log.record = record_noting_the_thread  # type: ignore[method-assign]
+    for i in range(30):
+        log.submit(
+            request=_request(f"train-{i}"),
+            decision=None,
+            tenant="team-a",
+            verdict="refused",
+            patch_applied=False,
+            latency_ms=1.0,
+            reason="policy-engine-unavailable",
+        )
+    log.close()
+
+    lines = _lines(path)
+    assert verify(lines).ok
+    assert [json.loads(line)["uid"] for line in lines] == [f"uid-train-{i}" for i in range(30)]
+    assert len(writers) == 1
+    assert writers.pop().startswith("decision-log")

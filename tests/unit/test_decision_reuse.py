@@ -15,6 +15,7 @@ from labgate.gpu_accounting.ledger import GpuAmount, now, usage, with_reservatio
 from tests.unit.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request, sequential
 from webhook.admission import build_policy_input
 from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
@@ -58,8 +59,7 @@ def pod_review(
 
 def key_of(review: dict[str, Any], version: Any = 1, **extra: Any) -> bytes | None:
     policy_input = build_policy_input(request=AdmissionRequest.model_validate(review))
-    policy_input.update(extra)
-    return pod_create_key(policy_input, version)
+    return pod_create_key({**policy_input, **extra}, version)  # type: ignore[typeddict-item]
 
 
 def test_copies_of_one_pod_share_a_key_whatever_their_name_uid_and_timestamps() -> None:
@@ -141,7 +141,7 @@ class CountingPolicy:
         self.decisions = 0
         self.mutations = 0
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         self.decisions += 1
         obj = policy_input["request"]["object"]
         name = obj["metadata"]["name"]
@@ -152,10 +152,10 @@ class CountingPolicy:
         denial = Finding(rule="image-registry", message=f"[image-registry] pod {name} is refused")
         return Decision(allowed=False, denials=[denial], tenant=TENANT, inventory_revision=1)
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         return [await self.decide(i) for i in policy_inputs]
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         self.mutations += 1
         patch = [PatchOperation(op="add", path="/spec/priorityClassName", value="research")]
         return Mutation(patch=patch, inventory_revision=1, reads_gpu_usage=False)
@@ -223,7 +223,7 @@ def test_a_change_to_the_facts_opa_holds_ends_reuse() -> None:
     version = [1]
     decide = policy.decide
 
-    async def decide_then_change(policy_input: dict[str, Any]) -> Decision:
+    async def decide_then_change(policy_input: PolicyInput) -> Decision:
         decision = await decide(policy_input)
         version[0] += 1  # a Tenant change written into OPA right after this evaluation
         return decision
@@ -316,7 +316,7 @@ def test_a_mutation_that_reads_the_usage_is_reused_only_at_the_same_usage() -> N
             super().__init__()
             self.reads = reads
 
-        async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+        async def mutate(self, policy_input: PolicyInput) -> Mutation:
             self.mutations += 1
             return Mutation(inventory_revision=1, reads_gpu_usage=self.reads)
 

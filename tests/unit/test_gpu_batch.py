@@ -12,8 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labgate.core.decisions import Decision, Finding, GpuDemand, GpuHeadroom, Mutation
+from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
@@ -28,7 +30,7 @@ class QuotaPolicy:
         self.evaluations = 0
         self.calls = 0
 
-    def _decide(self, policy_input: dict[str, Any]) -> Decision:
+    def _decide(self, policy_input: PolicyInput) -> Decision:
         self.evaluations += 1
         annotations = policy_input["request"]["object"]["metadata"]["annotations"]
         model, count = annotations["model"], int(annotations["gpus"])
@@ -41,8 +43,8 @@ class QuotaPolicy:
             allowed=not over,
             denials=denials,
             tenant=TENANT,
-            gpu_demand=GpuDemand(total=count, by_model={model: count}),
-            gpu_headroom=GpuHeadroom(
+            gpu_demand=GpuAmount(total=count, by_model={model: count}),
+            gpu_headroom=GpuAmount(
                 total=self.total - count,
                 by_model={model: self.models[model] - count} if model in self.models else {},
             )
@@ -51,15 +53,15 @@ class QuotaPolicy:
             inventory_revision=1,
         )
 
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         self.calls += 1
         return self._decide(policy_input)
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         self.calls += 1
         return [self._decide(i) for i in policy_inputs]
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         raise NotImplementedError
 
     async def is_healthy(self) -> bool:
@@ -111,6 +113,12 @@ class Ledgers:
             update={"resource_version": str(int(ledger.resource_version or 0) + 1)}
         )
         return self.stored
+
+    async def fresh_async(self, tenant: str) -> Ledger:
+        return self.fresh(tenant)
+
+    async def write_async(self, ledger: Ledger) -> Ledger:
+        return self.write(ledger)
 
 
 def request(index: int, model: str, gpus: int) -> AdmissionRequest:

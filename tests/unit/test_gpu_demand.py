@@ -123,7 +123,7 @@ def _normal(amount: Mapping[str, Any]) -> dict[str, Any]:
 @given(pod_specs())
 @settings(max_examples=400, deadline=None)
 def test_python_demand_is_the_reference_effective_request(spec: dict[str, Any]) -> None:
-    assert _normal(pod_demand(spec, CONFIG).model_dump()) == reference_demand(spec)
+    assert _normal(pod_demand(spec, CONFIG).to_document()) == reference_demand(spec)
 
 
 @given(pod_specs())
@@ -227,7 +227,7 @@ def _rego_demands(opa: str, specs: list[dict[str, Any]]) -> list[dict[str, Any]]
 def test_rego_demand_equals_the_reference_and_python(opa: str, specs: list[dict[str, Any]]) -> None:
     for spec, rego in zip(specs, _rego_demands(opa, specs), strict=True):
         assert _normal(rego) == reference_demand(spec), spec
-        assert _normal(rego) == _normal(pod_demand(spec, CONFIG).model_dump()), spec
+        assert _normal(rego) == _normal(pod_demand(spec, CONFIG).to_document()), spec
 
 
 # -- where the Python computation is used ----------------------------------------------------------------

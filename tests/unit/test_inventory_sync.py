@@ -284,3 +284,57 @@ def test_a_namespace_the_api_does_not_have_is_not_invented(sync: Sync) -> None:
     sync.sync.ensure_namespace("nowhere")
     assert not sync.sync.is_known("nowhere")
     assert sync.sync.tenant_of("nowhere") is None
+
+
+class SlowToCopy(str):
+    """A label value whose copy waits until released: it stands for an inventory so large that
+    copying it takes a while."""
+
+    copying = threading.Event()
+    released = threading.Event()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> str:
+        SlowToCopy.copying.set()
+        assert SlowToCopy.released.wait(timeout=5)
+        return str(self)
+
+
+def test_a_reader_is_answered_while_the_whole_inventory_is_copied_out_for_opa(sync: Sync) -> None:
+    """Every admission asks the inventory (tenant_of, is_known) on the event loop: a push of the
+    whole inventory (after OPA lost it) must not make it wait for a copy of thousands of documents."""
+    SlowToCopy.released.set()
+    sync.list_everything([namespace("team-a", "vision", size=SlowToCopy("large"))], [tenant("vision")])
+    SlowToCopy.released.clear()
+    SlowToCopy.copying.clear()
+    push = threading.Thread(target=sync.sync.push_all)
+    push.start()
+    try:
+        assert SlowToCopy.copying.wait(timeout=5)  # the inventory is being copied (by OPA's client here)
+        answers: list[str | None] = []
+        reader = threading.Thread(target=lambda: answers.append(sync.sync.tenant_of("team-a")))
+        reader.start()
+        reader.join(timeout=2)
+        assert answers == ["vision"]
+    finally:
+        SlowToCopy.released.set()
+        push.join(timeout=5)
+    assert sync.opa.inventory is not None
+    assert sync.opa.inventory["namespaces"]["team-a"]["labels"]["size"] == "large"
+
+
+def test_a_snapshot_stays_as_it_was_while_the_watches_change_the_inventory(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision")])
+    before = sync.sync.snapshot
+
+    sync.reflectors["namespaces"].on_event("MODIFIED", namespace("team-a", "speech"))
+    sync.reflectors["namespaces"].on_event("ADDED", namespace("team-b", "vision"))
+    sync.reflectors["tenants"].on_event("DELETED", tenant("vision"))
+
+    assert set(before.namespaces) == {"team-a"}
+    assert before.namespaces["team-a"]["labels"][TENANT_LABEL] == "vision"
+    assert set(before.tenants) == {"vision"}
+    after = sync.sync.snapshot
+    assert set(after.namespaces) == {"team-a", "team-b"}
+    assert after.namespaces["team-a"]["labels"][TENANT_LABEL] == "speech"
+    assert set(after.tenants) == set()
+    assert sync.sync.tenant_of("team-a") == "speech"

@@ -6,13 +6,16 @@ reservation the reconciler never hears of (held until it expires)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+import labgate.gpu_accounting.ledger
 import labgate.gpu_accounting.ledger_store
 from labgate.core.kinds import Kind
 from labgate.core.kube import ApiException, KubeApi
@@ -252,3 +255,70 @@ def test_the_watch_event_of_a_write_still_under_way_gives_the_written_ledger(
     written = replica.cache.write(with_reservation(base, "uid-1", A100x2, now=0))
     assert replica.cache.cached("vision") == written
     assert usage(written) == A100x2
+
+
+def test_two_threads_remembering_at_once_keep_the_newer_ledger(
+    replica: Replica, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write's answer and a watch event remembered at the same moment: comparing the versions and
+    replacing the ledger is one step, or the older one could overwrite the newer (GPUs reserved in
+    the newer one forgotten, and admitted twice)."""
+    replica.watch.on_list([stored(Ledger(tenant="vision"), 3)])
+    older = Ledger(tenant="vision", resource_version="5")
+    newest = with_reservation(Ledger(tenant="vision"), "uid-1", A100x2, now=0).model_copy(
+        update={"resource_version": "7"}
+    )
+    compared = threading.Event()
+    resume = threading.Event()
+    compare = labgate.gpu_accounting.ledger.newer
+
+    def newer_pausing_the_older_thread(a: str | None, b: str | None) -> bool:
+        answer = compare(a, b)
+        if threading.current_thread().name == "older":
+            compared.set()  # it has compared 5 with 3 and is about to keep 5
+            resume.wait(timeout=5)
+        return answer
+
+    monkeypatch.setattr(labgate.gpu_accounting.ledger_store, "newer", newer_pausing_the_older_thread)
+    first = threading.Thread(target=replica.cache.remember, args=(older,), name="older")
+    first.start()
+    assert compared.wait(timeout=5)
+    second = threading.Thread(target=replica.cache.remember, args=(newest,), name="newer")
+    second.start()
+    # Without the lock the newer ledger is kept in this time and then overwritten; with it, the
+    # second thread waits for the first and compares against what the first kept.
+    second.join(timeout=0.2)
+    resume.set()
+    first.join(timeout=5)
+    second.join(timeout=5)
+
+    assert replica.cache.cached("vision") == newest
+    assert usage(replica.cache.cached("vision")) == A100x2
+
+
+def test_ledger_writes_do_not_wait_for_the_event_loops_busy_default_threads(replica: Replica) -> None:
+    """The default executor runs every API read-through (namespaces, volumes, claims, pull
+    secrets); a burst of them must not hold up the ledger's compare-and-swap, which a GPU pod's
+    answer waits for."""
+    replica.watch.on_list([])
+
+    async def write_while_the_default_threads_are_busy() -> Ledger:
+        loop = asyncio.get_running_loop()
+        default = ThreadPoolExecutor(max_workers=1)
+        loop.set_default_executor(default)
+        released = threading.Event()
+        busy = loop.run_in_executor(None, released.wait, 5)  # the only default thread is taken
+        try:
+            reserved = with_reservation(Ledger(tenant="vision"), "uid-1", A100x2, now=0)
+            written = await asyncio.wait_for(replica.cache.write_async(reserved), timeout=2)
+            fresh = await asyncio.wait_for(replica.cache.fresh_async("vision"), timeout=2)
+            assert fresh == written
+            return written
+        finally:
+            released.set()
+            await busy
+
+    written = asyncio.run(write_while_the_default_threads_are_busy())
+    assert replica.cache.cached("vision") == written
+    assert set(written.reservations) == {"uid-1"}
+    replica.cache.stop()

@@ -48,7 +48,7 @@ def test_usage_is_the_settled_sum_plus_every_reservation_and_can_leave_one_out()
 def test_a_new_reservation_is_keyed_by_pod_uid_and_expires_within_seconds() -> None:
     book = with_reservation(ledger(), "0b6c", H100x4, now=1000.0, pod="a/p1")
     assert book.reservations["0b6c"] == Reservation(
-        gpus=H100x4, state="reserved", expires=1000.0 + RESERVATION_TTL_SECONDS, pod="a/p1"
+        gpus=H100x4, expires=1000.0 + RESERVATION_TTL_SECONDS, pod="a/p1"
     )
     assert RESERVATION_TTL_SECONDS <= 15, "a request that creates no pod holds GPUs for seconds only"
     assert with_reservation(ledger(), "u", H100x4, now=0.0, ttl=3.0).reservations["u"].expires == 3.0
@@ -112,27 +112,47 @@ def test_settling_a_settled_ledger_changes_nothing() -> None:
 
 
 def test_reservations_of_ledgers_written_before_settling_are_settled_or_dropped() -> None:
-    book = ledger(
-        a_running=Reservation(gpus=H100x4, state="confirmed"),
-        a_gone=Reservation(gpus=H100x4, state="confirmed"),
+    # That format's "confirmed" state (no expiry) is read as an expired reservation.
+    gpus = '{"total": 4, "by_model": {"h100": 4}}'
+    old = (
+        f'{{"a/running": {{"gpus": {gpus}, "state": "confirmed"}}, '
+        f'"a/gone": {{"gpus": {gpus}, "state": "confirmed"}}}}'
     )
+    book = ledger_from_config_map("vision", {"data": {"reservations": old}})
     updated, settled = settle(book, {}, pod_phases={"a/running": "Running"}, now=0)
     assert (updated.reservations, settled, updated.settled) == ({}, {"a/running": H100x4}, H100x4)
 
 
 def test_an_unsettled_reservation_whose_pod_was_seen_deleted_is_released_before_it_expires() -> None:
-    book = ledger(
-        a_gone=Reservation(gpus=H100x4, expires=200, pod_uid="uid-gone"),
-        a_reborn=Reservation(gpus=H100x4, expires=200, pod_uid="uid-new"),
-        a_legacy=Reservation(gpus=H100x4, expires=200),
+    book = Ledger(
+        tenant="vision",
+        reservations={
+            "uid-gone": Reservation(gpus=H100x4, expires=200, pod="a/gone"),
+            "uid-new": Reservation(gpus=H100x4, expires=200, pod="a/reborn"),
+            "a/legacy": Reservation(gpus=H100x4, expires=200),
+        },
     )
-    # a_reborn's older namesake (uid-old) was deleted; its new pod is still on its way.
+    # a/reborn's older namesake (uid-old) was deleted; its new pod is still on its way.
     updated, _ = settle(book, {}, pod_phases={}, now=100.0, gone_pod_uids={"uid-gone", "uid-old", ""})
-    assert sorted(updated.reservations) == ["a/legacy", "a/reborn"]
+    assert sorted(updated.reservations) == ["a/legacy", "uid-new"]
+
+
+def test_the_pod_uid_of_ledgers_keyed_by_pod_name_is_ignored_and_such_reservations_expire() -> None:
+    """Ledgers from before reservations were keyed by uid carried the uid in `pod_uid`; nothing
+    writes it now. Such a reservation still reads, is never settled onto a pod by its name, and
+    goes when it expires (long ago, for any such ledger)."""
+    old = '{"a/p1": {"gpus": {"total": 4, "by_model": {"h100": 4}}, "expires": 200, "pod_uid": "uid-1"}}'
+    book = ledger_from_config_map("vision", {"data": {"reservations": old}})
+    assert book.reservations == {"a/p1": Reservation(gpus=H100x4, expires=200)}
+    assert "pod_uid" not in encode_reservations(book.reservations)
+    kept, _ = settle(book, {}, pod_phases={"a/p1": "Running"}, now=100.0)
+    assert kept.settled == H100x4, "keyed by the name, as such ledgers were, it settles on that key"
+    expired, _ = settle(book, {}, pod_phases={}, now=300.0)
+    assert expired.reservations == {}
 
 
 def test_config_map_round_trip() -> None:
-    book = ledger(settled=A100x2, a_p1=Reservation(gpus=H100x4, expires=3.5, pod_uid="0b6c"))
+    book = ledger(settled=A100x2, a_p1=Reservation(gpus=H100x4, expires=3.5, pod="a/p1"))
     book = book.model_copy(update={"settled_versions": {"0": "41", "5": "44"}})
     config_map = config_map_from_ledger(book, namespace="labgate-system")
     assert config_map["metadata"]["name"] == "labgate-gpu-ledger.vision"
@@ -149,7 +169,7 @@ def test_a_ledger_written_before_settling_still_reads() -> None:
         },
     }
     book = ledger_from_config_map("vision", old)
-    assert book.reservations["a/p1"] == Reservation(gpus=H100x4, state="confirmed")
+    assert book.reservations["a/p1"] == Reservation(gpus=H100x4)
     assert book.settled == GpuAmount()
 
 
@@ -167,7 +187,7 @@ def test_the_stored_form_is_compact_and_its_size_is_what_one_more_reservation_ad
     assert stored_size(book) == len(encode_reservations(book.reservations))
     # Thousands of pods admitted in the same instant (before the reconciler settles them) fit.
     many = {
-        f"research/sweep-{i:05d}": Reservation(gpus=A100x2, expires=1.8e9, pod_uid="x" * 36)
+        "x" * 36 + f"{i:05d}": Reservation(gpus=A100x2, expires=1.8e9, pod=f"research/sweep-{i:05d}")
         for i in range(6000)
     }
     assert len(encode_reservations(many)) < LEDGER_MAX_BYTES

@@ -9,6 +9,7 @@ import pytest
 
 from labgate.core.decisions import Decision, Mutation
 from webhook.inventory import volume_document
+from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 
@@ -31,13 +32,13 @@ class _Inventory:
 
 
 class _Engine:
-    async def decide(self, policy_input: dict[str, Any]) -> Decision:
+    async def decide(self, policy_input: PolicyInput) -> Decision:
         raise AssertionError("not asked")
 
-    async def decide_all(self, policy_inputs: list[dict[str, Any]]) -> list[Decision]:
+    async def decide_all(self, policy_inputs: list[PolicyInput]) -> list[Decision]:
         raise AssertionError("not asked")
 
-    async def mutate(self, policy_input: dict[str, Any]) -> Mutation:
+    async def mutate(self, policy_input: PolicyInput) -> Mutation:
         raise AssertionError("not asked")
 
     async def is_healthy(self) -> bool:
@@ -71,11 +72,11 @@ def _claim(spec: dict[str, Any], kind: str = "PersistentVolumeClaim") -> Admissi
     )
 
 
-def _gather(volumes: _Volumes, request: AdmissionRequest) -> dict[str, Any]:
+def _gather(volumes: _Volumes, request: AdmissionRequest) -> PolicyInput:
     server = AdmissionServer(
         engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, volumes=volumes
     )
-    policy_input, _ = asyncio.run(server._gather(request))
+    policy_input, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 
 

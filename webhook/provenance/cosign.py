@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 from pydantic import ValidationError
 
+from labgate.core.errors import LabgateError
 from webhook.provenance import ed25519ph
 from webhook.provenance.oci import Descriptor
 
@@ -59,7 +60,7 @@ _MESSAGE_DIGEST_ALGORITHMS = {"SHA2_256": "sha256", "SHA2_384": "sha384", "SHA2_
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
 
 
-class InvalidKeyError(ValueError):
+class InvalidKeyError(LabgateError, ValueError):
     """A trusted key that is not a PEM public key of a supported type."""
 
 

@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from labgate.core.coalesce import Coalescer
 from webhook.provenance import cosign
 from webhook.provenance.cosign import Bundle, SimpleSigning, TrustedKey
 from webhook.provenance.credentials import PullCredentials, RegistryCredential
@@ -149,7 +150,7 @@ class ImageFacts:
             settings.cache_max_entries, clock
         )
         self._verified: TtlCache[tuple[str, str, str], bool] = TtlCache(4 * settings.cache_max_entries, clock)
-        self._inflight: dict[Hashable, asyncio.Task[Any]] = {}
+        self._flights: Coalescer[Hashable, Any] = Coalescer()
 
     async def gather(
         self,
@@ -230,20 +231,7 @@ class ImageFacts:
     async def _shared(self, key: Hashable, work: Callable[[], Awaitable[V]]) -> V:
         """Run `work` once for all concurrent callers with the same key; a caller that gives up (its
         budget ran out) does not cancel it for the others."""
-        task = self._inflight.get(key)
-        if task is None:
-
-            async def run() -> V:
-                try:
-                    return await work()
-                finally:
-                    self._inflight.pop(key, None)
-
-            task = asyncio.ensure_future(run())
-            # If every caller gave up before it failed, its error is still retrieved (not logged as lost).
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._inflight[key] = task
-        result: V = await asyncio.shield(task)
+        result: V = await self._flights.run(key, work)
         return result
 
     async def _resolve(self, reference: ImageReference, credentials: list[RegistryCredential]) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from labgate.core.errors import LabgateError
+
 DOCKER_HUB = "docker.io"
 # Names of Docker Hub that Docker itself, or its registry API, uses.
 _DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
@@ -49,7 +51,7 @@ _DOMAIN_ONLY = re.compile(_DOMAIN_AND_PORT, re.ASCII)
 DIGEST_HEX_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
 
 
-class InvalidReferenceError(ValueError):
+class InvalidReferenceError(LabgateError, ValueError):
     """The string is not an image reference a container runtime would accept; the message says why."""
 
 

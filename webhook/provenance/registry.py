@@ -33,6 +33,7 @@ import certifi
 import httpx
 from pydantic import ValidationError
 
+from labgate.core.errors import LabgateError
 from webhook.provenance.credentials import RegistryCredential
 from webhook.provenance.oci import (
     INDEX_MEDIA_TYPES,
@@ -57,7 +58,7 @@ _TOKEN_DEFAULT_SECONDS = 60
 _TOKEN_MARGIN_SECONDS = 5
 
 
-class RegistryError(Exception):
+class RegistryError(LabgateError):
     """A registry could not answer; `reason` is short, names the registry and is fit for a denial."""
 
     def __init__(self, reason: str):

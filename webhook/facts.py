@@ -1,0 +1,166 @@
+"""Gathering the facts of one admission request: the policy input and the tenant that owns it.
+
+Nothing here waits for the API in the common case: namespaces, tenants and restricted secrets come
+from watch-fed caches, the GPU usage from the ledger cache. What is read through (a namespace not
+seen yet, a claimed PersistentVolume, DRA claims, image facts) is rare or cached behind its source;
+claims and images, the two that may each take a round trip, are fetched at the same time.
+The sources are given (the Protocols below): this room imports no door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol, cast
+
+from labgate.core.gpu_amount import GpuAmount
+from webhook.admission import build_policy_input, needs_gpu_usage
+from webhook.policy_input import PolicyInput
+from webhook.reservations import is_pod_create, reservation_key
+from webhook.review import AdmissionRequest
+from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
+
+log = logging.getLogger("labgate.webhook")
+
+
+class InventoryState(Protocol):
+    @property
+    def is_synced(self) -> bool: ...
+
+    def ensure_namespace(self, name: str) -> None: ...
+
+    def is_known(self, name: str) -> bool: ...
+
+    def tenant_of(self, namespace: str) -> str | None: ...
+
+    def push_all(self) -> None: ...
+
+    def tenant_spec(self, name: str) -> dict[str, Any] | None: ...
+
+
+class ImageFactSource(Protocol):
+    async def images_for(
+        self,
+        *,
+        namespace: str,
+        tenant_spec: dict[str, Any],
+        pod_templates: list[dict[str, Any]],
+        timeout: float,
+    ) -> dict[str, dict[str, Any]] | None: ...
+
+
+class ClaimSource(Protocol):
+    async def for_templates(
+        self, namespace: str, pod_templates: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]: ...
+
+
+class SecretFacts(Protocol):
+    @property
+    def is_synced(self) -> bool: ...
+
+    def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
+
+
+class VolumeFacts(Protocol):
+    def volume(self, name: str) -> dict[str, Any]: ...
+
+
+class GpuUsageSource(Protocol):
+    """A tenant's GPU usage (webhook.reservations.GpuReservations)."""
+
+    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount: ...
+
+
+def claimed_volume(request: AdmissionRequest) -> str | None:
+    """The PersistentVolume a claim names (spec.volumeName), for the volume-claim rule."""
+    if (request.kind.group, request.kind.kind) != ("", "PersistentVolumeClaim"):
+        return None
+    name = ((request.object or {}).get("spec") or {}).get("volumeName")
+    return name if isinstance(name, str) and name else None
+
+
+class FactGatherer:
+    """The policy input of a request, from the sources one webhook replica holds."""
+
+    def __init__(
+        self,
+        *,
+        inventory: InventoryState,
+        secrets: SecretFacts | None = None,
+        gpu_usage: GpuUsageSource | None = None,
+        workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+        images: ImageFactSource | None = None,
+        image_timeout: float = 1.0,
+        volumes: VolumeFacts | None = None,
+        claims: ClaimSource | None = None,
+    ):
+        self.inventory = inventory
+        self.secrets = secrets
+        self.gpu_usage = gpu_usage
+        self.workload_kinds = workload_kinds
+        self.images = images
+        self.image_timeout = image_timeout
+        self.volumes = volumes
+        self.claims = claims
+
+    async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
+        """The policy input and the tenant that owns the request's namespace."""
+        namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
+        tenant = None
+        if namespace:
+            if not self.inventory.is_known(namespace):  # the common case costs no thread hop
+                await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
+            tenant = self.inventory.tenant_of(namespace)
+        policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
+        if request.namespace and self.secrets is not None:
+            policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
+        volume_name = claimed_volume(request)
+        if volume_name is not None and self.volumes is not None:
+            try:
+                policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
+            except Exception:  # the rule refuses a claim whose volume it could not see
+                log.exception("could not read PersistentVolume %s", volume_name)
+        if tenant and self.gpu_usage is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
+            # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
+            # preemptible (when the tenant allows it); the validation decides and reserves, and warns
+            # at apply time about a workload's pods that will wait for GPUs.
+            excluding = reservation_key(request) if is_pod_create(request) else None
+            policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
+        if tenant and request.namespace and policy_input["pod_templates"]:
+            # The claims and image readers read templates as plain documents (they are, at run time).
+            templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
+            claims, images = await self._claims_and_images(tenant, request.namespace, templates)
+            if claims:
+                policy_input["resource_claims"] = claims
+            if images is not None:
+                policy_input["images"] = images
+        return policy_input, tenant
+
+    async def _claims_and_images(
+        self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
+    ) -> tuple[dict[str, dict[str, Any]] | None, dict[str, dict[str, Any]] | None]:
+        """The DRA claims the templates name and their images' facts, fetched at the same time.
+        A failure of either is raised once both are done (the claims' first)."""
+        claims = asyncio.ensure_future(self._claims(namespace, pod_templates))
+        images = asyncio.ensure_future(self._images(tenant, namespace, pod_templates))
+        await asyncio.gather(claims, images, return_exceptions=True)  # cancelled together, too
+        return claims.result(), images.result()
+
+    async def _claims(
+        self, namespace: str, pod_templates: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]] | None:
+        """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them."""
+        if self.claims is None:
+            return None
+        return await self.claims.for_templates(namespace, pod_templates)
+
+    async def _images(
+        self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]] | None:
+        """The images' facts, for tenants with `spec.images` (None: none to gather)."""
+        if self.images is None or (spec := self.inventory.tenant_spec(tenant)) is None:
+            return None
+        return await self.images.images_for(
+            namespace=namespace, tenant_spec=spec, pod_templates=pod_templates, timeout=self.image_timeout
+        )

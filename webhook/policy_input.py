@@ -1,0 +1,60 @@
+"""The policy input (pure): the one definition of what Python gives Rego as `input`, naming every key
+the policies read. Built by `webhook.admission.build_policy_input` (request, pod templates, image
+references) and completed by the facts room (`webhook.facts`: secrets, the claimed volume, GPU
+usage, resource claims, image facts) or, offline, by `labgate.cli.offline_admission`.
+
+A key that is absent is a fact the request does not need (no tenant, no pod templates, ...): the
+rules treat it as undefined. `data.labgate.admission.decisions` takes `{"batch": [input, ...]}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+from labgate.core.gpu_amount import GpuDocument
+
+
+class PodTemplateDocument(TypedDict):
+    """input.pod_templates[_]: one pod spec inside the object (`webhook.workloads.PodTemplate`)."""
+
+    path: str
+    spec: dict[str, Any]
+    metadata: dict[str, Any]
+    replicas: int
+    synthesized: bool
+
+
+class ImageReferenceDocument(TypedDict):
+    """input.image_references[image]: what the reference alone says, or why it is not one."""
+
+    registry: str | None
+    repository: str | None
+    error: str | None
+
+
+class PolicyInput(TypedDict):
+    """`input` of data.labgate.admission.decision and data.labgate.mutation."""
+
+    # The AdmissionRequest in its wire form (camelCase): kind, operation, userInfo, namespace, name,
+    # object, oldObject, ...
+    request: dict[str, Any]
+    pod_templates: list[PodTemplateDocument]
+    image_references: dict[str, ImageReferenceDocument]
+    # The namespace's Secrets restricted to a service account: name -> {"annotations": {...}}.
+    secrets: NotRequired[dict[str, dict[str, Any]]]
+    # A claim's spec.volumeName: {name, exists, labels, claimRef} (webhook.inventory.volume_document).
+    persistent_volume: NotRequired[dict[str, Any]]
+    # The tenant's GPUs in use or reserved (a Pod or a workload being created in a tenant namespace).
+    gpu_usage: NotRequired[GpuDocument]
+    # The ResourceClaims / templates the pod templates name, or why one could not be read
+    # (webhook.claims.ClaimFacts).
+    resource_claims: NotRequired[dict[str, Any]]
+    # Each image's registry, repository, digest and verified signatures (tenants with spec.images;
+    # webhook.provenance.admission.ImageGatherer).
+    images: NotRequired[dict[str, Any]]
+
+
+class PolicyBatch(TypedDict):
+    """`input` of data.labgate.admission.decisions: several inputs decided in one evaluation."""
+
+    batch: list[PolicyInput]
