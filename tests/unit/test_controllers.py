@@ -49,7 +49,9 @@ class FakeKube:
         return copy.deepcopy(stored)
 
     def create(self, kind: Kind, obj: Object, *, namespace: str | None = None) -> Object:
-        self.events.append(obj)
+        with self.applied:
+            self.events.append(obj)
+            self.applied.notify_all()
         return obj
 
     def get(
@@ -66,6 +68,12 @@ class FakeKube:
     def wait_for_apply(self, key: Key, *, after: int, timeout: float) -> bool:
         with self.applied:
             return self.applied.wait_for(lambda: key in self.applies[after:], timeout=timeout)
+
+    def wait_for_event(self, reason: str, *, timeout: float) -> bool:
+        with self.applied:
+            return self.applied.wait_for(
+                lambda: reason in [e["reason"] for e in self.events], timeout=timeout
+            )
 
 
 class FakeLeader:
@@ -287,8 +295,8 @@ def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_
         binding = kube.objects[binding_key]
         reconciler.observe(ROLE_BINDING, "DELETED", binding)
         assert kube.wait_for_apply(binding_key, after=before, timeout=5), "drift repaired despite the storm"
+        assert kube.wait_for_event("DriftRepaired", timeout=5)
         assert not conflict_storm.storm_over.is_set()  # the settlement is still stuck
-        assert "DriftRepaired" in [e["reason"] for e in kube.events]
         assert kind_of(binding) is ROLE_BINDING
     finally:
         conflict_storm.storm_over.set()
