@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import logging
 import socket
 import ssl
 from collections.abc import Callable
@@ -34,7 +35,10 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from labgate.core.certificates import KeyPair, issue_serving_cert, make_ca
 from labgate.core.kinds import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind
-from labgate.core.kube import KubeApi
+from labgate.core.kube import ApiException, KubeApi
+from rbac.runtime import WRITES, PeriodicTask
+
+log = logging.getLogger("labgate.reconciler")
 
 Step = Literal["create", "trust-next", "serve-next", "drop-previous", "renew-serving", "none"]
 
@@ -384,3 +388,20 @@ def endpoint_replicas(kube: KubeApi, *, namespace: str, service: str, port: int)
             if (endpoint.get("conditions") or {}).get("ready", True):
                 replicas += [(address, port) for address in endpoint.get("addresses") or []]
     return replicas
+
+
+def rotation_task(manager: CertificateManager, *, every_seconds: float) -> PeriodicTask:
+    """The rotation as a periodic task of the reconciler's runtime: one step every `every_seconds`
+    while this replica leads (the first at once); a failed step is tried again at the next turn."""
+
+    def rotate() -> None:
+        try:
+            step = manager.step()
+        except (ApiException, OSError) as err:
+            log.warning("webhook certificates: %s; retrying", err)
+            return
+        if step != "none":
+            log.info("webhook certificates: %s", step)
+            WRITES.labels("certificates").inc()
+
+    return PeriodicTask("certificate-rotation", every_seconds, rotate)

@@ -175,27 +175,53 @@ def _pod_security_level(tenant: Tenant) -> str:
     return "privileged" if tenant.spec.exceptions.has_any else "baseline"
 
 
+def _namespace(tenant: Tenant, namespace: str) -> Manifest:
+    level = _pod_security_level(tenant)
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {
+                **_labels(tenant.name),
+                "pod-security.kubernetes.io/enforce": level,
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                # audit, not warn: researchers should read labgate's messages, not a wall of
+                # "restricted" advice on every GPU pod; the audit log still shows the gap.
+                "pod-security.kubernetes.io/audit": "restricted",
+                "pod-security.kubernetes.io/audit-version": "latest",
+            },
+        },
+    }
+
+
+def _gpu_quota(tenant: Tenant, namespace: str, total: int) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta("labgate-gpu", tenant.name, namespace),
+        # A backstop per namespace; the tenant-wide limit across namespaces is the webhook's ledger.
+        # Preemptible pods admitted beyond quota (overQuota: preemptible) are not counted.
+        "spec": {
+            "hard": {f"requests.{GPU_RESOURCE}": str(total)},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {
+                        "scopeName": "PriorityClass",
+                        "operator": "NotIn",
+                        "values": [PREEMPTIBLE_PRIORITY_CLASS],
+                    }
+                ]
+            },
+        },
+    }
+
+
 def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
     name = tenant.name
     members = tenant.spec.members
-    level = _pod_security_level(tenant)
     objects: list[Manifest] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": namespace,
-                "labels": {
-                    **_labels(name),
-                    "pod-security.kubernetes.io/enforce": level,
-                    "pod-security.kubernetes.io/enforce-version": "latest",
-                    # audit, not warn: researchers should read labgate's messages, not a wall of
-                    # "restricted" advice on every GPU pod; the audit log still shows the gap.
-                    "pod-security.kubernetes.io/audit": "restricted",
-                    "pod-security.kubernetes.io/audit-version": "latest",
-                },
-            },
-        },
+        _namespace(tenant, namespace),
         _binding("labgate-admins", name, namespace, TENANT_ADMIN_ROLE, members.admins),
         _binding("labgate-researchers", name, namespace, RESEARCHER_ROLE, members.researchers),
         _binding("labgate-viewers", name, namespace, "view", members.viewers),
@@ -216,27 +242,7 @@ def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
         _egress_policy(tenant, namespace),
     ]
     if tenant.spec.gpu.total is not None:
-        objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": _meta("labgate-gpu", name, namespace),
-                # A backstop per namespace; the tenant-wide limit across namespaces is the webhook's ledger.
-                # Preemptible pods admitted beyond quota (overQuota: preemptible) are not counted.
-                "spec": {
-                    "hard": {f"requests.{GPU_RESOURCE}": str(tenant.spec.gpu.total)},
-                    "scopeSelector": {
-                        "matchExpressions": [
-                            {
-                                "scopeName": "PriorityClass",
-                                "operator": "NotIn",
-                                "values": [PREEMPTIBLE_PRIORITY_CLASS],
-                            }
-                        ]
-                    },
-                },
-            }
-        )
+        objects.append(_gpu_quota(tenant, namespace, tenant.spec.gpu.total))
     return objects
 
 
@@ -277,51 +283,47 @@ def _egress_policy(tenant: Tenant, namespace: str) -> Manifest:
     }
 
 
+def _cluster_binding(name: str, tenant: str, subjects: list[dict[str, str]]) -> Manifest:
+    """A ClusterRoleBinding of the ClusterRole of the same name."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": _meta(name, tenant),
+        "subjects": subjects,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+    }
+
+
+def _member_role(name: str, namespaces: list[str]) -> Manifest:
+    namespace_rules = [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": namespaces, "verbs": ["get"]}
+    ]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": _meta(f"labgate:tenant:{name}:member", name),
+        "rules": [
+            {
+                # Only their own Tenant: RBAC cannot filter a plain list by object, so `kubectl get
+                # tenants` (all of them) is refused; get, and list/watch with
+                # --field-selector metadata.name=<tenant>, work (docs/researchers.md).
+                "apiGroups": ["labgate.io"],
+                "resources": ["tenants"],
+                "resourceNames": [name],
+                "verbs": ["get", "list", "watch"],
+            },
+            *(namespace_rules if namespaces else []),
+        ],
+    }
+
+
 def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
     """Cluster-scoped objects: members read their Tenant and its namespaces; with a prefix, researchers
     may create namespaces (the admission policies keep them under the prefix)."""
     name = tenant.name
-    everyone = _subjects(tenant.spec.members.everyone)
     objects: list[Manifest] = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": _meta(f"labgate:tenant:{name}:member", name),
-            "rules": [
-                {
-                    # Only their own Tenant: RBAC cannot filter a plain list by object, so `kubectl get
-                    # tenants` (all of them) is refused; get, and list/watch with
-                    # --field-selector metadata.name=<tenant>, work (docs/researchers.md).
-                    "apiGroups": ["labgate.io"],
-                    "resources": ["tenants"],
-                    "resourceNames": [name],
-                    "verbs": ["get", "list", "watch"],
-                },
-                *(
-                    [
-                        {
-                            "apiGroups": [""],
-                            "resources": ["namespaces"],
-                            "resourceNames": namespaces,
-                            "verbs": ["get"],
-                        }
-                    ]
-                    if namespaces
-                    else []
-                ),
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": _meta(f"labgate:tenant:{name}:member", name),
-            "subjects": everyone,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": f"labgate:tenant:{name}:member",
-            },
-        },
+        _member_role(name, namespaces),
+        _cluster_binding(f"labgate:tenant:{name}:member", name, _subjects(tenant.spec.members.everyone)),
     ]
     if tenant.spec.namespaces.prefix:
         creators = _subjects([*tenant.spec.members.admins, *tenant.spec.members.researchers])
@@ -332,17 +334,7 @@ def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Man
                 "metadata": _meta(f"labgate:tenant:{name}:namespace-creator", name),
                 "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]}],
             },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": _meta(f"labgate:tenant:{name}:namespace-creator", name),
-                "subjects": creators,
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": f"labgate:tenant:{name}:namespace-creator",
-                },
-            },
+            _cluster_binding(f"labgate:tenant:{name}:namespace-creator", name, creators),
         ]
     return objects
 

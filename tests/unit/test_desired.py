@@ -134,22 +134,6 @@ def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
     assert is_subset(desired, live) is expected
 
 
-def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
-    from labgate.core.kinds import NAMESPACE, ROLE_BINDING
-    from rbac.reconciler import ObjectCache
-
-    cache = ObjectCache()
-    binding = {"metadata": {"name": "b", "namespace": "vision", "labels": {"labgate.io/tenant": "vision"}}}
-    cache.replace_kind(ROLE_BINDING, [binding])
-    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "vision"}}})
-    assert sorted(k[1] for k, _ in cache.labelled_for("vision")) == ["Namespace", "RoleBinding"]
-    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "audio"}}})
-    assert [k[1] for k, _ in cache.labelled_for("vision")] == ["RoleBinding"]
-    assert [k[3] for k, _ in cache.labelled_for("audio")] == ["vision"]
-    cache.remove(ROLE_BINDING, binding)
-    assert cache.labelled_for("vision") == []
-
-
 def test_members_read_only_their_own_tenant_by_name() -> None:
     from labgate.core.tenant import Tenant
     from rbac.desired import member_cluster_objects

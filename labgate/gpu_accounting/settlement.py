@@ -1,0 +1,126 @@
+"""Pure: settling one tenant's GPU reservations against the pods the reconciler sees.
+
+The settlement controller (rbac/settlement_controller.py) gathers the facts (the ledger, the settled
+pods, the pods its watch shows, the pods it had to read from the API) and writes the result; what to
+write is decided here, with no client and no clock of its own. The ledger arithmetic itself (which
+reservation settles, expires or stays) is `ledger.settle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from labgate.gpu_accounting.ledger import GpuAmount, Ledger, reservation_uid, settle
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the reconciler keeps of one pod (by uid): where it is, its phase, the GPUs its spec asks."""
+
+    namespace: str
+    name: str
+    phase: str
+    gpus: GpuAmount
+    is_preemptible: bool
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One pass over a tenant: the ledger and settled pods to write, and the pods recorded from their
+    specs because they had neither a record nor a reservation."""
+
+    ledger: Ledger
+    settled: dict[str, GpuAmount]
+    unrecorded: dict[str, GpuAmount]
+    is_settled_changed: bool
+
+
+@dataclass(frozen=True)
+class PodAddress:
+    """A pod to read from the API: the watch does not show it, but its reservation has expired."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+def reserved_uids(ledger: Ledger) -> set[str]:
+    """The uids of the pods the ledger holds reservations for."""
+    return {reservation_uid(key, r) for key, r in ledger.reservations.items()}
+
+
+def uids_to_watch(ledger: Ledger, settled_pods: Mapping[str, GpuAmount]) -> set[str]:
+    """The pods whose phase decides the settlement: those reserved and those settled."""
+    return reserved_uids(ledger) | set(settled_pods)
+
+
+def expired_unseen(ledger: Ledger, seen: Collection[str], *, now: float) -> list[PodAddress]:
+    """Pods of expired reservations that the watch does not show: the watch may lag, and a
+    reservation must never be dropped while its pod exists, so these are read from the API."""
+    found = []
+    for key, reservation in ledger.reservations.items():
+        uid = reservation_uid(key, reservation)
+        if uid in seen or reservation.expires > now or "/" not in reservation.pod:
+            continue
+        namespace, name = reservation.pod.split("/", 1)
+        found.append(PodAddress(uid=uid, namespace=namespace, name=name))
+    return found
+
+
+def unrecorded(
+    ledger: Ledger, settled_pods: Mapping[str, GpuAmount], tenant_pods: Mapping[str, PodFacts]
+) -> dict[str, GpuAmount]:
+    """The tenant's live GPU pods with neither a settled record nor a reservation, counted from
+    their specs (preemptible pods are never counted). A pod seen before the ledger write that
+    reserved it is counted twice for an instant at most: the ledger's compare-and-swap makes the
+    next pass see the reservation."""
+    reserved = reserved_uids(ledger)
+    return {
+        uid: facts.gpus
+        for uid, facts in tenant_pods.items()
+        if facts.gpus.total > 0
+        and not facts.is_preemptible
+        and uid not in settled_pods
+        and uid not in reserved
+    }
+
+
+def settle_tenant(
+    ledger: Ledger,
+    settled_pods: dict[str, GpuAmount],
+    *,
+    seen: Mapping[str, PodFacts],
+    tenant_pods: Mapping[str, PodFacts],
+    looked_up: Mapping[str, str],
+    gone_pod_uids: Collection[str],
+    now: float,
+) -> Settlement:
+    """Settle a tenant. `seen`: the watched pods among those reserved or settled (any namespace);
+    `tenant_pods`: the watched pods in the tenant's namespaces; `looked_up`: phases read from the API
+    of pods the watch did not show (see `expired_unseen`); `gone_pod_uids`: pods seen deleted."""
+    found = unrecorded(ledger, settled_pods, tenant_pods)
+    phases = {uid: facts.phase for uid, facts in seen.items()}
+    phases.update(looked_up)
+    phases.update({uid: tenant_pods[uid].phase for uid in found})
+    updated, settled = settle(
+        ledger, settled_pods, pod_phases=phases, now=now, gone_pod_uids=gone_pod_uids, unrecorded=found
+    )
+    return Settlement(
+        ledger=updated, settled=settled, unrecorded=found, is_settled_changed=settled != settled_pods
+    )
+
+
+def recounted(settlement: Settlement) -> list[str]:
+    """The unrecorded pods that the settlement records (the ones still running)."""
+    return [uid for uid in settlement.unrecorded if uid in settlement.settled]
+
+
+def recount_message(names: Iterable[str], *, pods: int, gpus: int, tenant: str) -> str:
+    """The GpuUsageRecounted Event's text: how many pods and GPUs, and the first five pods by name."""
+    shown_names = sorted(names)
+    shown = ", ".join(shown_names[:5]) + (f" and {len(shown_names) - 5} more" if len(shown_names) > 5 else "")
+    return (
+        f"counted {pods} running GPU pods ({gpus} GPUs) from their specs: they had no record in "
+        f"the settled-pods store (labgate-gpu-settled.{tenant}.*) and no reservation: {shown}"
+    )

@@ -1,0 +1,262 @@
+"""The GPU settlement controller: follows every pod (one cluster-wide watch), and for each tenant
+whose pods or reservations changed, settles its GPU reservations into the settled-pods store and the
+ledger, releases those whose pod never came, and records live GPU pods nobody counted.
+
+Its queue is its own: a pod event enqueues only the settlement of that pod's tenant, never the
+tenant's RBAC reconcile, and a settlement that keeps losing the ledger's compare-and-swap delays no
+drift repair. The arithmetic is pure (labgate/gpu_accounting/settlement.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import Counter
+
+from labgate.core.kinds import Kind, Object
+from labgate.core.kube import KubeApi
+from labgate.core.tenant import TENANT_LABEL
+from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCorruptError
+from labgate.gpu_accounting.ledger import now as ledger_now
+from labgate.gpu_accounting.ledger_store import LedgerCache
+from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.gpu_accounting.settled_pods import SettledPods
+from labgate.gpu_accounting.settlement import (
+    PodFacts,
+    Settlement,
+    expired_unseen,
+    recount_message,
+    recounted,
+    reserved_uids,
+    settle_tenant,
+    uids_to_watch,
+)
+from rbac.runtime import WRITES, LeaderGate, ObjectCache, WorkQueue, labels
+from rbac.tenant_events import TenantEvents
+
+log = logging.getLogger("labgate.reconciler")
+
+POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
+# How long the uids of deleted pods are remembered (a late reservation of one is released at once).
+GONE_MEMORY_SECONDS = 300.0
+# A settlement that keeps losing the ledger's compare-and-swap gives up after this many tries (the
+# next event or sweep tries again).
+SETTLE_ATTEMPTS = 5
+
+RECOUNTED = Counter(
+    "labgate_gpu_pods_recounted_total",
+    "Live GPU pods with neither a settled record nor a reservation, recorded from their specs",
+    ["tenant"],
+)
+
+
+def tenant_of_namespace(cache: ObjectCache, namespace: str) -> str | None:
+    return labels(cache.get(("v1", "Namespace", "", namespace)) or {}).get(TENANT_LABEL)
+
+
+def labelled_namespaces(cache: ObjectCache, tenant: str) -> set[str]:
+    return {k[3] for k, _ in cache.labelled_for(tenant) if k[1] == "Namespace"}
+
+
+class PodIndex:
+    """The pod reflector's state: every pod's facts by uid, the uids in each namespace, and the
+    uids of pods seen deleted lately. `on_tenant(name)` hears of each tenant whose pods changed."""
+
+    def __init__(self, cache: ObjectCache, gpu_counting: GpuCounting, *, on_tenant: Callable[[str], None]):
+        self._cache = cache
+        self._gpu_counting = gpu_counting
+        self._on_tenant = on_tenant
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodFacts] = {}
+        self._by_namespace: dict[str, set[str]] = {}
+        # uid -> when the pod was seen gone: its reservation, if not yet settled, is released at once.
+        self._gone: dict[str, float] = {}
+
+    def _facts(self, obj: Object) -> PodFacts:
+        metadata = obj["metadata"]
+        return PodFacts(
+            namespace=str(metadata["namespace"]),
+            name=str(metadata["name"]),
+            phase=str((obj.get("status") or {}).get("phase", "")),
+            gpus=pod_gpus(obj, self._gpu_counting),
+            is_preemptible=is_admitted_preemptible(obj),
+        )
+
+    def on_list(self, objects: list[Object]) -> None:
+        pods = {str(o["metadata"].get("uid", "")): self._facts(o) for o in objects}
+        by_namespace: dict[str, set[str]] = {}
+        for uid, facts in pods.items():
+            by_namespace.setdefault(facts.namespace, set()).add(uid)
+        with self._lock:
+            for uid in set(self._pods) - set(pods):  # deleted while the watch was down
+                self._gone[uid] = time.monotonic()
+            self._pods, self._by_namespace = pods, by_namespace
+        for tenant in {tenant_of_namespace(self._cache, ns) for ns in by_namespace}:
+            if tenant:
+                self._on_tenant(tenant)
+
+    def on_event(self, event: str, obj: Object) -> None:
+        metadata = obj["metadata"]
+        uid = str(metadata.get("uid", ""))
+        namespace = str(metadata["namespace"])
+        tenant = tenant_of_namespace(self._cache, namespace)
+        facts = None if event == "DELETED" else self._facts(obj)
+        with self._lock:
+            if facts is None:
+                self._pods.pop(uid, None)
+                self._by_namespace.get(namespace, set()).discard(uid)
+                if tenant is not None:  # only tenants' pods have reservations
+                    self._gone[uid] = time.monotonic()
+            else:
+                self._pods[uid] = facts
+                self._by_namespace.setdefault(namespace, set()).add(uid)
+        if tenant is not None:
+            self._on_tenant(tenant)
+
+    def known(self, uids: set[str]) -> dict[str, PodFacts]:
+        """The facts of those of `uids` the watch shows."""
+        with self._lock:
+            return {uid: self._pods[uid] for uid in uids if uid in self._pods}
+
+    def in_namespaces(self, namespaces: set[str] | list[str]) -> dict[str, PodFacts]:
+        with self._lock:
+            return {
+                uid: self._pods[uid]
+                for namespace in namespaces
+                for uid in self._by_namespace.get(namespace, ())
+                if uid in self._pods
+            }
+
+    def recently_gone(self) -> frozenset[str]:
+        """Uids of pods seen deleted recently (older ones no longer matter: a reservation whose pod
+        never showed up has expired by then)."""
+        horizon = time.monotonic() - GONE_MEMORY_SECONDS
+        with self._lock:
+            for uid in [u for u, seen in self._gone.items() if seen < horizon]:
+                del self._gone[uid]
+            return frozenset(self._gone)
+
+
+class SettlementController:
+    """Settles one tenant's GPU reservations per queued name; `on_settled(name)` afterwards (the
+    Tenant status shows the usage)."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        cache: ObjectCache,
+        ledgers: LedgerCache,
+        settled: SettledPods,
+        *,
+        gate: LeaderGate,
+        events: TenantEvents,
+        gpu_counting: GpuCounting,
+        on_settled: Callable[[str], None] = lambda _: None,
+        queue: WorkQueue | None = None,
+    ):
+        self.kube = kube
+        self.cache = cache
+        self.ledgers = ledgers
+        self.settled = settled
+        self.queue = queue if queue is not None else WorkQueue()
+        self.pods = PodIndex(cache, gpu_counting, on_tenant=self.queue.add)
+        self._gate = gate
+        self._events = events
+        self._on_settled = on_settled
+        self.settlements = 0  # tenants settled since start (for tests)
+
+    def enqueue_pending_reservations(self) -> None:
+        """Tenants with reservations not yet settled, so that those whose pod never came expire."""
+        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
+            try:
+                if self.ledgers.cached(key[3]).reservations:
+                    self.queue.add(key[3])
+            except LedgerCorruptError:
+                continue
+
+    def handle(self, tenant: str) -> None:
+        """Settle, release and expire the tenant's GPU reservations.
+
+        Settled pods are written first, the ledger second: a pod is never in neither (a crash in
+        between counts it twice until the next pass, which is the safe way to be wrong). A ledger
+        that does not parse is left for a person to repair."""
+        try:
+            self.settle(tenant)
+        except LedgerCorruptError as err:
+            log.error("%s; not maintaining it until it is repaired", err)
+        self.settlements += 1
+        self._on_settled(tenant)
+
+    def settle(self, tenant: str) -> Ledger:
+        """Settle `tenant` (compare-and-swap, re-read on a lost race); return the ledger as written."""
+        ledger = self.ledgers.cached(tenant)
+        for _ in range(SETTLE_ATTEMPTS):
+            settlement = self._decide(tenant, ledger)
+            try:
+                return self._write(tenant, ledger, settlement)
+            except LedgerConflictError:
+                ledger = self.ledgers.fresh(tenant)
+        return ledger
+
+    def _decide(self, tenant: str, ledger: Ledger) -> Settlement:
+        self.settled.ensure_at_least(tenant, ledger.settled_versions)
+        settled_pods = self.settled.pods(tenant)
+        seen = self.pods.known(uids_to_watch(ledger, settled_pods))
+        gone = self.pods.recently_gone()
+        looked_up = self._read_expired_unseen(ledger, seen)
+        return settle_tenant(
+            ledger,
+            settled_pods,
+            seen=seen,
+            tenant_pods=self.pods.in_namespaces(labelled_namespaces(self.cache, tenant)),
+            looked_up=looked_up,
+            gone_pod_uids=gone,
+            now=ledger_now(),
+        )
+
+    def _read_expired_unseen(self, ledger: Ledger, seen: dict[str, PodFacts]) -> dict[str, str]:
+        """Phases of the pods of expired reservations that the watch has not shown, from the API."""
+        found: dict[str, str] = {}
+        for pod in expired_unseen(ledger, seen, now=ledger_now()):
+            live = self.kube.get(POD, pod.name, namespace=pod.namespace)
+            if live is not None and live.get("metadata", {}).get("uid") == pod.uid:
+                found[pod.uid] = str((live.get("status") or {}).get("phase", ""))
+        return found
+
+    def _write(self, tenant: str, ledger: Ledger, settlement: Settlement) -> Ledger:
+        updated = settlement.ledger
+        if settlement.is_settled_changed:
+            self._gate.check()
+            versions = self.settled.write(tenant, settlement.settled)  # a lost compare-and-swap re-reads
+            WRITES.labels("ledger").inc()
+            updated = updated.model_copy(update={"settled_versions": versions})
+            if uids := self._truly_unreserved(tenant, recounted(settlement)):
+                self._report_recount(tenant, uids, settlement)
+        if updated == ledger:
+            return ledger
+        self._gate.check()
+        written = self.ledgers.write(updated)
+        WRITES.labels("ledger").inc()
+        return written
+
+    def _truly_unreserved(self, tenant: str, uids: list[str]) -> list[str]:
+        """The pods among `uids` that the ledger, read afresh, holds no reservation for: a repair to
+        report. (A pod seen an instant before its reservation reached this replica's cache is not.)"""
+        if not uids:
+            return []
+        reserved = reserved_uids(self.ledgers.fresh(tenant))
+        return [uid for uid in uids if uid not in reserved]
+
+    def _report_recount(self, tenant: str, uids: list[str], settlement: Settlement) -> None:
+        """Say so when live pods had to be counted from their specs: the settled-pods store lost them
+        (deleted by hand?), or they were created while the webhook was bypassed."""
+        gpus = sum(settlement.unrecorded[uid].total for uid in uids)
+        names = [f"{f.namespace}/{f.name}" for f in self.pods.known(set(uids)).values()]
+        message = recount_message(names, pods=len(uids), gpus=gpus, tenant=tenant)
+        log.warning("tenant %s: %s", tenant, message)
+        RECOUNTED.labels(tenant).inc(len(uids))
+        self._events.record(tenant, "GpuUsageRecounted", message, kind="Warning")

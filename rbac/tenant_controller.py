@@ -1,0 +1,311 @@
+"""The tenant controller: makes each Tenant's objects match rbac.desired (server-side apply under one
+field manager, only what drifted), runs its finalizer on deletion, and keeps its status.
+
+Two queues: `TenantController` provisions (and repairs drift, and cleans up) per queued tenant;
+`TenantStatusController` writes the status, queued after a provisioning pass and after each GPU
+settlement, so that a pod's coming and going updates the usage shown without an RBAC reconcile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import Counter
+
+from labgate.core.kinds import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    LIMIT_RANGE,
+    NAMESPACE,
+    NETWORK_POLICY,
+    RESOURCE_QUOTA,
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+    TENANT,
+    Object,
+    kind_of,
+)
+from labgate.core.kube import KubeApi
+from labgate.core.metrics import GPU_LIMIT, GPU_USED
+from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant
+from labgate.gpu_accounting.ledger import (
+    FINISHED_PHASES,
+    GpuAmount,
+    LedgerCorruptError,
+    reservation_uid,
+    usage,
+)
+from labgate.gpu_accounting.ledger_store import LedgerCache
+from rbac.desired import (
+    Manifest,
+    desired_objects,
+    is_subset,
+    object_key,
+    shared_cluster_roles,
+    shared_priority_classes,
+    tenant_namespaces,
+)
+from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
+from rbac.settlement_controller import PodIndex, labelled_namespaces
+from rbac.tenant_events import TenantEvents, now_timestamp, tenant_key
+from rbac.tenant_status import PodCounts, is_unchanged, shown_usage, tenant_status, with_transition_time
+from rbac.tenant_view import pending_pods
+
+MANAGED_KINDS = (
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+    RESOURCE_QUOTA,
+    LIMIT_RANGE,
+    NETWORK_POLICY,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+)
+
+REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
+
+
+def finalizer_added(live: Object) -> list[dict[str, Any]]:
+    """A JSON Patch that adds labgate's finalizer only if the Tenant's finalizers are still what this
+    replica read: a `test` op guards the write, so a concurrent change by anyone else fails it
+    (the next pass re-reads) instead of being overwritten by a stale list."""
+    metadata = live.get("metadata", {})
+    current = list(metadata.get("finalizers") or [])
+    if current:
+        return [
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ]
+    # No list yet: nothing to test a list against, so test the object's version instead.
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")},
+        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+    ]
+
+
+def finalizer_removed(finalizers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A JSON Patch that removes exactly labgate's finalizer, tested at the index it was read at."""
+    index = finalizers.index(FINALIZER)
+    path = f"/metadata/finalizers/{index}"
+    return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+
+
+class TenantController:
+    """Provisions, repairs and finalizes one tenant per queued name; `on_provisioned(name)` after a
+    pass over a live tenant (its status follows)."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        cache: ObjectCache,
+        *,
+        gate: LeaderGate,
+        events: TenantEvents,
+        on_provisioned: Callable[[str], None] = lambda _: None,
+    ):
+        self.kube = kube
+        self.cache = cache
+        self.queue = WorkQueue()
+        self._gate = gate
+        self._events = events
+        self._on_provisioned = on_provisioned
+        self._lock = threading.Lock()
+        self._shared_applied = False
+        # The generation of each tenant whose objects this replica last made match its spec.
+        self._provisioned: dict[str, int] = {}
+        self.reconciled = 0  # tenants reconciled since start (for benchmarks and tests)
+
+    def provisioned_generation(self, name: str) -> int | None:
+        with self._lock:
+            return self._provisioned.get(name)
+
+    def handle(self, name: str) -> None:
+        """One pass over tenant `name` (the shared ClusterRoles and PriorityClasses first, once)."""
+        with self._lock:
+            if not self._shared_applied:
+                for shared in [*shared_cluster_roles(), *shared_priority_classes()]:
+                    self._ensure(shared, tenant=None)
+                self._shared_applied = True
+        self.reconcile(name)
+        with self._lock:
+            self.reconciled += 1
+
+    def on_lost_lease(self) -> None:
+        with self._lock:
+            self._shared_applied = False
+
+    def reconcile(self, name: str) -> None:
+        """Make tenant `name`'s objects match its spec (or clean up after it)."""
+        live_tenant = self.cache.get(tenant_key(name))
+        if live_tenant is None:
+            self._clean_up(name, delete_namespaces=False)
+            return
+        tenant = Tenant.from_object(live_tenant)
+        if tenant.is_deleting:
+            self._finalize(tenant)
+            return
+        if FINALIZER not in tenant.finalizers:
+            self._gate.check()
+            self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
+            WRITES.labels("patch").inc()
+        namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
+        desired = desired_objects(tenant, namespaces=namespaces)
+        for obj in desired:
+            self._ensure(obj, tenant=tenant)
+        wanted = {object_key(o) for o in desired}
+        for key, _ in self._owned(name):
+            if key not in wanted:
+                self._delete(key)  # e.g. a binding of a namespace the tenant dropped
+        with self._lock:
+            self._provisioned[name] = tenant.generation
+        self._on_provisioned(name)
+
+    def _ensure(self, obj: Manifest, *, tenant: Tenant | None) -> bool:
+        """Apply `obj` unless the live copy already has every field it sets; True if it wrote."""
+        kind = kind_of(obj)
+        live = self.cache.get(object_key(obj))
+        if live is not None and is_subset(
+            obj, {**live, "apiVersion": obj["apiVersion"], "kind": obj["kind"]}
+        ):
+            return False
+        self._gate.check()
+        result = self.kube.apply(obj)
+        WRITES.labels("apply").inc()
+        self.cache.upsert(kind, result)
+        if tenant is not None and self._is_provisioned(tenant):
+            REPAIRS.labels(kind.kind).inc()
+            where = f"{obj['metadata'].get('namespace')}/" if obj["metadata"].get("namespace") else ""
+            self._events.record(
+                tenant.name, "DriftRepaired", f"restored {kind.kind} {where}{obj['metadata']['name']}"
+            )
+        return True
+
+    def _delete(self, key: Key) -> None:
+        self._gate.check()
+        kind = next(k for k in (*MANAGED_KINDS, NAMESPACE) if (k.api_version, k.kind) == key[:2])
+        self.kube.delete(kind, key[3], namespace=key[2] or None)
+        WRITES.labels("delete").inc()
+
+    def _is_provisioned(self, tenant: Tenant) -> bool:
+        live = self.cache.get(tenant_key(tenant.name)) or {}
+        return bool(live.get("status", {}).get("observedGeneration") == tenant.generation)
+
+    def _owned(self, tenant_name: str) -> list[tuple[Key, Object]]:
+        return [
+            (k, o)
+            for k, o in self.cache.labelled_for(tenant_name)
+            if k[1] != "Namespace" and labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY
+        ]
+
+    def _finalize(self, tenant: Tenant) -> None:
+        self._clean_up(
+            tenant.name,
+            delete_namespaces=not tenant.spec.namespaces.keep_on_delete,
+            named=tuple(tenant.spec.namespaces.names),
+        )
+        if FINALIZER in tenant.finalizers:
+            self._gate.check()
+            self.kube.json_patch(TENANT, tenant.name, finalizer_removed(tenant.finalizers))
+            WRITES.labels("patch").inc()
+
+    def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
+        """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces
+        (the ones it named and the ones under its prefix that carry its label)."""
+        with self._lock:
+            self._provisioned.pop(name, None)
+        for key, _ in self._owned(name):
+            self._delete(key)
+        if delete_namespaces:
+            for namespace in sorted(set(named) | labelled_namespaces(self.cache, name)):
+                self._delete(("v1", "Namespace", "", namespace))
+
+
+class TenantStatusController:
+    """Writes a provisioned tenant's status (namespaces, Ready, GPU usage and pods) when it changed;
+    the usage comes from the ledger cache, the pods from the settlement controller's pod index."""
+
+    def __init__(
+        self,
+        kube: KubeApi,
+        cache: ObjectCache,
+        ledgers: LedgerCache,
+        pods: PodIndex,
+        *,
+        gate: LeaderGate,
+        provisioned_generation: Callable[[str], int | None],
+        queue: WorkQueue | None = None,
+    ):
+        self.kube = kube
+        self.cache = cache
+        self.ledgers = ledgers
+        self.pods = pods
+        self.queue = queue if queue is not None else WorkQueue()
+        self._gate = gate
+        self._provisioned_generation = provisioned_generation
+
+    def handle(self, name: str) -> None:
+        live = self.cache.get(tenant_key(name))
+        if live is None:
+            return
+        tenant = Tenant.from_object(live)
+        # Only a generation whose objects are in place is reported (observedGeneration); the tenant
+        # controller queues the status again once it has provisioned a newer one.
+        if tenant.is_deleting or self._provisioned_generation(name) != tenant.generation:
+            return
+        namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
+        gpus, counts = self._usage(live, namespaces)
+        record_gpu_metrics(tenant, gpus)
+        status, condition = tenant_status(
+            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts
+        )
+        old = live.get("status") or {}
+        if is_unchanged(status, condition, old):
+            return
+        self._gate.check()
+        result = self.kube.apply(
+            {
+                "apiVersion": "labgate.io/v1alpha1",
+                "kind": "Tenant",
+                "metadata": {"name": tenant.name},
+                "status": {**status, "conditions": [with_transition_time(condition, old, now_timestamp())]},
+            },
+            subresource="status",
+        )
+        WRITES.labels("status").inc()
+        self.cache.upsert(TENANT, result)
+
+    def _namespace_phases(self, namespaces: list[str]) -> dict[str, str]:
+        phases = {}
+        for ns in namespaces:
+            if (obj := self.cache.get(("v1", "Namespace", "", ns))) is not None:
+                phases[ns] = str(obj.get("status", {}).get("phase", "Pending"))
+        return phases
+
+    def _usage(self, live: Object, namespaces: list[str]) -> tuple[GpuAmount, PodCounts]:
+        """What the tenant uses (as the status shows it while the ledger is unreadable), and its pods
+        (GPUs of unfinished preemptible pods; pods admitted that do not run yet)."""
+        try:
+            ledger = self.ledgers.cached(str(live["metadata"]["name"]))
+        except LedgerCorruptError:
+            gpus, reserved = shown_usage(live), []
+        else:
+            gpus = usage(ledger)
+            reserved = [reservation_uid(k, r) for k, r in ledger.reservations.items()]
+        facts = self.pods.in_namespaces(namespaces).values()
+        seen = self.pods.known(set(reserved))
+        unseen = sum(1 for uid in reserved if uid not in seen)
+        preemptible = sum(f.gpus.total for f in facts if f.is_preemptible and f.phase not in FINISHED_PHASES)
+        return gpus, PodCounts(
+            preemptible=preemptible, pending=pending_pods([f.phase for f in facts], unseen)
+        )
+
+
+def record_gpu_metrics(tenant: Tenant, gpus: GpuAmount) -> None:
+    GPU_USED.labels(tenant.name, "all").set(gpus.total)
+    for model, count in gpus.by_model.items():
+        GPU_USED.labels(tenant.name, model).set(count)
+    if tenant.spec.gpu.total is not None:
+        GPU_LIMIT.labels(tenant.name, "all").set(tenant.spec.gpu.total)
+    for model, limit in tenant.spec.gpu.models.items():
+        GPU_LIMIT.labels(tenant.name, model).set(limit)

@@ -1,0 +1,109 @@
+"""Pure: a Tenant's status as the reconciler writes it (namespaces, the Ready condition, GPU usage),
+and whether the live status already says it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from labgate.core.tenant import Tenant
+from labgate.gpu_accounting.ledger import GpuAmount
+from rbac.desired import is_subset
+from rbac.tenant_view import gpu_summary
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """The tenant's unfinished preemptible pods' GPUs, and its pods admitted that do not run yet."""
+
+    preemptible: int
+    pending: int
+
+
+def shown_usage(live: Mapping[str, Any]) -> GpuAmount:
+    """The usage the live status shows (kept while the ledger is unreadable)."""
+    shown = (live.get("status") or {}).get("gpu") or {}
+    return GpuAmount(total=shown.get("used") or 0, by_model=shown.get("usedByModel") or {})
+
+
+def namespace_states(namespaces: list[str], phases: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each namespace with its phase (Pending until the namespace is seen)."""
+    return [{"name": ns, "state": phases.get(ns, "Pending")} for ns in namespaces]
+
+
+def ready_condition(tenant: Tenant, namespaces: list[str], states: list[dict[str, str]]) -> dict[str, Any]:
+    """Ready once every namespace is Active (without its lastTransitionTime)."""
+    ready = all(s["state"] == "Active" for s in states)
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "observedGeneration": tenant.generation,
+        "reason": "Provisioned" if ready else "NamespacesPending",
+        "message": f"{len(namespaces)} namespaces provisioned"
+        if ready
+        else "waiting for namespaces to become Active",
+    }
+
+
+def gpu_status(tenant: Tenant, gpus: GpuAmount, counts: PodCounts) -> dict[str, Any]:
+    # An empty map is left out: server-side apply turns a map emptied of the keys it owned into
+    # null, which the schema refuses, and the status would stay stuck at its old usage.
+    return {
+        "used": gpus.total,
+        **({"usedByModel": dict(gpus.by_model)} if gpus.by_model else {}),
+        "summary": gpu_summary(
+            total=tenant.spec.gpu.total,
+            models=tenant.spec.gpu.models,
+            used_total=gpus.total,
+            used_by_model=gpus.by_model,
+        ),
+        "preemptible": counts.preemptible,
+        "pendingPods": counts.pending,
+    }
+
+
+def tenant_status(
+    tenant: Tenant,
+    namespaces: list[str],
+    phases: Mapping[str, str],
+    gpus: GpuAmount,
+    counts: PodCounts,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The status (without conditions) and the Ready condition (without its transition time)."""
+    states = namespace_states(namespaces, phases)
+    status = {
+        "observedGeneration": tenant.generation,
+        "namespaceList": ",".join(namespaces),
+        "namespaces": states,
+        "gpu": gpu_status(tenant, gpus, counts),
+    }
+    return status, ready_condition(tenant, namespaces, states)
+
+
+def old_ready_condition(old_status: Mapping[str, Any]) -> dict[str, Any]:
+    return next((c for c in old_status.get("conditions", []) if c.get("type") == "Ready"), {})
+
+
+def is_unchanged(status: dict[str, Any], condition: dict[str, Any], old_status: Mapping[str, Any]) -> bool:
+    """True if the live status already says all of `status` and `condition`."""
+    old_gpu = old_status.get("gpu") or {}
+    gpu = status["gpu"]
+    old_ready = old_ready_condition(old_status)
+    return (
+        is_subset({k: v for k, v in status.items() if k != "gpu"}, old_status)
+        and (old_gpu.get("used"), old_gpu.get("usedByModel") or {})
+        == (gpu["used"], gpu.get("usedByModel", {}))
+        and (old_gpu.get("summary"), old_gpu.get("preemptible"), old_gpu.get("pendingPods"))
+        == (gpu["summary"], gpu["preemptible"], gpu["pendingPods"])
+        and all(old_ready.get(k) == v for k, v in condition.items())
+    )
+
+
+def with_transition_time(
+    condition: dict[str, Any], old_status: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """The condition with its lastTransitionTime: kept while its status stays the same, else `now`."""
+    old_ready = old_ready_condition(old_status)
+    kept = old_ready.get("status") == condition["status"] and "lastTransitionTime" in old_ready
+    return {**condition, "lastTransitionTime": old_ready["lastTransitionTime"] if kept else now}

@@ -1,0 +1,303 @@
+"""The reconciler's controllers on fakes of its doors: who hears of what, and that the GPU
+settlement never holds up a tenant's RBAC."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from labgate.core.kinds import NAMESPACE, ROLE_BINDING, TENANT, Kind, Object, kind_of
+from labgate.core.tenant import FINALIZER, TENANT_LABEL
+from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
+from rbac.desired import object_key
+from rbac.reconciler import Doors, Reconciler
+from rbac.runtime import WorkQueue
+
+Key = tuple[str, str, str, str]
+
+
+class FakeKube:
+    """The calls the controllers make, answered as an API server would (apply merges and returns the
+    whole object), each write counted."""
+
+    api: Any = None
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, Object] = {}
+        self.applies: list[Key] = []
+        self.events: list[Object] = []
+        self.applied = threading.Condition()
+
+    def lister(self, kind: Kind, **_: Any) -> Callable[..., Any]:
+        return lambda **__: None
+
+    def apply(self, obj: Object, *, subresource: str | None = None) -> Object:
+        key = object_key(obj)
+        stored = copy.deepcopy(self.objects.get(key) or {"metadata": {}})
+        if subresource == "status":
+            stored["status"] = copy.deepcopy(obj["status"])
+        else:
+            stored = {**stored, **copy.deepcopy(obj)}
+        self.objects[key] = stored
+        with self.applied:
+            self.applies.append(key)
+            self.applied.notify_all()
+        return copy.deepcopy(stored)
+
+    def create(self, kind: Kind, obj: Object, *, namespace: str | None = None) -> Object:
+        with self.applied:
+            self.events.append(obj)
+            self.applied.notify_all()
+        return obj
+
+    def get(
+        self, kind: Kind, name: str, *, namespace: str | None = None, timeout: float = 10
+    ) -> Object | None:
+        return None
+
+    def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
+        return True
+
+    def json_patch(self, kind: Kind, name: str, patch: list[dict[str, Any]], **_: Any) -> Object:
+        raise AssertionError("the tenant carries its finalizer already")
+
+    def wait_for_apply(self, key: Key, *, after: int, timeout: float) -> bool:
+        with self.applied:
+            return self.applied.wait_for(lambda: key in self.applies[after:], timeout=timeout)
+
+    def wait_for_event(self, reason: str, *, timeout: float) -> bool:
+        with self.applied:
+            return self.applied.wait_for(
+                lambda: reason in [e["reason"] for e in self.events], timeout=timeout
+            )
+
+
+class FakeLeader:
+    is_leader = True
+
+    def __init__(self) -> None:
+        self.on_elected: Callable[[], None] = lambda: None
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class FakeLedgers:
+    """Ledgers in memory; `conflicting` makes every write lose the compare-and-swap, and the re-read
+    after it wait until `storm_over` (a conflict storm that outlasts the test)."""
+
+    is_synced = True
+
+    def __init__(self, *, conflicting: bool = False) -> None:
+        self.ledgers: dict[str, Ledger] = {}
+        self.conflicting = conflicting
+        self.storm_over = threading.Event()
+        self.in_conflict = threading.Event()
+
+    def cached(self, tenant: str) -> Ledger:
+        return self.ledgers.get(tenant) or Ledger(tenant=tenant)
+
+    def fresh(self, tenant: str) -> Ledger:
+        if self.conflicting:
+            self.in_conflict.set()
+            self.storm_over.wait(timeout=30)
+        return self.cached(tenant)
+
+    def write(self, ledger: Ledger) -> Ledger:
+        if self.conflicting:
+            raise LedgerConflictError(ledger.tenant)
+        self.ledgers[ledger.tenant] = ledger
+        return ledger
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class FakeSettled:
+    is_synced = True
+
+    def __init__(self) -> None:
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    def ensure_at_least(self, tenant: str, versions: dict[str, str]) -> None: ...
+
+    def pods(self, tenant: str) -> dict[str, Any]:
+        return dict(self.stored.get(tenant, {}))
+
+    def write(self, tenant: str, pods: dict[str, Any]) -> dict[str, str]:
+        self.stored[tenant] = dict(pods)
+        return {"0": str(len(self.stored))}
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+TENANT_OBJECT: Object = {
+    "apiVersion": "labgate.io/v1alpha1",
+    "kind": "Tenant",
+    "metadata": {"name": "vision", "generation": 1, "uid": "t-1", "finalizers": [FINALIZER]},
+    "spec": {
+        "members": {"researchers": [{"kind": "Group", "name": "vision"}]},
+        "namespaces": {"names": ["vision"]},
+        "gpu": {"total": 8},
+    },
+}
+NAMESPACE_OBJECT: Object = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {"name": "vision", "labels": {TENANT_LABEL: "vision"}},
+    "status": {"phase": "Active"},
+}
+
+
+def a_pod(i: int, *, gpus: int = 0, phase: str = "Running") -> Object:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return {
+        "metadata": {"name": f"p{i}", "namespace": "vision", "uid": f"uid-{i}"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+        "status": {"phase": phase},
+    }
+
+
+def make(ledgers: FakeLedgers | None = None) -> tuple[Reconciler, FakeKube]:
+    kube = FakeKube()
+    for obj in (TENANT_OBJECT, NAMESPACE_OBJECT):
+        kube.objects[object_key(obj)] = copy.deepcopy(obj)
+    doors = Doors(
+        kube=kube,  # type: ignore[arg-type]  # fakes of the calls the controllers make
+        leader=FakeLeader(),  # type: ignore[arg-type]
+        ledgers=ledgers or FakeLedgers(),  # type: ignore[arg-type]
+        settled=FakeSettled(),  # type: ignore[arg-type]
+    )
+    reconciler = Reconciler(None, namespace="labgate-system", identity="test", doors=doors)
+    for reflector in reconciler.reflectors:
+        reflector.has_synced.set()
+    reconciler.observe(NAMESPACE, "ADDED", NAMESPACE_OBJECT)
+    reconciler.observe(TENANT, "ADDED", TENANT_OBJECT)
+    return reconciler, kube
+
+
+def drain(reconciler: Reconciler) -> None:
+    """Run every queue's work on this thread until all are empty."""
+    queues: list[tuple[WorkQueue, Callable[[str], None]]] = [
+        (reconciler.tenants.queue, reconciler.tenants.handle),
+        (reconciler.settlement.queue, reconciler.settlement.handle),
+        (reconciler.status.queue, reconciler.status.handle),
+    ]
+    while any(len(queue) for queue, _ in queues):
+        for queue, handle in queues:
+            if (name := queue.get(timeout=0)) is not None:
+                try:
+                    handle(name)
+                finally:
+                    queue.done(name)
+
+
+def test_a_new_tenant_is_provisioned_then_its_status_written() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    assert reconciler.reconciled == 1
+    binding = ("rbac.authorization.k8s.io/v1", "RoleBinding", "vision", "labgate-researchers")
+    assert binding in kube.applies
+    status = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]
+    assert (status["observedGeneration"], status["gpu"]["used"], status["conditions"][0]["status"]) == (
+        1,
+        0,
+        "True",
+    )
+
+
+@pytest.mark.parametrize("gpus", [0, 1], ids=["cpu-pods", "gpu-pods"])
+def test_a_burst_of_pod_events_reconciles_no_tenant_rbac_and_applies_nothing(gpus: int) -> None:
+    """100 pods come and go: only the settlement (and the status it feeds) hears of them; the
+    tenant's RBAC is not reconciled, and no object is applied (beyond the status, for GPU pods)."""
+    reconciler, kube = make()
+    drain(reconciler)
+    reconciled, applied, settlements = (
+        reconciler.reconciled,
+        len(kube.applies),
+        reconciler.settlement.settlements,
+    )
+    for i in range(100):
+        reconciler.settlement.pods.on_event("ADDED", a_pod(i, gpus=gpus))
+        assert len(reconciler.tenants.queue) == 0
+    drain(reconciler)
+    for i in range(100):
+        reconciler.settlement.pods.on_event("DELETED", a_pod(i, gpus=gpus))
+    drain(reconciler)
+    assert reconciler.reconciled == reconciled  # no RBAC reconcile at all
+    assert reconciler.settlement.settlements > settlements
+    applies = [key[1] for key in kube.applies[applied:]]
+    assert applies == ([] if not gpus else ["Tenant"] * len(applies))
+    # Our own status writes come back as Tenant events that change only the status: no RBAC either.
+    for key in kube.applies[applied:]:
+        reconciler.observe(TENANT, "MODIFIED", kube.objects[key])
+    drain(reconciler)
+    assert reconciler.reconciled == reconciled
+    if gpus:
+        used = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]["gpu"]["used"]
+        assert used == 0  # counted while they ran, released once they went
+
+
+def test_gpu_pods_that_nobody_counted_are_settled_and_shown_in_the_status() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    for i in range(3):
+        reconciler.settlement.pods.on_event("ADDED", a_pod(i, gpus=2))
+    drain(reconciler)
+    status = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]
+    assert status["gpu"]["used"] == 6
+    assert [e["reason"] for e in kube.events] == ["GpuUsageRecounted"]
+
+
+def test_a_tenant_spec_change_reconciles_rbac_but_a_status_change_does_not() -> None:
+    reconciler, _ = make()
+    drain(reconciler)
+    live = reconciler.cache.get(("labgate.io/v1alpha1", "Tenant", "", "vision"))
+    assert live is not None
+    reconciler.observe(TENANT, "MODIFIED", {**live, "status": {**live["status"], "gpu": {"used": 3}}})
+    assert len(reconciler.tenants.queue) == 0
+    assert len(reconciler.status.queue) == 1
+    changed = copy.deepcopy(live)
+    changed["metadata"]["generation"] = 2
+    changed["spec"]["members"]["researchers"].append({"kind": "User", "name": "bo"})
+    reconciler.observe(TENANT, "MODIFIED", changed)
+    assert len(reconciler.tenants.queue) == 1
+
+
+@pytest.fixture
+def conflict_storm() -> Iterator[FakeLedgers]:
+    ledgers = FakeLedgers(conflicting=True)
+    yield ledgers
+    ledgers.storm_over.set()
+
+
+def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_conflicts(
+    conflict_storm: FakeLedgers,
+) -> None:
+    reconciler, kube = make(conflict_storm)
+    binding_key = ("rbac.authorization.k8s.io/v1", "RoleBinding", "vision", "labgate-researchers")
+    reconciler.start_workers()
+    try:
+        assert kube.wait_for_apply(("labgate.io/v1alpha1", "Tenant", "", "vision"), after=0, timeout=10)
+        # A GPU pod nobody counted: its settlement loses the ledger's compare-and-swap, over and over.
+        reconciler.settlement.pods.on_event("ADDED", a_pod(1, gpus=2))
+        assert conflict_storm.in_conflict.wait(timeout=10)
+        # Someone deletes a managed RoleBinding: its watch event queues the tenant's provisioning.
+        before = len(kube.applies)
+        binding = kube.objects[binding_key]
+        reconciler.observe(ROLE_BINDING, "DELETED", binding)
+        assert kube.wait_for_apply(binding_key, after=before, timeout=5), "drift repaired despite the storm"
+        assert kube.wait_for_event("DriftRepaired", timeout=5)
+        assert not conflict_storm.storm_over.is_set()  # the settlement is still stuck
+        assert kind_of(binding) is ROLE_BINDING
+    finally:
+        conflict_storm.storm_over.set()
+        reconciler.stop_workers()

@@ -1,0 +1,118 @@
+"""The controllers' runtime: the object cache, the leader gate and the periodic tasks."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from labgate.core.kinds import NAMESPACE, ROLE_BINDING
+from rbac.cert_rotation import rotation_task
+from rbac.runtime import LeaderGate, NotLeaderError, ObjectCache, PeriodicTask, PeriodicTasks, WorkQueue
+
+
+def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
+    cache = ObjectCache()
+    binding = {"metadata": {"name": "b", "namespace": "vision", "labels": {"labgate.io/tenant": "vision"}}}
+    cache.replace_kind(ROLE_BINDING, [binding])
+    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "vision"}}})
+    assert sorted(k[1] for k, _ in cache.labelled_for("vision")) == ["Namespace", "RoleBinding"]
+    cache.upsert(NAMESPACE, {"metadata": {"name": "vision", "labels": {"labgate.io/tenant": "audio"}}})
+    assert [k[1] for k, _ in cache.labelled_for("vision")] == ["RoleBinding"]
+    assert [k[3] for k, _ in cache.labelled_for("audio")] == ["vision"]
+    cache.remove(ROLE_BINDING, binding)
+    assert cache.labelled_for("vision") == []
+
+
+def test_a_name_queued_twice_is_handed_out_once_and_never_to_two_workers() -> None:
+    queue = WorkQueue()
+    queue.add("vision")
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    queue.add("vision")  # queued again while in progress: held until done
+    assert queue.get(timeout=0) is None
+    queue.done("vision")
+    assert queue.get(timeout=0) == "vision"
+
+
+class Leadership:
+    def __init__(self) -> None:
+        self.is_leader = False
+
+    def __call__(self) -> bool:
+        return self.is_leader
+
+
+def test_the_gate_opens_only_for_a_synced_leader_and_a_write_checks_it() -> None:
+    leader, synced = Leadership(), Leadership()
+    gate = LeaderGate(is_leader=leader, is_synced=synced)
+    with pytest.raises(NotLeaderError):
+        gate.check()
+    leader.is_leader = True
+    gate.check()
+    assert not gate.is_open
+    synced.is_leader = True
+    assert gate.is_open
+
+
+def test_periodic_tasks_run_when_due_and_only_while_leader() -> None:
+    leader = Leadership()
+    runs: list[str] = []
+    tasks = [
+        PeriodicTask("resync", 300.0, lambda: runs.append("resync"), first_after=300.0),
+        PeriodicTask("sweep", 2.0, lambda: runs.append("sweep"), first_after=2.0),
+    ]
+    periodic = PeriodicTasks(
+        tasks, gate=LeaderGate(is_leader=leader, is_synced=lambda: True), stop=threading.Event()
+    )
+    for task in tasks:
+        task.due = task.first_after
+    periodic.run_due(2.0)  # due, but not the leader: skipped, and its next turn scheduled
+    assert runs == []
+    leader.is_leader = True
+    periodic.run_due(3.0)
+    assert runs == []
+    periodic.run_due(4.0)
+    periodic.run_due(300.0)
+    assert runs == ["sweep", "resync", "sweep"]
+
+
+def test_a_failing_task_is_tried_again_at_its_next_turn() -> None:
+    calls: list[float] = []
+
+    def broken() -> None:
+        calls.append(1.0)
+        raise RuntimeError("boom")
+
+    task = PeriodicTask("broken", 5.0, broken)
+    periodic = PeriodicTasks(
+        [task], gate=LeaderGate(is_leader=lambda: True, is_synced=lambda: True), stop=threading.Event()
+    )
+    periodic.run_due(0.0)
+    periodic.run_due(5.0)
+    assert len(calls) == 2
+
+
+class Certificates:
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self) -> str:
+        self.steps += 1
+        return "none"
+
+
+def test_certificate_rotation_is_a_periodic_task_of_its_own_that_starts_at_once() -> None:
+    manager = Certificates()
+    task = rotation_task(manager, every_seconds=30.0)  # type: ignore[arg-type]  # a fake of .step()
+    assert (task.name, task.every_seconds, task.first_after) == ("certificate-rotation", 30.0, 0.0)
+    leader = Leadership()
+    periodic = PeriodicTasks(
+        [task], gate=LeaderGate(is_leader=leader, is_synced=lambda: True), stop=threading.Event()
+    )
+    periodic.run_due(0.0)
+    assert manager.steps == 0  # a follower never rotates
+    leader.is_leader = True
+    periodic.run_due(30.0)
+    periodic.run_due(45.0)
+    assert manager.steps == 1

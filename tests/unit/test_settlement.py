@@ -1,0 +1,167 @@
+"""Settling a tenant's GPU reservations against the pods the reconciler sees (pure, by tables)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from labgate.gpu_accounting.ledger import GpuAmount, Ledger, Reservation
+from labgate.gpu_accounting.settlement import (
+    PodAddress,
+    PodFacts,
+    expired_unseen,
+    recount_message,
+    recounted,
+    settle_tenant,
+    uids_to_watch,
+    unrecorded,
+)
+
+H100x4 = GpuAmount(total=4, by_model={"h100": 4})
+A100x2 = GpuAmount(total=2, by_model={"a100": 2})
+NONE = GpuAmount()
+NOW = 100.0
+
+
+def pod(
+    phase: str = "Running", gpus: GpuAmount = H100x4, *, preemptible: bool = False, name: str = "p"
+) -> PodFacts:
+    return PodFacts(namespace="vision", name=name, phase=phase, gpus=gpus, is_preemptible=preemptible)
+
+
+def book(**reservations: Reservation) -> Ledger:
+    return Ledger(tenant="vision", reservations=reservations)
+
+
+def test_the_pods_to_watch_are_the_reserved_and_the_settled() -> None:
+    ledger = book(u1=Reservation(gpus=H100x4, expires=200), u2=Reservation(gpus=H100x4, pod_uid="legacy"))
+    assert uids_to_watch(ledger, {"s1": A100x2}) == {"u1", "legacy", "s1"}
+
+
+@pytest.mark.parametrize(
+    ("reservation", "seen", "expected"),
+    [
+        (Reservation(gpus=H100x4, expires=50, pod="vision/p"), set(), [PodAddress("u", "vision", "p")]),
+        (Reservation(gpus=H100x4, expires=50, pod="vision/p"), {"u"}, []),  # the watch shows it
+        (Reservation(gpus=H100x4, expires=500, pod="vision/p"), set(), []),  # not expired yet
+        (Reservation(gpus=H100x4, expires=50), set(), []),  # no pod named: nothing to read
+    ],
+    ids=["expired-unseen", "seen", "not-expired", "no-pod-named"],
+)
+def test_expired_reservations_whose_pod_the_watch_does_not_show_are_read(
+    reservation: Reservation, seen: set[str], expected: list[PodAddress]
+) -> None:
+    assert expired_unseen(book(u=reservation), seen, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("facts", "settled", "reserved", "expected"),
+    [
+        (pod(), {}, False, {"u": H100x4}),
+        (pod(), {"u": H100x4}, False, {}),  # has a record
+        (pod(), {}, True, {}),  # has a reservation
+        (pod(gpus=NONE), {}, False, {}),  # asks no GPUs
+        (pod(preemptible=True), {}, False, {}),  # preemptible pods are never counted
+    ],
+    ids=["unrecorded", "settled", "reserved", "no-gpus", "preemptible"],
+)
+def test_unrecorded_pods_are_live_gpu_pods_with_neither_record_nor_reservation(
+    facts: PodFacts, settled: dict[str, GpuAmount], reserved: bool, expected: dict[str, GpuAmount]
+) -> None:
+    ledger = book(u=Reservation(gpus=H100x4, expires=200)) if reserved else book()
+    assert unrecorded(ledger, settled, {"u": facts}) == expected
+
+
+@dataclass(frozen=True)
+class Case:
+    reservation: Reservation
+    seen: dict[str, PodFacts] = field(default_factory=dict)
+    looked_up: dict[str, str] = field(default_factory=dict)
+    gone: tuple[str, ...] = ()
+    settled_after: dict[str, GpuAmount] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()
+
+
+COMING = Reservation(gpus=H100x4, expires=200)
+EXPIRED = Reservation(gpus=H100x4, expires=50)
+SETTLING_CASES = {
+    "running pod settles": Case(COMING, seen={"u": pod()}, settled_after={"u": H100x4}),
+    "pod on its way waits": Case(COMING, kept=("u",)),
+    "finished pod is dropped": Case(COMING, seen={"u": pod("Succeeded")}),
+    "expired and never seen": Case(EXPIRED),
+    "expired, read from the API": Case(EXPIRED, looked_up={"u": "Pending"}, settled_after={"u": H100x4}),
+    "seen deleted before expiry": Case(COMING, gone=("u",)),
+}
+
+
+@pytest.mark.parametrize("case", SETTLING_CASES.values(), ids=SETTLING_CASES.keys())
+def test_settling_a_reservation(case: Case) -> None:
+    result = settle_tenant(
+        book(u=case.reservation),
+        {},
+        seen=case.seen,
+        tenant_pods={},
+        looked_up=case.looked_up,
+        gone_pod_uids=case.gone,
+        now=NOW,
+    )
+    assert result.settled == case.settled_after
+    assert tuple(result.ledger.reservations) == case.kept
+    assert result.is_settled_changed is bool(case.settled_after)
+
+
+def test_settled_pods_that_finished_or_vanished_go_and_the_sum_follows() -> None:
+    result = settle_tenant(
+        Ledger(tenant="vision", settled=GpuAmount(total=8, by_model={"h100": 8})),
+        {"run": H100x4, "done": H100x4, "gone": A100x2},
+        seen={"run": pod(), "done": pod("Failed")},
+        tenant_pods={},
+        looked_up={},
+        gone_pod_uids=(),
+        now=NOW,
+    )
+    assert result.settled == {"run": H100x4}
+    assert result.ledger.settled == H100x4
+    assert result.is_settled_changed
+
+
+def test_live_pods_nobody_counted_are_recorded_and_reported_as_recounted() -> None:
+    tenant_pods = {"lost": pod(name="lost"), "done": pod("Succeeded", name="done")}
+    result = settle_tenant(
+        book(), {}, seen={}, tenant_pods=tenant_pods, looked_up={}, gone_pod_uids=(), now=NOW
+    )
+    assert result.unrecorded == {"lost": H100x4, "done": H100x4}
+    assert result.settled == {"lost": H100x4}
+    assert recounted(result) == ["lost"]
+
+
+def test_an_unchanged_tenant_settles_to_itself() -> None:
+    ledger = Ledger(tenant="vision", settled=H100x4)
+    result = settle_tenant(
+        ledger,
+        {"u": H100x4},
+        seen={"u": pod()},
+        tenant_pods={"u": pod()},
+        looked_up={},
+        gone_pod_uids=(),
+        now=NOW,
+    )
+    assert (result.ledger, result.settled, result.is_settled_changed) == (ledger, {"u": H100x4}, False)
+
+
+@pytest.mark.parametrize(
+    ("names", "shown"),
+    [
+        (["vision/b", "vision/a"], "vision/a, vision/b"),
+        (
+            [f"vision/p{i}" for i in range(7)],
+            "vision/p0, vision/p1, vision/p2, vision/p3, vision/p4 and 2 more",
+        ),
+    ],
+)
+def test_the_recount_message_names_five_pods_at_most(names: list[str], shown: str) -> None:
+    assert recount_message(names, pods=len(names), gpus=8, tenant="vision") == (
+        f"counted {len(names)} running GPU pods (8 GPUs) from their specs: they had no record in "
+        f"the settled-pods store (labgate-gpu-settled.vision.*) and no reservation: {shown}"
+    )

@@ -1,0 +1,77 @@
+"""The Tenant status the reconciler writes, and when it writes nothing (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from labgate.core.tenant import Tenant
+from labgate.gpu_accounting.ledger import GpuAmount
+from rbac.tenant_status import PodCounts, is_unchanged, shown_usage, tenant_status, with_transition_time
+
+TENANT = Tenant.from_object(
+    {
+        "metadata": {"name": "vision", "generation": 4},
+        "spec": {
+            "members": {},
+            "namespaces": {"names": ["vision"]},
+            "gpu": {"total": 8, "models": {"h100": 8}},
+        },
+    }
+)
+H100x2 = GpuAmount(total=2, by_model={"h100": 2})
+
+
+def written(phases: dict[str, str], gpus: GpuAmount = H100x2) -> dict[str, Any]:
+    status, condition = tenant_status(TENANT, ["vision", "vision-b"], phases, gpus, PodCounts(0, 1))
+    return {**status, "conditions": [with_transition_time(condition, {}, "2026-12-01T00:00:00Z")]}
+
+
+def test_the_status_shows_namespaces_readiness_and_gpus() -> None:
+    status = written({"vision": "Active"})
+    assert status["namespaces"] == [
+        {"name": "vision", "state": "Active"},
+        {"name": "vision-b", "state": "Pending"},
+    ]
+    assert status["conditions"][0]["reason"] == "NamespacesPending"
+    assert status["gpu"] == {
+        "used": 2,
+        "usedByModel": {"h100": 2},
+        "summary": "h100 2/8, total 2/8",
+        "preemptible": 0,
+        "pendingPods": 1,
+    }
+    assert "usedByModel" not in written({}, GpuAmount())["gpu"]  # an empty map is left out
+
+
+@pytest.mark.parametrize(
+    ("phases", "gpus", "expected"),
+    [
+        ({"vision": "Active"}, H100x2, True),
+        ({"vision": "Active", "vision-b": "Active"}, H100x2, False),  # became Ready
+        ({"vision": "Active"}, GpuAmount(total=3, by_model={"h100": 3}), False),  # usage moved
+    ],
+    ids=["same", "ready", "usage"],
+)
+def test_an_unchanged_status_is_not_written_again(
+    phases: dict[str, str], gpus: GpuAmount, expected: bool
+) -> None:
+    old = written({"vision": "Active"})
+    status, condition = tenant_status(TENANT, ["vision", "vision-b"], phases, gpus, PodCounts(0, 1))
+    assert is_unchanged(status, condition, old) is expected
+
+
+def test_the_transition_time_stays_while_readiness_does() -> None:
+    old = written({"vision": "Active"})
+    _, same = tenant_status(TENANT, ["vision", "vision-b"], {"vision": "Active"}, H100x2, PodCounts(0, 0))
+    _, ready = tenant_status(
+        TENANT, ["vision", "vision-b"], {"vision": "Active", "vision-b": "Active"}, H100x2, PodCounts(0, 0)
+    )
+    assert with_transition_time(same, old, "later")["lastTransitionTime"] == "2026-12-01T00:00:00Z"
+    assert with_transition_time(ready, old, "later")["lastTransitionTime"] == "later"
+
+
+def test_while_the_ledger_is_unreadable_the_shown_usage_is_kept() -> None:
+    assert shown_usage({"status": written({})}) == H100x2
+    assert shown_usage({}) == GpuAmount()
