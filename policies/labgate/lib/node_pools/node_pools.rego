@@ -76,7 +76,9 @@ _on_demand_allowed(tenant, template) if {
 }
 
 # Every taint key that some tenant's node pool tolerates: taints that keep pools for their tenants.
-pool_taint_keys contains key if {
+# A complete set, built at most once per evaluation (and only when a GPU pod carries a toleration),
+# then looked up for every toleration of every template.
+pool_taint_keys := {key |
 	some tenant in data.inventory.tenants
 	some pool in pools(tenant)
 	some toleration in _array(object.get(pool, "tolerations", []))

@@ -67,6 +67,7 @@ _claim_object_spec := [object.get(input.request.object, "spec", {}), "spec"] if 
 # custom:
 #   rule_id: gpu-dra-unsupported
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.group == "resource.k8s.io" # first, for rule indexing
 	_is_claim_object
 	tenancy.namespace_tenant
 	not tenancy.is_trusted_requester

@@ -34,6 +34,8 @@ is_admitted if {
 # custom:
 #   rule_id: gpu-preemptible
 violation contains {"rule": rule_id, "message": msg, "field": "spec.priorityClassName"} if {
+	input.request.kind.kind == "Pod" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_marked_preemptible
 	tenant := tenancy.namespace_tenant
 	not is_admitted

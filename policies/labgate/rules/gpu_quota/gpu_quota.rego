@@ -94,6 +94,8 @@ _in_parentheses(parts) := "" if {
 # custom:
 #   rule_id: gpu-quota
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.containers", [template.path])} if {
+	input.request.kind.kind == "Pod" # first, for rule indexing
+	input.request.kind.group == ""
 	template := _pod_template
 	not gpu_preemptible.is_admitted
 	tenant := tenancy.namespace_tenant

@@ -48,6 +48,8 @@ _own_tenants_hint := sprintf("label it with your own tenant (%s)", [concat(", ",
 # custom:
 #   rule_id: namespace-tenant-member
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -68,6 +70,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 # custom:
 #   rule_id: namespace-tenant-member
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -112,6 +116,8 @@ _name_allowed(tenant) if {
 # custom:
 #   rule_id: namespace-prefix
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	not tenancy.is_trusted_requester
 	tenant := data.inventory.tenants[_claimed_tenant]
@@ -184,6 +190,8 @@ _own_prefix_hint := sprintf("name it with your tenant's prefix (%s); labgate lab
 # custom:
 #   rule_id: namespace-reserved
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	_labelled_now
 	not tenancy.is_trusted_requester
@@ -204,6 +212,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 # custom:
 #   rule_id: namespace-untenanted
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -228,6 +238,8 @@ _max_text(tenant) := sprintf("spec.namespaces.maxCount: %d", [tenant.spec.namesp
 # custom:
 #   rule_id: namespace-count
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	_labelled_now
 	not tenancy.is_trusted_requester

@@ -81,6 +81,8 @@ _is_tenant_admin(name) if tenancy.is_admin(data.inventory.tenants[name], input.r
 # custom:
 #   rule_id: tenant-label-protected
 violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	count(_protected_changes) > 0
 	not tenancy.is_trusted_requester
@@ -101,6 +103,8 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 # custom:
 #   rule_id: tenant-label-protected
 violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	count(_protected_changes) > 0
 	not tenancy.is_trusted_requester
