@@ -55,15 +55,6 @@ _template_object(name, class, mode) := {
 	"spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": class, "allocationMode": mode}}]}}},
 }
 
-# Every GPU rule's findings: each test pins what all of them find together, as before the rules
-# were split by concern into packages.
-violations(input_doc) := v if {
-	v := gpu_violations with input as input_doc
-		with data.inventory as testdata.gpu_inventory
-}
-
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
-
 # --- gpu-resource-unknown ---
 
 test_an_unknown_resource_of_a_gpu_vendor_is_refused if {

@@ -30,15 +30,6 @@ sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
 
 _sidecar(limits) := object.union(testdata.gpu_container("proxy", limits), {"restartPolicy": "Always"})
 
-# Every GPU rule's findings: each test pins what all of them find together, as before the rules
-# were split by concern into packages.
-violations(input_doc) := v if {
-	v := gpu_violations with input as input_doc
-		with data.inventory as testdata.gpu_inventory
-}
-
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
-
 # --- gpu-model-unknown ---
 
 test_listed_model_is_allowed if {

@@ -35,15 +35,6 @@ marked(pod, class) := json.patch(pod, [
 	{"op": "add", "path": "/spec/priorityClassName", "value": class},
 ])
 
-# Every GPU rule's findings: each test pins what all of them find together, as before the rules
-# were split by concern into packages.
-violations(input_doc) := v if {
-	v := gpu_violations with input as input_doc
-		with data.inventory as testdata.gpu_inventory
-}
-
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
-
 test_a_marked_pod_beyond_quota_is_admitted_for_a_preemptible_tenant_and_reserves_nothing if {
 	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "8"}), "research-preemptible")
 	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})

@@ -74,15 +74,6 @@ headroom_of(input_doc) := h if {
 
 quota_rules(input_doc) := {v.rule | some v in violations(input_doc); v.rule == "gpu-quota"}
 
-# Every GPU rule's findings: each test pins what all of them find together, as before the rules
-# were split by concern into packages.
-violations(input_doc) := v if {
-	v := gpu_violations with input as input_doc
-		with data.inventory as testdata.gpu_inventory
-}
-
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
-
 # --- gpu-quota ---
 
 test_pod_within_quota_is_allowed if {
