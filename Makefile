@@ -31,7 +31,7 @@ debian-packages:
 	toolchain/debian-packages.sh
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
-TEST_TOOLS := kubernetes etcd opa helm registry crane cosign-v2 cosign-v3 kwok
+TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok
 
 tools:  ## build the pinned Go tools that are not cached yet
 	toolchain/build.sh $(TEST_TOOLS)
@@ -50,6 +50,7 @@ lint: venv  ## ruff, mypy --strict and the import-layer contracts
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	"$$(toolchain/build.sh --bin-dirs | grep /regal-)/regal" lint policies
 
 policy-test: venv tools  ## Rego: format, strict compile, unit tests, and every policy sample
 	$(BIN)/labgate policy test --policies policies

@@ -17,7 +17,7 @@ source "$here/versions.env"
 
 cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
 jobs="${LABGATE_BUILD_JOBS:-2}"
-all_tools=(kubernetes etcd opa helm registry crane cosign-v2 cosign-v3 kwok vegeta gatekeeper)
+all_tools=(kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok vegeta gatekeeper)
 
 die() { echo "toolchain: error: $*" >&2; exit 1; }
 
@@ -53,6 +53,10 @@ tool_spec() {
       version=$OPA_VERSION module=github.com/open-policy-agent/opa
       packages=github.com/open-policy-agent/opa binaries=opa
       ldflags+=" -X github.com/open-policy-agent/opa/v1/version.Version=${version#v}" ;;
+    regal)
+      version=$REGAL_VERSION module=github.com/open-policy-agent/regal
+      packages=github.com/open-policy-agent/regal binaries=regal
+      ldflags+=" -X github.com/open-policy-agent/regal/pkg/version.Version=${version#v}" ;;
     helm)
       version=$HELM_VERSION module=helm.sh/helm/v3
       packages=helm.sh/helm/v3/cmd/helm binaries=helm

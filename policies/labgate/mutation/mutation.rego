@@ -26,6 +26,7 @@
 package labgate.mutation
 
 import data.labgate.lib.gpu
+import data.labgate.lib.node_pools
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_quota
 
@@ -164,8 +165,8 @@ _selector(template) := _object(object.get(template.spec, "nodeSelector", {}))
 # The pool labgate places a GPU template on: only when it selects none itself.
 _pool(tenant, template) := pool if {
 	gpu.template_demand[template.path].total > 0
-	not gpu.node_pool_label in object.keys(_selector(template))
-	pool := gpu.default_pool(tenant, template)
+	not node_pools.node_pool_label in object.keys(_selector(template))
+	pool := node_pools.default_pool(tenant, template)
 }
 
 _pool_selector(tenant, template) := {key: value |
@@ -199,7 +200,7 @@ _missing_tolerations(tenant, template) := [toleration |
 
 _has_toleration(template, toleration) if {
 	some existing in _array(object.get(template.spec, "tolerations", []))
-	gpu.same_toleration(existing, toleration)
+	node_pools.same_toleration(existing, toleration)
 }
 
 _toleration_ops(template, missing) := [] if {

@@ -1,8 +1,9 @@
 # METADATA
 # title: GPU demand and node pools
 # description: |
-#   What a pod spec asks of GPUs and where a tenant's GPU pods may run; shared by rules.gpu_quota,
-#   rules.placement and the mutation package.
+#   What a pod spec asks of GPUs, and which of the request's pod templates the GPU rules check; shared
+#   by the GPU rules, rules.placement and the mutation package (and mirrored in Python by
+#   labgate/gpu_accounting/demand.py).
 #
 #   A pod's demand is what the scheduler reserves for it: Kubernetes' effective request, per resource
 #   r counted as GPUs (config gpu_resources, and MIG resources starting with mig_resource_prefix):
@@ -14,11 +15,10 @@
 #   nodeSelector[gpu_model_label] names, else "unspecified"; a MIG resource is its own model:
 #   "nvidia.com/mig-1g.10gb" is model "mig-1g.10gb". by_model counts units of each model; the total
 #   counts each unit times its weight (config gpu_resource_weights, 1 when unset).
-#   GPUs asked through Dynamic Resource Allocation (spec.resourceClaims) count too: the claims the
-#   webhook gathered (input.resource_claims) name device classes that config dra_device_classes maps
-#   to a model; see claim_asks and claim_problems.
+#   GPUs asked through Dynamic Resource Allocation (spec.resourceClaims) count too (lib.dra).
 package labgate.lib.gpu
 
+import data.labgate.lib.dra
 import data.labgate.lib.tenancy
 
 _config := data.labgate.config
@@ -28,10 +28,6 @@ gpu_resources := {r | some r in _config.gpu_resources}
 mig_resource_prefix := _config.mig_resource_prefix
 
 model_label := _config.gpu_model_label
-
-node_pool_label := _config.node_pool_label
-
-capacity_annotation := _config.capacity_annotation
 
 unspecified_model := "unspecified"
 
@@ -190,103 +186,11 @@ unknown_resources(spec) := array.concat(
 	],
 )
 
-# --- Dynamic Resource Allocation ---
-
-_dra_classes := _object(object.get(_config, "dra_device_classes", {}))
-
-_dra_other_classes := {c | some c in object.get(_config, "dra_other_device_classes", [])}
-
-# The GPU device classes labgate counts, for messages.
-dra_gpu_classes := object.keys(_dra_classes)
-
-# The model a GPU device class counts as: its mapped model, or "" (the pod's whole-GPU model).
-_class_model(spec, class) := model if {
-	model := object.get(_dra_classes[class], "model", "")
-	model != ""
-} else := whole_gpu_model(spec)
-
-_class_weight(class) := object.get(_dra_classes[class], "weight", 1)
-
-# Where each of a pod spec's claims comes from: {"field", "kind", "name", "key"}.
-claim_refs(spec) := [{"field": sprintf("resourceClaims[%d]", [i]), "kind": kind, "name": name, "key": concat("/", [kind, name])} |
-	some i, ref in _array(object.get(spec, "resourceClaims", []))
-	[kind, name] := _claim_source(ref)
-]
-
-_claim_source(ref) := ["ResourceClaim", ref.resourceClaimName] if {
-	is_string(ref.resourceClaimName)
-} else := ["ResourceClaimTemplate", ref.resourceClaimTemplateName] if {
-	is_string(ref.resourceClaimTemplateName)
-} else := ["ResourceClaim", ""]
-
-# A ResourceClaimSpec's device requests, each as its alternatives: [{"class", "mode", "count"}]
-# (exactly: one; firstAvailable: each subrequest; older flat requests: the request itself).
-device_requests(claim_spec) := [{"field": sprintf("spec.devices.requests[%d]", [i]), "alternatives": _alternatives(request)} |
-	some i, request in _array(object.get(_object(claim_spec), ["devices", "requests"], []))
-]
-
-_alternatives(request) := [_alternative(request.exactly)] if {
-	is_object(request.exactly)
-} else := [_alternative(sub) | some sub in request.firstAvailable] if {
-	is_array(request.firstAvailable)
-} else := [_alternative(request)]
-
-_alternative(request) := {
-	"class": object.get(request, "deviceClassName", ""),
-	"mode": object.get(request, "allocationMode", "ExactCount"),
-	"count": object.get(request, "count", 1),
-}
-
-# Why labgate cannot count a device request, if it cannot (text; undefined when it can).
-request_problem(request) := sprintf("asks device class %q, which labgate neither counts as GPUs nor allows", [unknown[0]]) if {
-	unknown := [alt.class | some alt in request.alternatives; not alt.class in _dra_other_classes; not _dra_classes[alt.class]]
-	count(unknown) > 0
-} else := sprintf("asks every device of class %q (allocationMode All), a number labgate cannot count", [all_devices[0]]) if {
-	all_devices := [alt.class | some alt in request.alternatives; _dra_classes[alt.class]; alt.mode == "All"]
-	count(all_devices) > 0
-} else := "offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the scheduler picks one" if {
-	count({object.get(_dra_classes[alt.class], "model", "") | some alt in request.alternatives; _dra_classes[alt.class]}) > 1
-}
-
-# What a device request asks of GPUs (the largest of its GPU alternatives), when it asks any.
-_request_asks(spec, request) := [{"resource": concat(" ", ["DRA", class]), "model": _class_model(spec, class), "count": n, "gpus": n * _class_weight(class)} |
-	not request_problem(request)
-	gpu_alternatives := [alt | some alt in request.alternatives; _dra_classes[alt.class]]
-	count(gpu_alternatives) > 0
-	n := max([alt.count | some alt in gpu_alternatives])
-	class := [alt.class | some alt in gpu_alternatives; alt.count == n][0]
-]
-
-# The claims the webhook gathered for the request, by "<kind>/<name>": {"found": true, "spec": <a
-# ResourceClaimSpec>} or {"found": false, "reason": text}.
-_gathered := _object(object.get(input, "resource_claims", {}))
-
-# GPUs a pod spec asks through its claims (each claim the pod references counts for this pod: a
-# claim shared by several pods is counted once per pod, which errs towards refusing).
-claim_asks(spec) := [ask |
-	some ref in claim_refs(spec)
-	claim := _gathered[ref.key]
-	claim.found == true
-	some request in device_requests(claim.spec)
-	some ask in _request_asks(spec, request)
-]
-
-# Why a pod spec's claims cannot be counted: [{"field", "text"}].
-claim_problems(spec) := [{"field": ref.field, "text": text} |
-	some ref in claim_refs(spec)
-	some text in _ref_problems(ref)
-]
-
-_ref_problems(ref) := [sprintf("names %s %q, which labgate could not read (%s)", [ref.kind, ref.name, reason])] if {
-	not _gathered[ref.key].found == true
-	reason := object.get(_gathered, [ref.key, "reason"], "not gathered")
-} else := [sprintf("names %s %q, whose %s %s", [ref.kind, ref.name, request.field, problem]) |
-	some request in device_requests(_gathered[ref.key].spec)
-	problem := request_problem(request)
-]
+# Every GPU ask of a pod spec: its containers' (asks) and its claims' (lib.dra).
+all_asks(spec) := array.concat(asks(spec), dra.claim_asks(spec, whole_gpu_model(spec)))
 
 # {"total": n, "by_model": {model: n}}; {"total": 0, "by_model": {}} for a pod without GPUs.
-demand(spec) := _demand_of(array.concat(asks(spec), claim_asks(spec)))
+demand(spec) := _demand_of(all_asks(spec))
 
 _demand_of(list) := {"total": sum([a.gpus | some a in list]), "by_model": {model: sum([a.count |
 	some a in list
@@ -297,41 +201,24 @@ _demand_of(list) := {"total": sum([a.gpus | some a in list]), "by_model": {model
 }}
 
 # The asks and demand of each of the request's pod templates, by path: computed once per query.
-template_asks[template.path] := array.concat(asks(template.spec), claim_asks(template.spec)) if some template in input.pod_templates
+template_asks[template.path] := all_asks(template.spec) if some template in input.pod_templates
 
 template_demand[path] := _demand_of(list) if some path, list in template_asks
-
-# "8 nvidia.com/gpu (h100), 1 nvidia.com/mig-1g.10gb" for messages: per resource and model.
-describe_asks(spec) := describe(array.concat(asks(spec), claim_asks(spec)))
-
-describe(list) := concat(", ", [text |
-	some key in sort({[a.resource, a.model] | some a in list})
-	n := sum([a.count | some a in list; [a.resource, a.model] == key])
-	text := sprintf("%v %s%s", [n, key[0], _model_note(key[0], key[1])])
-])
-
-_model_note(resource, _) := "" if is_mig_resource(resource)
-
-_model_note(resource, model) := " (model unspecified)" if {
-	not is_mig_resource(resource)
-	model == unspecified_model
-}
-
-_model_note(resource, model) := sprintf(" (%s)", [model]) if {
-	not is_mig_resource(resource)
-	model != unspecified_model
-}
-
-# "1 GPU", "8 GPUs".
-plural(n, word) := sprintf("%v %s", [n, word]) if {
-	n == 1
-} else := sprintf("%v %ss", [n, word])
 
 # The request's kind is a bare Pod (not a subresource of one).
 is_pod if {
 	input.request.kind.kind == "Pod"
 	input.request.kind.group == ""
 	object.get(input.request, "subResource", "") == ""
+}
+
+# The request's Pod in a tenant namespace, being created: what the webhook reserves when it admits.
+created_pod_template := template if {
+	is_pod
+	input.request.operation == "CREATE"
+	tenancy.namespace_tenant
+	some template in input.pod_templates
+	template.path == "spec"
 }
 
 # Pod templates the GPU rules check: a Pod when it is created, whoever creates it (a Job's pods count
@@ -350,116 +237,3 @@ checked_templates contains template if {
 	not tenancy.is_trusted_requester
 	some template in input.pod_templates
 }
-
-# Where a template's metadata lives: "metadata" for a Pod's "spec", "spec.template.metadata" for
-# "spec.template.spec".
-metadata_field(template) := concat(".", array.concat(array.slice(parts, 0, count(parts) - 1), ["metadata"])) if {
-	parts := split(template.path, ".")
-}
-
-template_annotations(template) := _object(object.get(_object(object.get(template, "metadata", {})), "annotations", {}))
-
-# The pod opts out of spot capacity (annotation labgate.io/capacity: on-demand): on its template, or,
-# for a workload (a Job, a training job), on the workload's own metadata, where people also write it.
-wants_on_demand(template) if template_annotations(template)[capacity_annotation] == "on-demand"
-
-wants_on_demand(_) if _workload_wants_on_demand
-
-_workload_wants_on_demand if {
-	not is_pod
-	_object(object.get(input.request, ["object", "metadata", "annotations"], {}))[capacity_annotation] == "on-demand"
-}
-
-# Where the opt-out was written, for messages: the template's metadata, else the workload's.
-on_demand_field(template) := sprintf("%s.annotations", [metadata_field(template)]) if {
-	template_annotations(template)[capacity_annotation] == "on-demand"
-} else := "metadata.annotations"
-
-node_pools(tenant) := _array(object.get(tenant, ["spec", "placement", "nodePools"], []))
-
-allows_on_demand(tenant) if object.get(tenant, ["spec", "placement", "allowOnDemand"], false) == true
-
-# Values of nodeSelector[node_pool_label] that select one of the tenant's pools: the pools' names,
-# and the value a pool's own nodeSelector gives that label (so a pool labgate placed a pod on passes).
-pool_label_values(tenant) := {pool.name | some pool in node_pools(tenant)} | {value |
-	some pool in node_pools(tenant)
-	value := _object(object.get(pool, "nodeSelector", {}))[node_pool_label]
-}
-
-spot_pools(tenant) := [pool | some pool in node_pools(tenant); object.get(pool, "spot", false) == true]
-
-on_demand_pools(tenant) := [pool | some pool in node_pools(tenant); object.get(pool, "spot", false) != true]
-
-# The pool labgate puts a GPU pod on when it names none: the tenant's first spot pool, or, when the
-# pod asks on-demand capacity and the tenant allows it, the first pool that is not spot.
-default_pool(tenant, template) := on_demand_pools(tenant)[0] if {
-	wants_on_demand(template)
-	allows_on_demand(tenant)
-}
-
-default_pool(tenant, template) := spot_pools(tenant)[0] if {
-	not _on_demand_allowed(tenant, template)
-}
-
-_on_demand_allowed(tenant, template) if {
-	wants_on_demand(template)
-	allows_on_demand(tenant)
-}
-
-# Every taint key that some tenant's node pool tolerates: taints that keep pools for their tenants.
-pool_taint_keys contains key if {
-	some tenant in data.inventory.tenants
-	some pool in node_pools(tenant)
-	some toleration in _array(object.get(pool, "tolerations", []))
-	key := object.get(toleration, "key", "")
-	key != ""
-}
-
-# A toleration as Kubernetes reads it (operator Equal, value "" and every effect when unset).
-_normal(toleration) := {
-	"key": object.get(toleration, "key", ""),
-	"operator": object.get(toleration, "operator", "Equal"),
-	"value": object.get(toleration, "value", ""),
-	"effect": object.get(toleration, "effect", ""),
-}
-
-# `toleration` tolerates no taint that `carried` does not: same key, an effect and value at least as
-# narrow. A toleration without key and operator Exists tolerates every taint.
-covered_by(toleration, carried) if {
-	t := _normal(toleration)
-	c := _normal(carried)
-	t.key == c.key
-	_effect_covered(t.effect, c.effect)
-	_value_covered(t, c)
-}
-
-_effect_covered(_, "")
-
-_effect_covered(effect, effect) if effect != ""
-
-_value_covered(_, c) if c.operator == "Exists"
-
-_value_covered(t, c) if {
-	c.operator == "Equal"
-	t.operator == "Equal"
-	t.value == c.value
-}
-
-# The same toleration, up to defaults (and tolerationSeconds).
-same_toleration(a, b) if {
-	_normal(a) == _normal(b)
-	object.get(a, "tolerationSeconds", null) == object.get(b, "tolerationSeconds", null)
-}
-
-# `taint "labgate.io/pool=vision:NoSchedule"`, `taint "labgate.io/spot:NoSchedule"`, for messages.
-describe_toleration(toleration) := sprintf("taint %q", [concat("", [t.key, _value_text(t), _effect_text(t)])]) if {
-	t := _normal(toleration)
-}
-
-_value_text(t) := "" if {
-	t.operator == "Exists"
-} else := concat("", ["=", t.value])
-
-_effect_text(t) := "" if {
-	t.effect == ""
-} else := concat("", [":", t.effect])

@@ -80,8 +80,12 @@ is_member(tenant, user) if {
 is_member(tenant, user) if {
 	some group in user.groups
 	startswith(group, "system:serviceaccounts:")
-	trim_prefix(group, "system:serviceaccounts:") in tenant_namespaces(tenant.metadata.name)
+	is_tenant_namespace(trim_prefix(group, "system:serviceaccounts:"), tenant.metadata.name)
 }
+
+# The namespace is one of the tenant's (labelled with its name in the inventory): one lookup, where
+# tenant_namespaces builds the set of all of them.
+is_tenant_namespace(namespace, tenant_name) if data.inventory.namespaces[namespace].labels[tenant_label] == tenant_name
 
 # Names of the tenants `user` belongs to, for messages that tell people where they may work.
 tenants_of(user) := {name |

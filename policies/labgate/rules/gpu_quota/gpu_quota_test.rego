@@ -1,6 +1,9 @@
 package labgate.rules.gpu_quota_test
 
 import data.labgate.lib.testdata
+import data.labgate.rules.gpu_countable
+import data.labgate.rules.gpu_models
+import data.labgate.rules.gpu_preemptible
 import data.labgate.rules.gpu_quota
 
 # A Pod named `name` asking `limits` with the model `model` selected ("" for none).
@@ -14,10 +17,62 @@ pod_input(namespace, user, pod, usage) := object.union(
 	{"gpu_usage": usage},
 )
 
+# Every GPU rule's findings: each test pins what all of them find together, as before the rules
+# were split by concern into packages.
 violations(input_doc) := v if {
-	v := gpu_quota.violation with input as input_doc
+	v := gpu_violations with input as input_doc
 		with data.inventory as testdata.gpu_inventory
 }
+
+gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
+
+# The replica field comes from data.labgate.workloads (generated from the webhook's workload kinds).
+_worker_set_input(group) := {
+	"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": group, "version": "v1", "kind": "LeaderWorkerSet"}}]),
+	"pod_templates": [{
+		"path": "spec.leaderWorkerTemplate.workerTemplate.spec",
+		"spec": {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("worker", {"nvidia.com/gpu": "4"})]},
+		"metadata": {},
+		"replicas": 4,
+	}],
+}
+
+# --- gpu-quota-pending: pods that will wait, announced at apply time ---
+
+sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": per_pod})],
+	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+})
+
+job_input(job, usage) := object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"gpu_usage": usage})
+
+_sidecar(limits) := object.union(testdata.gpu_container("proxy", limits), {"restartPolicy": "Always"})
+
+# --- gpu-dra-unsupported ---
+
+_claim(requests) := {"found": true, "spec": {"devices": {"requests": requests}}}
+
+_claims := {
+	"ResourceClaimTemplate/two": _claim([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]),
+	"ResourceClaimTemplate/mig": _claim([{"name": "g", "exactly": {"deviceClassName": "mig.nvidia.com"}}]),
+	"ResourceClaimTemplate/gone": {"found": false, "reason": `it does not exist in namespace "speech"`},
+}
+
+_dra_pod(template) := testdata.pod("dra", {
+	"containers": [object.union(testdata.main_container, {"resources": {"claims": [{"name": "gpus"}]}})],
+	"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+})
+
+_dra_input(template, usage) := object.union(pod_input("speech", testdata.sam, _dra_pod(template), usage), {"resource_claims": _claims})
+
+# --- headroom: the usage up to which the pod still fits, exactly where gpu-quota starts ---
+
+headroom_of(input_doc) := h if {
+	h := gpu_quota.headroom with input as input_doc
+		with data.inventory as testdata.gpu_inventory
+}
+
+quota_rules(input_doc) := {v.rule | some v in violations(input_doc); v.rule == "gpu-quota"}
 
 # --- gpu-quota ---
 
@@ -84,7 +139,7 @@ test_tenant_without_gpu_limits_is_unlimited if {
 test_model_limits_hold_without_a_total if {
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "remove", "path": "/tenants/speech/spec/gpu/total"}])
 	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "4"})
-	v := gpu_quota.violation with input as pod_input("speech", testdata.sam, pod, {"total": 40, "by_model": {"a100": 6}})
+	v := gpu_violations with input as pod_input("speech", testdata.sam, pod, {"total": 40, "by_model": {"a100": 6}})
 		with data.inventory as inventory
 	[x.message | some x in v] == [`[gpu-quota] Pod "train-1" asks 4 nvidia.com/gpu (a100); tenant "speech" uses 6 of 8 a100 GPUs. Fix: lower the request or wait for running pods to finish`]
 }
@@ -116,45 +171,6 @@ test_no_demand_outside_tenant_namespaces_or_for_workloads if {
 	d2 := gpu_quota.demand with input as testdata.workload_input("Job", "vision", testdata.vera, job)
 		with data.inventory as testdata.gpu_inventory
 	d2 == {"total": 0, "by_model": {}}
-}
-
-# --- gpu-model-unknown ---
-
-test_listed_model_is_allowed if {
-	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"})
-	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, pod))) == 0
-}
-
-test_no_model_is_allowed_where_the_tenant_lists_one if {
-	pod := gpu_pod("train-1", "", {"nvidia.com/gpu": "1"})
-	count(violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))) == 0
-}
-
-test_no_model_among_several_is_refused if {
-	pod := gpu_pod("train-1", "", {"nvidia.com/gpu": "2"})
-	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
-		"rule": "gpu-model-unknown",
-		"field": "spec.nodeSelector",
-		"message": `[gpu-model-unknown] Pod "train-1" spec asks 2 nvidia.com/gpu (model unspecified); tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
-	}}
-}
-
-test_unlisted_model_is_refused if {
-	pod := gpu_pod("train-1", "b200", {"nvidia.com/gpu": "1"})
-	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
-		"rule": "gpu-model-unknown",
-		"field": "spec.nodeSelector",
-		"message": `[gpu-model-unknown] Pod "train-1" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
-	}}
-}
-
-test_unlisted_mig_profile_in_a_job_is_refused_when_applied if {
-	job := testdata.job("sweep", 2, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/mig-3g.40gb": "1"})]})
-	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
-		"rule": "gpu-model-unknown",
-		"field": "spec.template.spec.containers",
-		"message": `[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb)`,
-	}}
 }
 
 # --- gpu-quota-unfit ---
@@ -221,17 +237,6 @@ test_training_job_sums_its_replica_templates if {
 	}}
 }
 
-# The replica field comes from data.labgate.workloads (generated from the webhook's workload kinds).
-_worker_set_input(group) := {
-	"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": group, "version": "v1", "kind": "LeaderWorkerSet"}}]),
-	"pod_templates": [{
-		"path": "spec.leaderWorkerTemplate.workerTemplate.spec",
-		"spec": {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("worker", {"nvidia.com/gpu": "4"})]},
-		"metadata": {},
-		"replicas": 4,
-	}],
-}
-
 test_a_training_kind_names_its_own_replica_field if {
 	violations(_worker_set_input("leaderworkerset.x-k8s.io")) == {{
 		"rule": "gpu-quota-unfit",
@@ -254,52 +259,12 @@ test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
 	count(violations(testdata.workload_input("Job", "speech", testdata.job_controller, job))) == 0
 }
 
-# --- beyond quota as preemptible ---
-
-preemptible_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
-
-marked(pod, class) := json.patch(pod, [
-	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}},
-	{"op": "add", "path": "/spec/priorityClassName", "value": class},
-])
-
-test_a_marked_pod_beyond_quota_is_admitted_for_a_preemptible_tenant_and_reserves_nothing if {
-	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "8"}), "research-preemptible")
-	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})
-	count(gpu_quota.violation) == 0 with input as doc with data.inventory as preemptible_inventory
-	gpu_quota.demand == {"total": 0, "by_model": {}} with input as doc with data.inventory as preemptible_inventory
-}
-
-test_the_preemptible_label_without_the_tenants_consent_is_refused if {
-	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "1"}), "research-preemptible")
-	doc := pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})
-	[v.rule | some v in violations(doc)] == ["gpu-preemptible"]
-	some v in violations(doc)
-	contains(v.message, `tenant "vision" admits no pods beyond quota`)
-}
-
-test_a_preemptible_pod_at_another_priority_is_refused if {
-	pod := marked(gpu_pod("extra", "h100", {"nvidia.com/gpu": "8"}), "research-high")
-	doc := pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})
-	found := gpu_quota.violation with input as doc with data.inventory as preemptible_inventory
-	{v.rule | some v in found} == {"gpu-preemptible", "gpu-quota"}
-}
-
 test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
 	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
-	[v.message | some v in gpu_quota.violation with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
 		with data.inventory as inventory] == [`[gpu-quota] Pod "train-9" asks 4 nvidia.com/gpu (h100); tenant "vision" uses 0 of 2 GPUs. Fix: ask at most 2 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
 }
-
-# --- gpu-quota-pending: pods that will wait, announced at apply time ---
-
-sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
-	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": per_pod})],
-	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
-})
-
-job_input(job, usage) := object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"gpu_usage": usage})
 
 # Regression: a Job that fits the quota but not what is free now was created silently; its pods then
 # looped on FailedCreate in the Job's events.
@@ -327,12 +292,6 @@ test_an_updated_job_is_not_announced if {
 	update := json.patch(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}), [{"op": "replace", "path": "/request/operation", "value": "UPDATE"}])
 	count(violations(update)) == 0
 }
-
-# --- every container counts: init containers and native sidecars ---
-
-_with_init(spec, container) := object.union(spec, {"initContainers": [container]})
-
-_sidecar(limits) := object.union(testdata.gpu_container("proxy", limits), {"restartPolicy": "Always"})
 
 test_gpus_in_an_init_container_count_against_the_quota if {
 	pod := testdata.pod("warm", {
@@ -374,15 +333,6 @@ test_a_job_whose_init_container_can_never_fit_is_refused if {
 	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, job))] == [`[gpu-quota-unfit] Job "sweep" runs 2 pods × 8 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
 }
 
-test_an_unlisted_model_in_a_sidecar_is_refused if {
-	pod := testdata.pod("side", {
-		"nodeSelector": {"nvidia.com/gpu.product": "b200"},
-		"containers": [testdata.main_container],
-		"initContainers": [_sidecar({"nvidia.com/gpu": "1"})],
-	})
-	[v.message | some v in violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))] == [`[gpu-model-unknown] Pod "side" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`]
-}
-
 test_other_vendors_gpus_count_against_the_quota if {
 	pod := testdata.pod("amd", {
 		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
@@ -392,54 +342,6 @@ test_other_vendors_gpus_count_against_the_quota if {
 	count(violations(pod_input("speech", testdata.sam, pod, {"total": 4, "by_model": {"a100": 4}}))) == 0
 }
 
-# --- gpu-resource-unknown ---
-
-test_an_unknown_resource_of_a_gpu_vendor_is_refused if {
-	pod := testdata.pod("fake", {
-		"containers": [testdata.main_container],
-		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu.fake": "2"})],
-	})
-	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
-		"rule": "gpu-resource-unknown",
-		"field": "spec.initContainers[0].resources",
-		"message": `[gpu-resource-unknown] Pod "fake" spec.initContainers[0].resources asks 2 nvidia.com/gpu.fake, a resource of a GPU vendor that labgate does not count. Fix: ask one it counts (amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe, nvidia.com/gpu, nvidia.com/gpu.shared), or ask the infra team to add "nvidia.com/gpu.fake" to gpu_resources (or gpu_companion_resources) in labgate's policy config`,
-	}}
-}
-
-test_companions_and_other_domains_are_not_refused if {
-	pod := testdata.pod("fine", {
-		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
-		"containers": [testdata.gpu_container("main", {"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "example.com/fpga": "1"})],
-	})
-	count(violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))) == 0
-}
-
-test_unknown_vendor_resources_in_a_deployment_update_are_refused if {
-	deployment := testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.gpu_container("main", {"amd.com/gpu-partition": "1"})]})
-	input_doc := json.patch(testdata.workload_input("Deployment", "speech", testdata.sam, deployment), [
-		{"op": "replace", "path": "/request/operation", "value": "UPDATE"},
-		{"op": "add", "path": "/request/oldObject", "value": testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.main_container]})},
-	])
-	[v.rule | some v in violations(input_doc)] == ["gpu-resource-unknown"]
-}
-
-# --- gpu-dra-unsupported ---
-
-_claim(requests) := {"found": true, "spec": {"devices": {"requests": requests}}}
-
-_claims := {
-	"ResourceClaimTemplate/two": _claim([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]),
-	"ResourceClaimTemplate/mig": _claim([{"name": "g", "exactly": {"deviceClassName": "mig.nvidia.com"}}]),
-	"ResourceClaimTemplate/gone": {"found": false, "reason": `it does not exist in namespace "speech"`},
-}
-
-_dra_pod(template) := testdata.pod("dra", {
-	"containers": [object.union(testdata.main_container, {"resources": {"claims": [{"name": "gpus"}]}})],
-	"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-})
-
-_dra_input(template, usage) := object.union(pod_input("speech", testdata.sam, _dra_pod(template), usage), {"resource_claims": _claims})
-
 test_gpus_claimed_through_dra_count_against_the_quota if {
 	count(violations(_dra_input("two", {"total": 6, "by_model": {"a100": 6}}))) == 0
 	d := gpu_quota.demand with input as _dra_input("two", {})
@@ -447,69 +349,6 @@ test_gpus_claimed_through_dra_count_against_the_quota if {
 	d == {"total": 2, "by_model": {"unspecified": 2}}
 	[v.message | some v in violations(_dra_input("two", {"total": 7, "by_model": {"a100": 7}}))] == [`[gpu-quota] Pod "dra" asks 2 DRA gpu.nvidia.com (model unspecified); tenant "speech" uses 7 of 8 GPUs. Fix: lower the request or wait for running pods to finish`]
 }
-
-test_a_claim_of_an_unmapped_device_class_is_refused if {
-	violations(_dra_input("mig", {})) == {{
-		"rule": "gpu-dra-unsupported",
-		"field": "spec.resourceClaims[0]",
-		"message": `[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor allows, so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`,
-	}}
-}
-
-test_a_claim_that_cannot_be_read_is_refused if {
-	[v.message | some v in violations(_dra_input("gone", {}))] == [`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`]
-}
-
-_claim_object_input(kind, operation, obj) := {"request": {
-	"uid": "u",
-	"operation": operation,
-	"kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},
-	"resource": {"group": "resource.k8s.io", "version": "v1", "resource": lower(concat("", [kind, "s"]))},
-	"namespace": "speech",
-	"name": obj.metadata.name,
-	"userInfo": testdata.sam,
-	"object": obj,
-}}
-
-_template_object(name, class, mode) := {
-	"apiVersion": "resource.k8s.io/v1",
-	"kind": "ResourceClaimTemplate",
-	"metadata": {"name": name},
-	"spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": class, "allocationMode": mode}}]}}},
-}
-
-test_claim_templates_of_counted_classes_are_allowed if {
-	count(violations(_claim_object_input("ResourceClaimTemplate", "CREATE", _template_object("t", "gpu.nvidia.com", "ExactCount")))) == 0
-}
-
-test_claim_templates_asking_every_gpu_are_refused if {
-	violations(_claim_object_input("ResourceClaimTemplate", "CREATE", _template_object("t", "gpu.nvidia.com", "All"))) == {{
-		"rule": "gpu-dra-unsupported",
-		"field": "spec.spec.devices.requests[0]",
-		"message": `[gpu-dra-unsupported] ResourceClaimTemplate "t" spec.spec.devices.requests[0] asks every device of class "gpu.nvidia.com" (allocationMode All), a number labgate cannot count, so pods using it could not be counted against the GPU quota. Fix: ask an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`,
-	}}
-}
-
-test_claims_of_unknown_classes_are_refused if {
-	claim := {
-		"apiVersion": "resource.k8s.io/v1",
-		"kind": "ResourceClaim",
-		"metadata": {"name": "c"},
-		"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
-	}
-	[v.field | some v in violations(_claim_object_input("ResourceClaim", "CREATE", claim))] == ["spec.devices.requests[0]"]
-	[v.field | some v in violations(_claim_object_input("ResourceClaim", "UPDATE", claim))] == ["spec.devices.requests[0]"]
-	count(violations(json.patch(_claim_object_input("ResourceClaim", "CREATE", claim), [{"op": "replace", "path": "/request/userInfo", "value": testdata.job_controller}]))) == 0
-}
-
-# --- headroom: the usage up to which the pod still fits, exactly where gpu-quota starts ---
-
-headroom_of(input_doc) := h if {
-	h := gpu_quota.headroom with input as input_doc
-		with data.inventory as testdata.gpu_inventory
-}
-
-quota_rules(input_doc) := {v.rule | some v in violations(input_doc); v.rule == "gpu-quota"}
 
 test_headroom_is_the_limit_less_the_demand if {
 	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "3"})

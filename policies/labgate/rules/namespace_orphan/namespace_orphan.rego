@@ -80,6 +80,8 @@ _first_prefix := min({p |
 # custom:
 #   rule_id: namespace-orphan
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_checked
 	not _is_own
 	count(_foreign) > 0
@@ -96,6 +98,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 # custom:
 #   rule_id: namespace-orphan
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_checked
 	not _is_own
 	count(_foreign) == 0

@@ -1,19 +1,15 @@
 # METADATA
-# title: Namespace ownership and tenant identity
+# title: Namespace ownership
 # description: |
-#   Who may put a namespace under a tenant, and who may change labgate's own labels afterwards.
-#   A namespace created with labgate.io/tenant=<tenant> must come from an admin or researcher of that
-#   tenant and be named as the Tenant allows (spec.namespaces.names, or spec.namespaces.prefix).
-#   labgate.io/* labels and annotations on a namespace change only by the tenant's admins (for a
-#   namespace moving between tenants: the admins of both) or the platform. A namespaced object may
-#   not carry labgate.io/tenant naming a tenant other than its namespace's (nor may its pod
-#   templates, so that a controller-created pod cannot inherit a false identity).
+#   Who may put a namespace under a tenant, and under which name. A namespace created with
+#   labgate.io/tenant=<tenant> must come from an admin or researcher of that tenant and be named as
+#   the Tenant allows (spec.namespaces.names, or spec.namespaces.prefix); a name a tenant reserves is
+#   created only by that tenant, tenant members create namespaces only for a tenant, and a tenant has
+#   at most so many namespaces. Who may change the labels afterwards: rules.tenant_identity.
 #   Trusted requesters (the platform) are never refused here.
 package labgate.rules.namespace_ownership
 
 import data.labgate.lib.tenancy
-
-_protected_prefix := "labgate.io/"
 
 _is_namespace if {
 	input.request.kind.kind == "Namespace"
@@ -52,6 +48,8 @@ _own_tenants_hint := sprintf("label it with your own tenant (%s)", [concat(", ",
 # custom:
 #   rule_id: namespace-tenant-member
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -72,6 +70,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 # custom:
 #   rule_id: namespace-tenant-member
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -116,6 +116,8 @@ _name_allowed(tenant) if {
 # custom:
 #   rule_id: namespace-prefix
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	not tenancy.is_trusted_requester
 	tenant := data.inventory.tenants[_claimed_tenant]
@@ -130,138 +132,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 	)
 }
 
-# labgate.io/* keys whose value an UPDATE changes, adds or removes, as "label k: "a" -> "b"".
-_protected_changes contains {"field": sprintf("metadata.%s", [field]), "text": text} if {
-	input.request.operation == "UPDATE"
-	some field in ["labels", "annotations"]
-	old := _meta("oldObject", field)
-	new := _meta("object", field)
-	some key in (object.keys(old) | object.keys(new))
-	startswith(key, _protected_prefix)
-	object.get(old, key, null) != object.get(new, key, null)
-	text := sprintf("%s %s: %s -> %s", [
-		trim_suffix(field, "s"), key,
-		_show(object.get(old, key, null)), _show(object.get(new, key, null)),
-	])
-}
-
-_show(value) := sprintf("%q", [value]) if {
-	is_string(value)
-} else := "(none)"
-
-_changes_text := concat("; ", sort([c.text | some c in _protected_changes]))
-
-_changes_field := f if {
-	fields := {c.field | some c in _protected_changes}
-	count(fields) == 1
-	some f in fields
-} else := "metadata"
-
-# The tenants whose admins must agree: the one the namespace leaves and the one it joins.
-_approving_tenants contains name if {
-	name := _old_tenant
-}
-
-_approving_tenants contains name if {
-	name := _new_tenant
-}
-
 _admins_text(name) := sprintf("no Tenant %q exists", [name]) if {
 	not data.inventory.tenants[name]
 } else := tenancy.admin_names(data.inventory.tenants[name]) if {
 	tenancy.admin_names(data.inventory.tenants[name]) != ""
 } else := "it lists no admins"
-
-_is_tenant_admin(name) if tenancy.is_admin(data.inventory.tenants[name], input.request.userInfo)
-
-# METADATA
-# title: Only the tenant's admins change labgate.io/ labels and annotations of its namespaces
-# custom:
-#   rule_id: tenant-label-protected
-violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
-	_is_namespace
-	count(_protected_changes) > 0
-	not tenancy.is_trusted_requester
-	some name in _approving_tenants
-	not _is_tenant_admin(name)
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] user %s may not change %s on namespace %q: labgate.io/ labels and annotations are changed only by admins of tenant %q (%s) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant %q or the infra team to make the change",
-		[
-			rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name,
-			name, _admins_text(name), name,
-		],
-	)
-}
-
-# METADATA
-# title: Only the platform puts labgate.io/ labels and annotations on a namespace of no tenant
-# custom:
-#   rule_id: tenant-label-protected
-violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if {
-	_is_namespace
-	count(_protected_changes) > 0
-	not tenancy.is_trusted_requester
-	count(_approving_tenants) == 0
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] user %s may not change %s on namespace %q: it belongs to no tenant, so only the platform changes its labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team to make the change",
-		[rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name],
-	)
-}
-
-# Where labels that become objects' identity live: the object's metadata, and the metadata beside
-# every nested spec on the way to a pod template (a Deployment's spec.template.metadata, a CronJob's
-# spec.jobTemplate.metadata and spec.jobTemplate.spec.template.metadata).
-_metadata_paths contains ["metadata"]
-
-_metadata_paths contains path if {
-	some template in input.pod_templates
-	parts := [_path_part(p) | some p in split(template.path, ".")]
-	some i, part in parts
-	i > 0
-	part == "spec"
-	path := array.concat(array.slice(parts, 0, i), ["metadata"])
-}
-
-# A list index in a template path ("spec.replicatedJobs.0.template") is a number in an object.get path.
-_path_part(part) := to_number(part) if regex.match(`^[0-9]+$`, part)
-
-_path_part(part) := part if not regex.match(`^[0-9]+$`, part)
-
-_namespace_owner_text := sprintf("belongs to tenant %q", [tenancy.namespace_tenant_name]) if {
-	tenancy.namespace_tenant_name != ""
-} else := "belongs to no tenant"
-
-_identity_fix := sprintf("remove the %s label (labgate derives the tenant from the namespace) or set it to %q", [
-	tenancy.tenant_label, tenancy.namespace_tenant_name,
-]) if {
-	tenancy.namespace_tenant_name != ""
-} else := sprintf("remove the %s label (labgate derives the tenant from the namespace)", [tenancy.tenant_label])
-
-# METADATA
-# title: An object may not claim another tenant's identity
-# custom:
-#   rule_id: tenant-identity-claim
-violation contains {"rule": rule_id, "message": msg, "field": field} if {
-	not _is_namespace
-	input.request.operation in {"CREATE", "UPDATE"}
-	object.get(input.request, "namespace", "") != ""
-	not tenancy.is_trusted_requester
-	some path in _metadata_paths
-	claimed := object.get(input.request, array.concat(["object"], array.concat(path, ["labels", tenancy.tenant_label])), null)
-	claimed != null
-	claimed != tenancy.namespace_tenant_name
-	field := concat(".", [sprintf("%v", [p]) | some p in array.concat(path, ["labels"])])
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s %s carries %s=%q, but namespace %q %s: an object may not claim another tenant's identity. Fix: %s",
-		[
-			rule_id, tenancy.object_ref, field, tenancy.tenant_label, claimed, input.request.namespace,
-			_namespace_owner_text, _identity_fix,
-		],
-	)
-}
 
 # --- names reserved for a tenant, namespaces of no tenant, and how many namespaces a tenant has ---
 
@@ -315,6 +190,8 @@ _own_prefix_hint := sprintf("name it with your tenant's prefix (%s); labgate lab
 # custom:
 #   rule_id: namespace-reserved
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	_labelled_now
 	not tenancy.is_trusted_requester
@@ -335,6 +212,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 # custom:
 #   rule_id: namespace-untenanted
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	input.request.operation == "CREATE"
 	not tenancy.is_trusted_requester
@@ -359,6 +238,8 @@ _max_text(tenant) := sprintf("spec.namespaces.maxCount: %d", [tenant.spec.namesp
 # custom:
 #   rule_id: namespace-count
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
 	_is_namespace
 	_labelled_now
 	not tenancy.is_trusted_requester

@@ -253,6 +253,8 @@ _opens := {"ingress": "ingress from", "egress": "egress to"}
 # custom:
 #   rule_id: network-policy-peer
 violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
+	input.request.kind.kind == "NetworkPolicy" # first, for rule indexing
+	input.request.kind.group == "networking.k8s.io"
 	tenant := _applies({"CREATE", "UPDATE"})
 	some p in _peers
 	is_object(p.peer.namespaceSelector)
@@ -281,6 +283,8 @@ _addresses := {"ingress": "from IP addresses", "egress": "to IP addresses"}
 # custom:
 #   rule_id: network-policy-peer
 violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
+	input.request.kind.kind == "NetworkPolicy" # first, for rule indexing
+	input.request.kind.group == "networking.k8s.io"
 	tenant := _applies({"CREATE", "UPDATE"})
 	object.get(tenant, ["spec", "network", "allowEgress"], true) == false
 	some p in _peers
@@ -327,6 +331,8 @@ _reachable_metadata(p) := {a |
 # custom:
 #   rule_id: network-policy-metadata
 violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
+	input.request.kind.kind == "NetworkPolicy" # first, for rule indexing
+	input.request.kind.group == "networking.k8s.io"
 	_applies({"CREATE", "UPDATE"})
 	some p in _peers
 	p.direction == "egress"
@@ -346,6 +352,8 @@ _is_baseline(obj) if obj.metadata.labels[_managed_by_label] == "labgate"
 # custom:
 #   rule_id: network-policy-baseline
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.labels[%s]", [_managed_by_label])} if {
+	input.request.kind.kind == "NetworkPolicy" # first, for rule indexing
+	input.request.kind.group == "networking.k8s.io"
 	_is_network_policy
 	not tenancy.is_trusted_requester
 	some side in ["object", "oldObject"]

@@ -14,12 +14,13 @@
 package labgate.rules.placement
 
 import data.labgate.lib.gpu
+import data.labgate.lib.node_pools
 import data.labgate.lib.tenancy
 
 # GPU templates of the request in a namespace of a tenant that has node pools.
 _placed contains {"tenant": tenant, "template": template} if {
 	tenant := tenancy.namespace_tenant
-	count(gpu.node_pools(tenant)) > 0
+	count(node_pools.pools(tenant)) > 0
 	some template in _checked_templates
 	gpu.template_demand[template.path].total > 0
 }
@@ -34,7 +35,7 @@ _checked_templates := gpu.checked_templates | {template |
 
 _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])
 
-_pool_names(tenant) := {pool.name | some pool in gpu.node_pools(tenant)}
+_pool_names(tenant) := {pool.name | some pool in node_pools.pools(tenant)}
 
 # METADATA
 # title: A GPU pod selects only its tenant's node pools
@@ -43,14 +44,14 @@ _pool_names(tenant) := {pool.name | some pool in gpu.node_pools(tenant)}
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	some placed in _placed
 	template := placed.template
-	value := template.spec.nodeSelector[gpu.node_pool_label]
-	not value in gpu.pool_label_values(placed.tenant)
+	value := template.spec.nodeSelector[node_pools.node_pool_label]
+	not value in node_pools.pool_label_values(placed.tenant)
 	field := sprintf("%s.nodeSelector", [template.path])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s asks %s=%q, which is not a node pool of tenant %q (its pools: %s). Fix: select one of those pools, or remove the selector and labgate places the pod",
 		[
-			rule_id, tenancy.object_ref, field, gpu.node_pool_label, value, placed.tenant.metadata.name,
+			rule_id, tenancy.object_ref, field, node_pools.node_pool_label, value, placed.tenant.metadata.name,
 			_quoted(_pool_names(placed.tenant)),
 		],
 	)
@@ -58,18 +59,18 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 
 # The toleration reaches a taint that keeps some tenant's pool: its key is one, or it has no key and
 # tolerates every taint.
-_reaches_pool_taint(toleration) if object.get(toleration, "key", "") in gpu.pool_taint_keys
+_reaches_pool_taint(toleration) if object.get(toleration, "key", "") in node_pools.pool_taint_keys
 
 _reaches_pool_taint(toleration) if {
 	object.get(toleration, "key", "") == ""
 	object.get(toleration, "operator", "Equal") == "Exists"
-	count(gpu.pool_taint_keys) > 0
+	count(node_pools.pool_taint_keys) > 0
 }
 
 _carried(tenant, toleration) if {
-	some pool in gpu.node_pools(tenant)
+	some pool in node_pools.pools(tenant)
 	some carried in object.get(pool, "tolerations", [])
-	gpu.covered_by(toleration, carried)
+	node_pools.covered_by(toleration, carried)
 }
 
 # METADATA
@@ -92,10 +93,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 
 _toleration_text(toleration) := "every taint (operator Exists without a key), the ones that keep node pools for their tenants too" if {
 	object.get(toleration, "key", "") == ""
-} else := sprintf("%s, which keeps node pools for their tenants", [gpu.describe_toleration(toleration)])
+} else := sprintf("%s, which keeps node pools for their tenants", [node_pools.describe_toleration(toleration)])
 
-_spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on spot pool %q)", [gpu.spot_pools(tenant)[0].name]) if {
-	count(gpu.spot_pools(tenant)) > 0
+_spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on spot pool %q)", [node_pools.spot_pools(tenant)[0].name]) if {
+	count(node_pools.spot_pools(tenant)) > 0
 } else := "remove the annotation"
 
 # METADATA
@@ -104,14 +105,14 @@ _spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on 
 #   rule_id: placement-on-demand
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	some placed in _placed
-	gpu.wants_on_demand(placed.template)
-	not gpu.allows_on_demand(placed.tenant)
-	field := gpu.on_demand_field(placed.template)
+	node_pools.wants_on_demand(placed.template)
+	not node_pools.allows_on_demand(placed.tenant)
+	field := node_pools.on_demand_field(placed.template)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s asks %s=%q, but tenant %q runs GPU pods on spot capacity only (spec.placement.allowOnDemand is not true). Fix: %s, or ask the infra team to allow on-demand capacity for Tenant %q",
 		[
-			rule_id, tenancy.object_ref, field, gpu.capacity_annotation, "on-demand",
+			rule_id, tenancy.object_ref, field, node_pools.capacity_annotation, "on-demand",
 			placed.tenant.metadata.name, _spot_hint(placed.tenant), placed.tenant.metadata.name,
 		],
 	)

@@ -46,6 +46,8 @@ _secret_ref := sprintf("Secret %q in namespace %q", [
 # custom:
 #   rule_id: service-account-token
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.kind == "Secret" # first, for rule indexing
+	input.request.kind.group == ""
 	sa := _token_service_account
 	sa in _privileged
 	not tenancy.is_trusted_requester
@@ -103,6 +105,8 @@ _identity_problem(listing, _, user) := sprintf("user %s is not one of its %s", [
 # custom:
 #   rule_id: service-account-token
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.kind == "Secret" # first, for rule indexing
+	input.request.kind.group == ""
 	sa := _token_service_account
 	not tenancy.is_trusted_requester
 	some listing in _listings(input.request.namespace, sa)
@@ -255,6 +259,8 @@ _restricted_old_secret := {trim_space(name) |
 # custom:
 #   rule_id: secret-restriction
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.kind == "Secret" # first, for rule indexing
+	input.request.kind.group == ""
 	count(_restricted_old_secret) > 0
 	not tenancy.is_trusted_requester
 	tenant := tenancy.namespace_tenant

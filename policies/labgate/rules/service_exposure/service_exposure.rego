@@ -31,6 +31,8 @@ _allowed_text(tenant) := concat(", ", sort(_allowed_types(tenant))) if {
 # custom:
 #   rule_id: service-exposure
 violation contains {"rule": rule_id, "message": msg, "field": "spec.externalIPs"} if {
+	input.request.kind.kind == "Service" # first, for rule indexing
+	input.request.kind.group == ""
 	service := _service
 	tenancy.namespace_tenant
 	ips := object.get(service, ["spec", "externalIPs"], [])
@@ -47,6 +49,8 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.externalIPs"
 # custom:
 #   rule_id: service-exposure
 violation contains {"rule": rule_id, "message": msg, "field": "spec.type"} if {
+	input.request.kind.kind == "Service" # first, for rule indexing
+	input.request.kind.group == ""
 	service := _service
 	tenant := tenancy.namespace_tenant
 	kind := object.get(service, ["spec", "type"], "ClusterIP")

@@ -12,6 +12,8 @@ _known_rule_ids := {id | some id in data.labgate.rule_ids.known}
 # custom:
 #   rule_id: tenant-enforcement-unknown
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.enforcement[%s]", [key])} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
 	_is_tenant_write
 	count(_known_rule_ids) > 0
 	some key, _ in object.get(input.request.object, ["spec", "enforcement"], {})

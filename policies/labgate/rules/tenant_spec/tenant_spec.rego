@@ -33,6 +33,8 @@ _owner_of_namespace(namespace) := owner if {
 # custom:
 #   rule_id: tenant-namespace-conflict
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.namespaces.names[%d]", [i])} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
 	_is_tenant_write
 	some i, namespace in object.get(input.request.object, ["spec", "namespaces", "names"], [])
 	owner := _owner_of_namespace(namespace)
@@ -48,6 +50,8 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.name
 # custom:
 #   rule_id: tenant-namespace-conflict
 violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.prefix"} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
 	_is_tenant_write
 	prefix := input.request.object.spec.namespaces.prefix
 	some owner, tenant in _others

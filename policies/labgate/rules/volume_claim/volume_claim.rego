@@ -46,6 +46,8 @@ _problem := "which labgate could not read (retry)" if {
 # custom:
 #   rule_id: volume-claim
 violation contains {"rule": rule_id, "message": msg, "field": "spec.volumeName"} if {
+	input.request.kind.kind == "PersistentVolumeClaim" # first, for rule indexing
+	input.request.kind.group == ""
 	tenant := tenancy.namespace_tenant
 	_volume_name
 	problem := _problem

@@ -1,0 +1,136 @@
+# METADATA
+# title: Node pools and tolerations
+# description: |
+#   Where a tenant's GPU pods may run: its node pools (spec.placement.nodePools), spot or on-demand,
+#   the pool labgate puts a pod on, and the taints and tolerations that keep pools for their tenants;
+#   shared by rules.placement and the mutation package.
+package labgate.lib.node_pools
+
+import data.labgate.lib.gpu
+
+node_pool_label := data.labgate.config.node_pool_label
+
+capacity_annotation := data.labgate.config.capacity_annotation
+
+_object(value) := value if {
+	is_object(value)
+} else := {}
+
+_array(value) := value if {
+	is_array(value)
+} else := []
+
+# Where a template's metadata lives: "metadata" for a Pod's "spec", "spec.template.metadata" for
+# "spec.template.spec".
+metadata_field(template) := concat(".", array.concat(array.slice(parts, 0, count(parts) - 1), ["metadata"])) if {
+	parts := split(template.path, ".")
+}
+
+template_annotations(template) := _object(object.get(_object(object.get(template, "metadata", {})), "annotations", {}))
+
+# The pod opts out of spot capacity (annotation labgate.io/capacity: on-demand): on its template, or,
+# for a workload (a Job, a training job), on the workload's own metadata, where people also write it.
+wants_on_demand(template) if template_annotations(template)[capacity_annotation] == "on-demand"
+
+wants_on_demand(_) if _workload_wants_on_demand
+
+_workload_wants_on_demand if {
+	not gpu.is_pod
+	_object(object.get(input.request, ["object", "metadata", "annotations"], {}))[capacity_annotation] == "on-demand"
+}
+
+# Where the opt-out was written, for messages: the template's metadata, else the workload's.
+on_demand_field(template) := sprintf("%s.annotations", [metadata_field(template)]) if {
+	template_annotations(template)[capacity_annotation] == "on-demand"
+} else := "metadata.annotations"
+
+pools(tenant) := _array(object.get(tenant, ["spec", "placement", "nodePools"], []))
+
+allows_on_demand(tenant) if object.get(tenant, ["spec", "placement", "allowOnDemand"], false) == true
+
+# Values of nodeSelector[node_pool_label] that select one of the tenant's pools: the pools' names,
+# and the value a pool's own nodeSelector gives that label (so a pool labgate placed a pod on passes).
+pool_label_values(tenant) := {pool.name | some pool in pools(tenant)} | {value |
+	some pool in pools(tenant)
+	value := _object(object.get(pool, "nodeSelector", {}))[node_pool_label]
+}
+
+spot_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) == true]
+
+on_demand_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) != true]
+
+# The pool labgate puts a GPU pod on when it names none: the tenant's first spot pool, or, when the
+# pod asks on-demand capacity and the tenant allows it, the first pool that is not spot.
+default_pool(tenant, template) := on_demand_pools(tenant)[0] if {
+	wants_on_demand(template)
+	allows_on_demand(tenant)
+}
+
+default_pool(tenant, template) := spot_pools(tenant)[0] if {
+	not _on_demand_allowed(tenant, template)
+}
+
+_on_demand_allowed(tenant, template) if {
+	wants_on_demand(template)
+	allows_on_demand(tenant)
+}
+
+# Every taint key that some tenant's node pool tolerates: taints that keep pools for their tenants.
+# A complete set, built at most once per evaluation (and only when a GPU pod carries a toleration),
+# then looked up for every toleration of every template.
+pool_taint_keys := {key |
+	some tenant in data.inventory.tenants
+	some pool in pools(tenant)
+	some toleration in _array(object.get(pool, "tolerations", []))
+	key := object.get(toleration, "key", "")
+	key != ""
+}
+
+# A toleration as Kubernetes reads it (operator Equal, value "" and every effect when unset).
+_normal(toleration) := {
+	"key": object.get(toleration, "key", ""),
+	"operator": object.get(toleration, "operator", "Equal"),
+	"value": object.get(toleration, "value", ""),
+	"effect": object.get(toleration, "effect", ""),
+}
+
+# `toleration` tolerates no taint that `carried` does not: same key, an effect and value at least as
+# narrow. A toleration without key and operator Exists tolerates every taint.
+covered_by(toleration, carried) if {
+	t := _normal(toleration)
+	c := _normal(carried)
+	t.key == c.key
+	_effect_covered(t.effect, c.effect)
+	_value_covered(t, c)
+}
+
+_effect_covered(_, "")
+
+_effect_covered(effect, effect) if effect != ""
+
+_value_covered(_, c) if c.operator == "Exists"
+
+_value_covered(t, c) if {
+	c.operator == "Equal"
+	t.operator == "Equal"
+	t.value == c.value
+}
+
+# The same toleration, up to defaults (and tolerationSeconds).
+same_toleration(a, b) if {
+	_normal(a) == _normal(b)
+	object.get(a, "tolerationSeconds", null) == object.get(b, "tolerationSeconds", null)
+}
+
+# `taint "labgate.io/pool=vision:NoSchedule"`, `taint "labgate.io/spot:NoSchedule"`, for messages.
+describe_toleration(toleration) := sprintf("taint %q", [concat("", [t.key, _value_text(t), _effect_text(t)])]) if {
+	t := _normal(toleration)
+}
+
+_value_text(t) := "" if {
+	t.operator == "Exists"
+} else := concat("", ["=", t.value])
+
+_effect_text(t) := "" if {
+	t.effect == ""
+} else := concat("", [":", t.effect])

@@ -1,0 +1,41 @@
+package labgate.lib.node_pools_test
+
+import data.labgate.lib.node_pools
+import data.labgate.lib.testdata
+
+test_default_pool_is_the_first_spot_pool if {
+	node_pools.default_pool(testdata.vision, {"path": "spec", "spec": {}, "metadata": {}}).name == "h100-spot"
+}
+
+test_on_demand_pool_only_where_allowed if {
+	on_demand := {"path": "spec", "spec": {}, "metadata": {"annotations": {"labgate.io/capacity": "on-demand"}}}
+	node_pools.default_pool(testdata.speech, on_demand).name == "a100-ondemand"
+	node_pools.default_pool(testdata.vision, on_demand).name == "h100-spot"
+}
+
+test_pool_label_values_include_names_and_selectors if {
+	node_pools.pool_label_values(testdata.speech) == {"a100-ondemand", "a100-spot"}
+}
+
+test_pool_taint_keys_come_from_every_tenant if {
+	node_pools.pool_taint_keys == {"labgate.io/pool", "labgate.io/spot"} with data.inventory as testdata.gpu_inventory
+}
+
+test_a_narrower_toleration_is_covered if {
+	node_pools.covered_by(
+		{"key": "labgate.io/pool", "operator": "Equal", "value": "vision", "effect": "NoSchedule"},
+		{"key": "labgate.io/pool", "operator": "Exists"},
+	)
+	node_pools.covered_by(testdata.pool_toleration("vision"), testdata.pool_toleration("vision"))
+}
+
+test_a_wider_toleration_is_not_covered if {
+	not node_pools.covered_by({"key": "labgate.io/pool", "operator": "Exists", "effect": "NoSchedule"}, testdata.pool_toleration("vision"))
+	not node_pools.covered_by({"key": "labgate.io/pool", "operator": "Equal", "value": "vision"}, testdata.pool_toleration("vision"))
+	not node_pools.covered_by(testdata.pool_toleration("speech"), testdata.pool_toleration("vision"))
+}
+
+test_metadata_field_sits_beside_the_spec if {
+	node_pools.metadata_field({"path": "spec"}) == "metadata"
+	node_pools.metadata_field({"path": "spec.jobTemplate.spec.template.spec"}) == "spec.jobTemplate.spec.template.metadata"
+}

@@ -1,0 +1,173 @@
+package labgate.rules.tenant_identity_test
+
+import data.labgate.lib.testdata
+import data.labgate.rules.namespace_ownership
+import data.labgate.rules.tenant_identity
+
+namespace(name, labels, annotations) := {
+	"apiVersion": "v1",
+	"kind": "Namespace",
+	"metadata": {"name": name, "labels": labels, "annotations": annotations},
+}
+
+create_namespace(user, name, labels) := testdata.request("CREATE", "Namespace", "", user, namespace(name, labels, {}), null)
+
+update_namespace(user, old, new) := testdata.request("UPDATE", "Namespace", "", user, new, old)
+
+# Both rule packages about namespaces and labgate's labels: each test pins what they find together,
+# as before they were split by concern.
+namespace_violations := namespace_ownership.violation | tenant_identity.violation
+
+violations_for(request) := violations if {
+	violations := namespace_violations with input.request as request
+		with input.pod_templates as []
+		with data.inventory as testdata.inventory
+}
+
+# --- tenant-label-protected (UPDATE) ---
+
+test_member_changes_ordinary_labels if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a", {"labgate.io/tenant": "team-a", "purpose": "training"}, {"note": "hi"})
+	count(violations_for(update_namespace(testdata.alice, old, new))) == 0
+}
+
+test_admin_changes_labgate_annotation if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a", {"labgate.io/tenant": "team-a"}, {"labgate.io/gpu-pool": "h100"})
+	count(violations_for(update_namespace(testdata.ann, old, new))) == 0
+}
+
+test_platform_moves_namespace_between_tenants if {
+	old := namespace("team-a-data", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a-data", {"labgate.io/tenant": "team-b"}, {})
+	count(violations_for(update_namespace(testdata.cluster_admin, old, new))) == 0
+}
+
+test_researcher_may_not_remove_tenant_label if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a", {}, {})
+	violations := violations_for(update_namespace(testdata.alice, old, new))
+	violations == {{
+		"rule": "tenant-label-protected",
+		"field": "metadata.labels",
+		"message": `[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: "team-a" -> (none) on namespace "team-a": labgate.io/ labels and annotations are changed only by admins of tenant "team-a" (ann) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-a" or the infra team to make the change`,
+	}}
+}
+
+test_researcher_may_not_change_labgate_annotation if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {"labgate.io/gpu-pool": "a100"})
+	new := namespace("team-a", {"labgate.io/tenant": "team-a"}, {"labgate.io/gpu-pool": "h100"})
+	[v.field | some v in violations_for(update_namespace(testdata.alice, old, new))] == ["metadata.annotations"]
+}
+
+test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
+	old := namespace("team-a-data", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a-data", {"labgate.io/tenant": "team-b"}, {})
+	violations := violations_for(update_namespace(testdata.ann, old, new))
+	violations == {
+		{
+			"rule": "tenant-label-protected",
+			"field": "metadata.labels",
+			"message": `[tenant-label-protected] user "ann" (groups: ) may not change label labgate.io/tenant: "team-a" -> "team-b" on namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
+		},
+		{
+			"rule": "namespace-prefix",
+			"field": "metadata.name",
+			"message": `[namespace-prefix] namespace "team-a-data" may not be labelled labgate.io/tenant="team-b": tenant "team-b" allows the names "team-b". Fix: use one of the tenant's names, or ask the infra team to add "team-a-data" to spec.namespaces.names of Tenant "team-b"`,
+		},
+		{
+			"rule": "namespace-reserved",
+			"field": "metadata.name",
+			"message": `[namespace-reserved] namespace "team-a-data" is reserved for tenant "team-a" (its spec.namespaces.prefix is "team-a-"): only its admins and researchers create it, labelled labgate.io/tenant=team-a. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask an admin of "team-a" (ann)`,
+		},
+	}
+}
+
+test_claiming_an_unowned_namespace_for_a_missing_tenant_is_refused if {
+	old := namespace("ci", {"purpose": "ci"}, {})
+	new := namespace("ci", {"purpose": "ci", "labgate.io/tenant": "ghost"}, {})
+	[v.message | some v in violations_for(update_namespace(testdata.alice, old, new))] == [`[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: (none) -> "ghost" on namespace "ci": labgate.io/ labels and annotations are changed only by admins of tenant "ghost" (no Tenant "ghost" exists) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "ghost" or the infra team to make the change`]
+}
+
+test_labgate_keys_on_a_namespace_of_no_tenant_are_for_the_platform if {
+	old := namespace("default", {}, {})
+	new := namespace("default", {}, {"labgate.io/gpu-pool": "h100"})
+	violations := violations_for(update_namespace(testdata.alice, old, new))
+	violations == {{
+		"rule": "tenant-label-protected",
+		"field": "metadata.annotations",
+		"message": `[tenant-label-protected] user "alice" (groups: team-a) may not change annotation labgate.io/gpu-pool: (none) -> "h100" on namespace "default": it belongs to no tenant, so only the platform changes its labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team to make the change`,
+	}}
+}
+
+# --- tenant-identity-claim ---
+
+test_object_may_carry_its_own_tenant_label if {
+	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-a"}}})
+	count(namespace_violations) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
+		with data.inventory as testdata.inventory
+}
+
+test_unlabelled_object_is_allowed if {
+	obj := testdata.pod("train-1", {"containers": [testdata.main_container]})
+	count(namespace_violations) == 0 with input as testdata.workload_input("Pod", "default", testdata.alice, obj)
+		with data.inventory as testdata.inventory
+}
+
+test_pod_may_not_claim_another_tenant if {
+	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
+	violations := namespace_violations with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
+		with data.inventory as testdata.inventory
+	violations == {{
+		"rule": "tenant-identity-claim",
+		"field": "metadata.labels",
+		"message": `[tenant-identity-claim] Pod "train-1" metadata.labels carries labgate.io/tenant="team-b", but namespace "team-a" belongs to tenant "team-a": an object may not claim another tenant's identity. Fix: remove the labgate.io/tenant label (labgate derives the tenant from the namespace) or set it to "team-a"`,
+	}}
+}
+
+test_pod_template_may_not_claim_another_tenant if {
+	obj := testdata.deployment("web", {"labgate.io/tenant": "team-a"}, {"containers": [testdata.main_container]})
+	violations := namespace_violations with input as testdata.workload_input("Deployment", "default", testdata.alice, obj)
+		with data.inventory as testdata.inventory
+	violations == {{
+		"rule": "tenant-identity-claim",
+		"field": "spec.template.metadata.labels",
+		"message": `[tenant-identity-claim] Deployment "web" spec.template.metadata.labels carries labgate.io/tenant="team-a", but namespace "default" belongs to no tenant: an object may not claim another tenant's identity. Fix: remove the labgate.io/tenant label (labgate derives the tenant from the namespace)`,
+	}}
+}
+
+test_cronjob_job_template_labels_are_checked if {
+	obj := {
+		"apiVersion": "batch/v1",
+		"kind": "CronJob",
+		"metadata": {"name": "nightly"},
+		"spec": {"jobTemplate": {
+			"metadata": {"labels": {"labgate.io/tenant": "team-a"}},
+			"spec": {"template": {"spec": {"containers": [testdata.main_container]}}},
+		}},
+	}
+	violations := namespace_violations with input as testdata.workload_input("CronJob", "team-b", testdata.bob, obj)
+		with data.inventory as testdata.inventory
+	[v.field | some v in violations] == ["spec.jobTemplate.metadata.labels"]
+}
+
+test_platform_may_label_objects if {
+	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
+	count(namespace_violations) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.cluster_admin, obj)
+		with data.inventory as testdata.inventory
+}
+
+test_label_and_annotation_changes_in_a_tenant_without_admins if {
+	inventory := json.patch(testdata.inventory, [{"op": "remove", "path": "/tenants/team-b/spec/members/admins"}])
+	old := namespace("team-b", {"labgate.io/tenant": "team-b"}, {})
+	new := namespace("team-b", {"labgate.io/tenant": "team-b", "labgate.io/tier": "gold"}, {"labgate.io/gpu-pool": "h100"})
+	violations := namespace_violations with input.request as update_namespace(testdata.bob, old, new)
+		with input.pod_templates as []
+		with data.inventory as inventory
+	violations == {{
+		"rule": "tenant-label-protected",
+		"field": "metadata",
+		"message": `[tenant-label-protected] user "bob" (groups: team-b) may not change annotation labgate.io/gpu-pool: (none) -> "h100"; label labgate.io/tier: (none) -> "gold" on namespace "team-b": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (it lists no admins) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
+	}}
+}
