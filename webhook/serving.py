@@ -39,6 +39,7 @@ from webhook.admission import (
 from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key
 from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.review import AdmissionRequest, AdmissionResponse
+from webhook.volume_facts import template_volume_names, template_volumes
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 log = logging.getLogger("labgate.webhook")
@@ -289,6 +290,9 @@ class AdmissionServer:
                 policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
             except Exception:  # the rule refuses a claim whose volume it could not see
                 log.exception("could not read PersistentVolume %s", volume_name)
+        template_names = template_volume_names(request.object, policy_input["pod_templates"])
+        if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
+            policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
         if tenant and self.ledgers is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
