@@ -20,6 +20,7 @@ from devcluster.stack import LabgateStack
 from tests.e2e.conftest import isolation_violations
 from tests.e2e.test_escape_matrix import (
     IMAGE,
+    TRAINING_KINDS,
     Arena,
     Attempt,
     Build,
@@ -33,6 +34,7 @@ from tests.e2e.test_escape_matrix import (
     job,
     pod,
     simple,
+    training,
 )
 
 __all__ = ["arena"]  # the fixture, imported to be set up for this module
@@ -186,6 +188,190 @@ ATTEMPTS: list[Attempt] = [
 ]
 
 
+# Finding 5: GPUs without a GPU request, through the variables and mounts container toolkits read.
+def _env(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{"name": n, "value": v} for n, v in pairs]
+
+
+def _with_containers(kind: str, name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    if kind == "Pod":
+        return pod(name, containers=containers, **spec)
+    if kind == "Job":
+        return job(name, containers=containers, **spec)
+    if kind == "Deployment":
+        return deployment(name, containers=containers, **spec)
+    if kind == "CronJob":
+        made = cronjob(name)
+        made["spec"]["jobTemplate"]["spec"]["template"]["spec"].update(containers=containers, **spec)
+        return made
+    assert kind == "StatefulSet"
+    made = deployment(name, containers=containers, **spec)
+    made["kind"] = "StatefulSet"
+    made["spec"]["serviceName"] = name
+    return made
+
+
+def _device_env(kind: str, name: str, variable: str | None) -> Build:
+    pairs = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")] + ([(variable, "all")] if variable else [])
+    return lambda _: _with_containers(kind, name, [{"name": "main", "image": IMAGE, "env": _env(*pairs)}])
+
+
+DEVICE_ATTEMPTS: list[Attempt] = [
+    *[
+        row
+        for kind in ("Pod", "Job", "Deployment", "CronJob", "StatefulSet")
+        for variable in ("NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+        for row in _as_both(
+            Attempt(
+                f"{kind.lower()}-sets-{variable.lower().replace('_', '-')}",
+                "device-visibility",
+                "researcher",
+                "A",
+                _device_env(kind, f"d-{kind.lower()}-{variable[:4].lower()}", variable),
+                _device_env(kind, f"d-{kind.lower()}-{variable[:4].lower()}", None),
+                update=kind in _TEMPLATE_UPDATABLE,
+            )
+        )
+    ],
+    *[
+        row
+        for variable in (
+            "NVIDIA_DRIVER_CAPABILITIES",
+            "NVIDIA_MIG_CONFIG_DEVICES",
+            "NVIDIA_MIG_MONITOR_DEVICES",
+            "HIP_VISIBLE_DEVICES",
+            "GPU_DEVICE_ORDINAL",
+            "ZE_AFFINITY_MASK",
+        )
+        for row in _as_both(
+            Attempt(
+                f"deployment-sets-{variable.lower().replace('_', '-')}",
+                "device-visibility",
+                "researcher",
+                "A",
+                _device_env("Deployment", f"dv-{variable[:3].lower()}-{len(variable)}", variable),
+                _device_env("Deployment", f"dv-{variable[:3].lower()}-{len(variable)}", None),
+                update=True,
+            )
+        )
+    ],
+    *_as_both(
+        Attempt(
+            "init-container-sets-nvidia-visible-devices",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: pod(
+                "d-init",
+                initContainers=[
+                    {"name": "prep", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}
+                ],
+            ),
+            lambda _: pod(
+                "d-init",
+                initContainers=[
+                    {"name": "prep", "image": IMAGE, "env": _env(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))}
+                ],
+            ),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "env-from-prefix-makes-a-device-variable",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: _with_containers(
+                "Deployment",
+                "d-pfx",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "envFrom": [{"configMapRef": {"name": "cfg", "optional": True}, "prefix": "NVIDIA_"}],
+                    }
+                ],
+            ),
+            lambda _: _with_containers(
+                "Deployment",
+                "d-pfx",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "envFrom": [{"configMapRef": {"name": "cfg", "optional": True}, "prefix": "APP_"}],
+                    }
+                ],
+            ),
+            update=True,
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "mount-at-the-nvidia-device-list-path",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: _with_containers(
+                "Job",
+                "d-mnt",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "volumeMounts": [{"name": "l", "mountPath": "/var/run/nvidia-container-devices/all"}],
+                    }
+                ],
+                volumes=[{"name": "l", "emptyDir": {}}],
+            ),
+            lambda _: _with_containers(
+                "Job",
+                "d-mnt",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "volumeMounts": [{"name": "l", "mountPath": "/var/run/cache"}],
+                    }
+                ],
+                volumes=[{"name": "l", "emptyDir": {}}],
+            ),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "configmap-holds-a-device-variable-for-env-from",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: simple("ConfigMap", "d-cm", data={"NVIDIA_VISIBLE_DEVICES": "all"}),
+            lambda _: simple("ConfigMap", "d-cm", data={"BATCH_SIZE": "64"}),
+            update=True,
+        )
+    ),
+    *[
+        row
+        for key in TRAINING_KINDS
+        for row in _as_both(
+            Attempt(
+                f"{key}-sets-nvidia-visible-devices-in-a-list-of-templates",
+                "device-visibility",
+                "researcher",
+                "A",
+                training(
+                    key,
+                    f"dk-{key}",
+                    [{"name": "main", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}],
+                ),
+                training(key, f"dk-{key}", [{"name": "main", "image": IMAGE}]),
+                update=True,
+            )
+        )
+    ],
+]
+ATTEMPTS += DEVICE_ATTEMPTS
+
+
 @pytest.mark.parametrize("attempt", ATTEMPTS, ids=[a.id for a in ATTEMPTS])
 def test_isolation_attempt_is_refused_and_the_legitimate_action_admitted(
     arena: Arena, attempt: Attempt
@@ -290,6 +476,66 @@ def test_the_volume_binder_cannot_bind_a_tenants_claim_to_another_tenants_volume
     assert admitted.returncode == 0, admitted.stderr
     for name in ("c-bind-b", "c-bind-a"):
         arena.stack.admin_kubectl("delete", "pvc", name, "-n", ns, "--wait=false")
+
+
+def test_pods_a_controller_creates_with_a_device_variable_are_refused(arena: Arena) -> None:
+    """A ReplicaSet's pods are created by kube-controller-manager: judged like the tenant's own."""
+    ns = arena.a.namespace
+    made = pod(
+        "d-rs", containers=[{"name": "main", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}]
+    )
+    refused = _as_controller(arena.stack, "replicaset-controller", "create", ns, made)
+    assert refused.returncode == 1, refused.stdout
+    assert (
+        '[device-visibility] Pod "d-rs" spec.containers[0] ("main") sets NVIDIA_VISIBLE_DEVICES'
+        in refused.stderr
+    )
+    admitted = _as_controller(arena.stack, "replicaset-controller", "create", ns, pod("d-rs"))
+    assert admitted.returncode == 0, admitted.stderr
+
+
+def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) -> None:
+    """An ephemeral container (pods/ephemeralcontainers, granted here) is judged like any other."""
+    ns = arena.a.namespace
+    role = simple(
+        "Role",
+        "e2e-debug-dev",
+        "rbac.authorization.k8s.io/v1",
+        rules=[
+            {
+                "apiGroups": [""],
+                "resources": ["pods/ephemeralcontainers"],
+                "verbs": ["get", "patch", "update"],
+            }
+        ],
+    )
+    binding = simple(
+        "RoleBinding",
+        "e2e-debug-dev",
+        "rbac.authorization.k8s.io/v1",
+        subjects=[
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+            for g in arena.a.researcher.groups
+        ],
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-debug-dev"},
+    )
+    for obj in (role, binding):
+        arena.stack.admin_kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(obj))
+    researcher = arena.a.researcher
+    assert researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("d-dbg"))).returncode == 0
+
+    def debug(container: str, *env: str) -> subprocess.CompletedProcess[str]:
+        return researcher.kubectl(
+            "debug", "d-dbg", "-n", ns, f"--image={IMAGE}", "--profile=baseline", "-c", container, *env
+        )
+
+    refused = debug("peek", "--env=NVIDIA_VISIBLE_DEVICES=all")
+    assert refused.returncode == 1, refused.stdout
+    assert 'spec.ephemeralContainers[0] ("peek") sets NVIDIA_VISIBLE_DEVICES' in refused.stderr, (
+        refused.stderr
+    )
+    admitted = debug("look", "--env=CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    assert admitted.returncode == 0, admitted.stderr
 
 
 def test_cluster_admins_still_bind_platform_volumes_into_a_tenant(arena: Arena) -> None:
