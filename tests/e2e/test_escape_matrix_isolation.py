@@ -372,6 +372,54 @@ DEVICE_ATTEMPTS: list[Attempt] = [
 ATTEMPTS += DEVICE_ATTEMPTS
 
 
+# Finding 6: DRA admin access (devices other pods, other tenants' included, hold).
+def _gpu_claim(kind: str, name: str, *, admin: bool) -> Build:
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    if admin:
+        request["exactly"]["adminAccess"] = True
+    spec = {"devices": {"requests": [request]}}
+    body = {"spec": spec} if kind == "ResourceClaim" else {"spec": {"spec": spec}}
+    return lambda _: simple(kind, name, "resource.k8s.io/v1", **body)
+
+
+def _monitor_namespace(*, labelled: bool, admin: bool) -> Build:
+    def build(ar: Arena) -> dict[str, Any]:
+        labels = {"resource.kubernetes.io/admin-access": "true"} if labelled else {}
+        return simple("Namespace", f"{ar.a.name}-mon{'-adm' if admin else ''}", labels=labels)
+
+    return build
+
+
+ATTEMPTS += [
+    *[
+        row
+        for kind in ("ResourceClaim", "ResourceClaimTemplate")
+        for row in _as_both(
+            Attempt(
+                f"{kind.lower()}-asks-admin-access",
+                "dra-admin-access",
+                "researcher",
+                "A",
+                _gpu_claim(kind, f"adm-{kind.lower()}", admin=True),
+                _gpu_claim(kind, f"adm-{kind.lower()}", admin=False),
+            )
+        )
+    ],
+    *[
+        Attempt(
+            f"namespace-created-with-the-admin-access-label-{who}",
+            "namespace-admin-access",
+            who,
+            "cluster",
+            _monitor_namespace(labelled=True, admin=who == "admin"),
+            _monitor_namespace(labelled=False, admin=who == "admin"),
+            allowed_where="cluster",
+        )
+        for who in ("researcher", "admin")
+    ],
+]
+
+
 @pytest.mark.parametrize("attempt", ATTEMPTS, ids=[a.id for a in ATTEMPTS])
 def test_isolation_attempt_is_refused_and_the_legitimate_action_admitted(
     arena: Arena, attempt: Attempt
@@ -382,6 +430,10 @@ def test_isolation_attempt_is_refused_and_the_legitimate_action_admitted(
     assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
     assert "Fix:" in refused.stderr, refused.stderr
     assert allowed.returncode == 0, allowed.stderr
+    if attempt.allowed(arena)["kind"] == "Namespace":
+        arena.stack.admin_kubectl(
+            "delete", "namespace", attempt.allowed(arena)["metadata"]["name"], "--wait=false"
+        )
 
 
 UPDATES = [a for a in ATTEMPTS if a.update]
@@ -536,6 +588,49 @@ def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) 
     )
     admitted = debug("look", "--env=CUDA_DEVICE_ORDER=PCI_BUS_ID")
     assert admitted.returncode == 0, admitted.stderr
+
+
+def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Arena) -> None:
+    """Granted update on their namespace (RBAC as open as some labs make it), neither A's researcher
+    nor its admin may add the admin-access label; other labels they may add."""
+    ns = arena.a.namespace
+    role = simple(
+        "ClusterRole",
+        f"e2e-ns-edit-{ns}",
+        "rbac.authorization.k8s.io/v1",
+        rules=[
+            {
+                "apiGroups": [""],
+                "resources": ["namespaces"],
+                "resourceNames": [ns],
+                "verbs": ["get", "patch", "update"],
+            }
+        ],
+    )
+    users = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": arena.a.admin.name}]
+    groups = [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+        for g in arena.a.researcher.groups
+    ]
+    binding = simple(
+        "ClusterRoleBinding",
+        f"e2e-ns-edit-{ns}",
+        "rbac.authorization.k8s.io/v1",
+        subjects=users + groups,
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"e2e-ns-edit-{ns}"},
+    )
+    for obj in (role, binding):
+        arena.stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    try:
+        for who in (arena.a.researcher, arena.a.admin):
+            refused = who.kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
+            assert refused.returncode == 1, refused.stdout
+            assert "[namespace-admin-access]" in refused.stderr, refused.stderr
+            admitted = who.kubectl("label", "--overwrite", "namespace", ns, f"team-note={who.name}")
+            assert admitted.returncode == 0, admitted.stderr
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            arena.stack.admin_kubectl("delete", kind, f"e2e-ns-edit-{ns}", "--ignore-not-found")
 
 
 def test_cluster_admins_still_bind_platform_volumes_into_a_tenant(arena: Arena) -> None:
