@@ -249,8 +249,8 @@ DEVICE_ATTEMPTS: list[Attempt] = [
                 "device-visibility",
                 "researcher",
                 "A",
-                _device_env("Deployment", f"dv-{variable[:3].lower()}-{len(variable)}", variable),
-                _device_env("Deployment", f"dv-{variable[:3].lower()}-{len(variable)}", None),
+                _device_env("Deployment", f"dv-{variable.lower().replace('_', '-')}", variable),
+                _device_env("Deployment", f"dv-{variable.lower().replace('_', '-')}", None),
                 update=True,
             )
         )
@@ -351,7 +351,8 @@ DEVICE_ATTEMPTS: list[Attempt] = [
     ),
     *[
         row
-        for key in TRAINING_KINDS
+        # (these two build their pods from fields of their own: their rows follow)
+        for key in sorted(TRAINING_KINDS.keys() - {"trainjob", "workflow-podspecpatch"})
         for row in _as_both(
             Attempt(
                 f"{key}-sets-nvidia-visible-devices-in-a-list-of-templates",
@@ -368,6 +369,46 @@ DEVICE_ATTEMPTS: list[Attempt] = [
             )
         )
     ],
+]
+
+
+def _trainjob(name: str, variable: str | None) -> Build:
+    def build(_: Arena) -> dict[str, Any]:
+        kind, api, spec = TRAINING_KINDS["trainjob"]
+        body = spec([{"name": "main", "image": IMAGE}])
+        body["trainer"]["env"] = _env(
+            *([(variable, "all")] if variable else [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")])
+        )
+        return simple(kind, name, api, spec=body)
+
+    return build
+
+
+def _patched_workflow(name: str, variable: str | None) -> Build:
+    def build(_: Arena) -> dict[str, Any]:
+        kind, api, spec = TRAINING_KINDS["workflow"]
+        body = spec([{"name": "main", "image": IMAGE}])
+        env = _env(*([(variable, "all")] if variable else [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")]))
+        body["templates"][1]["podSpecPatch"] = json.dumps({"containers": [{"name": "main", "env": env}]})
+        return simple(kind, name, api, spec=body)
+
+    return build
+
+
+DEVICE_ATTEMPTS += [
+    row
+    for key, build in (("trainjob", _trainjob), ("workflow-podspecpatch", _patched_workflow))
+    for row in _as_both(
+        Attempt(
+            f"{key}-sets-nvidia-visible-devices",
+            "device-visibility",
+            "researcher",
+            "A",
+            build(f"dk-{key}", "NVIDIA_VISIBLE_DEVICES"),
+            build(f"dk-{key}", None),
+            update=True,
+        )
+    )
 ]
 ATTEMPTS += DEVICE_ATTEMPTS
 
@@ -391,20 +432,6 @@ def _monitor_namespace(*, labelled: bool, admin: bool) -> Build:
 
 
 ATTEMPTS += [
-    *[
-        row
-        for kind in ("ResourceClaim", "ResourceClaimTemplate")
-        for row in _as_both(
-            Attempt(
-                f"{kind.lower()}-asks-admin-access",
-                "dra-admin-access",
-                "researcher",
-                "A",
-                _gpu_claim(kind, f"adm-{kind.lower()}", admin=True),
-                _gpu_claim(kind, f"adm-{kind.lower()}", admin=False),
-            )
-        )
-    ],
     *[
         Attempt(
             f"namespace-created-with-the-admin-access-label-{who}",
@@ -588,6 +615,36 @@ def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) 
     )
     admitted = debug("look", "--env=CUDA_DEVICE_ORDER=PCI_BUS_ID")
     assert admitted.returncode == 0, admitted.stderr
+
+
+def test_admin_access_claims_are_refused_even_where_a_cluster_admin_set_the_label(arena: Arena) -> None:
+    """Kubernetes refuses adminAccess outside namespaces labelled resource.kubernetes.io/admin-access;
+    in a tenant's namespace labgate refuses it even where a cluster admin set that label."""
+    ns = arena.a.namespace
+    arena.stack.admin_kubectl(
+        "label", "--overwrite", "namespace", ns, "resource.kubernetes.io/admin-access=true"
+    )
+    try:
+        for who, suffix in ((arena.a.researcher, ""), (arena.a.admin, "-adm")):
+            for kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                name = f"adm-{kind.lower()}{suffix}"
+                refused = who.kubectl(
+                    "create", "-n", ns, "-f", "-", stdin=json.dumps(_gpu_claim(kind, name, admin=True)(arena))
+                )
+                assert refused.returncode == 1, refused.stdout
+                assert f'[dra-admin-access] {kind} "{name}"' in refused.stderr, refused.stderr
+                assert "asks adminAccess: true" in refused.stderr, refused.stderr
+                admitted = who.kubectl(
+                    "create",
+                    "-n",
+                    ns,
+                    "-f",
+                    "-",
+                    stdin=json.dumps(_gpu_claim(kind, name, admin=False)(arena)),
+                )
+                assert admitted.returncode == 0, admitted.stderr
+    finally:
+        arena.stack.admin_kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access-")
 
 
 def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Arena) -> None:
