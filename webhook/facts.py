@@ -18,6 +18,7 @@ from webhook.admission import build_policy_input, needs_gpu_usage
 from webhook.policy_input import PolicyInput
 from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
+from webhook.volume_facts import template_volume_names, template_volumes
 from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 log = logging.getLogger("labgate.webhook")
@@ -121,6 +122,10 @@ class FactGatherer:
                 policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
             except Exception:  # the rule refuses a claim whose volume it could not see
                 log.exception("could not read PersistentVolume %s", volume_name)
+        templates_doc = cast(list[dict[str, Any]], policy_input["pod_templates"])
+        template_names = template_volume_names(request.object, templates_doc)
+        if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
+            policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
         if tenant and self.gpu_usage is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns

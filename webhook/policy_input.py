@@ -44,6 +44,8 @@ class PolicyInput(TypedDict):
     secrets: NotRequired[dict[str, dict[str, Any]]]
     # A claim's spec.volumeName: {name, exists, labels, claimRef} (webhook.inventory.volume_document).
     persistent_volume: NotRequired[dict[str, Any]]
+    # The volumes that claim templates name (spec.volumeName), by name (volume-claim-template).
+    persistent_volumes: NotRequired[dict[str, dict[str, Any]]]
     # The tenant's GPUs in use or reserved (a Pod or a workload being created in a tenant namespace).
     gpu_usage: NotRequired[GpuDocument]
     # The ResourceClaims / templates the pod templates name, or why one could not be read

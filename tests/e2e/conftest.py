@@ -18,6 +18,7 @@ import yaml
 
 from devcluster.kubectl import kubectl
 from devcluster.stack import POLICY_DIR, LabgateStack
+from tests import isolation_oracle
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -172,3 +173,18 @@ def pod_manifest(name: str, *, image: str = "registry.lab.example/research/train
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "main", "image": image, "command": ["python", "train.py"]}]},
     }
+
+
+def isolation_violations(stack: LabgateStack) -> list[str]:
+    """The isolation oracle (tests/isolation_oracle.py) on what the cluster holds now, listed as the
+    cluster admin; a resource the API does not serve is an empty list."""
+
+    def list_items(resource: str) -> list[Any]:
+        listed = stack.cluster_kubectl("get", resource, "-A", "-o", "json")
+        if listed.returncode != 0:
+            if "doesn't have a resource type" in listed.stderr:
+                return []
+            raise AssertionError(f"kubectl get {resource}: {listed.stderr}")
+        return list(json.loads(listed.stdout)["items"])
+
+    return isolation_oracle.violations(isolation_oracle.collect(list_items))

@@ -32,7 +32,7 @@ from tests.cluster_truth import (
     quota_overshoot,
     tenant_gpus,
 )
-from tests.e2e.conftest import TenantFactory, TenantUnderTest
+from tests.e2e.conftest import TenantFactory, TenantUnderTest, isolation_violations
 
 # The first test also starts the simulated cluster (scheduler, every controller, KWOK, two replicas).
 pytestmark = [pytest.mark.cluster, pytest.mark.quota, pytest.mark.timeout(300)]
@@ -63,9 +63,13 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateStack]:
 
 @pytest.fixture
 def tenants(sim: LabgateStack) -> Iterator[TenantFactory]:
+    """The test's tenants; when the test is done, and before they are deleted, the isolation oracle
+    (tests/isolation_oracle.py) must find nothing in what the cluster holds."""
     factory = TenantFactory(sim)
     try:
         yield factory
+        found = isolation_violations(sim)
+        assert found == [], "isolation violated:\n" + "\n".join(found)
     finally:
         factory.cleanup()
 

@@ -474,6 +474,51 @@ def test_only_the_control_plane_reaches_the_admission_port(render: Renderer) -> 
     assert metrics["ports"] == [{"port": "health", "protocol": "TCP"}]
 
 
+@pytest.mark.parametrize("component", ["reconciler", "audit"])
+def test_only_the_scrapers_named_reach_the_reconcilers_and_audits_metrics(
+    render: Renderer, default_manifests: list[Manifest], component: str
+) -> None:
+    # Their metrics show every tenant's usage, quota and findings (issue 19, finding 10).
+    pods = one(default_manifests, "Deployment", f"labgate-{component}")["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    closed = one(default_manifests, "NetworkPolicy", f"labgate-{component}-metrics")
+    assert closed["spec"]["podSelector"]["matchLabels"].items() <= pods.items()
+    assert closed["spec"]["policyTypes"] == ["Ingress"]
+    assert closed["spec"]["ingress"] == []  # by default no pod may scrape; the kubelet's probes still do
+    monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    prometheus = {"matchLabels": {"app": "prometheus"}}
+    opened = render({"metrics": {"allowedNamespaceSelector": monitoring, "allowedPodSelector": prometheus}})
+    assert one(opened, "NetworkPolicy", f"labgate-{component}-metrics")["spec"]["ingress"] == [
+        {
+            "from": [{"namespaceSelector": monitoring, "podSelector": prometheus}],
+            "ports": [{"port": "metrics", "protocol": "TCP"}],
+        }
+    ]
+    namespace_only = render({"metrics": {"allowedNamespaceSelector": monitoring}})
+    rule = one(namespace_only, "NetworkPolicy", f"labgate-{component}-metrics")["spec"]["ingress"][0]
+    assert rule["from"] == [{"namespaceSelector": monitoring}]
+    disabled = render({"metrics": {"networkPolicy": {"enabled": False}}})
+    assert not [
+        m for m in disabled if m["kind"] == "NetworkPolicy" and m["metadata"]["name"].endswith("-metrics")
+    ]
+
+
+@pytest.mark.parametrize("component", ["reconciler", "audit"])
+def test_metrics_listen_on_the_pods_own_address_unless_told(
+    render: Renderer, default_manifests: list[Manifest], component: str
+) -> None:
+    served = container(one(default_manifests, "Deployment", f"labgate-{component}"), component)
+    assert "--metrics-address=$(POD_IP)" in served["args"]
+    env = {e["name"]: e.get("valueFrom") for e in served["env"]}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    told = render({"metrics": {"listenAddress": "0.0.0.0"}})  # noqa: S104
+    assert (
+        "--metrics-address=0.0.0.0"
+        in container(one(told, "Deployment", f"labgate-{component}"), component)["args"]
+    )
+
+
 def test_without_client_certificates_the_webhook_is_told_so(render: Renderer) -> None:
     manifests = render({"webhook": {"clientAuth": {"required": False, "caBundle": ""}}})
     labgate = container(one(manifests, "Deployment", "labgate-webhook"), "labgate")
@@ -770,6 +815,7 @@ def test_audit_runs_once_with_its_own_opa_and_the_webhooks_policies(render: Rend
         "--policies=/policies",
         "--write-reports",
         "--metrics-port=8080",
+        "--metrics-address=$(POD_IP)",
         "--platform-namespace=research-platform",
     ]
     opa = container(deployment, "opa")

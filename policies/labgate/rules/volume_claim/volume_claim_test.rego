@@ -41,3 +41,9 @@ test_volume_of_no_tenant_missing_or_unread_is_refused if {
 	[v.message | some v in violations_for("CREATE", testdata.alice, claim("data", "pv-1"), {"name": "pv-1", "exists": false})] == [message(`which does not exist (a volume created later could be another tenant's)`)]
 	[v.message | some v in violations_for("CREATE", testdata.alice, claim("data", "pv-1"), null)] == [message(`which labgate could not read (retry)`)]
 }
+
+test_claims_of_kubernetes_controllers_are_judged_too if {
+	controller := {"username": "system:serviceaccount:kube-system:persistent-volume-binder", "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system"]}
+	[v.message | some v in violations_for("UPDATE", controller, claim("data", "pv-1"), volume("pv-1", {"labgate.io/tenant": "team-b"}, {"namespace": "team-a", "name": "data"}))] == [message(`which belongs to tenant "team-b" (it is labelled labgate.io/tenant=team-b)`)]
+	count(violations_for("UPDATE", controller, claim("data", "pv-1"), volume("pv-1", {}, {"namespace": "team-a", "name": "data"}))) == 0
+}

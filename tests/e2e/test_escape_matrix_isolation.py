@@ -1,0 +1,710 @@
+"""The escape matrix, isolation rows (issue 19): what a tenant's pods end up bound to, whoever creates
+the objects. Each attempt, through the real kubectl as tenant A's researcher and as its admin, on
+CREATE and (where the API lets the field change) UPDATE, in every workload kind that can carry it,
+is refused with its rule id, and the legitimate action it mirrors is admitted. Claims that
+Kubernetes' own controllers create from a tenant's template are tried as those controllers.
+
+The arena (tenants A and B, A's, B's and a platform volume) is test_escape_matrix's, set up again for
+this module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from devcluster.stack import LabgateStack
+from tests.e2e.conftest import isolation_violations
+from tests.e2e.test_escape_matrix import (
+    IMAGE,
+    TRAINING_KINDS,
+    Arena,
+    Attempt,
+    Build,
+    _as_both,
+    _pv,
+    _run,
+    arena,
+    claim,
+    cronjob,
+    deployment,
+    job,
+    pod,
+    simple,
+    training,
+)
+
+__all__ = ["arena"]  # the fixture, imported to be set up for this module
+
+pytestmark = [pytest.mark.tenancy, pytest.mark.quota]
+
+# -- manifests -------------------------------------------------------------------------------------
+
+
+def _claim_spec(**extra: Any) -> dict[str, Any]:
+    return {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "",
+        **extra,
+    }
+
+
+def _ephemeral(**claim: Any) -> list[dict[str, Any]]:
+    return [{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": _claim_spec(**claim)}}}]
+
+
+def _mounting() -> list[dict[str, Any]]:
+    return [{"name": "main", "image": IMAGE, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]
+
+
+def _carrying(kind: str, name: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A `kind` whose pod template mounts `volumes`."""
+    if kind == "Pod":
+        return pod(name, containers=_mounting(), volumes=volumes)
+    if kind == "Job":
+        return job(name, containers=_mounting(), volumes=volumes)
+    if kind == "Deployment":
+        return deployment(name, containers=_mounting(), volumes=volumes)
+    if kind == "CronJob":
+        made = cronjob(name)
+        made["spec"]["jobTemplate"]["spec"]["template"]["spec"].update(
+            containers=_mounting(), volumes=volumes
+        )
+        return made
+    assert kind == "StatefulSet"
+    made = deployment(name, containers=_mounting(), volumes=volumes)
+    made["kind"] = "StatefulSet"
+    made["spec"]["serviceName"] = name
+    return made
+
+
+def _statefulset_claims(name: str, **claim: Any) -> dict[str, Any]:
+    made = _carrying("StatefulSet", name, [])
+    made["spec"]["template"]["spec"]["containers"] = _mounting()
+    made["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": _claim_spec(**claim)}]
+    return made
+
+
+def _ephemeral_of(kind: str, name: str, tenant: str) -> Build:
+    return lambda ar: _carrying(kind, name, _ephemeral(volumeName=_pv(tenant)(ar)))
+
+
+def _selecting(name: str, labels: Any) -> Build:
+    return lambda ar: simple(
+        "PersistentVolumeClaim", name, spec=_claim_spec(selector={"matchLabels": labels(ar)})
+    )
+
+
+def _unconfined_ephemeral(kind: str, name: str, *, own: bool) -> Build:
+    def build(ar: Arena) -> dict[str, Any]:
+        labels = {"labgate.io/tenant": ar.a.name} if own else {}
+        return _carrying(kind, name, _ephemeral(selector={"matchLabels": labels}))
+
+    return build
+
+
+# Kinds whose pod template may change after creation (a Job's and a Pod's may not).
+_TEMPLATE_UPDATABLE = {"Deployment", "CronJob", "StatefulSet"}
+
+ATTEMPTS: list[Attempt] = [
+    # Finding 1: another tenant's (or the platform's) volume through a claim template.
+    *[
+        row
+        for kind in ("Pod", "Job", "Deployment", "CronJob", "StatefulSet")
+        for tenant in ("B", "none")
+        for row in _as_both(
+            Attempt(
+                f"{kind.lower()}-ephemeral-volume-names-{'other-tenants' if tenant == 'B' else 'platform'}-volume",
+                "volume-claim-template",
+                "researcher",
+                "A",
+                _ephemeral_of(kind, f"e-{kind.lower()}-{tenant.lower()}", tenant),
+                _ephemeral_of(kind, f"e-{kind.lower()}-{tenant.lower()}", "A"),
+                update=kind in _TEMPLATE_UPDATABLE,
+            )
+        )
+    ],
+    *_as_both(
+        Attempt(
+            "statefulset-claim-template-names-other-tenants-volume",
+            "volume-claim-template",
+            "researcher",
+            "A",
+            lambda ar: _statefulset_claims("sts-b", volumeName=_pv("B")(ar)),
+            lambda ar: _statefulset_claims("sts-b", volumeName=_pv("A")(ar)),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "statefulset-claim-template-selects-any-volume",
+            "volume-claim-selector",
+            "researcher",
+            "A",
+            lambda _: _statefulset_claims("sts-sel", selector={"matchLabels": {"dataset": "imagenet"}}),
+            lambda ar: _statefulset_claims(
+                "sts-sel", selector={"matchLabels": {"labgate.io/tenant": ar.a.name, "dataset": "imagenet"}}
+            ),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "pvc-selector-could-match-other-tenants-volumes",
+            "volume-claim-selector",
+            "researcher",
+            "A",
+            _selecting("sel", lambda _: {"dataset": "imagenet"}),
+            _selecting("sel", lambda ar: {"labgate.io/tenant": ar.a.name, "dataset": "imagenet"}),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "pvc-selector-names-other-tenants-label",
+            "volume-claim-selector",
+            "researcher",
+            "A",
+            _selecting("sel2", lambda ar: {"labgate.io/tenant": ar.b.name}),
+            _selecting("sel2", lambda ar: {"labgate.io/tenant": ar.a.name}),
+        )
+    ),
+    *[
+        row
+        for kind in ("Pod", "Deployment")
+        for row in _as_both(
+            Attempt(
+                f"{kind.lower()}-ephemeral-volume-selects-any-volume",
+                "volume-claim-selector",
+                "researcher",
+                "A",
+                _unconfined_ephemeral(kind, f"es-{kind.lower()}", own=False),
+                _unconfined_ephemeral(kind, f"es-{kind.lower()}", own=True),
+                update=kind in _TEMPLATE_UPDATABLE,
+            )
+        )
+    ],
+]
+
+
+# Finding 5: GPUs without a GPU request, through the variables and mounts container toolkits read.
+def _env(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{"name": n, "value": v} for n, v in pairs]
+
+
+def _with_containers(kind: str, name: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    if kind == "Pod":
+        return pod(name, containers=containers, **spec)
+    if kind == "Job":
+        return job(name, containers=containers, **spec)
+    if kind == "Deployment":
+        return deployment(name, containers=containers, **spec)
+    if kind == "CronJob":
+        made = cronjob(name)
+        made["spec"]["jobTemplate"]["spec"]["template"]["spec"].update(containers=containers, **spec)
+        return made
+    assert kind == "StatefulSet"
+    made = deployment(name, containers=containers, **spec)
+    made["kind"] = "StatefulSet"
+    made["spec"]["serviceName"] = name
+    return made
+
+
+def _device_env(kind: str, name: str, variable: str | None) -> Build:
+    pairs = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")] + ([(variable, "all")] if variable else [])
+    return lambda _: _with_containers(kind, name, [{"name": "main", "image": IMAGE, "env": _env(*pairs)}])
+
+
+DEVICE_ATTEMPTS: list[Attempt] = [
+    *[
+        row
+        for kind in ("Pod", "Job", "Deployment", "CronJob", "StatefulSet")
+        for variable in ("NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+        for row in _as_both(
+            Attempt(
+                f"{kind.lower()}-sets-{variable.lower().replace('_', '-')}",
+                "device-visibility",
+                "researcher",
+                "A",
+                _device_env(kind, f"d-{kind.lower()}-{variable[:4].lower()}", variable),
+                _device_env(kind, f"d-{kind.lower()}-{variable[:4].lower()}", None),
+                update=kind in _TEMPLATE_UPDATABLE,
+            )
+        )
+    ],
+    *[
+        row
+        for variable in (
+            "NVIDIA_DRIVER_CAPABILITIES",
+            "NVIDIA_MIG_CONFIG_DEVICES",
+            "NVIDIA_MIG_MONITOR_DEVICES",
+            "HIP_VISIBLE_DEVICES",
+            "GPU_DEVICE_ORDINAL",
+            "ZE_AFFINITY_MASK",
+        )
+        for row in _as_both(
+            Attempt(
+                f"deployment-sets-{variable.lower().replace('_', '-')}",
+                "device-visibility",
+                "researcher",
+                "A",
+                _device_env("Deployment", f"dv-{variable.lower().replace('_', '-')}", variable),
+                _device_env("Deployment", f"dv-{variable.lower().replace('_', '-')}", None),
+                update=True,
+            )
+        )
+    ],
+    *_as_both(
+        Attempt(
+            "init-container-sets-nvidia-visible-devices",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: pod(
+                "d-init",
+                initContainers=[
+                    {"name": "prep", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}
+                ],
+            ),
+            lambda _: pod(
+                "d-init",
+                initContainers=[
+                    {"name": "prep", "image": IMAGE, "env": _env(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))}
+                ],
+            ),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "env-from-prefix-makes-a-device-variable",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: _with_containers(
+                "Deployment",
+                "d-pfx",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "envFrom": [{"configMapRef": {"name": "cfg", "optional": True}, "prefix": "NVIDIA_"}],
+                    }
+                ],
+            ),
+            lambda _: _with_containers(
+                "Deployment",
+                "d-pfx",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "envFrom": [{"configMapRef": {"name": "cfg", "optional": True}, "prefix": "APP_"}],
+                    }
+                ],
+            ),
+            update=True,
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "mount-at-the-nvidia-device-list-path",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: _with_containers(
+                "Job",
+                "d-mnt",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "volumeMounts": [{"name": "l", "mountPath": "/var/run/nvidia-container-devices/all"}],
+                    }
+                ],
+                volumes=[{"name": "l", "emptyDir": {}}],
+            ),
+            lambda _: _with_containers(
+                "Job",
+                "d-mnt",
+                [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "volumeMounts": [{"name": "l", "mountPath": "/var/run/cache"}],
+                    }
+                ],
+                volumes=[{"name": "l", "emptyDir": {}}],
+            ),
+        )
+    ),
+    *_as_both(
+        Attempt(
+            "configmap-holds-a-device-variable-for-env-from",
+            "device-visibility",
+            "researcher",
+            "A",
+            lambda _: simple("ConfigMap", "d-cm", data={"NVIDIA_VISIBLE_DEVICES": "all"}),
+            lambda _: simple("ConfigMap", "d-cm", data={"BATCH_SIZE": "64"}),
+            update=True,
+        )
+    ),
+    *[
+        row
+        # (these two build their pods from fields of their own: their rows follow)
+        for key in sorted(TRAINING_KINDS.keys() - {"trainjob", "workflow-podspecpatch"})
+        for row in _as_both(
+            Attempt(
+                f"{key}-sets-nvidia-visible-devices-in-a-list-of-templates",
+                "device-visibility",
+                "researcher",
+                "A",
+                training(
+                    key,
+                    f"dk-{key}",
+                    [{"name": "main", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}],
+                ),
+                training(key, f"dk-{key}", [{"name": "main", "image": IMAGE}]),
+                update=True,
+            )
+        )
+    ],
+]
+
+
+def _trainjob(name: str, variable: str | None) -> Build:
+    def build(_: Arena) -> dict[str, Any]:
+        kind, api, spec = TRAINING_KINDS["trainjob"]
+        body = spec([{"name": "main", "image": IMAGE}])
+        body["trainer"]["env"] = _env(
+            *([(variable, "all")] if variable else [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")])
+        )
+        return simple(kind, name, api, spec=body)
+
+    return build
+
+
+def _patched_workflow(name: str, variable: str | None) -> Build:
+    def build(_: Arena) -> dict[str, Any]:
+        kind, api, spec = TRAINING_KINDS["workflow"]
+        body = spec([{"name": "main", "image": IMAGE}])
+        env = _env(*([(variable, "all")] if variable else [("CUDA_DEVICE_ORDER", "PCI_BUS_ID")]))
+        body["templates"][1]["podSpecPatch"] = json.dumps({"containers": [{"name": "main", "env": env}]})
+        return simple(kind, name, api, spec=body)
+
+    return build
+
+
+DEVICE_ATTEMPTS += [
+    row
+    for key, build in (("trainjob", _trainjob), ("workflow-podspecpatch", _patched_workflow))
+    for row in _as_both(
+        Attempt(
+            f"{key}-sets-nvidia-visible-devices",
+            "device-visibility",
+            "researcher",
+            "A",
+            build(f"dk-{key}", "NVIDIA_VISIBLE_DEVICES"),
+            build(f"dk-{key}", None),
+            update=True,
+        )
+    )
+]
+ATTEMPTS += DEVICE_ATTEMPTS
+
+
+# Finding 6: DRA admin access (devices other pods, other tenants' included, hold).
+def _gpu_claim(kind: str, name: str, *, admin: bool) -> Build:
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    if admin:
+        request["exactly"]["adminAccess"] = True
+    spec = {"devices": {"requests": [request]}}
+    body = {"spec": spec} if kind == "ResourceClaim" else {"spec": {"spec": spec}}
+    return lambda _: simple(kind, name, "resource.k8s.io/v1", **body)
+
+
+def _monitor_namespace(*, labelled: bool, admin: bool) -> Build:
+    def build(ar: Arena) -> dict[str, Any]:
+        labels = {"resource.kubernetes.io/admin-access": "true"} if labelled else {}
+        return simple("Namespace", f"{ar.a.name}-mon{'-adm' if admin else ''}", labels=labels)
+
+    return build
+
+
+ATTEMPTS += [
+    *[
+        Attempt(
+            f"namespace-created-with-the-admin-access-label-{who}",
+            "namespace-admin-access",
+            who,
+            "cluster",
+            _monitor_namespace(labelled=True, admin=who == "admin"),
+            _monitor_namespace(labelled=False, admin=who == "admin"),
+            allowed_where="cluster",
+        )
+        for who in ("researcher", "admin")
+    ],
+]
+
+
+@pytest.mark.parametrize("attempt", ATTEMPTS, ids=[a.id for a in ATTEMPTS])
+def test_isolation_attempt_is_refused_and_the_legitimate_action_admitted(
+    arena: Arena, attempt: Attempt
+) -> None:
+    refused = _run(arena, attempt.actor, attempt.where, attempt.attempt(arena))
+    allowed = _run(arena, attempt.actor, attempt.allowed_where, attempt.allowed(arena))
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+    assert allowed.returncode == 0, allowed.stderr
+    if attempt.allowed(arena)["kind"] == "Namespace":
+        arena.stack.admin_kubectl(
+            "delete", "namespace", attempt.allowed(arena)["metadata"]["name"], "--wait=false"
+        )
+
+
+UPDATES = [a for a in ATTEMPTS if a.update]
+
+
+@pytest.mark.parametrize("attempt", UPDATES, ids=[a.id for a in UPDATES])
+def test_isolation_attempt_is_refused_on_update(arena: Arena, attempt: Attempt) -> None:
+    """The legitimate object is admitted, then the attempt applied over it (an UPDATE) is refused."""
+    who, namespace = arena.actor(attempt.actor), arena.namespace(attempt.allowed_where)
+    allowed, changed = attempt.allowed(arena), attempt.attempt(arena)
+    name = f"{allowed['metadata']['name']}-upd"
+    allowed["metadata"]["name"] = changed["metadata"]["name"] = name
+    created = who.apply(allowed, namespace)
+    assert created.returncode == 0, created.stderr
+    refused = who.apply(changed, namespace)
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert "error when applying patch" in refused.stderr, refused.stderr  # an UPDATE, not a CREATE
+    assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+
+
+# -- claims Kubernetes' controllers create from a tenant's template ---------------------------------
+
+# Who kube-controller-manager is when it makes claims from a Pod's ephemeral volumes and from a
+# StatefulSet's claim templates (--use-service-account-credentials).
+CONTROLLERS = ("ephemeral-volume-controller", "statefulset-controller")
+
+
+def _as_controller(
+    stack: LabgateStack, controller: str, verb: str, namespace: str, manifest: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    return stack.cluster_kubectl(
+        f"--as=system:serviceaccount:kube-system:{controller}",
+        "--as-group=system:serviceaccounts",
+        "--as-group=system:serviceaccounts:kube-system",
+        "--as-group=system:authenticated",
+        verb,
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        manifest=manifest,
+    )
+
+
+@pytest.mark.parametrize("controller", CONTROLLERS)
+def test_claims_a_controller_creates_in_a_tenant_namespace_are_judged(arena: Arena, controller: str) -> None:
+    """kube-controller-manager is a trusted requester elsewhere; a claim it makes in a tenant's
+    namespace binds what the tenant's template said, so it is judged like the tenant's own."""
+    ns, short = arena.a.namespace, controller.split("-", maxsplit=1)[0]
+    for tenant, why in (
+        ("B", f'which belongs to tenant "{arena.b.name}"'),
+        ("none", "which belongs to no tenant"),
+    ):
+        made = claim(f"c-{short}-{tenant.lower()}", _pv(tenant)(arena))
+        refused = _as_controller(arena.stack, controller, "create", ns, made)
+        assert refused.returncode == 1, refused.stdout
+        assert "[volume-claim] PersistentVolumeClaim" in refused.stderr, refused.stderr
+        assert why in refused.stderr, refused.stderr
+    unconfined = simple(
+        "PersistentVolumeClaim", f"c-{short}-sel", spec=_claim_spec(selector={"matchLabels": {}})
+    )
+    refused = _as_controller(arena.stack, controller, "create", ns, unconfined)
+    assert refused.returncode == 1, refused.stdout
+    assert "[volume-claim-selector]" in refused.stderr, refused.stderr
+    admitted = _as_controller(arena.stack, controller, "create", ns, claim(f"c-{short}-a", _pv("A")(arena)))
+    assert admitted.returncode == 0, admitted.stderr
+    arena.stack.admin_kubectl("delete", "pvc", f"c-{short}-a", "-n", ns, "--wait=false")
+
+
+def test_the_volume_binder_cannot_bind_a_tenants_claim_to_another_tenants_volume(arena: Arena) -> None:
+    """A claim with no volumeName and no StorageClass may be matched by kube-controller-manager's
+    binder to any free volume of no class; the binder's update that sets spec.volumeName is judged."""
+    ns = arena.a.namespace
+    for name in ("c-bind-b", "c-bind-a"):
+        free = simple("PersistentVolumeClaim", name, spec=_claim_spec())
+        arena.stack.admin_kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(free))
+
+    def bound(name: str, volume: str) -> dict[str, Any]:
+        live = json.loads(arena.stack.admin_kubectl("get", "pvc", name, "-n", ns, "-o", "json"))
+        live["spec"]["volumeName"] = volume
+        return dict(live)
+
+    refused = _as_controller(
+        arena.stack, "persistent-volume-binder", "replace", ns, bound("c-bind-b", _pv("B")(arena))
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert "[volume-claim]" in refused.stderr, refused.stderr
+    admitted = _as_controller(
+        arena.stack, "persistent-volume-binder", "replace", ns, bound("c-bind-a", _pv("A")(arena))
+    )
+    assert admitted.returncode == 0, admitted.stderr
+    for name in ("c-bind-b", "c-bind-a"):
+        arena.stack.admin_kubectl("delete", "pvc", name, "-n", ns, "--wait=false")
+
+
+def test_pods_a_controller_creates_with_a_device_variable_are_refused(arena: Arena) -> None:
+    """A ReplicaSet's pods are created by kube-controller-manager: judged like the tenant's own."""
+    ns = arena.a.namespace
+    made = pod(
+        "d-rs", containers=[{"name": "main", "image": IMAGE, "env": _env(("NVIDIA_VISIBLE_DEVICES", "all"))}]
+    )
+    refused = _as_controller(arena.stack, "replicaset-controller", "create", ns, made)
+    assert refused.returncode == 1, refused.stdout
+    assert (
+        '[device-visibility] Pod "d-rs" spec.containers[0] ("main") sets NVIDIA_VISIBLE_DEVICES'
+        in refused.stderr
+    )
+    admitted = _as_controller(arena.stack, "replicaset-controller", "create", ns, pod("d-rs"))
+    assert admitted.returncode == 0, admitted.stderr
+
+
+def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) -> None:
+    """An ephemeral container (pods/ephemeralcontainers, granted here) is judged like any other."""
+    ns = arena.a.namespace
+    role = simple(
+        "Role",
+        "e2e-debug-dev",
+        "rbac.authorization.k8s.io/v1",
+        rules=[
+            {
+                "apiGroups": [""],
+                "resources": ["pods/ephemeralcontainers"],
+                "verbs": ["get", "patch", "update"],
+            }
+        ],
+    )
+    binding = simple(
+        "RoleBinding",
+        "e2e-debug-dev",
+        "rbac.authorization.k8s.io/v1",
+        subjects=[
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+            for g in arena.a.researcher.groups
+        ],
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-debug-dev"},
+    )
+    for obj in (role, binding):
+        arena.stack.admin_kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(obj))
+    researcher = arena.a.researcher
+    assert researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("d-dbg"))).returncode == 0
+
+    def debug(container: str, *env: str) -> subprocess.CompletedProcess[str]:
+        return researcher.kubectl(
+            "debug", "d-dbg", "-n", ns, f"--image={IMAGE}", "--profile=baseline", "-c", container, *env
+        )
+
+    refused = debug("peek", "--env=NVIDIA_VISIBLE_DEVICES=all")
+    assert refused.returncode == 1, refused.stdout
+    assert 'spec.ephemeralContainers[0] ("peek") sets NVIDIA_VISIBLE_DEVICES' in refused.stderr, (
+        refused.stderr
+    )
+    admitted = debug("look", "--env=CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    assert admitted.returncode == 0, admitted.stderr
+
+
+def test_admin_access_claims_are_refused_even_where_a_cluster_admin_set_the_label(arena: Arena) -> None:
+    """Kubernetes refuses adminAccess outside namespaces labelled resource.kubernetes.io/admin-access;
+    in a tenant's namespace labgate refuses it even where a cluster admin set that label."""
+    ns = arena.a.namespace
+    arena.stack.admin_kubectl(
+        "label", "--overwrite", "namespace", ns, "resource.kubernetes.io/admin-access=true"
+    )
+    try:
+        for who, suffix in ((arena.a.researcher, ""), (arena.a.admin, "-adm")):
+            for kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                name = f"adm-{kind.lower()}{suffix}"
+                refused = who.kubectl(
+                    "create", "-n", ns, "-f", "-", stdin=json.dumps(_gpu_claim(kind, name, admin=True)(arena))
+                )
+                assert refused.returncode == 1, refused.stdout
+                assert f'[dra-admin-access] {kind} "{name}"' in refused.stderr, refused.stderr
+                assert "asks adminAccess: true" in refused.stderr, refused.stderr
+                admitted = who.kubectl(
+                    "create",
+                    "-n",
+                    ns,
+                    "-f",
+                    "-",
+                    stdin=json.dumps(_gpu_claim(kind, name, admin=False)(arena)),
+                )
+                assert admitted.returncode == 0, admitted.stderr
+    finally:
+        arena.stack.admin_kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access-")
+
+
+def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Arena) -> None:
+    """Granted update on their namespace (RBAC as open as some labs make it), neither A's researcher
+    nor its admin may add the admin-access label; other labels they may add."""
+    ns = arena.a.namespace
+    role = simple(
+        "ClusterRole",
+        f"e2e-ns-edit-{ns}",
+        "rbac.authorization.k8s.io/v1",
+        rules=[
+            {
+                "apiGroups": [""],
+                "resources": ["namespaces"],
+                "resourceNames": [ns],
+                "verbs": ["get", "patch", "update"],
+            }
+        ],
+    )
+    users = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": arena.a.admin.name}]
+    groups = [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
+        for g in arena.a.researcher.groups
+    ]
+    binding = simple(
+        "ClusterRoleBinding",
+        f"e2e-ns-edit-{ns}",
+        "rbac.authorization.k8s.io/v1",
+        subjects=users + groups,
+        roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"e2e-ns-edit-{ns}"},
+    )
+    for obj in (role, binding):
+        arena.stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+    try:
+        for who in (arena.a.researcher, arena.a.admin):
+            refused = who.kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
+            assert refused.returncode == 1, refused.stdout
+            assert "[namespace-admin-access]" in refused.stderr, refused.stderr
+            admitted = who.kubectl("label", "--overwrite", "namespace", ns, f"team-note={who.name}")
+            assert admitted.returncode == 0, admitted.stderr
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            arena.stack.admin_kubectl("delete", kind, f"e2e-ns-edit-{ns}", "--ignore-not-found")
+
+
+def test_cluster_admins_still_bind_platform_volumes_into_a_tenant(arena: Arena) -> None:
+    """The exemption that is left: the infra team (system:masters) binds a platform volume on purpose."""
+    ns = arena.a.namespace
+    created = arena.stack.cluster_kubectl(
+        "create", "-n", ns, "-f", "-", manifest=claim("c-admin", _pv("none")(arena))
+    )
+    assert created.returncode == 0, created.stderr
+    arena.stack.admin_kubectl("delete", "pvc", "c-admin", "-n", ns, "--wait=false")
+
+
+def test_the_isolation_oracle_finds_nothing_in_the_arena(arena: Arena) -> None:
+    """After every row: no pod, claim or volume of the arena's tenants breaks isolation."""
+    found = [v for v in isolation_violations(arena.stack) if arena.a.name in v or arena.b.name in v]
+    assert found == [], "\n".join(found)
+    claims = json.loads(arena.stack.admin_kubectl("get", "pvc", "-n", arena.a.namespace, "-o", "json"))[
+        "items"
+    ]
+    assert _pv("B")(arena) not in {c["spec"].get("volumeName") for c in claims}

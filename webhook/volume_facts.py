@@ -1,0 +1,62 @@
+"""The PersistentVolumes that claim templates name, for the volume-claim-template rule.
+
+A generic ephemeral volume (`spec.volumes[].ephemeral.volumeClaimTemplate`, in any pod template) and
+a StatefulSet's `spec.volumeClaimTemplates` become claims that kube-controller-manager creates; the
+rule judges the volume a template names (`spec.volumeName`) before any claim exists. Finding the
+names is pure; reading the volumes goes through the reader the volume-claim rule already uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+log = logging.getLogger("labgate.webhook")
+
+# The most volumes one request's templates may have read; beyond, the rule refuses the rest as unread.
+MAX_TEMPLATE_VOLUMES = 16
+
+
+class VolumeReader(Protocol):
+    def volume(self, name: str) -> dict[str, Any]: ...
+
+
+def _claim_template_specs(obj: Mapping[str, Any] | None, pod_templates: list[dict[str, Any]]) -> list[Any]:
+    specs: list[Any] = []
+    for template in pod_templates:
+        for volume in (template.get("spec") or {}).get("volumes") or []:
+            if isinstance(volume, dict):
+                specs.append(((volume.get("ephemeral") or {}).get("volumeClaimTemplate") or {}).get("spec"))
+    if obj is not None and obj.get("kind") == "StatefulSet":
+        for claim in (obj.get("spec") or {}).get("volumeClaimTemplates") or []:
+            if isinstance(claim, dict):
+                specs.append(claim.get("spec"))
+    return specs
+
+
+def template_volume_names(obj: Mapping[str, Any] | None, pod_templates: list[dict[str, Any]]) -> list[str]:
+    """The volumes the request's claim templates name (spec.volumeName), each once, in order."""
+    names: dict[str, None] = {}
+    for spec in _claim_template_specs(obj, pod_templates):
+        name = spec.get("volumeName") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name:
+            names[name] = None
+    return list(names)
+
+
+async def template_volumes(names: list[str], reader: VolumeReader) -> dict[str, dict[str, Any]]:
+    """name -> {name, exists, labels, claimRef} for the first MAX_TEMPLATE_VOLUMES names; a volume
+    whose read failed is left out (the rule refuses what it could not see)."""
+    chosen = names[:MAX_TEMPLATE_VOLUMES]
+    read = await asyncio.gather(
+        *(asyncio.to_thread(reader.volume, name) for name in chosen), return_exceptions=True
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for name, result in zip(chosen, read, strict=True):
+        if isinstance(result, BaseException):
+            log.warning("could not read PersistentVolume %s: %s", name, result)
+        else:
+            found[name] = result
+    return found
