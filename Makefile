@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run stop test setup tools debian-packages venv lint policy-test unit e2e e2e-kind clean
+.PHONY: run stop test setup tools debian-packages venv lint policy-test unit tools-tests e2e e2e-kind clean
 
 run: setup  ## start everything and show the main job (stop with: make stop)
 	@$(BIN)/python -m devcluster down >/dev/null
@@ -55,10 +55,14 @@ lint: venv  ## ruff, mypy --strict and the import-layer contracts
 policy-test: venv tools  ## Rego: format, strict compile, unit tests, and every policy sample
 	$(BIN)/labgate policy test --policies policies
 
-unit: venv
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+# The three test tiers (tests/conftest.py); `make test` runs them all, in one pytest run.
+unit: venv  ## tier 1: unit tests that run no pinned tool, each within a short timeout
+	$(BIN)/python -m pytest tests/unit -m "not tools" $(PYTEST_ARGS)
 
-e2e: setup
+tools-tests: venv tools  ## tier 2: unit tests that run the pinned opa or helm (marker `tools`)
+	$(BIN)/python -m pytest tests/unit -m tools $(PYTEST_ARGS)
+
+e2e: setup  ## tier 3: end-to-end tests on the real control plane
 	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
 
 e2e-kind: setup  ## the same e2e tests on a kind cluster (needs a Docker engine; skipped with the reason otherwise)

@@ -291,7 +291,6 @@ class CertificateManager:
 
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 ENDPOINT_SLICE = Kind("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices", is_namespaced=True)
-_SECRET_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key", "bundle.pem", "next-ca.crt", "next-ca.key")
 
 
 class SecretStore:

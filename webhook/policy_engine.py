@@ -1,22 +1,26 @@
-"""The one door to OPA: evaluate the admission decision, and keep OPA's copy of the inventory current.
+"""The one door to OPA: evaluate the admission decision, and keep OPA's inventory and policies current.
 
-Queries go through opa-python-client's AsyncOpaClient over one aiohttp session with keep-alive
-connections, its request bodies encoded with orjson (the standard library's json on the event loop
-cost a fifth of the webhook's time under load), with no retries (a retry would spend the
-apiserver's deadline) and a hard deadline of `timeout` seconds. Any failure becomes
-PolicyEngineUnavailableError, which the webhook turns into a refusal, never an admission. The
-inventory writer (threads, not the admission path) uses the synchronous OpaClient.
+Every call to OPA goes through one aiohttp session type (`OpaSession`): keep-alive connections, request
+bodies encoded with orjson (the standard library's json on the event loop cost a fifth of the
+webhook's time under load), no retries (a retry would spend the apiserver's deadline) and a hard
+deadline of `timeout` seconds. The admission path (`PolicyEngine`) uses it on the webhook's event
+loop; any failure becomes PolicyEngineUnavailableError, which the webhook turns into a refusal, never
+an admission. The writers on threads (`InventoryStore`, `PolicyStore`, the scheduled audit's
+`labgate.cli.audit_service.ServerOpa`) use it through `BlockingOpa`, which runs its own session on a
+private event loop thread, so no write ever runs on the admission loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-from urllib.parse import urlsplit
+import json
+import threading
+import weakref
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import aiohttp
-import requests
-from opa_client import AsyncOpaClient, OpaClient
 from pydantic import TypeAdapter, ValidationError
 
 from labgate.core import json_bytes
@@ -33,67 +37,98 @@ MUTATION_PACKAGE = "labgate/mutation"
 # policies (about 23 ms a write here, against 0.5 ms for a root of its own).
 INVENTORY_PATH = "inventory"
 
+_JSON = "application/json"
+_T = TypeVar("_T")
+
 
 class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
     """OPA could not give a decision in time (down, slow, no policy loaded, or a malformed answer)."""
 
 
-def _host_port(url: str) -> tuple[str, int, bool]:
-    parts = urlsplit(url)
-    is_tls = parts.scheme == "https"
-    return parts.hostname or "127.0.0.1", parts.port or (443 if is_tls else 80), is_tls
+class OpaUnreachableError(OSError):
+    """A blocking call found OPA down, slow or answering an unexpected status (an OSError, as the
+    threads' callers treat an unreachable server)."""
 
 
-def _orjson_text(document: Any) -> str:
-    return json_bytes.dumps(document).decode()
+@dataclass(frozen=True)
+class OpaAnswer:
+    """One HTTP answer from OPA: its status and its JSON body (None when empty)."""
+
+    status: int
+    body: Any
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
 
 
-class _OrjsonOpaClient(AsyncOpaClient):  # type: ignore[misc]
-    """AsyncOpaClient whose session encodes request bodies with orjson and keeps `connections`
-    connections to OPA alive between queries."""
+class OpaSession:
+    """One keep-alive aiohttp session to OPA's REST API (opened on first use, on the caller's loop)."""
 
-    def __init__(self, *, connections: int, **options: Any):
-        super().__init__(**options)
+    def __init__(self, url: str, *, timeout: float, connections: int):
+        self.root = url.rstrip("/")
+        self.timeout = timeout
         self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
 
-    async def _init_session(self) -> None:
-        self._session = aiohttp.ClientSession(
-            headers=self.headers,
-            connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=self.timeout),
-            json_serialize=_orjson_text,
-        )
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections,
+                    keepalive_timeout=60,
+                ),  # https: aiohttp's default, the system's trust store with the hostname checked
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            )
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        document: Any = None,
+        text: str | None = None,
+        content_type: str = _JSON,
+    ) -> OpaAnswer:
+        """`method` on `root + path`, with `document` as JSON (orjson) or `text` as the body."""
+        body: bytes | None = None
+        if text is not None:
+            body = text.encode("utf-8")
+        elif document is not None:
+            body = json_bytes.dumps(document)
+        headers = {"Content-Type": content_type} if body is not None else None
+        async with self._open().request(method, self.root + path, data=body, headers=headers) as response:
+            raw = await response.read()
+            # the standard library decodes: exact for any integer, as the answers were read before
+            return OpaAnswer(response.status, json.loads(raw) if raw.strip() else None)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 class PolicyEngine:
     """Async access to the OPA server for admission decisions."""
 
     def __init__(self, url: str, *, timeout: float, connections: int = 32):
-        host, port, is_tls = _host_port(url)
         self.timeout = timeout
-        if is_tls:  # the session above has no TLS options of its own; use the library's
-            self._client = AsyncOpaClient(host=host, port=port, ssl=True, retries=0, timeout=timeout)
-        else:
-            self._client = _OrjsonOpaClient(
-                connections=connections, host=host, port=port, ssl=False, retries=0, timeout=timeout
-            )
-        self._opened = False
-
-    async def _ensure_open(self) -> None:
-        if not self._opened:
-            await self._client.__aenter__()
-            self._opened = True
+        self._session = OpaSession(url, timeout=timeout, connections=connections)
 
     async def _query(self, policy_input: PolicyInput | PolicyBatch, package: str, rule: str | None) -> Any:
+        path = f"/v1/data/{package}" + (f"/{rule}" if rule else "")
         try:
-            await self._ensure_open()
-            result = await asyncio.wait_for(
-                self._client.query_rule(policy_input, package, rule), timeout=self.timeout
+            answer = await asyncio.wait_for(
+                self._session.request("POST", path, document={"input": policy_input}), timeout=self.timeout
             )
         except TimeoutError as err:
             raise PolicyEngineUnavailableError(f"no answer within {self.timeout:.1f}s") from err
         except (aiohttp.ClientError, OSError, ValueError) as err:
             raise PolicyEngineUnavailableError(f"cannot reach OPA: {err}") from err
+        if not answer.is_success:
+            raise PolicyEngineUnavailableError(f"cannot reach OPA: HTTP {answer.status} for {path}")
+        result = answer.body
         if not isinstance(result, dict) or "result" not in result:
             raise PolicyEngineUnavailableError(f"OPA has no labgate policy loaded ({package} undefined)")
         return result["result"]
@@ -136,43 +171,111 @@ class PolicyEngine:
     async def is_healthy(self) -> bool:
         """True when OPA answers its health endpoint with the policies loaded."""
         try:
-            await self._ensure_open()
-            status = await asyncio.wait_for(self._client.check_health(), timeout=self.timeout)
-        except (TimeoutError, aiohttp.ClientError, OSError):
+            answer = await asyncio.wait_for(self._session.request("GET", "/health"), timeout=self.timeout)
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
             return False
-        return bool(status)
+        return answer.status == 200
 
     async def close(self) -> None:
-        if self._opened:
-            await self._client.close_connection()
-            self._opened = False
+        await self._session.close()
 
 
 _DECISIONS: TypeAdapter[list[Decision]] = TypeAdapter(list[Decision])
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _close_and_stop(session: OpaSession, loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        await session.close()
+    finally:
+        loop.stop()
+
+
+def _shut_down(session: OpaSession, loop: asyncio.AbstractEventLoop) -> None:
+    """Close the session on its loop, then end the loop's thread (from any thread; never waits)."""
+    if not loop.is_closed():
+        asyncio.run_coroutine_threadsafe(_close_and_stop(session, loop), loop)
+
+
+class BlockingOpa:
+    """`OpaSession` for threads and the command line: each call runs on a private event loop thread
+    and returns its answer. A failure to reach OPA is an OpaUnreachableError (an OSError). The
+    session is closed by `close()`, or when the client is dropped without it."""
+
+    def __init__(self, url: str, *, timeout: float):
+        self.timeout = timeout
+        self._session = OpaSession(url, timeout=timeout, connections=4)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=_serve, args=(self._loop,), name="opa-session", daemon=True)
+        self._thread.start()
+        self._shut_down = weakref.finalize(self, _shut_down, self._session, self._loop)
+
+    def _run(self, call: Coroutine[Any, Any, _T]) -> _T:
+        # A margin over the session's own deadline, which ends every request first.
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=self.timeout + 5)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        document: Any = None,
+        text: str | None = None,
+        content_type: str = _JSON,
+    ) -> OpaAnswer:
+        try:
+            return self._run(
+                self._session.request(method, path, document=document, text=text, content_type=content_type)
+            )
+        except aiohttp.ClientError as err:
+            raise OpaUnreachableError(f"OPA at {self._session.root}: {err}") from err
+
+    def expect(self, method: str, path: str, **body: Any) -> OpaAnswer:
+        """`request`, an OpaUnreachableError unless OPA answers with success."""
+        answer = self.request(method, path, **body)
+        if not answer.is_success:
+            raise OpaUnreachableError(
+                f"OPA at {self._session.root}: HTTP {answer.status} for {method} {path}"
+            )
+        return answer
+
+    def close(self) -> None:
+        self._shut_down()
+        self._thread.join(timeout=5)
 
 
 class InventoryStore:
     """Synchronous writer of data.inventory (tenants and namespaces) for the inventory threads."""
 
     def __init__(self, url: str, *, timeout: float = 2.0):
-        host, port, is_tls = _host_port(url)
         # No retries: a failed write makes the reflector re-list, which writes everything again.
-        self._client = OpaClient(host=host, port=port, ssl=is_tls, retries=0, timeout=timeout)
+        self._opa = BlockingOpa(url, timeout=timeout)
 
     def replace_all(self, inventory: dict[str, Any]) -> None:
         """Replace the whole inventory (after a list)."""
-        self._client.update_or_create_data(inventory, INVENTORY_PATH)
+        self._opa.expect("PUT", f"/v1/data/{INVENTORY_PATH}", document=inventory)
 
     def put(self, collection: str, name: str, document: dict[str, Any]) -> None:
         """Create or replace one tenant or namespace."""
-        self._client.update_or_create_data(document, f"{INVENTORY_PATH}/{collection}/{name}")
+        self._opa.expect("PUT", f"/v1/data/{INVENTORY_PATH}/{collection}/{name}", document=document)
 
     def patch(self, operations: list[dict[str, Any]]) -> None:
         """Apply a JSON Patch to the inventory (several changes in one request)."""
-        self._client.patch_data(INVENTORY_PATH, operations)
+        self._opa.expect(
+            "PATCH",
+            f"/v1/data/{INVENTORY_PATH}",
+            document=operations,
+            content_type="application/json-patch+json",
+        )
 
     def close(self) -> None:
-        self._client.close_connection()
+        self._opa.close()
 
 
 class PolicyLoadError(LabgateError, RuntimeError):
@@ -195,45 +298,35 @@ class PolicyStore:
     """Synchronous writer of policy modules and policy data into OPA (webhook.policy_sync)."""
 
     def __init__(self, url: str, *, timeout: float = 5.0):
-        self._root = url.rstrip("/") + "/v1"
-        self._timeout = timeout
-        self._session = requests.Session()
+        self._opa = BlockingOpa(url, timeout=timeout)
 
     def modules(self) -> dict[str, str]:
         """id -> source text of every module OPA holds (one request; used on a first pass only)."""
-        response = self._session.get(f"{self._root}/policies", timeout=self._timeout)
-        response.raise_for_status()
-        return {str(m["id"]): str(m.get("raw", "")) for m in response.json().get("result", [])}
+        body = self._opa.expect("GET", "/v1/policies").body or {}
+        return {str(m["id"]): str(m.get("raw", "")) for m in body.get("result", [])}
 
     def put_module(self, module_id: str, text: str) -> None:
         """Create or replace one module; PolicyLoadError with OPA's parse or compile error."""
-        response = self._session.put(
-            f"{self._root}/policies/{module_id}",
-            data=text.encode("utf-8"),
-            headers={"Content-Type": "text/plain"},
-            timeout=self._timeout,
-        )
-        if response.status_code != 200:
-            raise PolicyLoadError(_opa_errors(response.json()))
+        answer = self._opa.request("PUT", f"/v1/policies/{module_id}", text=text, content_type="text/plain")
+        if answer.status != 200:
+            raise PolicyLoadError(_opa_errors(answer.body))
 
     def delete_module(self, module_id: str) -> None:
-        response = self._session.delete(f"{self._root}/policies/{module_id}", timeout=self._timeout)
-        if response.status_code not in (200, 404):
-            raise PolicyLoadError(_opa_errors(response.json()))
+        answer = self._opa.request("DELETE", f"/v1/policies/{module_id}")
+        if answer.status not in (200, 404):
+            raise PolicyLoadError(_opa_errors(answer.body))
 
     def put_data(self, path: str, document: Any) -> None:
         """Create or replace the data document at `path` (e.g. labgate/config)."""
-        response = self._session.put(f"{self._root}/data/{path}", json=document, timeout=self._timeout)
-        if response.status_code not in (200, 204):
-            raise PolicyLoadError(_opa_errors(response.json()))
+        answer = self._opa.request("PUT", f"/v1/data/{path}", document=document)
+        if answer.status not in (200, 204):
+            raise PolicyLoadError(_opa_errors(answer.body))
 
     def get_marker(self) -> str | None:
         """The revision policy_sync recorded in OPA after its last complete load (None: OPA has none,
         e.g. it restarted)."""
-        response = self._session.get(f"{self._root}/data/labgate_policy_sync/revision", timeout=self._timeout)
-        response.raise_for_status()
-        result = response.json().get("result")
+        result = (self._opa.expect("GET", "/v1/data/labgate_policy_sync/revision").body or {}).get("result")
         return result if isinstance(result, str) else None
 
     def close(self) -> None:
-        self._session.close()
+        self._opa.close()

@@ -193,14 +193,7 @@ def webhook_configurations(
     ):
         webhooks = []
         for index, url in enumerate(urls):
-            selector = None
-            if len(urls) > 1 and shard_label is not None:
-                others = [str(i) for i in range(len(urls)) if i != index]
-                selector = (
-                    {"matchExpressions": [{"key": shard_label, "operator": "NotIn", "values": others}]}
-                    if index == 0
-                    else {"matchLabels": {shard_label: str(index)}}
-                )
+            selector = _shard_selector(index, len(urls), shard_label)
             for webhook_name, scoped_rules in zip(names, split_by_scope(rules), strict=True):
                 webhooks.append(
                     _webhook(
@@ -218,12 +211,25 @@ def webhook_configurations(
                 )
                 if kind == "MutatingWebhookConfiguration":
                     webhooks[-1]["reinvocationPolicy"] = "IfNeeded"
-        configurations.append(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": kind,
-                "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "labgate"}},
-                "webhooks": webhooks,
-            }
-        )
+        configurations.append(_configuration(kind, name, webhooks))
     return configurations
+
+
+def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "labgate"}},
+        "webhooks": webhooks,
+    }
+
+
+def _shard_selector(index: int, replicas: int, shard_label: str | None) -> dict[str, Any] | None:
+    """The objectSelector of replica `index` of `replicas` (None: one replica, or no sharding): object
+    i goes to the replica labelled i, unlabelled objects to the first."""
+    if replicas <= 1 or shard_label is None:
+        return None
+    if index == 0:
+        others = [str(i) for i in range(replicas) if i != index]
+        return {"matchExpressions": [{"key": shard_label, "operator": "NotIn", "values": others}]}
+    return {"matchLabels": {shard_label: str(index)}}

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from labgate.cli.offline_admission import Facts, OfflineCheckError, OfflineOpa, facts_from_manifests
 from labgate.cli.policy_impact import (
     audit_rows,
@@ -45,6 +43,7 @@ from labgate.core.metrics import (
     AUDIT_RUNS,
     AUDIT_VIOLATIONS,
 )
+from webhook.policy_engine import BlockingOpa
 from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 from webhook.workloads import WorkloadKind
@@ -62,31 +61,24 @@ class ServerOpa(OfflineOpa):
         super().__init__("opa", Path(url), facts)
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._session = requests.Session()
+        self._opa = BlockingOpa(self.url, timeout=timeout)
         self._pushed: str | None = None
 
     def close(self) -> None:
-        self._session.close()
+        self._opa.close()
         super().close()
 
     def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         inventory = json.dumps((facts or self.facts).inventory, sort_keys=True)
         try:
             if inventory != self._pushed:
-                response = self._session.put(
-                    f"{self.url}/v1/data/inventory", data=inventory, timeout=self.timeout
-                )
-                response.raise_for_status()
+                self._opa.expect("PUT", "/v1/data/inventory", text=inventory)
                 self._pushed = inventory
             path = query.removeprefix("data.").replace(".", "/")
-            response = self._session.post(
-                f"{self.url}/v1/data/{path}", json={"input": policy_input}, timeout=self.timeout
-            )
-            response.raise_for_status()
-            body = response.json()
-        except (requests.RequestException, ValueError) as err:
+            body = self._opa.expect("POST", f"/v1/data/{path}", document={"input": policy_input}).body
+        except (OSError, ValueError) as err:
             raise OfflineCheckError(f"OPA at {self.url}: {query}: {err}") from err
-        if "result" not in body:
+        if not isinstance(body, dict) or "result" not in body:
             raise OfflineCheckError(f"{query} is undefined: are labgate's policies loaded in {self.url}?")
         return body["result"]
 

@@ -16,7 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without the offline check
+    from labgate.cli.offline_admission import CheckResult, OfflineOpa
+    from labgate.gpu_accounting.ledger import GpuAmount
+    from webhook.workloads import WorkloadKind
 
 
 def _serve(_: argparse.Namespace) -> int:
@@ -178,14 +183,10 @@ def _check(args: argparse.Namespace) -> int:
     from labgate.cli.offline_admission import (
         OfflineCheckError,
         OfflineOpa,
-        admission_request,
         check_json,
-        dry_run_lines,
         facts_from_manifests,
         load_manifests,
         parse_gpu_usage,
-        researcher_view,
-        with_namespace,
     )
     from webhook.workloads import load_workload_kinds
 
@@ -196,8 +197,6 @@ def _check(args: argparse.Namespace) -> int:
         print(f"labgate check: --gpu-usage: {err}", file=sys.stderr)
         return 2
     policies = Path(args.policies) if args.policies else _default_policies()
-    is_refused = False
-    results: list[dict[str, Any]] = []
     try:
         images = _image_facts(Path(args.image_facts)) if args.image_facts else None
         manifests = load_manifests([source])
@@ -209,39 +208,61 @@ def _check(args: argparse.Namespace) -> int:
             print(f"labgate check: {source} holds no objects", file=sys.stderr)
             return 2
         with OfflineOpa(_opa_binary(args.opa), policies, facts) as opa:
-            for number, manifest in enumerate(manifests, start=1):
-                request = admission_request(
-                    obj=manifest,
-                    username=args.as_user,
-                    groups=_groups(args.groups),
-                    namespace=args.namespace,
-                    uid=f"labgate-check-{number}",
-                    kinds=kinds,
-                )
-                namespace = request.namespace
-                if namespace and with_namespace(facts, namespace).tenant_of(namespace) is None:
-                    print(
-                        f"note: namespace {namespace!r} belongs to no tenant in the definitions given "
-                        "(--tenants)",
-                        file=sys.stderr,
-                    )
-                result = opa.check(request, gpu_usage=usage, images=images, kinds=kinds)
-                if args.output_format == "json":
-                    results.append(check_json(result))
-                else:
-                    for line in researcher_view(result, source=str(source)):
-                        print(line)
-                    for line in dry_run_lines(result):
-                        print(line, file=sys.stderr)
-                is_refused = is_refused or not result.is_allowed
+            results = [
+                _check_one(args, opa, source, manifest, number, usage=usage, images=images, kinds=kinds)
+                for number, manifest in enumerate(manifests, start=1)
+            ]
     except OfflineCheckError as err:
         print(f"labgate check: {err}", file=sys.stderr)
         return 2
     if args.output_format == "json":
         import json
 
-        print(json.dumps(results, indent=2))
-    return 1 if is_refused else 0
+        print(json.dumps([check_json(result) for result in results], indent=2))
+    return 0 if all(result.is_allowed for result in results) else 1
+
+
+def _check_one(
+    args: argparse.Namespace,
+    opa: OfflineOpa,
+    source: Path,
+    manifest: dict[str, Any],
+    number: int,
+    *,
+    usage: GpuAmount | None,
+    images: dict[str, Any] | None,
+    kinds: tuple[WorkloadKind, ...],
+) -> CheckResult:
+    """Evaluate one manifest of `labgate check` as the researcher of `args`; in text mode, print what
+    kubectl would show them (and dry-run findings on standard error)."""
+    from labgate.cli.offline_admission import (
+        admission_request,
+        dry_run_lines,
+        researcher_view,
+        with_namespace,
+    )
+
+    request = admission_request(
+        obj=manifest,
+        username=args.as_user,
+        groups=_groups(args.groups),
+        namespace=args.namespace,
+        uid=f"labgate-check-{number}",
+        kinds=kinds,
+    )
+    namespace = request.namespace
+    if namespace and with_namespace(opa.facts, namespace).tenant_of(namespace) is None:
+        print(
+            f"note: namespace {namespace!r} belongs to no tenant in the definitions given (--tenants)",
+            file=sys.stderr,
+        )
+    result = opa.check(request, gpu_usage=usage, images=images, kinds=kinds)
+    if args.output_format != "json":
+        for line in researcher_view(result, source=str(source)):
+            print(line)
+        for line in dry_run_lines(result):
+            print(line, file=sys.stderr)
+    return result
 
 
 def _opa_steps(opa: str, policies: Path) -> list[str]:
@@ -724,43 +745,7 @@ def _add_impact_commands(commands: Any) -> None:
     export.set_defaults(handler=_snapshot_export)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labgate", description="labgate admission control for research clusters"
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="run the admission webhook")
-    serve.set_defaults(handler=_serve)
-
-    reconcile = commands.add_parser(
-        "reconcile", help="run the tenant reconciler (RBAC, namespaces, quotas, ...)"
-    )
-    reconcile.add_argument("--kubeconfig", help="kubeconfig; in-cluster service account when omitted")
-    reconcile.add_argument(
-        "--namespace", default="labgate-system", help="namespace of the leader-election Lease"
-    )
-    reconcile.add_argument("--identity", help="this replica's name in the Lease (default: host name)")
-    reconcile.add_argument("--lease-seconds", type=float, default=15.0, help="leader lease duration")
-    reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
-    reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
-    reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
-    reconcile.add_argument(
-        "--webhook-certificates-secret",
-        help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
-    )
-    reconcile.add_argument(
-        "--gpu-config",
-        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
-        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
-    )
-    reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
-    reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")
-    reconcile.add_argument(
-        "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
-    )
-    reconcile.set_defaults(handler=_reconcile)
-
+def _add_check_command(commands: Any) -> None:
     check = commands.add_parser(
         "check",
         help="evaluate a manifest offline and print what a researcher would see",
@@ -805,9 +790,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=_check)
 
-    _add_policy_commands(commands)
-    _add_impact_commands(commands)
 
+def _add_repository_commands(commands: Any) -> None:
+    """`labgate generate` (a checkout's generated files) and `labgate decisions` (the decision log)."""
     generate = commands.add_parser(
         "generate",
         help="write the chart and policy files generated from labgate's Python (workload kinds, names)",
@@ -829,6 +814,49 @@ def build_parser() -> argparse.ArgumentParser:
         "--prev", help="hash the first record links to (the last hash of the file before a rotation)"
     )
     decisions_verify.set_defaults(handler=_decisions_verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labgate", description="labgate admission control for research clusters"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the admission webhook")
+    serve.set_defaults(handler=_serve)
+
+    reconcile = commands.add_parser(
+        "reconcile", help="run the tenant reconciler (RBAC, namespaces, quotas, ...)"
+    )
+    reconcile.add_argument("--kubeconfig", help="kubeconfig; in-cluster service account when omitted")
+    reconcile.add_argument(
+        "--namespace", default="labgate-system", help="namespace of the leader-election Lease"
+    )
+    reconcile.add_argument("--identity", help="this replica's name in the Lease (default: host name)")
+    reconcile.add_argument("--lease-seconds", type=float, default=15.0, help="leader lease duration")
+    reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
+    reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
+    reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    reconcile.add_argument(
+        "--webhook-certificates-secret",
+        help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
+    )
+    reconcile.add_argument(
+        "--gpu-config",
+        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
+        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
+    )
+    reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
+    reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")
+    reconcile.add_argument(
+        "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
+    )
+    reconcile.set_defaults(handler=_reconcile)
+
+    _add_check_command(commands)
+    _add_policy_commands(commands)
+    _add_impact_commands(commands)
+    _add_repository_commands(commands)
     return parser
 
 

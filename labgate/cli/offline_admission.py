@@ -230,31 +230,10 @@ def admission_request(
     if not version or not kind:
         raise OfflineCheckError("the manifest has no apiVersion or kind")
     metadata = document.get("metadata") or {}
-    own_namespace = metadata.get("namespace")
-    if (group, kind) in _CLUSTER_SCOPED:
-        namespace = None
-    else:
-        if namespace and own_namespace and own_namespace != namespace:
-            raise OfflineCheckError(
-                f"the namespace from the manifest ({own_namespace!r}) does not match {namespace!r}"
-            )
-        namespace = namespace or own_namespace or "default"
+    namespace = _request_namespace(group, kind, namespace, metadata.get("namespace"))
 
     def fill(source: dict[str, Any] | None) -> dict[str, Any] | None:
-        if source is None:
-            return None
-        filled = copy.deepcopy(source)
-        if namespace is not None:
-            filled.setdefault("metadata", {})["namespace"] = namespace
-        spec = filled.get("spec")
-        if (
-            (group, kind) == ("", "Pod")
-            and isinstance(spec, dict)
-            and not spec.get("priorityClassName")
-            and spec.get("priority") is None
-        ):
-            spec["priority"] = 0
-        return filled
+        return None if source is None else _as_the_apiserver_sends(source, group, kind, namespace)
 
     all_groups = list(dict.fromkeys([*groups, AUTHENTICATED_GROUP]))
     return AdmissionRequest.model_validate(
@@ -270,6 +249,35 @@ def admission_request(
             "oldObject": fill(old_object),
         }
     )
+
+
+def _request_namespace(group: str, kind: str, given: str | None, own: str | None) -> str | None:
+    """The request's namespace: none for a cluster-scoped kind, else the one given or the manifest's
+    (which must agree), else "default"."""
+    if (group, kind) in _CLUSTER_SCOPED:
+        return None
+    if given and own and own != given:
+        raise OfflineCheckError(f"the namespace from the manifest ({own!r}) does not match {given!r}")
+    return given or own or "default"
+
+
+def _as_the_apiserver_sends(
+    source: dict[str, Any], group: str, kind: str, namespace: str | None
+) -> dict[str, Any]:
+    """A copy of `source` with its namespace filled in and, for a Pod naming no priorityClassName,
+    spec.priority 0 (what the apiserver does before any webhook runs)."""
+    filled = copy.deepcopy(source)
+    if namespace is not None:
+        filled.setdefault("metadata", {})["namespace"] = namespace
+    spec = filled.get("spec")
+    if (
+        (group, kind) == ("", "Pod")
+        and isinstance(spec, dict)
+        and not spec.get("priorityClassName")
+        and spec.get("priority") is None
+    ):
+        spec["priority"] = 0
+    return filled
 
 
 def _unescape(token: str) -> str:

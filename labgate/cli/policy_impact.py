@@ -120,40 +120,15 @@ def export_snapshot(
         if TENANT_LABEL in ((n.get("metadata") or {}).get("labels") or {})
     ]
     tenant_namespaces = [n["metadata"]["name"] for n in namespaces]
-    secrets = []
+    listed_kinds = [
+        Kind("Pod", "", "v1", "pods", is_namespaced=True),
+        *(Kind(k.kind, k.group, k.version, k.resource, is_namespaced=True) for k in kinds),
+    ]
+    secrets: list[Manifest] = []
     workloads: list[Manifest] = []
-    pod_kind = Kind("Pod", "", "v1", "pods", is_namespaced=True)
-    workload_kinds = [Kind(k.kind, k.group, k.version, k.resource, is_namespaced=True) for k in kinds]
     for namespace in tenant_namespaces:
-        # Metadata only: the audit needs the labgate.io/ annotations, never a Secret's data.
-        listed = kube.lister(SECRET, metadata_only=True, namespace=namespace)(_request_timeout=30)
-        for secret in (listed or {}).get("items") or []:
-            annotations = (secret.get("metadata") or {}).get("annotations") or {}
-            restricted = {k: v for k, v in annotations.items() if k.startswith("labgate.io/")}
-            if restricted:
-                secrets.append(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Secret",
-                        "metadata": {
-                            "name": secret["metadata"]["name"],
-                            "namespace": namespace,
-                            "annotations": restricted,
-                        },
-                    }
-                )
-        for kind in [pod_kind, *workload_kinds]:
-            try:
-                items = kube.list(kind, namespace=namespace)["items"]
-            except ApiException as err:
-                if err.status == 404:  # the kind is not installed (e.g. no Kubeflow)
-                    continue
-                raise
-            for item in items:
-                if (item.get("metadata") or {}).get("ownerReferences"):
-                    continue  # made by a controller: its owner is evaluated (and its pods counted)
-                api_version = kind.api_version
-                workloads.append(_clean(item) | {"apiVersion": api_version, "kind": kind.kind})
+        secrets.extend(_restricted_secrets(kube, namespace))
+        workloads.extend(_unowned_objects(kube, namespace, listed_kinds))
     store = LedgerStore(kube, namespace=platform_namespace)
     gpu_usage = {}
     for tenant in tenants:
@@ -163,6 +138,46 @@ def export_snapshot(
         except Exception:  # an unreadable ledger: usage unknown, counted as none
             gpu_usage[name] = GpuAmount()
     return Snapshot(definitions=[*tenants, *namespaces, *secrets], workloads=workloads, gpu_usage=gpu_usage)
+
+
+def _restricted_secrets(kube: Any, namespace: str) -> list[Manifest]:
+    """The Secrets of `namespace` with labgate.io/ annotations, those annotations only."""
+    # Metadata only: the audit needs the labgate.io/ annotations, never a Secret's data.
+    listed = kube.lister(SECRET, metadata_only=True, namespace=namespace)(_request_timeout=30)
+    secrets = []
+    for secret in (listed or {}).get("items") or []:
+        annotations = (secret.get("metadata") or {}).get("annotations") or {}
+        restricted = {k: v for k, v in annotations.items() if k.startswith("labgate.io/")}
+        if restricted:
+            secrets.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {
+                        "name": secret["metadata"]["name"],
+                        "namespace": namespace,
+                        "annotations": restricted,
+                    },
+                }
+            )
+    return secrets
+
+
+def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manifest]:
+    """The objects of `kinds` in `namespace` that no controller made (kinds not installed skipped)."""
+    found: list[Manifest] = []
+    for kind in kinds:
+        try:
+            items = kube.list(kind, namespace=namespace)["items"]
+        except ApiException as err:
+            if err.status == 404:  # the kind is not installed (e.g. no Kubeflow)
+                continue
+            raise
+        for item in items:
+            if (item.get("metadata") or {}).get("ownerReferences"):
+                continue  # made by a controller: its owner is evaluated (and its pods counted)
+            found.append(_clean(item) | {"apiVersion": kind.api_version, "kind": kind.kind})
+    return found
 
 
 # --- evaluating ---

@@ -269,14 +269,6 @@ class KubeApi:
             content_type="application/apply-patch+yaml",
         )
 
-    def merge_patch(self, kind: Kind, name: str, patch: Object, *, namespace: str | None = None) -> Object:
-        return self._call(
-            "PATCH",
-            kind.path(namespace=namespace, name=name),
-            body=patch,
-            content_type="application/merge-patch+json",
-        )
-
     def json_patch(
         self, kind: Kind, name: str, patch: list[dict[str, Any]], *, namespace: str | None = None
     ) -> Object:

@@ -1,8 +1,9 @@
 """Structured logs: one JSON object per line, as operators of Gatekeeper and Kyverno expect.
 
-Every record carries time, level, logger and message; fields passed with `extra={"labgate": {...}}`
-(the admission request's uid, tenant, rule ids, decision time, ...) are merged in at the top level,
-so a log pipeline can filter refusals by tenant or rule without parsing prose.
+Every record carries time, level, logger and message, and an exception's traceback on one line. A
+caller may add fields with `extra={"labgate": {...}}`; they are merged in at the top level (keys the
+record already has win). No labgate module passes any today: what an admission decided (uid,
+tenant, rule ids, verdict) is in the decision log (webhook/decision_log.py), not in these logs.
 """
 
 from __future__ import annotations

@@ -98,6 +98,7 @@ def snapshots(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+@pytest.mark.tools  # `labgate audit` and `policy diff` run opa
 def test_audit_finds_a_job_that_no_longer_fits_after_its_quota_was_lowered(
     snapshots: dict[str, Path],
 ) -> None:
@@ -129,6 +130,7 @@ def _candidate(tmp_path: Path) -> Path:
     return candidate
 
 
+@pytest.mark.tools  # `labgate audit` and `policy diff` run opa
 def test_policy_diff_names_who_is_newly_refused_and_whose_mutation_changes(
     snapshots: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -180,6 +182,7 @@ def test_policy_diff_names_who_is_newly_refused_and_whose_mutation_changes(
     assert "newly refused (1):\n  [image-registry] tenant team-a:\n    Job team-a/finetune" in text
 
 
+@pytest.mark.tools  # `labgate audit` and `policy diff` run opa
 def test_policy_diff_of_identical_policies_changes_nothing(snapshots: dict[str, Path]) -> None:
     result = labgate(
         "policy", "diff", "--policies", POLICIES, "--current", POLICIES, "--snapshot", snapshots["fits"]

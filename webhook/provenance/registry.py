@@ -14,6 +14,9 @@ What it does for its callers:
 - Transport: HTTPS with the public roots plus an optional CA bundle; plain HTTP only for registries the
   settings list as insecure. Every failure becomes a RegistryError whose `reason` is short and names the
   registry, e.g. "registry 127.0.0.1:5000 did not answer within 1.0s".
+
+One room each: `RegistryTransport` (transport), `RegistryAuth` (authentication), `RegistryClient`
+(the API and integrity checks, what callers use).
 """
 
 from __future__ import annotations
@@ -190,21 +193,12 @@ def _tls_context(settings: ProvenanceSettings) -> ssl.SSLContext:
     return context
 
 
-class RegistryClient:
-    """Reads manifests, blobs and referrers from any registry; one instance per process (it pools
-    connections and caches tokens). Call `aclose()` when done."""
+class RegistryTransport:
+    """One GET at a time to any registry, bounded in time and size: the pooled connections, TLS, the
+    base URL of each registry, and transport failures as RegistryErrors."""
 
-    def __init__(
-        self,
-        settings: ProvenanceSettings,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
+    def __init__(self, settings: ProvenanceSettings, *, transport: httpx.AsyncBaseTransport | None = None):
         self.settings = settings
-        self._clock = clock
-        self._tokens: dict[tuple[str, str, str], _Token] = {}
-        self._without_referrers_api: dict[str, float] = {}  # registry -> until when
         self._http = httpx.AsyncClient(
             verify=_tls_context(settings),
             transport=transport,
@@ -223,165 +217,50 @@ class RegistryClient:
         scheme = "http" if self.settings.is_insecure(registry) else "https"
         return f"{scheme}://{host}"
 
-    # --- the API ---
-
-    async def manifest(
-        self,
-        repository: Repository,
-        reference: str,
-        credentials: Sequence[RegistryCredential] = (),
-    ) -> Manifest:
-        """The manifest or index that `reference` (a tag or a digest) names; NotFoundError if none."""
-        found = await self.manifest_if_exists(repository, reference, credentials)
-        if found is None:
-            raise NotFoundError(
-                f"registry {repository.registry} has no manifest {repository.name}:{reference}"
-            )
-        return found
-
-    async def manifest_if_exists(
-        self,
-        repository: Repository,
-        reference: str,
-        credentials: Sequence[RegistryCredential] = (),
-    ) -> Manifest | None:
-        """Like `manifest`, but None when the registry says the manifest does not exist."""
-        is_digest = ":" in reference
-        if is_digest:
-            validate_digest(reference)
-        reply = await self._get(
-            repository,
-            f"/v2/{repository.name}/manifests/{reference}",
-            credentials,
-            accept=", ".join(MANIFEST_MEDIA_TYPES),
-            limit=self.settings.max_manifest_bytes,
-            what=f"manifest {reference}",
-        )
-        if reply.status == 404:
-            return None
-        self._raise_for_status(repository, reply, what=f"manifest {repository.name}:{reference}")
-        algorithm = reference.partition(":")[0] if is_digest else "sha256"
-        digest = digest_of(reply.body, algorithm)
-        if is_digest and digest != reference:
-            raise RegistryError(
-                f"registry {repository.registry} served {repository.name}@{reference} with content "
-                f"whose digest is {digest}"
-            )
-        announced = reply.headers.get("docker-content-digest")
-        if announced and announced.startswith(f"{algorithm}:") and announced != digest:
-            raise RegistryError(
-                f"registry {repository.registry} announced digest {announced} for {repository.name}:"
-                f"{reference} but served content whose digest is {digest}"
-            )
-        media_type = reply.headers.get("content-type", "").split(";")[0].strip()
-        if media_type not in MANIFEST_MEDIA_TYPES:
-            try:
-                media_type = str(json.loads(reply.body).get("mediaType") or "")
-            except (ValueError, AttributeError):
-                media_type = ""
-        if media_type not in MANIFEST_MEDIA_TYPES:
-            raise RegistryError(
-                f"registry {repository.registry} served {repository.name}:{reference} as "
-                f"{media_type or 'an unknown media type'}, not an OCI or Docker v2 manifest"
-            )
-        return Manifest(digest=digest, media_type=media_type, content=reply.body)
-
-    async def blob(
-        self,
-        repository: Repository,
-        digest: str,
-        credentials: Sequence[RegistryCredential] = (),
-        *,
-        max_bytes: int,
-    ) -> bytes:
-        """The blob `digest`, checked against its digest; NotFoundError if the registry has none."""
-        validate_digest(digest)
-        reply = await self._get(
-            repository,
-            f"/v2/{repository.name}/blobs/{digest}",
-            credentials,
-            accept="*/*",
-            limit=max_bytes,
-            what=f"blob {digest}",
-        )
-        if reply.status == 404:
-            raise NotFoundError(f"registry {repository.registry} has no blob {repository.name}@{digest}")
-        self._raise_for_status(repository, reply, what=f"blob {repository.name}@{digest}")
-        if digest_of(reply.body, digest.partition(":")[0]) != digest:
-            raise RegistryError(
-                f"registry {repository.registry} served blob {repository.name}@{digest} with other content"
-            )
-        return reply.body
-
-    async def referrers(
-        self,
-        repository: Repository,
-        digest: str,
-        credentials: Sequence[RegistryCredential] = (),
-        *,
-        artifact_type: Callable[[str | None], bool] | None = None,
-    ) -> list[Descriptor]:
-        """Manifests whose `subject` is `digest` (OCI 1.1 referrers), optionally only those whose
-        artifactType passes `artifact_type`. Uses the referrers API, or the `sha256-<hex>` tag schema
-        when the registry has none; [] when there are no referrers."""
-        validate_digest(digest)
-        has_api = self._without_referrers_api.get(repository.registry, 0.0) <= self._clock()
-        reply = None
-        if has_api:
-            reply = await self._get(
-                repository,
-                f"/v2/{repository.name}/referrers/{digest}",
-                credentials,
-                accept=OCI_INDEX,
-                limit=self.settings.max_manifest_bytes,
-                what=f"referrers of {digest}",
-            )
-        if reply is not None and reply.status == 200:
-            content = reply.body
-        elif reply is None or reply.status in _NO_REFERRERS_API:
-            if reply is not None:
-                self._without_referrers_api[repository.registry] = self._clock() + _NO_REFERRERS_API_SECONDS
-            fallback = await self.manifest_if_exists(repository, referrers_tag(digest), credentials)
-            if fallback is None or not fallback.is_index:
-                return []
-            content = fallback.content
-        else:
-            self._raise_for_status(repository, reply, what=f"referrers of {repository.name}@{digest}")
-            return []  # pragma: no cover - _raise_for_status raised
+    async def get(self, registry: str, url: str, headers: dict[str, str], *, limit: int) -> _Reply:
+        """One HTTP GET, the body read up to `limit` bytes; transport failures become RegistryErrors."""
+        timeout = self.settings.timeout_for(registry)
+        self.requests += 1
         try:
-            entries = json.loads(content).get("manifests") or []
-            descriptors = [Descriptor.model_validate(e) for e in entries]
-        except (ValueError, AttributeError, ValidationError) as err:
-            raise RegistryError(
-                f"registry {repository.registry} answered the referrers of {repository.name}@{digest} "
-                f"with an invalid index ({type(err).__name__})"
-            ) from err
-        if artifact_type is not None:
-            descriptors = [d for d in descriptors if artifact_type(d.artifact_type)]
-        return descriptors
+            async with self._http.stream("GET", url, headers=headers, timeout=timeout) as response:
+                ok = 200 <= response.status_code < 300
+                cap = limit if ok else min(limit, _ERROR_BODY_LIMIT)
+                length = response.headers.get("content-length")
+                if ok and length is not None and length.isdigit() and int(length) > cap:
+                    raise RegistryError(
+                        f"registry {registry} offered {length} bytes at {httpx.URL(url).path}; "
+                        f"labgate reads at most {cap}"
+                    )
+                chunks = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > cap:
+                        if not ok:
+                            break
+                        raise RegistryError(
+                            f"registry {registry} sent more than {cap} bytes at {httpx.URL(url).path}"
+                        )
+                    chunks.append(chunk)
+                return _Reply(response.status_code, response.headers, b"".join(chunks), str(response.url))
+        except httpx.TimeoutException as err:
+            raise RegistryUnavailableError(f"registry {registry} did not answer within {timeout}s") from err
+        except httpx.ConnectError as err:
+            raise RegistryUnavailableError(f"registry {registry} is unreachable ({_short(err)})") from err
+        except httpx.TransportError as err:
+            raise RegistryUnavailableError(f"registry {registry} failed: {_short(err)}") from err
 
-    # --- plumbing ---
 
-    def _raise_for_status(self, repository: Repository, reply: _Reply, *, what: str) -> None:
-        registry = repository.registry
-        if 200 <= reply.status < 300:
-            return
-        code = _error_code(reply.body)
-        detail = f" ({code})" if code else ""
-        if reply.status in (401, 403):
-            raise RegistryAuthError(
-                f"registry {registry} refused access to {what}{detail}: the pod's image pull secrets "
-                "give no credentials it accepts"
-            )
-        if reply.status == 404:
-            raise NotFoundError(f"registry {registry} has no {what}{detail}")
-        if reply.status == 429:
-            raise RegistryUnavailableError(f"registry {registry} is rate-limiting labgate (429)")
-        if reply.status >= 500:
-            raise RegistryUnavailableError(f"registry {registry} failed with HTTP {reply.status}")
-        raise RegistryError(f"registry {registry} answered HTTP {reply.status} for {what}{detail}")
+class RegistryAuth:
+    """Authentication as Docker does it: each credential in turn, a 401's challenge answered (a
+    bearer token from the realm, or Basic), tokens reused until they expire."""
 
-    async def _get(
+    def __init__(self, transport: RegistryTransport, *, clock: Callable[[], float]):
+        self._transport = transport
+        self._clock = clock
+        self._tokens: dict[tuple[str, str, str], _Token] = {}
+
+    async def get(
         self,
         repository: Repository,
         path: str,
@@ -435,11 +314,11 @@ class RegistryClient:
         if token is not None and token.expires_at <= self._clock():
             del self._tokens[key]
             token = None
-        url = self.base_url(repository.registry) + path
+        url = self._transport.base_url(repository.registry) + path
         headers = {"Accept": accept}
         if token is not None:
             headers["Authorization"] = token.header
-        reply = await self._exchange(repository.registry, url, headers, limit=limit)
+        reply = await self._transport.get(repository.registry, url, headers, limit=limit)
         if reply.status != 401:
             return reply
         challenge = parse_challenge(reply.headers.get("www-authenticate", ""))
@@ -450,7 +329,7 @@ class RegistryClient:
             return reply
         self._tokens[key] = authorization
         headers["Authorization"] = authorization.header
-        return await self._exchange(repository.registry, url, headers, limit=limit)
+        return await self._transport.get(repository.registry, url, headers, limit=limit)
 
     async def _authorize(
         self, repository: Repository, challenge: Challenge, credential: RegistryCredential | None
@@ -464,8 +343,8 @@ class RegistryClient:
         realm = challenge.params.get("realm", "")
         problem = realm_problem(
             realm,
-            registry_host=urlsplit(self.base_url(repository.registry)).netloc,
-            is_insecure=self.settings.is_insecure(repository.registry),
+            registry_host=urlsplit(self._transport.base_url(repository.registry)).netloc,
+            is_insecure=self._transport.settings.is_insecure(repository.registry),
         )
         if problem is not None:
             raise RegistryAuthError(
@@ -478,7 +357,7 @@ class RegistryClient:
         if credential is not None:
             headers["Authorization"] = _basic(credential)
         url = str(httpx.URL(realm).copy_merge_params(params))
-        reply = await self._exchange(repository.registry, url, headers, limit=_TOKEN_BODY_LIMIT)
+        reply = await self._transport.get(repository.registry, url, headers, limit=_TOKEN_BODY_LIMIT)
         if reply.status in (401, 403):
             if credential is None:
                 return None
@@ -502,38 +381,192 @@ class RegistryClient:
             raise RegistryError(f"the token service of registry {repository.registry} answered with no token")
         return _Token(f"Bearer {token}", now + lifetime - _TOKEN_MARGIN_SECONDS)
 
-    async def _exchange(self, registry: str, url: str, headers: dict[str, str], *, limit: int) -> _Reply:
-        """One HTTP GET, the body read up to `limit` bytes; transport failures become RegistryErrors."""
-        timeout = self.settings.timeout_for(registry)
-        self.requests += 1
+
+class RegistryClient:
+    """Reads manifests, blobs and referrers from any registry, checking what it reads; one instance
+    per process (it pools connections and caches tokens). Call `aclose()` when done."""
+
+    def __init__(
+        self,
+        settings: ProvenanceSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self._clock = clock
+        self._without_referrers_api: dict[str, float] = {}  # registry -> until when
+        self._transport = RegistryTransport(settings, transport=transport)
+        self._auth = RegistryAuth(self._transport, clock=self._now)
+
+    def _now(self) -> float:
+        return self._clock()  # read at each call: a test may put another clock in
+
+    @property
+    def requests(self) -> int:
+        """Round trips made (for benchmarks and tests)."""
+        return self._transport.requests
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    def base_url(self, registry: str) -> str:
+        """`https://registry.example:5000`, plain http for insecure registries, Docker Hub's API host."""
+        return self._transport.base_url(registry)
+
+    async def manifest(
+        self,
+        repository: Repository,
+        reference: str,
+        credentials: Sequence[RegistryCredential] = (),
+    ) -> Manifest:
+        """The manifest or index that `reference` (a tag or a digest) names; NotFoundError if none."""
+        found = await self.manifest_if_exists(repository, reference, credentials)
+        if found is None:
+            raise NotFoundError(
+                f"registry {repository.registry} has no manifest {repository.name}:{reference}"
+            )
+        return found
+
+    async def manifest_if_exists(
+        self,
+        repository: Repository,
+        reference: str,
+        credentials: Sequence[RegistryCredential] = (),
+    ) -> Manifest | None:
+        """Like `manifest`, but None when the registry says the manifest does not exist."""
+        is_digest = ":" in reference
+        if is_digest:
+            validate_digest(reference)
+        reply = await self._auth.get(
+            repository,
+            f"/v2/{repository.name}/manifests/{reference}",
+            credentials,
+            accept=", ".join(MANIFEST_MEDIA_TYPES),
+            limit=self.settings.max_manifest_bytes,
+            what=f"manifest {reference}",
+        )
+        if reply.status == 404:
+            return None
+        self._raise_for_status(repository, reply, what=f"manifest {repository.name}:{reference}")
+        algorithm = reference.partition(":")[0] if is_digest else "sha256"
+        digest = digest_of(reply.body, algorithm)
+        if is_digest and digest != reference:
+            raise RegistryError(
+                f"registry {repository.registry} served {repository.name}@{reference} with content "
+                f"whose digest is {digest}"
+            )
+        announced = reply.headers.get("docker-content-digest")
+        if announced and announced.startswith(f"{algorithm}:") and announced != digest:
+            raise RegistryError(
+                f"registry {repository.registry} announced digest {announced} for {repository.name}:"
+                f"{reference} but served content whose digest is {digest}"
+            )
+        media_type = reply.headers.get("content-type", "").split(";")[0].strip()
+        if media_type not in MANIFEST_MEDIA_TYPES:
+            try:
+                media_type = str(json.loads(reply.body).get("mediaType") or "")
+            except (ValueError, AttributeError):
+                media_type = ""
+        if media_type not in MANIFEST_MEDIA_TYPES:
+            raise RegistryError(
+                f"registry {repository.registry} served {repository.name}:{reference} as "
+                f"{media_type or 'an unknown media type'}, not an OCI or Docker v2 manifest"
+            )
+        return Manifest(digest=digest, media_type=media_type, content=reply.body)
+
+    async def blob(
+        self,
+        repository: Repository,
+        digest: str,
+        credentials: Sequence[RegistryCredential] = (),
+        *,
+        max_bytes: int,
+    ) -> bytes:
+        """The blob `digest`, checked against its digest; NotFoundError if the registry has none."""
+        validate_digest(digest)
+        reply = await self._auth.get(
+            repository,
+            f"/v2/{repository.name}/blobs/{digest}",
+            credentials,
+            accept="*/*",
+            limit=max_bytes,
+            what=f"blob {digest}",
+        )
+        if reply.status == 404:
+            raise NotFoundError(f"registry {repository.registry} has no blob {repository.name}@{digest}")
+        self._raise_for_status(repository, reply, what=f"blob {repository.name}@{digest}")
+        if digest_of(reply.body, digest.partition(":")[0]) != digest:
+            raise RegistryError(
+                f"registry {repository.registry} served blob {repository.name}@{digest} with other content"
+            )
+        return reply.body
+
+    async def referrers(
+        self,
+        repository: Repository,
+        digest: str,
+        credentials: Sequence[RegistryCredential] = (),
+        *,
+        artifact_type: Callable[[str | None], bool] | None = None,
+    ) -> list[Descriptor]:
+        """Manifests whose `subject` is `digest` (OCI 1.1 referrers), optionally only those whose
+        artifactType passes `artifact_type`. Uses the referrers API, or the `sha256-<hex>` tag schema
+        when the registry has none; [] when there are no referrers."""
+        validate_digest(digest)
+        has_api = self._without_referrers_api.get(repository.registry, 0.0) <= self._clock()
+        reply = None
+        if has_api:
+            reply = await self._auth.get(
+                repository,
+                f"/v2/{repository.name}/referrers/{digest}",
+                credentials,
+                accept=OCI_INDEX,
+                limit=self.settings.max_manifest_bytes,
+                what=f"referrers of {digest}",
+            )
+        if reply is not None and reply.status == 200:
+            content = reply.body
+        elif reply is None or reply.status in _NO_REFERRERS_API:
+            if reply is not None:
+                self._without_referrers_api[repository.registry] = self._clock() + _NO_REFERRERS_API_SECONDS
+            fallback = await self.manifest_if_exists(repository, referrers_tag(digest), credentials)
+            if fallback is None or not fallback.is_index:
+                return []
+            content = fallback.content
+        else:
+            self._raise_for_status(repository, reply, what=f"referrers of {repository.name}@{digest}")
+            return []  # pragma: no cover - _raise_for_status raised
         try:
-            async with self._http.stream("GET", url, headers=headers, timeout=timeout) as response:
-                ok = 200 <= response.status_code < 300
-                cap = limit if ok else min(limit, _ERROR_BODY_LIMIT)
-                length = response.headers.get("content-length")
-                if ok and length is not None and length.isdigit() and int(length) > cap:
-                    raise RegistryError(
-                        f"registry {registry} offered {length} bytes at {httpx.URL(url).path}; "
-                        f"labgate reads at most {cap}"
-                    )
-                chunks = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > cap:
-                        if not ok:
-                            break
-                        raise RegistryError(
-                            f"registry {registry} sent more than {cap} bytes at {httpx.URL(url).path}"
-                        )
-                    chunks.append(chunk)
-                return _Reply(response.status_code, response.headers, b"".join(chunks), str(response.url))
-        except httpx.TimeoutException as err:
-            raise RegistryUnavailableError(f"registry {registry} did not answer within {timeout}s") from err
-        except httpx.ConnectError as err:
-            raise RegistryUnavailableError(f"registry {registry} is unreachable ({_short(err)})") from err
-        except httpx.TransportError as err:
-            raise RegistryUnavailableError(f"registry {registry} failed: {_short(err)}") from err
+            entries = json.loads(content).get("manifests") or []
+            descriptors = [Descriptor.model_validate(e) for e in entries]
+        except (ValueError, AttributeError, ValidationError) as err:
+            raise RegistryError(
+                f"registry {repository.registry} answered the referrers of {repository.name}@{digest} "
+                f"with an invalid index ({type(err).__name__})"
+            ) from err
+        if artifact_type is not None:
+            descriptors = [d for d in descriptors if artifact_type(d.artifact_type)]
+        return descriptors
+
+    def _raise_for_status(self, repository: Repository, reply: _Reply, *, what: str) -> None:
+        registry = repository.registry
+        if 200 <= reply.status < 300:
+            return
+        code = _error_code(reply.body)
+        detail = f" ({code})" if code else ""
+        if reply.status in (401, 403):
+            raise RegistryAuthError(
+                f"registry {registry} refused access to {what}{detail}: the pod's image pull secrets "
+                "give no credentials it accepts"
+            )
+        if reply.status == 404:
+            raise NotFoundError(f"registry {registry} has no {what}{detail}")
+        if reply.status == 429:
+            raise RegistryUnavailableError(f"registry {registry} is rate-limiting labgate (429)")
+        if reply.status >= 500:
+            raise RegistryUnavailableError(f"registry {registry} failed with HTTP {reply.status}")
+        raise RegistryError(f"registry {registry} answered HTTP {reply.status} for {what}{detail}")
 
 
 def _basic(credential: RegistryCredential) -> str:
