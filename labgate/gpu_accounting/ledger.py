@@ -26,7 +26,7 @@ remembers the uids of pods it saw deleted.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -94,11 +94,6 @@ def usage(ledger: Ledger, *, excluding: str | None = None) -> GpuAmount:
     return sum_of((ledger.settled, *held))
 
 
-def total_of(amounts: Iterable[GpuAmount]) -> GpuAmount:
-    """The sum of `amounts` (`labgate.core.gpu_amount.sum_of`)."""
-    return sum_of(amounts)
-
-
 def with_reservation(
     ledger: Ledger,
     pod_uid: str,
@@ -150,7 +145,7 @@ def settle(
     for uid, gpus in (unrecorded or {}).items():
         if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES:
             settled.setdefault(uid, gpus)
-    updated = ledger.model_copy(update={"reservations": kept, "settled": total_of(settled.values())})
+    updated = ledger.model_copy(update={"reservations": kept, "settled": sum_of(settled.values())})
     return updated, settled
 
 
