@@ -35,6 +35,7 @@ from labgate.cli.offline_admission import (
 )
 from labgate.cli.opa_binary import find_opa
 from labgate.cli.policy_samples import find_samples, inventory_path, load_sample
+from webhook.policy_input import PolicyInput
 
 PLATFORM_NAMESPACE = "labgate-system"
 
@@ -44,7 +45,7 @@ class DecisionInput:
     """One sample as OPA sees it: the decision's input and the inventory beside it."""
 
     name: str
-    policy_input: dict[str, Any]
+    policy_input: PolicyInput
     inventory: dict[str, Any]
 
 
@@ -61,9 +62,9 @@ class BenchResult:
 class _RecordingOpa(OfflineOpa):
     """The offline evaluation, keeping the last decision input it was asked (and its facts)."""
 
-    recorded: tuple[dict[str, Any], Facts] | None = None
+    recorded: tuple[PolicyInput, Facts] | None = None
 
-    def eval(self, query: str, policy_input: dict[str, Any], *, facts: Facts | None = None) -> Any:
+    def eval(self, query: str, policy_input: PolicyInput, *, facts: Facts | None = None) -> Any:
         if query == DECISION_QUERY:
             self.recorded = (policy_input, facts or self.facts)
         return super().eval(query, policy_input, facts=facts)
