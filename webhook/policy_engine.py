@@ -45,7 +45,7 @@ class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
     """OPA could not give a decision in time (down, slow, no policy loaded, or a malformed answer)."""
 
 
-class OpaUnreachableError(OSError):
+class OpaUnreachableError(LabgateError, OSError):
     """A blocking call found OPA down, slow or answering an unexpected status (an OSError, as the
     threads' callers treat an unreachable server)."""
 

@@ -12,6 +12,9 @@ A sample is one YAML file in a directory named `samples` beside a policy
     gpu_usage: {total: 12, by_model: {h100: 4}}   # optional: the tenant's GPUs in use
     images: {<image as written>: {registry: ..., digest: ..., signed_by: [...], error: null, ...}}
                                    # optional: image facts (input.images); no registry is asked
+    offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
+                                   # create (Kubernetes' own validation refuses it first, a feature
+                                   # gate drops the field, facts only the offline check has)
     expect:
       allowed: false
       rules: [tenant-membership]   # every rule id that finds something (any mode), exactly
@@ -70,6 +73,8 @@ class Sample(_Config):
     old_object: dict[str, Any] | None = None
     gpu_usage: GpuAmount | None = None
     images: dict[str, dict[str, Any]] | None = None
+    # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
+    offline_only: str | None = None
     expect: Expectation
 
 

@@ -128,9 +128,11 @@ def sample_tenants(stack: LabgateStack) -> Iterator[list[dict[str, Any]]]:
 
 def _live_comparable(path: Path) -> bool:
     sample = load_sample(path)
-    # Usage, image facts and updates of existing objects cannot be replayed as one kubectl create.
+    # Usage, image facts and updates of existing objects cannot be replayed as one kubectl create;
+    # nor can a case its sample marks offline_only (with the reason).
     return (
-        sample.gpu_usage is None
+        sample.offline_only is None
+        and sample.gpu_usage is None
         and sample.images is None
         and sample.operation == "CREATE"
         and sample.old_object is None

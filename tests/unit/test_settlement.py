@@ -35,8 +35,9 @@ def book(**reservations: Reservation) -> Ledger:
 
 
 def test_the_pods_to_watch_are_the_reserved_and_the_settled() -> None:
-    ledger = book(u1=Reservation(gpus=H100x4, expires=200), u2=Reservation(gpus=H100x4, pod_uid="legacy"))
-    assert uids_to_watch(ledger, {"s1": A100x2}) == {"u1", "legacy", "s1"}
+    # A reservation is keyed by its pod's uid (the ledger's earlier pod_uid field is gone).
+    ledger = book(u1=Reservation(gpus=H100x4, expires=200), u2=Reservation(gpus=H100x4))
+    assert uids_to_watch(ledger, {"s1": A100x2}) == {"u1", "u2", "s1"}
 
 
 @pytest.mark.parametrize(
