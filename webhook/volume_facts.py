@@ -23,16 +23,24 @@ class VolumeReader(Protocol):
     def volume(self, name: str) -> dict[str, Any]: ...
 
 
+def _field(document: Any, name: str) -> Any:
+    """`document[name]` when `document` is a mapping, else None (any object shape is decided, never
+    an internal error: the policy judges what is malformed)."""
+    return document.get(name) if isinstance(document, Mapping) else None
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _claim_template_specs(obj: Mapping[str, Any] | None, pod_templates: list[dict[str, Any]]) -> list[Any]:
     specs: list[Any] = []
     for template in pod_templates:
-        for volume in (template.get("spec") or {}).get("volumes") or []:
-            if isinstance(volume, dict):
-                specs.append(((volume.get("ephemeral") or {}).get("volumeClaimTemplate") or {}).get("spec"))
+        for volume in _items(_field(_field(template, "spec"), "volumes")):
+            specs.append(_field(_field(_field(volume, "ephemeral"), "volumeClaimTemplate"), "spec"))
     if obj is not None and obj.get("kind") == "StatefulSet":
-        for claim in (obj.get("spec") or {}).get("volumeClaimTemplates") or []:
-            if isinstance(claim, dict):
-                specs.append(claim.get("spec"))
+        for claim in _items(_field(_field(obj, "spec"), "volumeClaimTemplates")):
+            specs.append(_field(claim, "spec"))
     return specs
 
 

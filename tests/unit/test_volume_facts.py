@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tests.unit.test_serving_volumes import _Engine, _Inventory, _Volumes
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
@@ -86,3 +88,24 @@ def test_the_server_gives_the_rule_the_volumes_a_pods_claim_templates_name() -> 
     policy_input, _ = asyncio.run(server.facts.gather(_request(plain, "Pod", "")))
     assert "persistent_volumes" not in policy_input
     assert volumes.asked == ["pv-b", "pv-c"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "templates"),
+    [
+        ({"kind": "Pod"}, [{"spec": {"volumes": True}}]),
+        ({"kind": "Pod"}, [{"spec": "not a mapping"}]),
+        (
+            {"kind": "Pod"},
+            [{"spec": {"volumes": [True, {"ephemeral": 1}, {"ephemeral": {"volumeClaimTemplate": []}}]}}],
+        ),
+        ({"kind": "StatefulSet", "spec": {"volumeClaimTemplates": 5}}, []),
+        ({"kind": "StatefulSet", "spec": [1]}, []),
+        ({"kind": "StatefulSet", "spec": {"volumeClaimTemplates": [{"spec": {"volumeName": 7}}, "x"]}}, []),
+    ],
+)
+def test_claim_templates_of_any_shape_name_no_volume_and_never_fail(
+    obj: dict[str, Any], templates: list[dict[str, Any]]
+) -> None:
+    # Found by the real-OPA fuzz test: `volumes: true` was iterated and made an internal error.
+    assert template_volume_names(obj, templates) == []
