@@ -33,8 +33,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from labgate.core.api_resources import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind
 from labgate.core.certificates import KeyPair, issue_serving_cert, make_ca
-from labgate.core.kinds import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind
 from labgate.core.kube import ApiException, KubeApi
 from rbac.runtime import WRITES, PeriodicTask
 

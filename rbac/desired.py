@@ -21,7 +21,7 @@ from labgate.core.tenant import (
     Subject,
     Tenant,
 )
-from labgate.core.workload_kinds import resources_by_group
+from labgate.core.workload_catalog import resources_by_group
 
 Manifest = dict[str, Any]
 
@@ -37,7 +37,7 @@ _SECRET_WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"
 
 
 def _workload_rules() -> list[dict[str, Any]]:
-    """Researchers run every workload kind the webhook judges (labgate.core.workload_kinds), one rule
+    """Researchers run every workload kind the webhook judges (labgate.core.workload_catalog), one rule
     per API group; tests/e2e/test_rbac_coverage.py fails when a kind they can write is not registered."""
     return [
         {"apiGroups": [group], "resources": resources, "verbs": _WORKLOAD_VERBS}

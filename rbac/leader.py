@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from labgate.core.kinds import LEASE
+from labgate.core.api_resources import LEASE
 from labgate.core.kube import ApiException, KubeApi
 
 log = logging.getLogger("labgate.leader")

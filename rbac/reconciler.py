@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labgate.core.kinds import NAMESPACE, TENANT, Kind, Object
+from labgate.core.api_resources import NAMESPACE, TENANT, Kind, Object
 from labgate.core.kube import ApiClient, KubeApi, Reflector
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL
 from labgate.gpu_accounting.demand import GpuCounting

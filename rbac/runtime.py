@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter
 
+from labgate.core.api_resources import Kind, Object
 from labgate.core.errors import LabgateError
-from labgate.core.kinds import Kind, Object
 from labgate.core.kube import ApiException
 from labgate.core.tenant import TENANT_LABEL
 from rbac.desired import object_key

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from prometheus_client import Counter
 
-from labgate.core.kinds import Kind, Object
+from labgate.core.api_resources import Kind, Object
 from labgate.core.kube import KubeApi
 from labgate.core.tenant import TENANT_LABEL
 from labgate.gpu_accounting.demand import GpuCounting

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from labgate.core.kinds import (
+from labgate.core.api_resources import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     LIMIT_RANGE,

@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import uuid
 
-from labgate.core.kinds import EVENT
+from labgate.core.api_resources import EVENT
 from labgate.core.kube import ApiException, KubeApi
 from rbac.runtime import FIELD_MANAGER, ObjectCache
 

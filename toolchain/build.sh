@@ -17,7 +17,7 @@ source "$here/versions.env"
 
 cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
 jobs="${LABGATE_BUILD_JOBS:-2}"
-all_tools=(kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok vegeta gatekeeper)
+all_tools=(kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue vegeta gatekeeper)
 
 die() { echo "toolchain: error: $*" >&2; exit 1; }
 
@@ -33,6 +33,7 @@ k8s_staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime clie
 tool_spec() {
   ldflags="-s -w"
   replaces=""
+  crd_dir=""
   case "$1" in
     kubernetes)
       version=$KUBERNETES_VERSION module=k8s.io/kubernetes
@@ -80,6 +81,11 @@ tool_spec() {
       version=$KWOK_VERSION module=sigs.k8s.io/kwok
       packages=sigs.k8s.io/kwok/cmd/kwok binaries=kwok
       ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${version#v}" ;;
+    kueue)
+      # Kueue, run out of cluster by the stack; its CRDs are copied from the module beside the binary.
+      version=$KUEUE_VERSION module=sigs.k8s.io/kueue
+      packages=sigs.k8s.io/kueue/cmd/kueue binaries=kueue crd_dir=config/components/crd/bases
+      ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version" ;;
     vegeta)
       version=$VEGETA_VERSION module=github.com/tsenart/vegeta/v12
       packages=github.com/tsenart/vegeta/v12 binaries=vegeta ;;
@@ -161,6 +167,12 @@ build_one() {  # runs in a subshell; output goes to the tool's log
   for b in $binaries; do [ -x "$work/bin/$b" ] || { echo "expected binary $b was not built"; return 1; }; done
   rm -rf "$dir" && mkdir -p "$dir"
   mv "$work/bin" "$dir/bin"
+  if [ -n "$crd_dir" ]; then
+    local src
+    src="$(go list -mod=mod -m -f '{{.Dir}}' "$module")/$crd_dir"
+    echo "+ copy CRDs from $src"
+    mkdir -p "$dir/crds" && cp "$src"/*.yaml "$dir/crds/"
+  fi
   echo "$version built by $go_version on $(date -u +%FT%TZ)" >"$dir/.complete"
   rm -rf "$work"
 }

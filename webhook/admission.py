@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from labgate.core import json_bytes
+from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
-from labgate.core.kinds import Object
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 
 MAX_WARNING_LENGTH = 119  # kubectl shows warnings whole; keep them on one line
 

@@ -28,6 +28,7 @@ from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.failures import Attempt
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
+from webhook.pod_templates import WorkloadKind, load_workload_kinds
 from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyStore
 from webhook.policy_events import PolicyEvents
 from webhook.policy_reports import AdmissionReports, KubeReportStore
@@ -39,7 +40,6 @@ from webhook.provenance.settings import ProvenanceSettings, get_provenance_setti
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
 from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
-from webhook.workloads import WorkloadKind, load_workload_kinds
 
 
 async def get_server(request: Request) -> AdmissionServer:

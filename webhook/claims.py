@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from labgate.core.kinds import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
+from labgate.core.api_resources import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
 
 # How long one read may take: the whole admission has 2.5 s.
 READ_TIMEOUT_SECONDS = 1.0

@@ -15,11 +15,11 @@ from typing import Any, Protocol, cast
 
 from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, needs_gpu_usage
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 log = logging.getLogger("labgate.webhook")
 

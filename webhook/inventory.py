@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from labgate.core.kinds import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
+from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import namespace_document, priority_class_document, tenant_document

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from labgate.core.kinds import EVENT, Kind
+from labgate.core.api_resources import EVENT, Kind
 from labgate.core.kube import KubeApi
 from webhook.policy_sync import PolicyStatus
 

@@ -15,7 +15,7 @@ from labgate.core.gpu_amount import GpuDocument
 
 
 class PodTemplateDocument(TypedDict):
-    """input.pod_templates[_]: one pod spec inside the object (`webhook.workloads.PodTemplate`)."""
+    """input.pod_templates[_]: one pod spec inside the object (`webhook.pod_templates.PodTemplate`)."""
 
     path: str
     spec: dict[str, Any]

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from labgate.core.api_resources import POLICY_REPORT
 from labgate.core.decisions import Decision
 from labgate.core.errors import LabgateError
-from labgate.core.kinds import POLICY_REPORT
 from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import POLICY_REPORT_DROPPED, POLICY_REPORT_PENDING, POLICY_REPORT_WRITES
 from labgate.core.policy_reports import (

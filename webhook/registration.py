@@ -7,7 +7,7 @@ import base64
 from typing import Any, Literal
 
 from labgate.core.tenant import TENANT_LABEL
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
 MUTATING_WEBHOOK_NAME = "mutate.labgate.io"

@@ -15,9 +15,9 @@ from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
 from webhook.evaluation import DecisionSource, Evaluator
 from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryState, SecretFacts, VolumeFacts
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.reservations import DecisionTrace, GpuReservations, LedgerAccess, is_pod_create
 from webhook.review import AdmissionRequest, AdmissionResponse
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 __all__ = ["AdmissionServer", "DecisionTrace", "InventoryState"]
 

@@ -43,10 +43,10 @@ from labgate.core.metrics import (
     AUDIT_RUNS,
     AUDIT_VIOLATIONS,
 )
+from webhook.pod_templates import WorkloadKind
 from webhook.policy_engine import BlockingOpa
 from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
-from webhook.workloads import WorkloadKind
 
 log = logging.getLogger("labgate.audit")
 

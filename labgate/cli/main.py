@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without the offline check
     from labgate.cli.offline_admission import CheckResult, OfflineOpa
     from labgate.gpu_accounting.ledger import GpuAmount
-    from webhook.workloads import WorkloadKind
+    from webhook.pod_templates import WorkloadKind
 
 
 def _serve(_: argparse.Namespace) -> int:
@@ -188,7 +188,7 @@ def _check(args: argparse.Namespace) -> int:
         load_manifests,
         parse_gpu_usage,
     )
-    from webhook.workloads import load_workload_kinds
+    from webhook.pod_templates import load_workload_kinds
 
     source = Path(args.file)
     try:
@@ -490,7 +490,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     from labgate.cli.offline_admission import OfflineCheckError
     from labgate.cli.policy_impact import audit_rows, cluster_items, evaluate, grouped_text
-    from webhook.workloads import load_workload_kinds
+    from webhook.pod_templates import load_workload_kinds
 
     policies = Path(args.policies) if args.policies else _default_policies()
     kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
@@ -593,7 +593,7 @@ def _policy_diff(args: argparse.Namespace) -> int:
         grouped_text,
         read_decision_log,
     )
-    from webhook.workloads import load_workload_kinds
+    from webhook.pod_templates import load_workload_kinds
 
     candidate = Path(args.policies)
     current = Path(args.current) if args.current else _default_policies()

@@ -37,10 +37,10 @@ from webhook.admission import (
     tenant_document,
     warning_lines,
 )
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.review import AdmissionRequest, AdmissionResponse, Operation
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 # What the OPA server leaves out of policies/ (webhook/devcluster/stack.py, the chart): so must we.
 OPA_IGNORES = ("*_test.rego", "samples", "testdata")
@@ -51,7 +51,7 @@ MUTATION_QUERY = "data.labgate.mutation"
 # Every authenticated user is in this group; the apiserver adds it, so the policies see it.
 AUTHENTICATED_GROUP = "system:authenticated"
 
-# Resources of kinds that are not workloads (those come from webhook.workloads).
+# Resources of kinds that are not workloads (those come from webhook.pod_templates).
 _CORE_RESOURCES = {
     ("", "Pod"): "pods",
     ("", "Namespace"): "namespaces",

@@ -37,7 +37,7 @@ from labgate.cli.offline_admission import (
     facts_from_manifests,
     load_manifests,
 )
-from labgate.core.kinds import NAMESPACE, SECRET, TENANT, Kind
+from labgate.core.api_resources import NAMESPACE, SECRET, TENANT, Kind
 from labgate.core.kube import ApiException
 from labgate.core.policy_reports import AUDIT_REPORT, ResourceRef, report, result
 from labgate.core.tenant import TENANT_LABEL
@@ -45,7 +45,7 @@ from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import GpuAmount, usage
 from labgate.gpu_accounting.ledger_store import LedgerStore
 from labgate.gpu_accounting.pod_gpus import pod_gpus
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, WorkloadKind
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 Manifest = dict[str, Any]
 USAGE_KIND = "TenantGpuUsage"  # a snapshot item: a tenant's GPUs in use or reserved (from its ledger)

@@ -15,7 +15,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic.alias_generators import to_camel
 
-from labgate.core.kinds import (
+from labgate.core.api_resources import (
     Kind,
     Object,
     kind_of,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 # Names the policies use too: `labgate generate` writes them into policies/labgate/config/ (and the
-# chart's templates/_generated.tpl); tests/unit/test_generated.py fails when those copies are stale.
+# chart's templates/_generated.tpl); tests/unit/cli/test_generated.py fails when those copies are stale.
 TENANT_LABEL = "labgate.io/tenant"
 # The PriorityClasses the reconciler creates (rbac.desired.shared_priority_classes). Pods admitted
 # beyond their tenant's GPU quota (spec.gpu.overQuota: preemptible) get the preemptible class and label.

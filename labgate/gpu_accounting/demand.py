@@ -1,6 +1,6 @@
 """A pod's GPU demand as the scheduler counts it: Kubernetes' effective request (pure).
 
-The Rego library `labgate.lib.gpu` decides with the same rules; `tests/unit/test_gpu_demand.py`
+The Rego library `labgate.lib.gpu` decides with the same rules; `tests/unit/gpu/test_gpu_demand.py`
 feeds the same generated pod specs to both and to an independent reference implementation.
 
 Per resource r that labgate counts (config `gpu_resources`, and MIG resources starting with

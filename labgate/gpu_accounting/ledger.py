@@ -31,10 +31,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from labgate.core.api_resources import Kind, Object
 from labgate.core.errors import LabgateError, NoDecisionError
 from labgate.core.gpu_amount import GpuAmount as GpuAmount  # noqa: PLC0414 (re-exported: the ledger's amounts)
 from labgate.core.gpu_amount import sum_of
-from labgate.core.kinds import Kind, Object
 from labgate.core.tenant import TENANT_LABEL
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from labgate.core.kinds import Object
+from labgate.core.api_resources import Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
 from labgate.gpu_accounting.ledger import (
     CONFIG_MAP,

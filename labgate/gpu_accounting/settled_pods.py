@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from pydantic import TypeAdapter
 
-from labgate.core.kinds import Object
+from labgate.core.api_resources import Object
 from labgate.core.kube import ApiException, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import TENANT_LABEL
 from labgate.gpu_accounting.ledger import CONFIG_MAP, GpuAmount, LedgerConflictError, newer

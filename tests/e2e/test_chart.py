@@ -26,7 +26,7 @@ from devcluster.tools import REPO_ROOT, ensure_tools
 from labgate.core.tenant import Tenant
 from rbac.desired import desired_objects, shared_cluster_roles, shared_priority_classes
 from rbac.reconciler import FIELD_MANAGER
-from tests.unit.test_chart_render import with_cluster
+from tests.unit.cli.test_chart_render import with_cluster
 
 pytestmark = pytest.mark.chart
 

@@ -20,7 +20,7 @@ import pytest
 
 from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
-from tests.unit.test_gpu_demand import reference_request
+from tests.unit.gpu.test_gpu_demand import reference_request
 
 pytestmark = [pytest.mark.quota, pytest.mark.tenancy]
 

@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import FastAPI
 
 from webhook.app import Watched, cluster_server, create_app, policy_reporting
+from webhook.pod_templates import WorkloadKind
 from webhook.policy_engine import PolicyEngine
 from webhook.serving import AdmissionServer, InventoryState
 from webhook.settings import Settings
-from webhook.workloads import WorkloadKind
 
 
 class EmptyCluster:

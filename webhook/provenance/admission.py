@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from labgate.core.kinds import SERVICE_ACCOUNT, Kind
+from labgate.core.api_resources import SERVICE_ACCOUNT, Kind
 from labgate.core.kube import ApiException, KubeApi
 from webhook.provenance.credentials import pull_credentials
 from webhook.provenance.facts import ImageFacts, SigningKey, images_input

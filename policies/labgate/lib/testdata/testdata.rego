@@ -105,7 +105,7 @@ _name(new, _) := new.metadata.name if new != null
 _name(null, old) := old.metadata.name
 
 # A whole policy input for a workload: the request plus its pod templates, found at the same paths
-# as webhook/workloads.py finds them, with the metadata beside each spec and how many pods it makes at
+# as webhook/pod_templates.py finds them, with the metadata beside each spec and how many pods it makes at
 # once.
 workload_input(kind, namespace, user, obj) := {
 	"request": request("CREATE", kind, namespace, user, obj, null),

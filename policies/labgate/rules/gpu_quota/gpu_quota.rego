@@ -127,7 +127,7 @@ _quota_fix(tenant, d) := sprintf(
 } else := "lower the request or wait for running pods to finish"
 
 # Where the request's kind says how many pods run at once, when one field says it for all its pod
-# templates (data.labgate.workloads, generated from labgate/core/workload_kinds.py: `labgate generate`).
+# templates (data.labgate.workloads, generated from labgate/core/workload_catalog.py: `labgate generate`).
 _replica_field := {w.kind: w.replica_field |
 	some w in data.labgate.workloads.kinds
 	w.group == input.request.kind.group

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_serving_volumes import _Inventory
+from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from labgate.core.kinds import Kind
+from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from rbac.leader import LeaderElector
 

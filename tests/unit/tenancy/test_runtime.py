@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from labgate.core.kinds import NAMESPACE, ROLE_BINDING
+from labgate.core.api_resources import NAMESPACE, ROLE_BINDING
 from rbac.cert_rotation import rotation_task
 from rbac.runtime import LeaderGate, NotLeaderError, ObjectCache, PeriodicTask, PeriodicTasks, WorkQueue
 

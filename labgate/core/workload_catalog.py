@@ -1,6 +1,6 @@
 """The workload kinds labgate judges: where each holds its pod templates and replica counts (pure).
 
-The one list of them. The webhook finds pod templates with it (`webhook/workloads.py`) and registers
+The one list of them. The webhook finds pod templates with it (`webhook/pod_templates.py`) and registers
 their resources (`webhook/registration.py`); the reconciler grants researchers the verbs on them
 (`rbac/desired.py`); `labgate generate` writes the chart's webhook rules and the policies'
 `data.labgate.workloads` from it (see docs/architecture.md, "Generated files"). Built in: a Job, a

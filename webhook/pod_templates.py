@@ -1,6 +1,6 @@
 """Where the pod specs are inside an object, and how many pods each makes at once.
 
-Pure and table-driven: a Pod, and every kind of `labgate.core.workload_kinds.BUILTIN_WORKLOAD_KINDS`
+Pure and table-driven: a Pod, and every kind of `labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`
 (Jobs, CronJobs, Deployments, the training resources). A "*" in a path walks every entry of a map or
 every item of a list. A cluster adds another training resource with one more WorkloadKind (see
 `load_workload_kinds`).
@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 # The kinds are listed once, in labgate.core (the reconciler's RBAC and the chart derive from them too).
-from labgate.core.workload_kinds import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
+from labgate.core.workload_catalog import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 
 __all__ = [
     "BUILTIN_WORKLOAD_KINDS",

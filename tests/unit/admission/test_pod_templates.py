@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from webhook.workloads import (
+from webhook.pod_templates import (
     BUILTIN_WORKLOAD_KINDS,
     TemplateLocation,
     WorkloadKind,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_serving_volumes import _Engine, _Inventory, _Volumes
+from tests.unit.admission.test_serving_volumes import _Engine, _Inventory, _Volumes
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 from webhook.volume_facts import MAX_TEMPLATE_VOLUMES, template_volume_names, template_volumes

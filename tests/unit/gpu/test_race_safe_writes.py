@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from labgate.core.kinds import Kind
+from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from labgate.core.tenant import FINALIZER
 from labgate.gpu_accounting.ledger import GpuAmount, LedgerConflictError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Refusals the webhook itself gives, outside the Rego rules.
 WEBHOOK_RULE_IDS = {
     "admission-overloaded",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from labgate.core.kinds import NAMESPACE, ROLE_BINDING, TENANT, Kind, Object, kind_of
+from labgate.core.api_resources import NAMESPACE, ROLE_BINDING, TENANT, Kind, Object, kind_of
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
 from rbac.desired import object_key

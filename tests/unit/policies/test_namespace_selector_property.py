@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from devcluster.tools import binary, ensure_tools
 
-POLICIES = Path(__file__).resolve().parents[2] / "policies"
+POLICIES = Path(__file__).resolve().parents[3] / "policies"
 TENANT = "labgate.io/tenant"
 NAME = "kubernetes.io/metadata.name"
 PLATFORM = {"kube-system"}  # data.labgate.config.network_peer_platform_namespaces

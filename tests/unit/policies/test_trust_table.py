@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.unit.test_researcher_docs import policy_rule_ids
+from tests.unit.policies.test_researcher_docs import policy_rule_ids
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_every_rule_id_has_a_row_in_the_trust_table() -> None:

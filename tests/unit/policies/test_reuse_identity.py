@@ -20,7 +20,7 @@ from devcluster.tools import binary, ensure_tools
 from labgate.cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
 from labgate.cli.policy_samples import Sample, find_samples, inventory_path, load_sample
 from webhook.decision_reuse import IDENTITY_FIELDS
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, find_pod_templates
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, find_pod_templates
 
 
 def _pods_of(sample: Sample) -> list[dict[str, Any]]:

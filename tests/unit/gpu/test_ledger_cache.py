@@ -17,7 +17,7 @@ import pytest
 
 import labgate.gpu_accounting.ledger
 import labgate.gpu_accounting.ledger_store
-from labgate.core.kinds import Kind
+from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from labgate.gpu_accounting.ledger import (
     CONFIG_MAP,

@@ -7,7 +7,7 @@ import base64
 import json
 
 from labgate.core.decisions import Mutation, PatchOperation
-from tests.unit.test_admission import _request
+from tests.unit.admission.test_admission import _request
 from webhook.admission import MAX_WARNING_LENGTH, build_mutation_response
 
 

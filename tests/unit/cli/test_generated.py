@@ -22,7 +22,7 @@ from labgate.cli.generated import (
 )
 from labgate.cli.main import main
 from labgate.core.tenant import PREEMPTIBLE_PRIORITY_CLASS, TENANT_LABEL
-from webhook.workloads import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
+from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 
 
 def test_the_generated_files_in_the_repository_are_current() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from labgate.cli.policy_samples import RULE_IDS_FILE, rule_ids_document, rule_ids_in
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_generated_rule_ids_match_the_policies() -> None:

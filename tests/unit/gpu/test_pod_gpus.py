@@ -12,7 +12,7 @@ from labgate.core.tenant import PREEMPTIBLE_LABEL, PREEMPTIBLE_PRIORITY_CLASS
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import GpuAmount
 from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
-from tests.unit.test_gpu_demand import CONFIG, pod_specs, reference_demand
+from tests.unit.gpu.test_gpu_demand import CONFIG, pod_specs, reference_demand
 
 # What the reconciler counts when the chart gives it no --gpu-config.
 DEFAULT = GpuCounting()

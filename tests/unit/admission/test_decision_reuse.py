@@ -12,7 +12,7 @@ import pytest
 
 from labgate.core.decisions import Decision, Finding, Mutation, PatchOperation
 from labgate.gpu_accounting.ledger import GpuAmount, now, usage, with_reservation
-from tests.unit.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request, sequential
+from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request, sequential
 from webhook.admission import build_policy_input
 from webhook.decision_reuse import ReuseCache, is_clean_admission, pod_create_key
 from webhook.policy_input import PolicyInput

@@ -25,7 +25,7 @@ from labgate.gpu_accounting.demand import (
 )
 from labgate.gpu_accounting.ledger import GpuAmount
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG = load_gpu_counting()
 MODEL_LABEL = CONFIG.gpu_model_label
 

@@ -836,7 +836,7 @@ def test_audit_rbac_lists_what_it_audits_and_writes_only_policy_reports(render: 
         ("wgpolicyk8s.io", "policyreports", "create"),
         ("wgpolicyk8s.io", "policyreports", "patch"),
     }
-    from webhook.workloads import BUILTIN_WORKLOAD_KINDS
+    from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS
 
     for kind in BUILTIN_WORKLOAD_KINDS:
         assert (kind.group, kind.resource, "list") in cluster, kind.kind

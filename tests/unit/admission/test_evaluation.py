@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from labgate.core.decisions import Decision, Mutation
-from tests.unit.test_gpu_batch import Inventory, request
+from tests.unit.gpu.test_gpu_batch import Inventory, request
 from webhook.evaluation import Evaluator
 from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.policy_input import PolicyInput

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labgate.core.kinds import NAMESPACE
+from labgate.core.api_resources import NAMESPACE
 from labgate.core.kube import LIST_PAGE_SIZE, KubeApi, Reflector
 
 ALL = [{"metadata": {"name": f"pod-{i}"}} for i in range(2 * LIST_PAGE_SIZE + 7)]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import webhook.inventory
-from labgate.core.kinds import NAMESPACE, TENANT, Kind
+from labgate.core.api_resources import NAMESPACE, TENANT, Kind
 from labgate.core.tenant import TENANT_LABEL
 from webhook.inventory import InventorySync
 
