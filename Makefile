@@ -31,7 +31,7 @@ debian-packages:
 	toolchain/debian-packages.sh
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
-TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok
+TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
 
 tools:  ## build the pinned Go tools that are not cached yet
 	toolchain/build.sh $(TEST_TOOLS)

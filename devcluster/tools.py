@@ -25,6 +25,7 @@ _TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cosign-v2": ("COSIGN_V2_VERSION", ("cosign",)),
     "cosign-v3": ("COSIGN_V3_VERSION", ("cosign",)),
     "kwok": ("KWOK_VERSION", ("kwok",)),
+    "kueue": ("KUEUE_VERSION", ("kueue",)),
     "vegeta": ("VEGETA_VERSION", ("vegeta",)),
     "gatekeeper": ("GATEKEEPER_VERSION", ("gatekeeper",)),
 }
