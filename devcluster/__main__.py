@@ -22,7 +22,9 @@ def _up(args: argparse.Namespace) -> int:
     running = recorded_pids(workdir)  # only processes that are still the ones recorded
     if running:
         print(
-            f"A local cluster already runs in {workdir} ({', '.join(running)}); stop it first: make stop",
+            f"labgate: a local cluster already runs in {workdir} ({', '.join(running)}); it and its"
+            " objects are left as they are. To start afresh (this deletes the cluster's objects):"
+            " make stop && make run",
             file=sys.stderr,
         )
         return 1
