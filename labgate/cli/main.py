@@ -686,9 +686,7 @@ def _add_policy_commands(commands: Any) -> None:
         description="Run opa fmt --list --fail, opa check --strict and opa test on the policies, then "
         "every policies/**/samples/*.yaml against policies/samples/inventory.yaml. Exit 1 if anything fails.",
     )
-    policy_test.add_argument(
-        "--policies", help="policy directory (default: ./policies)"
-    )
+    policy_test.add_argument("--policies", help="policy directory (default: ./policies)")
     policy_test.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
     policy_test.add_argument("--opa", help=_OPA_HELP)
     policy_test.add_argument("-o", "--output", dest="output_format", choices=["text", "json"], default="text")
