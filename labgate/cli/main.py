@@ -753,7 +753,11 @@ def _add_impact_commands(commands: Any) -> None:
         "--policies loaded in it and replaces its data.inventory, so never the webhook's OPA",
     )
     audit.add_argument("--metrics-port", type=int, default=0, help="with --every: Prometheus /metrics port")
-    audit.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    audit.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address for /metrics (default: loopback only; the chart passes the pod IP, which its NetworkPolicy guards)",
+    )
     _add_cluster_source(audit)
     audit.set_defaults(handler=_audit)
 
@@ -858,7 +862,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--lease-seconds", type=float, default=15.0, help="leader lease duration")
     reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
     reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
-    reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    reconcile.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address for /metrics (default: loopback only; the chart passes the pod IP, which its NetworkPolicy guards)",
+    )
     reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
