@@ -127,6 +127,7 @@ def test_a_misspelt_rule_id_in_spec_enforcement_is_refused(
     assert refused.returncode != 0
     assert '[tenant-enforcement-unknown] Tenant "' in refused.stderr
     assert '"gpu-qouta", which is not a rule id' in refused.stderr
+    assert 'Did you mean "gpu-quota"?' in refused.stderr
     tenant["spec"]["enforcement"] = {"gpu-quota": "warn"}
     assert stack.cluster_kubectl("apply", "-f", "-", manifest=tenant).returncode == 0
 
