@@ -1442,7 +1442,9 @@ ATTEMPTS += [
     *_as_both(
         Attempt(
             "namespace-of-no-tenant",
-            "namespace-untenanted",
+            # Said once, by namespace-orphan (namespace-untenanted said the same; it now speaks only
+            # to a tenant's service accounts).
+            "namespace-orphan",
             "researcher",
             "cluster",
             lambda ar: simple("Namespace", f"free-{ar.a.name}"),
