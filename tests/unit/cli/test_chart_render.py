@@ -858,26 +858,3 @@ def test_audit_rbac_lists_what_it_audits_and_writes_only_policy_reports(render: 
 def test_audit_can_be_turned_off(render: Renderer) -> None:
     manifests = render({"audit": {"enabled": False}})
     assert not [m for m in manifests if m["metadata"]["name"] == "labgate-audit"]
-
-
-@pytest.mark.parametrize(
-    ("policy", "said", "unsaid"),
-    [
-        ("Fail", "are refused", "ADMITTED UNCHECKED"),
-        ("Ignore", "ADMITTED UNCHECKED", "are refused"),
-    ],
-)
-def test_the_notes_say_what_the_failure_policy_does(
-    render: Renderer, policy: str, said: str, unsaid: str
-) -> None:
-    # The NOTES said "intercepted requests are refused" even under failurePolicy Ignore (issue 22 item 17).
-    result = render.run(
-        {"webhook": {"failurePolicy": policy}},
-        extra=("--dry-run=client", "--kubeconfig", "/dev/null"),
-        command="install",
-    )
-    assert result.returncode == 0, result.stderr
-    notes = result.stdout.split("NOTES:", 1)[1]
-    assert f"failurePolicy {policy}" in notes
-    assert said in notes
-    assert unsaid not in notes
