@@ -21,7 +21,7 @@ from labgate.core.tenant import (
     Subject,
     Tenant,
 )
-from labgate.core.workload_catalog import resources_by_group
+from labgate.core.workload_catalog import SCALABLE_WORKLOADS, resources_by_group
 
 Manifest = dict[str, Any]
 
@@ -75,6 +75,14 @@ def shared_cluster_roles() -> list[Manifest]:
             "apiGroups": [""],
             "resources": ["pods/exec", "pods/portforward", "pods/attach"],
             "verbs": ["get", "create"],
+        },
+        # kubectl debug (an ephemeral container: judged like any container by the webhook) and
+        # kubectl scale (the pods a new count makes are each judged, and counted, as they are created).
+        {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["get", "patch", "update"]},
+        {
+            "apiGroups": ["apps"],
+            "resources": [f"{resource}/scale" for resource in SCALABLE_WORKLOADS],
+            "verbs": ["get", "patch", "update"],
         },
         {
             "apiGroups": [""],
