@@ -15,7 +15,8 @@
 Everything here runs the pinned `opa eval` (webhook.offline_admission), never the live webhook: the
 cluster is only read. GPU usage: a Pod is evaluated with its tenant's usage minus its own GPUs
 (it is already counted); other workloads without usage (their pods are already counted), so the
-preview does not mistake running work for new demand.
+preview does not mistake running work for new demand. Objects read from a cluster are judged as they
+were admitted (labgate.cli.admitted_state: the scheduler's binding is not held against a Pod).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from labgate.cli.admitted_state import as_admitted
 from labgate.cli.offline_admission import (
     CheckResult,
     Facts,
@@ -176,7 +178,9 @@ def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manif
         for item in items:
             if (item.get("metadata") or {}).get("ownerReferences"):
                 continue  # made by a controller: its owner is evaluated (and its pods counted)
-            found.append(_clean(item) | {"apiVersion": kind.api_version, "kind": kind.kind})
+            # As admitted: a field the platform set since (the binding) is not held against it.
+            typed = item | {"apiVersion": kind.api_version, "kind": kind.kind}
+            found.append(_clean(as_admitted(typed)))
     return found
 
 
