@@ -339,7 +339,7 @@ _preemptible_changes(tenant, template) := [{"rule": "gpu-preemptible", "ops": op
 # Each image the webhook resolved (input.images[ref].pinned, for tenants with spec.images) runs by
 # digest: what was checked is what runs, even if the tag moves later. A tenant that requires images
 # to come pinned (spec.images.requireDigest) gets a refusal (image-digest) instead of a rewrite.
-_pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
+_pins(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
 	not tenant.spec.images.requireDigest
 	some field in ["containers", "initContainers", "ephemeralContainers"]
 	some i, container in _array(object.get(template.spec, field, []))
@@ -349,6 +349,25 @@ _pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op],
 	op := {"op": "add", "path": sprintf("%s/%d/image", [_field_pointer(template, field), i]), "value": pinned}
 	warning := sprintf("labgate pinned %s to %s", [container.image, substring(split(pinned, "@")[1], 0, 19)])
 ]
+
+_pinning_changes(tenant, template) := array.concat(_pins(tenant, template), _unpinned(tenant, template))
+
+# A tag labgate could not resolve (its registry did not answer) runs as written: said, not refused.
+# Not where a signature is required: that image is refused [image-unverifiable] instead.
+_unpinned(tenant, template) := [{"rule": "image-digest-pin", "ops": [], "warning": warning} |
+	not tenant.spec.images.requireDigest
+	not _requires_signature(tenant)
+	some field in ["containers", "initContainers", "ephemeralContainers"]
+	some container in _array(object.get(template.spec, field, []))
+	fact := input.images[container.image]
+	is_string(fact.error)
+	is_string(fact.registry)
+	warning := sprintf("labgate did not pin %s (no digest from its registry): it runs by tag as written", [container.image])
+]
+
+_requires_signature(tenant) if tenant.spec.images.requireSignature == true
+
+_requires_signature(tenant) if count(object.get(tenant.spec.images, "signingKeys", [])) > 0
 
 # Whether the patch depends on input.gpu_usage: only for a tenant whose GPU pods beyond quota are
 # admitted as preemptible. The webhook reuses a mutation for an identical pod created moments later

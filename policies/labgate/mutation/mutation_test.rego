@@ -353,6 +353,24 @@ test_a_pinned_image_is_left_alone if {
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 }
 
+# Issue 22 item 3: a tag whose registry did not answer is not pinned, and the warning says so.
+_unreachable_input := json.patch(_pin_input, [{"op": "replace", "path": "/images", "value": {"registry.lab.example/vision/train:v1": {
+	"registry": "registry.lab.example", "digest": null, "pinned": null,
+	"error": "registry registry.lab.example is unreachable (connection refused)",
+}}}])
+
+test_a_tag_whose_registry_did_not_answer_runs_unpinned_with_a_warning if {
+	mutation.patch == [] with input as _unreachable_input
+		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+	warnings := mutation.warnings with input as _unreachable_input
+		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
+	warnings == ["labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as written"]
+
+	# Where a signature is required the image is refused instead: no warning about pinning.
+	signed := _pin_inventory({"registries": ["registry.lab.example"], "requireSignature": true})
+	count(mutation.warnings) == 0 with input as _unreachable_input with data.inventory as signed
+}
+
 test_tenants_that_require_pinned_images_are_not_rewritten if {
 	mutation.patch == [] with input as _pin_input
 		with data.inventory as _pin_inventory({"requireDigest": true})
