@@ -17,7 +17,9 @@ CREATED = {"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1
 KUBELET = {"manager": "kubelet", "operation": "Update", "subresource": "status", "fieldsType": "FieldsV1"}
 
 
-def _pod(name: str, *, requested: dict[str, Any], status_fields: dict[str, Any] | None = None) -> dict[str, Any]:
+def _pod(
+    name: str, *, requested: dict[str, Any], status_fields: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -74,7 +76,8 @@ class _Cluster:
 
     def list(self, kind: Kind, *, namespace: str | None = None) -> dict[str, Any]:
         if kind.kind == "Tenant":
-            return {"items": [{"metadata": {"name": "team-a"}, "spec": {"namespaces": {"names": ["team-a"]}}}]}
+            tenant = {"metadata": {"name": "team-a"}, "spec": {"namespaces": {"names": ["team-a"]}}}
+            return {"items": [tenant]}
         if kind.kind == "Namespace":
             return {"items": [{"metadata": {"name": "team-a", "labels": {"labgate.io/tenant": "team-a"}}}]}
         if kind.kind == "Pod":
@@ -91,3 +94,21 @@ def test_the_exported_snapshot_holds_pods_as_admitted() -> None:
     assert "nodeName" not in specs["scheduled"]  # the scheduler's binding
     assert specs["pinned"]["nodeName"] == "gpu-node-3"  # the requester's: placement-node-name judges it
     assert all("managedFields" not in w["metadata"] for w in snapshot.workloads)
+
+
+@pytest.mark.tools  # the policies, through the pinned opa
+def test_the_audit_refuses_a_pinned_pod_and_not_a_scheduled_one() -> None:
+    from devcluster.stack import POLICY_DIR
+    from devcluster.tools import binary, ensure_tools
+    from labgate.cli.offline_admission import OfflineOpa, facts_from_manifests
+    from labgate.cli.policy_impact import audit_rows, cluster_items, evaluate
+
+    ensure_tools("opa")
+    cluster = _Cluster([BOUND, PINNED])
+    snapshot = export_snapshot(cluster, BUILTIN_WORKLOAD_KINDS)
+    snapshot.definitions[0]["spec"]["members"] = {"researchers": [{"kind": "User", "name": "alice"}]}
+    facts = facts_from_manifests(snapshot.definitions, platform_namespace="labgate-system")
+    with OfflineOpa(binary("opa"), POLICY_DIR, facts) as opa:
+        rows = audit_rows(evaluate(opa, cluster_items(snapshot), BUILTIN_WORKLOAD_KINDS))
+    node_name = [(r["object"], r["mode"]) for r in rows if r["rule"] == "placement-node-name"]
+    assert node_name == [("Pod team-a/pinned", "enforce")]
