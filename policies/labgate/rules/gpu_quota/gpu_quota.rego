@@ -231,6 +231,13 @@ _used_of(model) := _used(model) if model != ""
 
 _has_usage if is_object(input.gpu_usage)
 
+# The limits the workload's pods, all at once, can never fit (gpu-quota-unfit refuses it).
+_unfit_limits(tenant) := {model |
+	some model in _checked_limits(tenant)
+	count(_terms(model)) > 0
+	_all_at_once(model) > _limit(tenant, model)
+}
+
 # The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
 _pending_limits(tenant) := {model |
 	some model in _checked_limits(tenant)
@@ -257,18 +264,21 @@ _usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural
 # description: |
 #   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
 #   refused one by one when the controller creates them (gpu-quota), which shows only in the
-#   workload's events (FailedCreate), until running pods finish.
+#   workload's events (FailedCreate), until running pods finish. Said about the limit that binds
+#   (the fewest pods can start under it), never about a workload gpu-quota-unfit refuses, and only
+#   when the workload is admitted (`if_admitted`: labgate.admission drops it beside a refusal).
 # custom:
 #   rule_id: gpu-quota-pending
-violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
+violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
 	not gpu.is_pod
 	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
 	_has_usage
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
+	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
 	pending := _pending_limits(tenant)
 	some model in pending
-	_is_first_pending(pending, model)
+	_is_binding(tenant, pending, model)
 	terms := _terms(model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
@@ -281,13 +291,18 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	)
 }
 
-# One finding per workload: a model's limit before the total, models in name order.
-_is_first_pending(pending, model) if {
-	model != ""
-	model == min({m | some m in pending; m != ""})
+# One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
+# several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
+_is_binding(tenant, pending, model) if {
+	ranked := {[_startable(tenant, m), _total_last(m), m] | some m in pending}
+	min(ranked)[2] == model
 }
 
-_is_first_pending(pending, "") if {
-	"" in pending
-	count(pending) == 1
-}
+_startable(tenant, model) := floor(_free(tenant, model) / terms[0].each) if {
+	terms := _terms(model)
+	count(terms) == 1
+} else := _free(tenant, model)
+
+_total_last("") := 1
+
+_total_last(model) := 0 if model != ""
