@@ -328,7 +328,8 @@ class CheckResult:
     @property
     def warnings(self) -> list[str]:
         """kubectl's warnings: the mutating webhook's, then the validating webhook's."""
-        mutation = [line for w in self.mutation.warnings for line in warning_lines(w)]
+        said = self.mutation.warnings if self.mutation.warnings_now is None else self.mutation.warnings_now
+        mutation = [line for w in said for line in warning_lines(w)]
         return [*mutation, *(self.response.warnings or [])]
 
     @property

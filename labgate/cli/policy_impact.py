@@ -251,7 +251,7 @@ class Outcome:
             patch=tuple(
                 json.dumps(op.model_dump(), sort_keys=True, separators=(",", ":"))
                 for op in result.mutation.patch
-                if "labgate.io~1mutations" not in op.path and op.path != "/metadata/annotations"
+                if "labgate.io~1mutation" not in op.path and op.path != "/metadata/annotations"
             ),
         )
 

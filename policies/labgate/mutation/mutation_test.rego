@@ -452,6 +452,35 @@ test_every_change_is_recorded_on_the_pod_with_its_rule if {
 	]
 }
 
+# Issue 22 item 5: "labgate placed pod on spot pool ..." reached kubectl for pods then refused. The
+# warnings of a change travel on the object, for the validating webhook to say when it admits.
+test_the_warnings_of_a_change_travel_on_the_object_not_in_the_mutating_response if {
+	input_doc := pod_input("speech", testdata.sam, {"containers": [gpu_container("1")]})
+	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	last := full[count(full) - 1]
+	last.path == "/metadata/annotations"
+	json.unmarshal(last.value["labgate.io/mutation-warnings"]) == mutate(input_doc).warnings
+	`labgate placed pod on spot pool "a100-spot"` in mutate(input_doc).warnings
+	count(mutation.warnings_now) == 0 with input as input_doc with data.inventory as testdata.gpu_inventory
+}
+
+test_the_warnings_join_annotations_already_there if {
+	pod := json.patch(testdata.pod("train-1", {"containers": [gpu_container("1")]}), [{"op": "add", "path": "/metadata/annotations", "value": {"team": "x"}}])
+	input_doc := testdata.workload_input("Pod", "speech", testdata.sam, pod)
+	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
+	[op.path | some op in full; contains(op.path, "annotations")] == [
+		"/metadata/annotations/labgate.io~1mutation-warnings",
+		"/metadata/annotations/labgate.io~1mutations",
+	]
+}
+
+test_a_namespace_label_warning_is_said_by_the_mutating_webhook if {
+	input_doc := namespace_input("vision-exp", testdata.vera, {})
+	w := mutation.warnings_now with input as input_doc with data.inventory as testdata.gpu_inventory
+	w == mutation.warnings with input as input_doc with data.inventory as testdata.gpu_inventory
+	count(w) == 1
+}
+
 test_a_jobs_template_carries_its_record_so_its_pods_do if {
 	job := testdata.job("sweep", 1, {"team": "x"}, {"containers": [gpu_container("1")]})
 	input_doc := testdata.workload_input("Job", "speech", testdata.sam, job)
