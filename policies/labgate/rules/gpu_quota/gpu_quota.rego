@@ -123,8 +123,16 @@ _quota_fix(tenant, d) := sprintf(
 	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
 	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
-	over := _alone_over(tenant, d)[0]
+	over := _binding_over(tenant, d)
 } else := "lower the request or wait for running pods to finish"
+
+# The limit a request over several must meet first: the smallest (a model's before the total on a
+# tie), so the Fix is the one that fits, not one that leads to the next refusal.
+_binding_over(tenant, d) := overs[min(ranked)[2]] if {
+	overs := _alone_over(tenant, d)
+	ranked := {[o.limit, _total_last(o.model), i] | some i, o in overs}
+	count(ranked) > 0
+}
 
 # Where the request's kind says how many pods run at once, when one field says it for all its pod
 # templates (data.labgate.workloads, generated from labgate/core/workload_catalog.py: `labgate generate`).

@@ -259,6 +259,23 @@ test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
 	count(violations(testdata.workload_input("Job", "speech", testdata.job_controller, job))) == 0
 }
 
+# Issue 22 item 6: a pod of 32 over a total of 24 and an h100 limit of 16 was told "at most 24",
+# then refused again for 16: the first Fix names the limit that binds.
+test_a_pod_over_several_limits_by_itself_is_told_the_smallest if {
+	pod := gpu_pod("big", "h100", {"nvidia.com/gpu": "32"})
+	inventory := json.patch(testdata.gpu_inventory, [
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 24},
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/models/h100", "value": 16},
+	])
+	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+
+	# The total smaller than the model's limit: the total binds.
+	small_total := json.patch(inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 12}])
+	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as small_total] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 12 GPUs (h100: 0 of 16). Fix: ask at most 12 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
+}
+
 test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
 	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
