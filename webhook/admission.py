@@ -43,6 +43,12 @@ def build_policy_input(
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
+def is_tenant_update(request: AdmissionRequest) -> bool:
+    """A change to a Tenant: the policies get its own GPU usage (`input.gpu_usage`), so a quota
+    lowered below it is said (tenant-quota-below-usage)."""
+    return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
+
+
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created (the
     quota is checked and reserved), and a workload with pod templates being created (its pods that

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Protocol, cast
 
 from labgate.core.gpu_amount import GpuAmount
-from webhook.admission import build_policy_input, needs_gpu_usage
+from webhook.admission import build_policy_input, is_tenant_update, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.reservations import is_pod_create, reservation_key
@@ -132,6 +132,11 @@ class FactGatherer:
             # at apply time about a workload's pods that will wait for GPUs.
             excluding = reservation_key(request) if is_pod_create(request) else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
+        if self.gpu_usage is not None and is_tenant_update(request) and request.name:
+            try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
+                policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()
+            except Exception:
+                log.exception("no GPU usage of tenant %s for its update", request.name)
         if tenant and request.namespace and policy_input["pod_templates"]:
             # The claims and image readers read templates as plain documents (they are, at run time).
             templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
