@@ -76,6 +76,7 @@ _lowered_below_usage := array.concat(
 	[{"field": "spec.gpu.total", "used": used, "limit": limit, "word": "GPUs"} |
 		limit := input.request.object.spec.gpu.total
 		is_number(limit)
+		_is_lowered(["spec", "gpu", "total"], limit)
 		used := object.get(input.gpu_usage, "total", 0)
 		used > limit
 	],
@@ -83,10 +84,14 @@ _lowered_below_usage := array.concat(
 		models := object.get(input.request.object, ["spec", "gpu", "models"], {})
 		some model in sort(object.keys(models))
 		limit := models[model]
+		_is_lowered(["spec", "gpu", "models", model], limit)
 		used := object.get(input.gpu_usage, ["by_model", model], 0)
 		used > limit
 	],
 )
+
+# Said when the limit changes (set or lowered), not on every later update of a Tenant still above it.
+_is_lowered(path, limit) if object.get(object.get(input.request, "oldObject", {}), path, null) != limit
 
 # METADATA
 # title: A quota lowered below the tenant's usage says what happens to its pods
@@ -99,6 +104,7 @@ violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
 	input.request.kind.kind == "Tenant" # first, for rule indexing
 	input.request.kind.group == "labgate.io"
 	input.request.operation == "UPDATE"
+	object.get(input.request, "subResource", "") == "" # the reconciler's status writes say nothing
 	is_object(input.gpu_usage)
 	some over in _lowered_below_usage
 	rule_id := rego.metadata.rule().custom.rule_id

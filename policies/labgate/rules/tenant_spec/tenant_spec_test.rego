@@ -106,6 +106,10 @@ test_a_quota_at_or_above_the_usage_says_nothing if {
 	count(tenant_spec.violation) == 0 with input as _update_quota({"total": 5, "models": {"h100": 5}}, {"total": 5, "by_model": {"h100": 5}})
 		with data.inventory as inventory
 
+	# An update that leaves the limit as it was (members, say) does not say it again.
+	unchanged := json.patch(_update_quota({"total": 16, "models": {"h100": 2}}, {"total": 5, "by_model": {"h100": 5}}), [{"op": "add", "path": "/request/oldObject", "value": {"metadata": {"name": "team-a"}, "spec": {"gpu": {"total": 16, "models": {"h100": 2}}}}}])
+	count(tenant_spec.violation) == 0 with input as unchanged with data.inventory as inventory
+
 	# Without the usage (a CREATE, or the ledger unreadable), nothing is said.
 	no_usage := json.remove(_update_quota({"total": 1}, {"total": 5}), ["gpu_usage"])
 	count(tenant_spec.violation) == 0 with input as no_usage with data.inventory as inventory
