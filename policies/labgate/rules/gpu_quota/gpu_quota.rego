@@ -314,3 +314,28 @@ _startable(tenant, model) := floor(_free(tenant, model) / terms[0].each) if {
 _total_last("") := 1
 
 _total_last(model) := 0 if model != ""
+
+# --- CronJob runs that may overlap ---
+
+# METADATA
+# title: A CronJob whose GPU runs may overlap says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): with concurrencyPolicy Allow (the
+#   default) a run that starts before the last one ends asks its GPUs on top of it, and its pods wait
+#   or are refused (gpu-quota) while the tenant is at its quota.
+# custom:
+#   rule_id: gpu-cronjob-overlap
+violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyPolicy"} if {
+	input.request.kind.kind == "CronJob" # first, for rule indexing
+	input.request.kind.group == "batch"
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
+	terms := _terms("")
+	count(terms) > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
+		[rule_id, tenancy.object_ref, _arithmetic(terms, ""), tenant.metadata.name],
+	)
+}
