@@ -64,6 +64,9 @@ class Snapshot:
     definitions: list[Manifest]  # Tenants, Namespaces, Secrets (restricted metadata only)
     workloads: list[Manifest]
     gpu_usage: dict[str, GpuAmount] = field(default_factory=dict)
+    # Read from a live cluster only: namespace -> (group, kind) -> the names of every object of that
+    # kind there, controllers' included (what the labgate-admission reports may still speak of).
+    present: dict[str, dict[tuple[str, str], set[str]]] = field(default_factory=dict)
 
     def document(self) -> Manifest:
         usage = [
@@ -128,9 +131,11 @@ def export_snapshot(
     ]
     secrets: list[Manifest] = []
     workloads: list[Manifest] = []
+    present: dict[str, dict[tuple[str, str], set[str]]] = {}
     for namespace in tenant_namespaces:
         secrets.extend(_restricted_secrets(kube, namespace))
-        workloads.extend(_unowned_objects(kube, namespace, listed_kinds))
+        unowned, present[namespace] = _unowned_objects(kube, namespace, listed_kinds)
+        workloads.extend(unowned)
     store = LedgerStore(kube, namespace=platform_namespace)
     gpu_usage = {}
     for tenant in tenants:
@@ -139,7 +144,12 @@ def export_snapshot(
             gpu_usage[name] = usage(store.read(name))
         except Exception:  # an unreadable ledger: usage unknown, counted as none
             gpu_usage[name] = GpuAmount()
-    return Snapshot(definitions=[*tenants, *namespaces, *secrets], workloads=workloads, gpu_usage=gpu_usage)
+    return Snapshot(
+        definitions=[*tenants, *namespaces, *secrets],
+        workloads=workloads,
+        gpu_usage=gpu_usage,
+        present=present,
+    )
 
 
 def _restricted_secrets(kube: Any, namespace: str) -> list[Manifest]:
@@ -165,9 +175,13 @@ def _restricted_secrets(kube: Any, namespace: str) -> list[Manifest]:
     return secrets
 
 
-def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manifest]:
-    """The objects of `kinds` in `namespace` that no controller made (kinds not installed skipped)."""
+def _unowned_objects(
+    kube: Any, namespace: str, kinds: list[Kind]
+) -> tuple[list[Manifest], dict[tuple[str, str], set[str]]]:
+    """The objects of `kinds` in `namespace` that no controller made (kinds not installed skipped),
+    and the names of all of them, by (group, kind)."""
     found: list[Manifest] = []
+    names: dict[tuple[str, str], set[str]] = {}
     for kind in kinds:
         try:
             items = kube.list(kind, namespace=namespace)["items"]
@@ -175,13 +189,14 @@ def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manif
             if err.status == 404:  # the kind is not installed (e.g. no Kubeflow)
                 continue
             raise
+        names[(kind.group, kind.kind)] = {str((i.get("metadata") or {}).get("name")) for i in items}
         for item in items:
             if (item.get("metadata") or {}).get("ownerReferences"):
                 continue  # made by a controller: its owner is evaluated (and its pods counted)
             # As admitted: a field the platform set since (the binding) is not held against it.
             typed = item | {"apiVersion": kind.api_version, "kind": kind.kind}
             found.append(_clean(as_admitted(typed)))
-    return found
+    return found, names
 
 
 # --- evaluating ---

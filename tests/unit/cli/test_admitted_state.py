@@ -94,6 +94,9 @@ def test_the_exported_snapshot_holds_pods_as_admitted() -> None:
     assert "nodeName" not in specs["scheduled"]  # the scheduler's binding
     assert specs["pinned"]["nodeName"] == "gpu-node-3"  # the requester's: placement-node-name judges it
     assert all("managedFields" not in w["metadata"] for w in snapshot.workloads)
+    # Every object listed, by kind: what the labgate-admission report may still speak of (item 8).
+    assert snapshot.present["team-a"][("", "Pod")] == {"scheduled", "pinned"}
+    assert snapshot.present["team-a"][("batch", "Job")] == set()
 
 
 @pytest.mark.tools  # the policies, through the pinned opa
