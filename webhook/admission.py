@@ -188,6 +188,16 @@ def priority_class_document(priority_class: Object) -> dict[str, Any]:
     }
 
 
+def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
+    """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
+    (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""
+    gpu = (tenant.get("status") or {}).get("gpu") or {}
+    held, pods = gpu.get("heldByUnscheduled"), gpu.get("unscheduledPods")
+    if not isinstance(held, int) or held <= 0 or not isinstance(pods, list) or not pods:
+        return None
+    return {"gpus": held, "pods": [str(p) for p in pods]}
+
+
 def tenant_document(tenant: Object) -> dict[str, Any]:
     """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
     metadata = tenant.get("metadata", {})

@@ -135,3 +135,33 @@ def test_a_tenant_update_gets_its_own_gpu_usage(operation: str, *, fail: bool, u
     gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(fail))
     policy_input, _ = asyncio.run(gatherer.gather(_tenant_change(operation)))
     assert policy_input.get("gpu_usage") == usage
+
+
+# Issue 22 item 6: a GPU pod's refusal quotes what the tenant's pods not yet scheduled hold.
+class _HoldingInventory(_Inventory):
+    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
+        return {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]} if tenant == "vision" else None
+
+
+def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
+    gatherer = FactGatherer(inventory=_HoldingInventory(), gpu_usage=_Usage())
+    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    # An inventory that cannot tell: nothing added.
+    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    assert "gpu_held" not in plain
+
+
+@pytest.mark.parametrize(
+    ("status", "held"),
+    [
+        ({"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["p"]}}, {"gpus": 8, "pods": ["p"]}),
+        ({"gpu": {"heldByUnscheduled": 0}}, None),
+        ({"gpu": {"heldByUnscheduled": "8", "unscheduledPods": ["p"]}}, None),
+        ({}, None),
+    ],
+)
+def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held: Any) -> None:
+    from webhook.admission import unscheduled_holds
+
+    assert unscheduled_holds({"metadata": {"name": "vision"}, "status": status}) == held

@@ -104,10 +104,21 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	overrun := _overrun_text(tenant, d)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s; tenant %q uses %s. Fix: %s",
-		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _quota_fix(tenant, d)],
+		"[%s] %s asks %s; tenant %q uses %s%s. Fix: %s",
+		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text, _quota_fix(tenant, d)],
 	)
 }
+
+# Of that usage, what admitted pods the scheduler has not bound yet hold (input.gpu_held, as the
+# Tenant's status last said it): they count until they run or are deleted.
+_held_text := sprintf(", %v held by %s not yet scheduled: %s", [
+	input.gpu_held.gpus,
+	gpu_text.plural(count(input.gpu_held.pods), "pod"),
+	concat(", ", input.gpu_held.pods),
+]) if {
+	input.gpu_held.gpus > 0
+	count(input.gpu_held.pods) > 0
+} else := ""
 
 # The limits the pod's demand exceeds on its own, whatever else runs: waiting can never help those.
 _alone_over(tenant, d) := array.concat(
@@ -124,6 +135,8 @@ _quota_fix(tenant, d) := sprintf(
 	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
 	over := _binding_over(tenant, d)
+} else := "lower the request, wait for running pods to finish, or delete a pod that waits for a node" if {
+	_held_text != ""
 } else := "lower the request or wait for running pods to finish"
 
 # The limit a request over several must meet first: the smallest (a model's before the total on a

@@ -276,6 +276,16 @@ test_a_pod_over_several_limits_by_itself_is_told_the_smallest if {
 		with data.inventory as small_total] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 12 GPUs (h100: 0 of 16). Fix: ask at most 12 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
 }
 
+# Issue 22 item 6: "uses 16 of 16" hid that 8 were held by a pod still waiting for a node.
+test_a_refusal_says_what_pods_not_yet_scheduled_hold if {
+	pod := gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"})
+	input_doc := object.union(
+		pod_input("vision", testdata.vera, pod, {"total": 16, "by_model": {"h100": 8}}),
+		{"gpu_held": {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}},
+	)
+	[v.message | some v in violations(input_doc)] == [`[gpu-quota] Pod "train-8" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 16 of 16 GPUs (h100: 8 of 8), 8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx. Fix: lower the request, wait for running pods to finish, or delete a pod that waits for a node`]
+}
+
 test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
 	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
