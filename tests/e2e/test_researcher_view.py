@@ -205,3 +205,29 @@ def test_a_broken_policy_shows_in_readiness_and_the_old_one_keeps_deciding(
         broken.unlink(missing_ok=True)
         broken.parent.rmdir()
     eventually(lambda: _readyz(stack)["policy"]["error"] is None, what="the error cleared")
+
+
+# Issue 22 items 5 and 7 (written while the e2e tools were still building: not yet run here).
+def test_what_labgate_changed_is_said_only_when_the_pod_is_admitted(tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8}}})
+    refused = team.researcher.apply(_gpu_pod("too-big", 16, "h100"), team.namespace)
+    assert refused.returncode != 0
+    assert "[gpu-quota]" in refused.stderr
+    assert "labgate turned off token automount" not in refused.stderr  # said of a pod that never was
+    admitted = team.researcher.apply(_gpu_pod("fits", 1, "h100"), team.namespace)
+    assert admitted.returncode == 0, admitted.stderr
+    assert 'labgate turned off token automount (service account "default") for pod' in admitted.stderr
+
+
+def test_lowering_a_quota_below_the_usage_says_what_happens(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8}}})
+    assert team.researcher.apply(_gpu_pod("running", 4, "h100"), team.namespace).returncode == 0
+    lowered = stack.cluster_kubectl(
+        "patch", "tenant", team.name, "--type=merge", "-p", '{"spec":{"gpu":{"models":{"h100":2}}}}'
+    )
+    assert lowered.returncode == 0, lowered.stderr
+    assert f'[tenant-quota-below-usage] Tenant "{team.name}" uses 4 h100, above the new limit 2' in " ".join(
+        lowered.stderr.replace("Warning: ", "").replace("[tenant-quota-below-usage] ...", "").split()
+    )
