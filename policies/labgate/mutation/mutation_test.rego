@@ -353,24 +353,6 @@ test_a_pinned_image_is_left_alone if {
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 }
 
-# Issue 22 item 3: a tag whose registry did not answer is not pinned, and the warning says so.
-_unreachable_input := json.patch(_pin_input, [{"op": "replace", "path": "/images", "value": {"registry.lab.example/vision/train:v1": {
-	"registry": "registry.lab.example", "digest": null, "pinned": null,
-	"error": "registry registry.lab.example is unreachable (connection refused)",
-}}}])
-
-test_a_tag_whose_registry_did_not_answer_runs_unpinned_with_a_warning if {
-	mutation.patch == [] with input as _unreachable_input
-		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
-	warnings := mutation.warnings with input as _unreachable_input
-		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
-	warnings == ["labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as written"]
-
-	# Where a signature is required the image is refused instead: no warning about pinning.
-	signed := _pin_inventory({"registries": ["registry.lab.example"], "requireSignature": true})
-	count(mutation.warnings) == 0 with input as _unreachable_input with data.inventory as signed
-}
-
 test_tenants_that_require_pinned_images_are_not_rewritten if {
 	mutation.patch == [] with input as _pin_input
 		with data.inventory as _pin_inventory({"requireDigest": true})
@@ -450,35 +432,6 @@ test_every_change_is_recorded_on_the_pod_with_its_rule if {
 		{"rule": "token-automount", "op": "add", "path": "/spec/automountServiceAccountToken"},
 		{"rule": "priority-class", "op": "add", "path": "/spec/priorityClassName"},
 	]
-}
-
-# Issue 22 item 5: "labgate placed pod on spot pool ..." reached kubectl for pods then refused. The
-# warnings of a change travel on the object, for the validating webhook to say when it admits.
-test_the_warnings_of_a_change_travel_on_the_object_not_in_the_mutating_response if {
-	input_doc := pod_input("speech", testdata.sam, {"containers": [gpu_container("1")]})
-	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
-	last := full[count(full) - 1]
-	last.path == "/metadata/annotations"
-	json.unmarshal(last.value["labgate.io/mutation-warnings"]) == mutate(input_doc).warnings
-	`labgate placed pod on spot pool "a100-spot"` in mutate(input_doc).warnings
-	count(mutation.warnings_now) == 0 with input as input_doc with data.inventory as testdata.gpu_inventory
-}
-
-test_the_warnings_join_annotations_already_there if {
-	pod := json.patch(testdata.pod("train-1", {"containers": [gpu_container("1")]}), [{"op": "add", "path": "/metadata/annotations", "value": {"team": "x"}}])
-	input_doc := testdata.workload_input("Pod", "speech", testdata.sam, pod)
-	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
-	[op.path | some op in full; contains(op.path, "annotations")] == [
-		"/metadata/annotations/labgate.io~1mutation-warnings",
-		"/metadata/annotations/labgate.io~1mutations",
-	]
-}
-
-test_a_namespace_label_warning_is_said_by_the_mutating_webhook if {
-	input_doc := namespace_input("vision-exp", testdata.vera, {})
-	w := mutation.warnings_now with input as input_doc with data.inventory as testdata.gpu_inventory
-	w == mutation.warnings with input as input_doc with data.inventory as testdata.gpu_inventory
-	count(w) == 1
 }
 
 test_a_jobs_template_carries_its_record_so_its_pods_do if {
