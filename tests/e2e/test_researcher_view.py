@@ -77,11 +77,16 @@ def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
     other = tenants.create()
     applied = team.researcher.apply(_gpu_pod("train-1", 2, "h100"), team.namespace)
     assert applied.returncode == 0, applied.stderr
-    # No scheduler here: the pod stays Pending, admitted and counted.
+    # No scheduler here: the pod stays Pending, admitted and counted, and the summary says it holds
+    # its GPUs while it waits for a node (issue 22 item 6).
     eventually(
-        lambda: _status_gpu(stack, team.name).get("summary") == "a100 0/4, h100 2/4, total 2/8",
+        lambda: (
+            _status_gpu(stack, team.name).get("summary")
+            == "a100 0/4, h100 2/4, total 2/8; 2 held by 1 pod not yet scheduled: train-1"
+        ),
         what="status.gpu.summary",
     )
+    assert _status_gpu(stack, team.name)["unscheduledPods"] == ["train-1"]
     eventually(lambda: _status_gpu(stack, team.name).get("pendingPods") == 1, what="one pod pending")
     assert _status_gpu(stack, team.name)["preemptible"] == 0
     shown = team.researcher.kubectl("get", "tenant", team.name)
