@@ -175,12 +175,20 @@ def _binding(name: str, tenant: str, namespace: str, role: str, members: list[Su
     }
 
 
+POD_HARDENING = "pod-hardening"
+
+
 def _pod_security_level(tenant: Tenant) -> str:
     # Pod Security admission has no per-control relaxation: a namespace at "baseline" refuses every
     # pod that uses an exception, so a tenant granted one runs its namespaces at "privileged". That
     # opens nothing else: labgate's pod-hardening rule enforces the baseline itself, control by
     # control, and relaxes only the controls the Tenant names. Without exceptions, "baseline".
-    return "privileged" if tenant.spec.exceptions.has_any else "baseline"
+    # The same when the Tenant puts pod-hardening in warn or dry-run mode: the infra team chose to
+    # admit such pods with a warning, and a namespace at "baseline" would refuse every one of them
+    # when its controller creates it (a Job admitted with a warning, then FailedCreate for ever).
+    if tenant.spec.exceptions.has_any or not tenant.spec.is_enforced(POD_HARDENING):
+        return "privileged"
+    return "baseline"
 
 
 def _namespace(tenant: Tenant, namespace: str) -> Manifest:

@@ -84,6 +84,7 @@ class PodIndex:
             phase=str((obj.get("status") or {}).get("phase", "")),
             gpus=pod_gpus(obj, self._gpu_counting),
             is_preemptible=is_admitted_preemptible(obj),
+            is_scheduled=bool((obj.get("spec") or {}).get("nodeName")),
         )
 
     def on_list(self, objects: list[Object]) -> None:

@@ -299,8 +299,15 @@ class TenantStatusController:
         seen = self.pods.known(set(reserved))
         unseen = sum(1 for uid in reserved if uid not in seen)
         preemptible = sum(f.gpus.total for f in facts if f.is_preemptible and f.phase not in FINISHED_PHASES)
+        unscheduled = sorted(
+            (f.name, f.gpus.total)
+            for f in facts
+            if f.gpus.total > 0 and not f.is_scheduled and f.phase in ("", "Pending")
+        )
         return gpus, PodCounts(
-            preemptible=preemptible, pending=pending_pods([f.phase for f in facts], unseen)
+            preemptible=preemptible,
+            pending=pending_pods([f.phase for f in facts], unseen),
+            unscheduled=tuple(unscheduled),
         )
 
 

@@ -10,15 +10,18 @@ from typing import Any
 from labgate.core.tenant import Tenant
 from labgate.gpu_accounting.ledger import GpuAmount
 from rbac.desired import is_subset
-from rbac.tenant_view import gpu_summary
+from rbac.tenant_view import gpu_summary, held_text
 
 
 @dataclass(frozen=True)
 class PodCounts:
-    """The tenant's unfinished preemptible pods' GPUs, and its pods admitted that do not run yet."""
+    """The tenant's unfinished preemptible pods' GPUs, its pods admitted that do not run yet, and
+    its GPU pods the scheduler has not bound yet, (name, GPUs) in name order: they hold quota while
+    they wait for a node."""
 
     preemptible: int
     pending: int
+    unscheduled: tuple[tuple[str, int], ...] = ()
 
 
 def shown_usage(live: Mapping[str, Any]) -> GpuAmount:
@@ -46,20 +49,28 @@ def ready_condition(tenant: Tenant, namespaces: list[str], states: list[dict[str
     }
 
 
+MAX_UNSCHEDULED_NAMES = 10
+
+
 def gpu_status(tenant: Tenant, gpus: GpuAmount, counts: PodCounts) -> dict[str, Any]:
-    # An empty map is left out: server-side apply turns a map emptied of the keys it owned into
-    # null, which the schema refuses, and the status would stay stuck at its old usage.
+    # An empty map or list is left out: server-side apply turns one emptied of the keys it owned
+    # into null, which the schema refuses, and the status would stay stuck at its old usage.
+    held = sum(n for _, n in counts.unscheduled)
+    names = [name for name, _ in counts.unscheduled]
+    summary = gpu_summary(
+        total=tenant.spec.gpu.total,
+        models=tenant.spec.gpu.models,
+        used_total=gpus.total,
+        used_by_model=gpus.by_model,
+    )
     return {
         "used": gpus.total,
         **({"usedByModel": dict(gpus.by_model)} if gpus.by_model else {}),
-        "summary": gpu_summary(
-            total=tenant.spec.gpu.total,
-            models=tenant.spec.gpu.models,
-            used_total=gpus.total,
-            used_by_model=gpus.by_model,
-        ),
+        "summary": f"{summary}; {held_text(held, names)}" if names else summary,
         "preemptible": counts.preemptible,
         "pendingPods": counts.pending,
+        "heldByUnscheduled": held,
+        **({"unscheduledPods": names[:MAX_UNSCHEDULED_NAMES]} if names else {}),
     }
 
 
@@ -96,6 +107,8 @@ def is_unchanged(status: dict[str, Any], condition: dict[str, Any], old_status: 
         == (gpu["used"], gpu.get("usedByModel", {}))
         and (old_gpu.get("summary"), old_gpu.get("preemptible"), old_gpu.get("pendingPods"))
         == (gpu["summary"], gpu["preemptible"], gpu["pendingPods"])
+        and (old_gpu.get("heldByUnscheduled"), old_gpu.get("unscheduledPods") or [])
+        == (gpu["heldByUnscheduled"], gpu.get("unscheduledPods", []))
         and all(old_ready.get(k) == v for k, v in condition.items())
     )
 

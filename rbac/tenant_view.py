@@ -6,7 +6,7 @@ preformatted text (`status.gpu.summary`: "a100 0/8, h100 2/8, total 2/16") besid
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def gpu_summary(
@@ -21,6 +21,16 @@ def gpu_summary(
     elif not parts:
         parts.append(f"{used_total} (no limit)")
     return ", ".join(parts)
+
+
+def held_text(gpus: int, pods: Sequence[str], *, shown: int = 3) -> str:
+    """ "8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx": quota that admitted pods hold while
+    they wait for a node (the first `shown` names, then "..."); "" when none."""
+    if not pods:
+        return ""
+    names = ", ".join([*pods[:shown], *(["..."] if len(pods) > shown else [])])
+    noun = "pod" if len(pods) == 1 else "pods"
+    return f"{gpus} held by {len(pods)} {noun} not yet scheduled: {names}"
 
 
 def pending_pods(phases: Iterable[str], reservations_without_pod: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -40,6 +41,12 @@ def build_policy_input(
 
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def is_tenant_update(request: AdmissionRequest) -> bool:
+    """A change to a Tenant: the policies get its own GPU usage (`input.gpu_usage`), so a quota
+    lowered below it is said (tenant-quota-below-usage)."""
+    return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
 
 
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
@@ -111,23 +118,49 @@ def refusal_message(denials: list[Finding]) -> str:
     return "\n".join(f.message for f in sorted(denials, key=lambda f: (f.rule, f.message)))
 
 
+MUTATION_WARNINGS_ANNOTATION = "labgate.io/mutation-warnings"
+
+
+def mutation_warnings(request: AdmissionRequest) -> list[str]:
+    """What labgate's mutation changed, as the mutating webhook left it on a created object
+    (annotation labgate.io/mutation-warnings, a JSON list of lines): said only with an admission, so
+    a refused object is never told it was placed. Anything else there is not a list of lines: none."""
+    if request.operation != "CREATE" or not isinstance(request.object, dict):
+        return []
+    metadata = request.object.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    text = annotations.get(MUTATION_WARNINGS_ANNOTATION) if isinstance(annotations, dict) else None
+    try:
+        lines = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return []
+    if not isinstance(lines, list):
+        return []
+    return [line for w in lines if isinstance(w, str) for line in warning_lines(w)]
+
+
 def build_response(*, request: AdmissionRequest, decision: Decision) -> AdmissionResponse:
-    """The AdmissionResponse for `decision`: uid echoed, all refusals in one message, warnings."""
-    warnings = [line for f in decision.warnings for line in warning_lines(f.message)] or None
+    """The AdmissionResponse for `decision`: uid echoed, all refusals in one message, warnings (with
+    those of labgate's mutation when it admits)."""
+    warnings = [line for f in decision.warnings for line in warning_lines(f.message)]
     if decision.denials:
         return AdmissionResponse(
             uid=request.uid,
             allowed=False,
             status=ResponseStatus(code=403, reason="Forbidden", message=refusal_message(decision.denials)),
-            warnings=warnings,
+            warnings=warnings or None,
         )
-    return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
+    return AdmissionResponse(
+        uid=request.uid, allowed=True, warnings=[*mutation_warnings(request), *warnings] or None
+    )
 
 
 def build_mutation_response(*, request: AdmissionRequest, mutation: Mutation) -> AdmissionResponse:
-    """The AdmissionResponse for `mutation`: uid echoed, admitted, its notes as warnings, its patch
-    as a base64 JSON Patch (none when there is nothing to patch)."""
-    warnings = [line for w in mutation.warnings for line in warning_lines(w)] or None
+    """The AdmissionResponse for `mutation`: uid echoed, admitted, the notes it says now as warnings
+    (the others travel on the object: `mutation_warnings`), its patch as a base64 JSON Patch (none
+    when there is nothing to patch)."""
+    said = mutation.warnings if mutation.warnings_now is None else mutation.warnings_now
+    warnings = [line for w in said for line in warning_lines(w)] or None
     if not mutation.patch:
         return AdmissionResponse(uid=request.uid, allowed=True, warnings=warnings)
     patch = json_bytes.dumps([op.model_dump() for op in mutation.patch])
@@ -153,6 +186,16 @@ def priority_class_document(priority_class: Object) -> dict[str, Any]:
         "preemptionPolicy": priority_class.get("preemptionPolicy") or "PreemptLowerPriority",
         "globalDefault": bool(priority_class.get("globalDefault")),
     }
+
+
+def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
+    """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
+    (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""
+    gpu = (tenant.get("status") or {}).get("gpu") or {}
+    held, pods = gpu.get("heldByUnscheduled"), gpu.get("unscheduledPods")
+    if not isinstance(held, int) or held <= 0 or not isinstance(pods, list) or not pods:
+        return None
+    return {"gpus": held, "pods": [str(p) for p in pods]}
 
 
 def tenant_document(tenant: Object) -> dict[str, Any]:

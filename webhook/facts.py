@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
-from webhook.admission import build_policy_input, needs_gpu_usage
+from webhook.admission import build_policy_input, is_tenant_update, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.reservations import is_pod_create, reservation_key
@@ -22,6 +22,13 @@ from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
 log = logging.getLogger("labgate.webhook")
+
+
+@runtime_checkable
+class UnscheduledHolds(Protocol):
+    """What a tenant's admitted pods not yet scheduled hold (webhook.inventory.Inventory)."""
+
+    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None: ...
 
 
 class InventoryState(Protocol):
@@ -105,6 +112,31 @@ class FactGatherer:
         self.volumes = volumes
         self.claims = claims
 
+    def _add_gpu_usage(
+        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
+    ) -> None:
+        """The tenant's GPU usage, where the policies read it (from the cached ledger: no I/O)."""
+        if self.gpu_usage is None:
+            return
+        if tenant and needs_gpu_usage(request, policy_input["pod_templates"]):
+            # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
+            # preemptible (when the tenant allows it); the validation decides and reserves, and warns
+            # at apply time about a workload's pods that will wait for GPUs.
+            excluding = reservation_key(request) if is_pod_create(request) else None
+            policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
+            held = (
+                self.inventory.held_by_unscheduled(tenant)
+                if isinstance(self.inventory, UnscheduledHolds)
+                else None
+            )
+            if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
+                policy_input["gpu_held"] = held
+        if is_tenant_update(request) and request.name:
+            try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
+                policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()
+            except Exception:
+                log.exception("no GPU usage of tenant %s for its update", request.name)
+
     async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
         """The policy input and the tenant that owns the request's namespace."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
@@ -126,12 +158,7 @@ class FactGatherer:
         template_names = template_volume_names(request.object, templates_doc)
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
             policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
-        if tenant and self.gpu_usage is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
-            # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
-            # preemptible (when the tenant allows it); the validation decides and reserves, and warns
-            # at apply time about a workload's pods that will wait for GPUs.
-            excluding = reservation_key(request) if is_pod_create(request) else None
-            policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
+        self._add_gpu_usage(request, policy_input, tenant)
         if tenant and request.namespace and policy_input["pod_templates"]:
             # The claims and image readers read templates as plain documents (they are, at run time).
             templates = cast(list[dict[str, Any]], policy_input["pod_templates"])

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
-from webhook.admission import namespace_document, priority_class_document, tenant_document
+from webhook.admission import namespace_document, priority_class_document, tenant_document, unscheduled_holds
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class InventorySync:
         # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
+        self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -114,13 +115,23 @@ class InventorySync:
         self._kube = KubeApi(api, field_manager="labgate-webhook")  # reads only
         self._reflectors = [
             self._reflector("namespaces", api, self._kube.lister(NAMESPACE), namespace_document),
-            self._reflector("tenants", api, self._kube.lister(TENANT), tenant_document),
+            self._reflector("tenants", api, self._kube.lister(TENANT), self._tenant_document),
             # The priority-class rule judges a workload's class by its value (a Pod's own priority
             # is resolved by the apiserver before the webhook sees it; a template's is not).
             self._reflector(
                 "priority_classes", api, self._kube.lister(PRIORITY_CLASS), priority_class_document
             ),
         ]
+
+    def _tenant_document(self, tenant: Object) -> Document:
+        """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
+        kept aside, never pushed (it changes often and decides nothing: refusals quote it)."""
+        self._held[str(tenant["metadata"]["name"])] = unscheduled_holds(tenant)
+        return tenant_document(tenant)
+
+    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
+        """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
+        return self._held.get(tenant)
 
     @property
     def snapshot(self) -> InventorySnapshot:
@@ -195,7 +206,7 @@ class InventorySync:
         tenant = self._kube.get(TENANT, tenant_name, timeout=2)
         if tenant is None:
             return
-        self._learn("tenants", tenant_name, tenant_document(tenant))
+        self._learn("tenants", tenant_name, self._tenant_document(tenant))
 
     def _push_changes(self) -> None:
         while not self._stopping.is_set():

@@ -48,6 +48,9 @@ class PolicyInput(TypedDict):
     persistent_volumes: NotRequired[dict[str, dict[str, Any]]]
     # The tenant's GPUs in use or reserved (a Pod or a workload being created in a tenant namespace).
     gpu_usage: NotRequired[GpuDocument]
+    # Of that usage, what admitted pods the scheduler has not bound yet hold, as the Tenant's status
+    # last said it: {"gpus", "pods"} (for the refusal's text only; webhook.admission.unscheduled_holds).
+    gpu_held: NotRequired[dict[str, Any]]
     # The ResourceClaims / templates the pod templates name, or why one could not be read
     # (webhook.claims.ClaimFacts).
     resource_claims: NotRequired[dict[str, Any]]

@@ -34,6 +34,8 @@ from labgate.cli.policy_impact import (
     policy_reports,
     tenant_namespaces,
 )
+from labgate.core import policy_reports as reports_model
+from labgate.core.api_resources import POLICY_REPORT
 from labgate.core.errors import LabgateError
 from labgate.core.kube import ApiException, KubeApi, namespace_gone
 from labgate.core.metrics import (
@@ -120,6 +122,37 @@ def write_policy_reports(kube: KubeApi, reports: list[dict[str, Any]]) -> int:
     return written
 
 
+# A result younger than this may be about an object created after the audit listed its namespace.
+ADMISSION_RESULT_GRACE_SECONDS = 60.0
+
+
+def prune_admission_reports(
+    kube: KubeApi, present: dict[str, dict[tuple[str, str], set[str]]], *, now: float
+) -> int:
+    """Drop, from the webhook's `labgate-admission` report of each namespace the audit read, the
+    results of objects that are gone (labgate.core.policy_reports.without_gone); the number dropped.
+    Written with the report's resourceVersion: a report the webhook changed since is left for the
+    next run. Kinds the audit does not list (Services, Secrets, ...) keep their results."""
+    dropped = 0
+    for namespace, live_names in sorted(present.items()):
+        try:
+            live = kube.get(POLICY_REPORT, reports_model.ADMISSION_REPORT, namespace=namespace)
+            if live is None:
+                continue
+            results = list(live.get("results") or [])
+            grace = now - ADMISSION_RESULT_GRACE_SECONDS
+            kept = reports_model.without_gone(results, live_names, before=grace)
+            if len(kept) == len(results):
+                continue
+            pruned = reports_model.report(namespace, reports_model.ADMISSION_REPORT, kept)
+            pruned["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+            kube.apply(pruned)
+            dropped += len(results) - len(kept)
+        except ApiException as err:  # changed since (409), namespace going: the next run tries again
+            log.info("labgate-admission report of %s not pruned: %s %s", namespace, err.status, err.reason)
+    return dropped
+
+
 def audit_once(
     kube: KubeApi,
     opa_for: OpaFor,
@@ -141,6 +174,7 @@ def audit_once(
         written = write_policy_reports(
             kube, policy_reports(rows, tenant_namespaces(snapshot), now=time.time())
         )
+        prune_admission_reports(kube, snapshot.present, now=time.time())
     seconds = time.monotonic() - started
     counts: dict[tuple[str, str, str], int] = {}
     for row in rows:

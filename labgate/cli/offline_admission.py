@@ -32,6 +32,7 @@ from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
     build_policy_input,
     build_response,
+    is_tenant_update,
     namespace_document,
     needs_gpu_usage,
     tenant_document,
@@ -328,7 +329,8 @@ class CheckResult:
     @property
     def warnings(self) -> list[str]:
         """kubectl's warnings: the mutating webhook's, then the validating webhook's."""
-        mutation = [line for w in self.mutation.warnings for line in warning_lines(w)]
+        said = self.mutation.warnings if self.mutation.warnings_now is None else self.mutation.warnings_now
+        mutation = [line for w in said for line in warning_lines(w)]
         return [*mutation, *(self.response.warnings or [])]
 
     @property
@@ -496,7 +498,9 @@ class OfflineOpa:
         if mutation.patch and request.object is not None:
             mutated = with_request_object(request, apply_patch(request.object, mutation.patch))
         decision_input = policy_input(mutated)
-        if tenant and needs_gpu_usage(mutated, decision_input["pod_templates"]):
+        if (tenant and needs_gpu_usage(mutated, decision_input["pod_templates"])) or (
+            gpu_usage is not None and is_tenant_update(mutated)
+        ):
             # the webhook adds the tenant's usage from the quota ledger
             decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))

@@ -15,7 +15,8 @@
 Everything here runs the pinned `opa eval` (webhook.offline_admission), never the live webhook: the
 cluster is only read. GPU usage: a Pod is evaluated with its tenant's usage minus its own GPUs
 (it is already counted); other workloads without usage (their pods are already counted), so the
-preview does not mistake running work for new demand.
+preview does not mistake running work for new demand. Objects read from a cluster are judged as they
+were admitted (labgate.cli.admitted_state: the scheduler's binding is not held against a Pod).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from labgate.cli.admitted_state import as_admitted
 from labgate.cli.offline_admission import (
     CheckResult,
     Facts,
@@ -62,6 +64,9 @@ class Snapshot:
     definitions: list[Manifest]  # Tenants, Namespaces, Secrets (restricted metadata only)
     workloads: list[Manifest]
     gpu_usage: dict[str, GpuAmount] = field(default_factory=dict)
+    # Read from a live cluster only: namespace -> (group, kind) -> the names of every object of that
+    # kind there, controllers' included (what the labgate-admission reports may still speak of).
+    present: dict[str, dict[tuple[str, str], set[str]]] = field(default_factory=dict)
 
     def document(self) -> Manifest:
         usage = [
@@ -126,9 +131,11 @@ def export_snapshot(
     ]
     secrets: list[Manifest] = []
     workloads: list[Manifest] = []
+    present: dict[str, dict[tuple[str, str], set[str]]] = {}
     for namespace in tenant_namespaces:
         secrets.extend(_restricted_secrets(kube, namespace))
-        workloads.extend(_unowned_objects(kube, namespace, listed_kinds))
+        unowned, present[namespace] = _unowned_objects(kube, namespace, listed_kinds)
+        workloads.extend(unowned)
     store = LedgerStore(kube, namespace=platform_namespace)
     gpu_usage = {}
     for tenant in tenants:
@@ -137,7 +144,12 @@ def export_snapshot(
             gpu_usage[name] = usage(store.read(name))
         except Exception:  # an unreadable ledger: usage unknown, counted as none
             gpu_usage[name] = GpuAmount()
-    return Snapshot(definitions=[*tenants, *namespaces, *secrets], workloads=workloads, gpu_usage=gpu_usage)
+    return Snapshot(
+        definitions=[*tenants, *namespaces, *secrets],
+        workloads=workloads,
+        gpu_usage=gpu_usage,
+        present=present,
+    )
 
 
 def _restricted_secrets(kube: Any, namespace: str) -> list[Manifest]:
@@ -163,9 +175,13 @@ def _restricted_secrets(kube: Any, namespace: str) -> list[Manifest]:
     return secrets
 
 
-def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manifest]:
-    """The objects of `kinds` in `namespace` that no controller made (kinds not installed skipped)."""
+def _unowned_objects(
+    kube: Any, namespace: str, kinds: list[Kind]
+) -> tuple[list[Manifest], dict[tuple[str, str], set[str]]]:
+    """The objects of `kinds` in `namespace` that no controller made (kinds not installed skipped),
+    and the names of all of them, by (group, kind)."""
     found: list[Manifest] = []
+    names: dict[tuple[str, str], set[str]] = {}
     for kind in kinds:
         try:
             items = kube.list(kind, namespace=namespace)["items"]
@@ -173,11 +189,14 @@ def _unowned_objects(kube: Any, namespace: str, kinds: list[Kind]) -> list[Manif
             if err.status == 404:  # the kind is not installed (e.g. no Kubeflow)
                 continue
             raise
+        names[(kind.group, kind.kind)] = {str((i.get("metadata") or {}).get("name")) for i in items}
         for item in items:
             if (item.get("metadata") or {}).get("ownerReferences"):
                 continue  # made by a controller: its owner is evaluated (and its pods counted)
-            found.append(_clean(item) | {"apiVersion": kind.api_version, "kind": kind.kind})
-    return found
+            # As admitted: a field the platform set since (the binding) is not held against it.
+            typed = item | {"apiVersion": kind.api_version, "kind": kind.kind}
+            found.append(_clean(as_admitted(typed)))
+    return found, names
 
 
 # --- evaluating ---
@@ -247,7 +266,7 @@ class Outcome:
             patch=tuple(
                 json.dumps(op.model_dump(), sort_keys=True, separators=(",", ":"))
                 for op in result.mutation.patch
-                if "labgate.io~1mutations" not in op.path and op.path != "/metadata/annotations"
+                if "labgate.io~1mutation" not in op.path and op.path != "/metadata/annotations"
             ),
         )
 

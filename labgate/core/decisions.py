@@ -67,6 +67,10 @@ class Mutation(BaseModel):
 
     patch: list[PatchOperation] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # What the mutating webhook says itself; the rest travel on the object (annotation
+    # labgate.io/mutation-warnings) and are said by the validating webhook only when it admits.
+    # None (policies before issue 22): all of `warnings`, at once.
+    warnings_now: list[str] | None = None
     inventory_revision: int | None = None
     # Whether the patch depends on input.gpu_usage (a tenant whose pods beyond quota run preemptible):
     # such a mutation is reused for an identical pod only at the same usage. True when OPA does not say.

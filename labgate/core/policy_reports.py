@@ -121,6 +121,26 @@ def merged_results(
     return merged
 
 
+def without_gone(
+    results: Iterable[Mapping[str, Any]],
+    live: Mapping[tuple[str, str], set[str]],
+    *,
+    before: float,
+) -> list[Manifest]:
+    """`results` without those about objects that are gone: of a kind listed in `live` ((group,
+    kind) -> the names that exist), not among its names, and recorded before `before` (a result
+    written since the list may be about an object created since). Kinds not listed are kept."""
+    kept = []
+    for entry in results:
+        key = result_key(entry)
+        names = live.get(key[:2]) if key is not None else None
+        recorded = int((entry.get("timestamp") or {}).get("seconds", 0))
+        if names is not None and key is not None and key[2] not in names and recorded < before:
+            continue
+        kept.append(dict(entry))
+    return kept
+
+
 def same_findings(a: Iterable[Mapping[str, Any]], b: Iterable[Mapping[str, Any]]) -> bool:
     """Whether two result lists say the same (timestamps aside): no write is needed to go from a to b."""
 

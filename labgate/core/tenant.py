@@ -116,6 +116,14 @@ class TenantSpec(_Spec):
     network: Network = Field(default_factory=Network)
     exceptions: Exceptions = Field(default_factory=Exceptions)
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    # Rule id -> enforce, warn or dry-run (the admission applies it; the reconciler keeps Pod Security
+    # in step with pod-hardening's).
+    enforcement: dict[str, str] = Field(default_factory=dict)
+
+    def is_enforced(self, rule_id: str) -> bool:
+        """Whether the Tenant leaves `rule_id` enforced: no mode, or one the admission does not know
+        (it falls back to enforce), as labgate.admission reads spec.enforcement."""
+        return self.enforcement.get(rule_id) not in ("warn", "dry-run")
 
 
 class Tenant(_Spec):

@@ -23,6 +23,7 @@ class PodFacts:
     phase: str
     gpus: GpuAmount
     is_preemptible: bool
+    is_scheduled: bool = True  # spec.nodeName is set: the scheduler bound it
 
 
 @dataclass(frozen=True)

@@ -150,3 +150,45 @@ def test_a_lowered_quota_shows_as_an_audit_violation_in_the_report_and_the_metri
     stack.admin_kubectl("patch", "tenant", team.name, "--type=merge", "-p", '{"spec":{"gpu":{"total":8}}}')
     eventually(lambda: _fails(team) == [], what="the violation gone from the report", timeout=60)
     eventually(lambda: _violations(audit, team.name) == {}, what="the violation metric gone", timeout=30)
+
+
+def _pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}],
+            **spec,
+        },
+    }
+
+
+# Issue 22 item 2 (written while the e2e tools were still building: not yet run here). Every bound
+# Pod was refused [placement-node-name] "remove spec.nodeName": the scheduler had set it.
+def test_a_pod_bound_by_the_scheduler_is_not_refused_for_its_node_name(
+    stack: LabgateStack, tenants: TenantFactory, audit: str
+) -> None:
+    team = tenants.create()
+    applied = team.researcher.apply(_pod("scheduled"), team.namespace)
+    assert applied.returncode == 0, applied.stderr
+    # What kube-scheduler does: a Binding (pods/binding), which sets spec.nodeName and no managed field.
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "scheduled"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"},
+    }
+    stack.admin_kubectl("create", "-n", team.namespace, "-f", "-", stdin=json.dumps(binding))
+    # The positive control: a pod whose creator named the node itself (the cluster admin may) is a finding.
+    stack.admin_kubectl(
+        "create", "-n", team.namespace, "-f", "-", stdin=json.dumps(_pod("pinned", nodeName="gpu-node-1"))
+    )
+    eventually(
+        lambda: any(r["resources"][0]["name"] == "pinned" for r in _fails(team)),
+        what="the pinned pod's finding in the audit's report",
+        timeout=60,
+    )
+    findings = {(r["resources"][0]["name"], r["rule"]) for r in _fails(team)}
+    assert ("pinned", "placement-node-name") in findings
+    assert not any(name == "scheduled" for name, _ in findings), findings

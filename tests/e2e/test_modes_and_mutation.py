@@ -50,6 +50,33 @@ def test_warn_mode_admits_and_tells_the_researcher(tenants: TenantFactory) -> No
     )
 
 
+# Issue 22 item 4 (written while the e2e tools were still building: not yet run here). A bare Pod
+# shows it at once: Pod Security (the namespace at baseline) refused the pod labgate had only warned
+# about; a Job's pods looped on FailedCreate.
+def test_warn_mode_pods_are_not_then_refused_by_pod_security(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"enforcement": {"pod-hardening": "warn"}})
+    eventually(
+        lambda: (
+            ((get_json(stack, "namespace", team.namespace) or {}).get("metadata") or {})
+            .get("labels", {})
+            .get("pod-security.kubernetes.io/enforce")
+            == "privileged"
+        ),
+        what="the namespace's Pod Security level following pod-hardening's warn mode",
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "privileged"},
+        "spec": {"containers": [{"name": "main", "image": IMAGE, "securityContext": {"privileged": True}}]},
+    }
+    result = team.researcher.apply(pod, team.namespace)
+    assert result.returncode == 0, result.stderr
+    assert "Warning: [pod-hardening]" in result.stderr
+
+
 def test_dry_run_mode_admits_silently(tenants: TenantFactory) -> None:
     team = tenants.create(spec_extra={"enforcement": {"pod-hardening": "dry-run"}})
     result = team.researcher.apply(hostpath_job("recorded"), team.namespace)

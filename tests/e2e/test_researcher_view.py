@@ -78,11 +78,16 @@ def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
     other = tenants.create()
     applied = team.researcher.apply(_gpu_pod("train-1", 2, "h100"), team.namespace)
     assert applied.returncode == 0, applied.stderr
-    # No scheduler here: the pod stays Pending, admitted and counted.
+    # No scheduler here: the pod stays Pending, admitted and counted, and the summary says it holds
+    # its GPUs while it waits for a node (issue 22 item 6).
     eventually(
-        lambda: _status_gpu(stack, team.name).get("summary") == "a100 0/4, h100 2/4, total 2/8",
+        lambda: (
+            _status_gpu(stack, team.name).get("summary")
+            == "a100 0/4, h100 2/4, total 2/8; 2 held by 1 pod not yet scheduled: train-1"
+        ),
         what="status.gpu.summary",
     )
+    assert _status_gpu(stack, team.name)["unscheduledPods"] == ["train-1"]
     eventually(lambda: _status_gpu(stack, team.name).get("pendingPods") == 1, what="one pod pending")
     assert _status_gpu(stack, team.name)["preemptible"] == 0
     shown = team.researcher.kubectl("get", "tenant", team.name)
@@ -248,3 +253,29 @@ def test_researchers_scale_their_own_workloads_and_only_theirs(
         stack.admin_kubectl("get", "deployment", "notebook", "-n", theirs.namespace, "-o", "json")
     )
     assert untouched["spec"]["replicas"] == 1
+
+
+# Issue 22 items 5 and 7 (written while the e2e tools were still building: not yet run here).
+def test_what_labgate_changed_is_said_only_when_the_pod_is_admitted(tenants: TenantFactory) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8}}})
+    refused = team.researcher.apply(_gpu_pod("too-big", 16, "h100"), team.namespace)
+    assert refused.returncode != 0
+    assert "[gpu-quota]" in refused.stderr
+    assert "labgate turned off token automount" not in refused.stderr  # said of a pod that never was
+    admitted = team.researcher.apply(_gpu_pod("fits", 1, "h100"), team.namespace)
+    assert admitted.returncode == 0, admitted.stderr
+    assert 'labgate turned off token automount (service account "default") for pod' in admitted.stderr
+
+
+def test_lowering_a_quota_below_the_usage_says_what_happens(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    team = tenants.create(spec_extra={"gpu": {"total": 8, "models": {"h100": 8}}})
+    assert team.researcher.apply(_gpu_pod("running", 4, "h100"), team.namespace).returncode == 0
+    lowered = stack.cluster_kubectl(
+        "patch", "tenant", team.name, "--type=merge", "-p", '{"spec":{"gpu":{"models":{"h100":2}}}}'
+    )
+    assert lowered.returncode == 0, lowered.stderr
+    assert f'[tenant-quota-below-usage] Tenant "{team.name}" uses 4 h100, above the new limit 2' in " ".join(
+        lowered.stderr.replace("Warning: ", "").replace("[tenant-quota-below-usage] ...", "").split()
+    )

@@ -33,7 +33,20 @@ mode(rule_id) := m if {
 
 denials := [f | some f in findings; f.mode == "enforce"]
 
-warnings := [f | some f in findings; f.mode == "warn"]
+# A finding marked `if_admitted` says what happens to an admitted object (pods that will wait): said
+# only when nothing refuses the request, and without the mark.
+warnings := [object.remove(f, ["if_admitted"]) |
+	some f in findings
+	f.mode == "warn"
+	_is_said(f)
+]
+
+_is_said(finding) if not finding.if_admitted
+
+_is_said(finding) if {
+	finding.if_admitted
+	count(denials) == 0
+}
 
 dry_run := [f | some f in findings; f.mode == "dry-run"]
 

@@ -140,3 +140,29 @@ test_empty_batch_gives_no_decisions if {
 	ds := admission.decisions with input as {"batch": []} with data.inventory as testdata.gpu_inventory
 	ds == []
 }
+
+# Issue 22 item 5: "will wait" was said of a workload that was refused. A finding marked if_admitted
+# is a warning only when nothing refuses the request.
+_pending_job := object.union(
+	testdata.workload_input("Job", "vision", testdata.vera, testdata.job("sweep", 4, {}, {
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "2"})],
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+	})),
+	{"gpu_usage": {"total": 6, "by_model": {"h100": 6}}},
+)
+
+test_a_waiting_announcement_is_said_when_the_workload_is_admitted if {
+	d := admission.decision with input as _pending_job with data.inventory as testdata.gpu_inventory
+	d.allowed
+	[object.keys(f) | some f in d.warnings] == [{"rule", "message", "field", "mode"}]
+	[f.rule | some f in d.warnings] == ["gpu-quota-pending"]
+}
+
+test_a_waiting_announcement_is_not_said_beside_a_refusal if {
+	# An outsider's Job: refused [tenant-membership]; its pods would never wait.
+	outsider := json.patch(_pending_job, [{"op": "replace", "path": "/request/userInfo", "value": testdata.alice}])
+	d := admission.decision with input as outsider with data.inventory as testdata.gpu_inventory
+	not d.allowed
+	"tenant-membership" in {f.rule | some f in d.denials}
+	d.warnings == []
+}

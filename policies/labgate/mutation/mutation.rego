@@ -70,25 +70,52 @@ _record(changes) := json.marshal([{"rule": c.rule, "op": op.op, "path": op.path}
 _ops_of(changes) := [op | some c in changes; some op in c.ops]
 
 _record_ops := array.concat(
-	[op | count(_ops_of(_template_change_list)) > 0; some op in _annotation_ops([], _record(_template_change_list))],
+	[op | count(_ops_of(_template_change_list)) > 0; some op in _annotation_ops([], _object_annotations)],
 	[op |
 		not gpu.is_pod
 		some template in input.pod_templates
 		mine := [c | some c in _template_change_list; c.template == template.path]
 		count(_ops_of(mine)) > 0
-		some op in _annotation_ops(_metadata_parts(template), _record(mine))
+		some op in _annotation_ops(_metadata_parts(template), {record_annotation: _record(mine)})
 	],
 )
+
+# --- Warnings said when the object is admitted ---
+
+# The template changes' warnings ("labgate placed pod on spot pool ...") describe an object that
+# exists only if the validating webhook admits it: the mutating webhook's warnings reach kubectl
+# even when the request is then refused. So, when the patch changes the object anyway, they travel
+# on it in annotation warnings_annotation (a JSON list of lines), and the validating webhook says
+# them when it admits a CREATE (webhook.admission.build_response). `warnings_now` are those the
+# mutating webhook says itself: a namespace's label, and warnings of a request it does not change.
+warnings_annotation := "labgate.io/mutation-warnings"
+
+_is_carried if count(_ops_of(_template_change_list)) > 0
+
+_carried_warnings := [_short(c.warning) | _is_carried; some c in _template_change_list; c.warning != ""]
+
+_object_annotations := object.union(
+	{record_annotation: _record(_template_change_list)},
+	{warnings_annotation: json.marshal(_carried_warnings) | count(_carried_warnings) > 0},
+)
+
+warnings_now := [_short(c.warning) | some c in _namespace_changes; c.warning != ""] if {
+	_is_carried
+} else := warnings
 
 # ["spec", "template"] for a template at "spec.template.spec": where its metadata sits.
 _metadata_parts(template) := array.slice(parts, 0, count(parts) - 1) if parts := split(template.path, ".")
 
-# Add the annotation at <parts>/metadata, creating what is missing (a parent before its child).
-_annotation_ops(parts, value) := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata"])), "value": {"annotations": {record_annotation: value}}}] if {
+# Add the annotations (key -> value) at <parts>/metadata, creating what is missing (a parent before
+# its child).
+_annotation_ops(parts, values) := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata"])), "value": {"annotations": values}}] if {
 	not is_object(object.get(input.request.object, array.concat(parts, ["metadata"]), null))
-} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations"])), "value": {record_annotation: value}}] if {
+} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations"])), "value": values}] if {
 	not is_object(object.get(input.request.object, array.concat(parts, ["metadata", "annotations"]), null))
-} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations", record_annotation])), "value": value}]
+} else := [{"op": "add", "path": _pointer_of(array.concat(parts, ["metadata", "annotations", key])), "value": value} |
+	some key in sort(object.keys(values))
+	value := values[key]
+]
 
 _pointer_of(parts) := concat("", ["/", concat("/", [_escape(p) | some p in parts])])
 
@@ -346,7 +373,7 @@ _preemptible_changes(tenant, template) := [{"rule": "gpu-preemptible", "ops": op
 # Each image the webhook resolved (input.images[ref].pinned, for tenants with spec.images) runs by
 # digest: what was checked is what runs, even if the tag moves later. A tenant that requires images
 # to come pinned (spec.images.requireDigest) gets a refusal (image-digest) instead of a rewrite.
-_pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
+_pins(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
 	not tenant.spec.images.requireDigest
 	some field in ["containers", "initContainers", "ephemeralContainers"]
 	some i, container in _array(object.get(template.spec, field, []))
@@ -356,6 +383,25 @@ _pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op],
 	op := {"op": "add", "path": sprintf("%s/%d/image", [_field_pointer(template, field), i]), "value": pinned}
 	warning := sprintf("labgate pinned %s to %s", [container.image, substring(split(pinned, "@")[1], 0, 19)])
 ]
+
+_pinning_changes(tenant, template) := array.concat(_pins(tenant, template), _unpinned(tenant, template))
+
+# A tag labgate could not resolve (its registry did not answer) runs as written: said, not refused.
+# Not where a signature is required: that image is refused [image-unverifiable] instead.
+_unpinned(tenant, template) := [{"rule": "image-digest-pin", "ops": [], "warning": warning} |
+	not tenant.spec.images.requireDigest
+	not _requires_signature(tenant)
+	some field in ["containers", "initContainers", "ephemeralContainers"]
+	some container in _array(object.get(template.spec, field, []))
+	fact := input.images[container.image]
+	is_string(fact.error)
+	is_string(fact.registry)
+	warning := sprintf("labgate did not pin %s (no digest from its registry): it runs by tag as written", [container.image])
+]
+
+_requires_signature(tenant) if tenant.spec.images.requireSignature == true
+
+_requires_signature(tenant) if count(object.get(tenant.spec.images, "signingKeys", [])) > 0
 
 # Whether the patch depends on input.gpu_usage: only for a tenant whose GPU pods beyond quota are
 # admitted as preemptible. The webhook reuses a mutation for an identical pod created moments later

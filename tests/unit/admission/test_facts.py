@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from labgate.core.gpu_amount import GpuAmount
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
@@ -95,3 +96,72 @@ def test_a_failure_to_read_the_claims_is_raised() -> None:
 
     with pytest.raises(OSError, match="apiserver unreachable"):
         asyncio.run(run())
+
+
+# Issue 22 item 7: a Tenant's update gets the tenant's own GPU usage (tenant-quota-below-usage).
+class _Usage:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount:
+        if self.fail:
+            raise ValueError(f"ledger of {tenant} does not parse")
+        return GpuAmount(total=5, by_model={"h100": 5}) if tenant == "vision" else GpuAmount()
+
+
+def _tenant_change(operation: str) -> AdmissionRequest:
+    return AdmissionRequest.model_validate(
+        {
+            "uid": "u",
+            "kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
+            "resource": {"group": "labgate.io", "version": "v1alpha1", "resource": "tenants"},
+            "name": "vision",
+            "operation": operation,
+            "userInfo": {"username": "infra", "groups": ["system:masters"]},
+            "object": {"metadata": {"name": "vision"}, "spec": {"gpu": {"models": {"h100": 2}}}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "fail", "usage"),
+    [
+        ("UPDATE", False, {"total": 5, "by_model": {"h100": 5}}),
+        ("CREATE", False, None),  # a new Tenant uses nothing yet
+        ("UPDATE", True, None),  # an unreadable ledger stops no change, it only loses the warning
+    ],
+)
+def test_a_tenant_update_gets_its_own_gpu_usage(operation: str, *, fail: bool, usage: Any) -> None:
+    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(fail))
+    policy_input, _ = asyncio.run(gatherer.gather(_tenant_change(operation)))
+    assert policy_input.get("gpu_usage") == usage
+
+
+# Issue 22 item 6: a GPU pod's refusal quotes what the tenant's pods not yet scheduled hold.
+class _HoldingInventory(_Inventory):
+    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
+        return {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]} if tenant == "vision" else None
+
+
+def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
+    gatherer = FactGatherer(inventory=_HoldingInventory(), gpu_usage=_Usage())
+    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    # An inventory that cannot tell: nothing added.
+    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    assert "gpu_held" not in plain
+
+
+@pytest.mark.parametrize(
+    ("status", "held"),
+    [
+        ({"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["p"]}}, {"gpus": 8, "pods": ["p"]}),
+        ({"gpu": {"heldByUnscheduled": 0}}, None),
+        ({"gpu": {"heldByUnscheduled": "8", "unscheduledPods": ["p"]}}, None),
+        ({}, None),
+    ],
+)
+def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held: Any) -> None:
+    from webhook.admission import unscheduled_holds
+
+    assert unscheduled_holds({"metadata": {"name": "vision"}, "status": status}) == held

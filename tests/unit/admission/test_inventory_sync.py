@@ -232,6 +232,21 @@ def test_a_status_only_change_of_a_tenant_writes_nothing(sync: Sync) -> None:
     assert [op["path"] for patch in sync.opa.patches for op in patch] == ["/tenants/vision"]
 
 
+# Issue 22 item 6: refusals quote what pods not yet scheduled hold, as the Tenant's status says it;
+# kept beside the inventory, never pushed to OPA (the status changes often and decides nothing).
+def test_what_pods_not_yet_scheduled_hold_is_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
+    assert sync.sync.held_by_unscheduled("vision") is None
+    waiting = {"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["gpu-experiment-dzjhx"]}}
+    sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=waiting))
+    assert sync.sync.held_by_unscheduled("vision") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", "bob"))  # a real change
+    sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
+    assert [op["path"] for patch in sync.opa.patches for op in patch] == ["/tenants/vision"]
+    assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
+    assert sync.sync.held_by_unscheduled("vision") is None  # its pod was bound since
+
+
 def test_when_opa_lost_the_inventory_the_change_comes_with_the_whole_of_it(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision")])
     sync.opa.lost_inventory = True  # OPA restarted its policies and forgot data.inventory

@@ -136,8 +136,11 @@ def test_a_member_pod_is_admitted_with_what_labgate_changed(files: dict[str, Pat
         "Pod/train-1 admitted",
         "labgate changed it (JSON Patch):",
         "  add /spec/automountServiceAccountToken = false",
-        # Every change is recorded on the object, with the mutation that made it.
-        '  add /metadata/annotations = {"labgate.io/mutations":"[{\\"op\\":\\"add\\",\\"path\\":'
+        # Every change is recorded on the object, with the mutation that made it, and its warning is
+        # carried for the validating webhook to say when it admits.
+        '  add /metadata/annotations = {"labgate.io/mutation-warnings":"[\\"labgate turned off token '
+        'automount (service account \\\\\\"default\\\\\\") for pod\\"]",'
+        '"labgate.io/mutations":"[{\\"op\\":\\"add\\",\\"path\\":'
         '\\"/spec/automountServiceAccountToken\\",\\"rule\\":\\"token-automount\\"}]"}',
     ]
 
@@ -164,6 +167,9 @@ def test_a_job_that_can_never_fit_the_gpu_quota_is_refused(files: dict[str, Path
         "has 16 h100 GPUs. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or "
         'ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"'
     )
+    # Issue 22 item 5: what the mutation would have changed is not said of a refused object (it was:
+    # "labgate turned off token automount ...", before the refusal).
+    assert [line for line in result.stdout.splitlines() if line.startswith("Warning:")] == []
 
 
 def test_gpu_usage_counts_for_a_pod(files: dict[str, Path]) -> None:

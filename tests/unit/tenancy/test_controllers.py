@@ -258,6 +258,20 @@ def test_gpu_pods_that_nobody_counted_are_settled_and_shown_in_the_status() -> N
     assert [e["reason"] for e in kube.events] == ["GpuUsageRecounted"]
 
 
+# Issue 22 item 6: the status says which admitted GPU pods hold quota while they wait for a node.
+def test_gpu_pods_not_yet_scheduled_are_shown_apart_in_the_status() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    waiting = a_pod(1, gpus=8, phase="Pending")
+    bound = {**a_pod(2, gpus=8, phase="Pending"), "spec": {**a_pod(2, gpus=8)["spec"], "nodeName": "n1"}}
+    for pod in (waiting, bound, a_pod(3, gpus=2)):
+        reconciler.settlement.pods.on_event("ADDED", pod)
+    drain(reconciler)
+    gpu = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]["gpu"]
+    assert (gpu["heldByUnscheduled"], gpu["unscheduledPods"]) == (8, ["p1"])
+    assert gpu["summary"].endswith("; 8 held by 1 pod not yet scheduled: p1")
+
+
 def test_a_tenant_spec_change_reconciles_rbac_but_a_status_change_does_not() -> None:
     reconciler, _ = make()
     drain(reconciler)

@@ -159,3 +159,23 @@ def test_members_read_only_their_own_tenant_by_name() -> None:
             "verbs": ["get", "list", "watch"],
         }
     ]
+
+
+# Issue 22 item 4: with pod-hardening in warn mode a privileged Job was admitted with a warning, then
+# every pod was refused by Pod Security (the namespace at baseline), looping on FailedCreate.
+@pytest.mark.parametrize(
+    ("enforcement", "level"),
+    [
+        ({}, "baseline"),
+        ({"pod-hardening": "enforce"}, "baseline"),
+        ({"pod-hardening": "off"}, "baseline"),  # unknown: the admission enforces, so does Pod Security
+        ({"pod-hardening": "warn"}, "privileged"),
+        ({"pod-hardening": "dry-run"}, "privileged"),
+        ({"gpu-quota": "warn"}, "baseline"),
+    ],
+)
+def test_pod_security_follows_the_mode_of_pod_hardening(enforcement: dict[str, str], level: str) -> None:
+    objects = by_key(desired_objects(tenant(enforcement=enforcement), namespaces=["vision"]))
+    labels = objects[("v1", "Namespace", "", "vision")]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == level
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"

@@ -41,6 +41,7 @@ def test_the_status_shows_namespaces_readiness_and_gpus() -> None:
         "summary": "h100 2/8, total 2/8",
         "preemptible": 0,
         "pendingPods": 1,
+        "heldByUnscheduled": 0,
     }
     assert "usedByModel" not in written({}, GpuAmount())["gpu"]  # an empty map is left out
 
@@ -75,3 +76,27 @@ def test_the_transition_time_stays_while_readiness_does() -> None:
 def test_while_the_ledger_is_unreadable_the_shown_usage_is_kept() -> None:
     assert shown_usage({"status": written({})}) == H100x2
     assert shown_usage({}) == GpuAmount()
+
+
+# Issue 22 item 6: "uses 16 of 16" did not say that 8 of them were held by a pod still waiting for a node.
+def test_gpus_held_by_pods_not_yet_scheduled_are_shown_apart() -> None:
+    waiting = PodCounts(0, 1, unscheduled=(("gpu-experiment-dzjhx", 8),))
+    status, _ = tenant_status(TENANT, ["vision"], {"vision": "Active"}, GpuAmount(8, {"h100": 8}), waiting)
+    assert status["gpu"]["heldByUnscheduled"] == 8
+    assert status["gpu"]["unscheduledPods"] == ["gpu-experiment-dzjhx"]
+    assert status["gpu"]["summary"] == (
+        "h100 8/8, total 8/8; 8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx"
+    )
+    # Once it is bound, the status changes (and is written again).
+    bound, condition = tenant_status(
+        TENANT, ["vision"], {"vision": "Active"}, GpuAmount(8, {"h100": 8}), PodCounts(0, 0)
+    )
+    assert "unscheduledPods" not in bound["gpu"]
+    assert not is_unchanged(bound, condition, status)
+
+
+def test_many_waiting_pods_are_counted_and_the_first_named() -> None:
+    from rbac.tenant_view import held_text
+
+    assert held_text(16, ["a", "b", "c", "d"]) == "16 held by 4 pods not yet scheduled: a, b, c, ..."
+    assert held_text(0, []) == ""

@@ -105,10 +105,21 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	overrun := overrun_text(tenant, d)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s; tenant %q uses %s. Fix: %s",
-		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _quota_fix(tenant, d)],
+		"[%s] %s asks %s; tenant %q uses %s%s. Fix: %s",
+		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text, _quota_fix(tenant, d)],
 	)
 }
+
+# Of that usage, what admitted pods the scheduler has not bound yet hold (input.gpu_held, as the
+# Tenant's status last said it): they count until they run or are deleted.
+_held_text := sprintf(", %v held by %s not yet scheduled: %s", [
+	input.gpu_held.gpus,
+	gpu_text.plural(count(input.gpu_held.pods), "pod"),
+	concat(", ", input.gpu_held.pods),
+]) if {
+	input.gpu_held.gpus > 0
+	count(input.gpu_held.pods) > 0
+} else := ""
 
 # The limits the pod's demand exceeds on its own, whatever else runs: waiting can never help those.
 _alone_over(tenant, d) := array.concat(
@@ -124,8 +135,18 @@ _quota_fix(tenant, d) := sprintf(
 	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
 	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
-	over := _alone_over(tenant, d)[0]
+	over := _binding_over(tenant, d)
+} else := "lower the request, wait for running pods to finish, or delete a pod that waits for a node" if {
+	_held_text != ""
 } else := "lower the request or wait for running pods to finish"
+
+# The limit a request over several must meet first: the smallest (a model's before the total on a
+# tie), so the Fix is the one that fits, not one that leads to the next refusal.
+_binding_over(tenant, d) := overs[min(ranked)[2]] if {
+	overs := _alone_over(tenant, d)
+	ranked := {[o.limit, _total_last(o.model), i] | some i, o in overs}
+	count(ranked) > 0
+}
 
 # Where the request's kind says how many pods run at once, when one field says it for all its pod
 # templates (data.labgate.workloads, generated from labgate/core/workload_catalog.py: `labgate generate`).
@@ -232,6 +253,13 @@ _used_of(model) := _used(model) if model != ""
 
 _has_usage if is_object(input.gpu_usage)
 
+# The limits the workload's pods, all at once, can never fit (gpu-quota-unfit refuses it).
+_unfit_limits(tenant) := {model |
+	some model in _checked_limits(tenant)
+	count(_terms(model)) > 0
+	_all_at_once(model) > _limit(tenant, model)
+}
+
 # The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
 _pending_limits(tenant) := {model |
 	some model in _checked_limits(tenant)
@@ -258,18 +286,21 @@ _usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural
 # description: |
 #   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
 #   refused one by one when the controller creates them (gpu-quota), which shows only in the
-#   workload's events (FailedCreate), until running pods finish.
+#   workload's events (FailedCreate), until running pods finish. Said about the limit that binds
+#   (the fewest pods can start under it), never about a workload gpu-quota-unfit refuses, and only
+#   when the workload is admitted (`if_admitted`: labgate.admission drops it beside a refusal).
 # custom:
 #   rule_id: gpu-quota-pending
-violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
+violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
 	not gpu.is_pod
 	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
 	_has_usage
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
+	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
 	pending := _pending_limits(tenant)
 	some model in pending
-	_is_first_pending(pending, model)
+	_is_binding(tenant, pending, model)
 	terms := _terms(model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
@@ -282,13 +313,43 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	)
 }
 
-# One finding per workload: a model's limit before the total, models in name order.
-_is_first_pending(pending, model) if {
-	model != ""
-	model == min({m | some m in pending; m != ""})
+# One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
+# several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
+_is_binding(tenant, pending, model) if {
+	ranked := {[_startable(tenant, m), _total_last(m), m] | some m in pending}
+	min(ranked)[2] == model
 }
 
-_is_first_pending(pending, "") if {
-	"" in pending
-	count(pending) == 1
+_startable(tenant, model) := floor(_free(tenant, model) / terms[0].each) if {
+	terms := _terms(model)
+	count(terms) == 1
+} else := _free(tenant, model)
+
+_total_last("") := 1
+
+_total_last(model) := 0 if model != ""
+
+# --- CronJob runs that may overlap ---
+
+# METADATA
+# title: A CronJob whose GPU runs may overlap says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): with concurrencyPolicy Allow (the
+#   default) a run that starts before the last one ends asks its GPUs on top of it, and its pods wait
+#   or are refused (gpu-quota) while the tenant is at its quota.
+# custom:
+#   rule_id: gpu-cronjob-overlap
+violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyPolicy"} if {
+	input.request.kind.kind == "CronJob" # first, for rule indexing
+	input.request.kind.group == "batch"
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
+	terms := _terms("")
+	count(terms) > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
+		[rule_id, tenancy.object_ref, _arithmetic(terms, ""), tenant.metadata.name],
+	)
 }

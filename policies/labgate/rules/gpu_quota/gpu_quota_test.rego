@@ -259,6 +259,33 @@ test_workloads_of_controllers_and_unlimited_tenants_are_not_checked if {
 	count(violations(testdata.workload_input("Job", "speech", testdata.job_controller, job))) == 0
 }
 
+# Issue 22 item 6: a pod of 32 over a total of 24 and an h100 limit of 16 was told "at most 24",
+# then refused again for 16: the first Fix names the limit that binds.
+test_a_pod_over_several_limits_by_itself_is_told_the_smallest if {
+	pod := gpu_pod("big", "h100", {"nvidia.com/gpu": "32"})
+	inventory := json.patch(testdata.gpu_inventory, [
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 24},
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/models/h100", "value": 16},
+	])
+	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+
+	# The total smaller than the model's limit: the total binds.
+	small_total := json.patch(inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 12}])
+	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as small_total] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 12 GPUs (h100: 0 of 16). Fix: ask at most 12 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
+}
+
+# Issue 22 item 6: "uses 16 of 16" hid that 8 were held by a pod still waiting for a node.
+test_a_refusal_says_what_pods_not_yet_scheduled_hold if {
+	pod := gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"})
+	input_doc := object.union(
+		pod_input("vision", testdata.vera, pod, {"total": 16, "by_model": {"h100": 8}}),
+		{"gpu_held": {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}},
+	)
+	[v.message | some v in violations(input_doc)] == [`[gpu-quota] Pod "train-8" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 16 of 16 GPUs (h100: 8 of 8), 8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx. Fix: lower the request, wait for running pods to finish, or delete a pod that waits for a node`]
+}
+
 test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
 	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
 	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
@@ -272,8 +299,47 @@ test_job_whose_pods_will_wait_is_announced_with_current_usage if {
 	violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})) == {{
 		"rule": "gpu-quota-pending",
 		"field": "spec.parallelism",
+		"if_admitted": true,
 		"message": `[gpu-quota-pending] Job "sweep" runs 4 pods × 2 h100 GPUs = 8; tenant "vision" uses 6 of 8 h100 GPUs now, so only 1 pod can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.parallelism)`,
 	}}
+}
+
+# Issue 22 item 5: a 20-pod Deployment was told "only 16 pods can start now" (the total) and then
+# refused [gpu-quota-unfit] (h100): a refused workload gets no "will wait", and the limit said is the
+# one that binds.
+_web := testdata.deployment("serve", {}, {
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
+	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+})
+
+_web_input(replicas, usage) := object.union(
+	testdata.workload_input("Deployment", "vision", testdata.vera, json.patch(_web, [{"op": "add", "path": "/spec/replicas", "value": replicas}])),
+	{"gpu_usage": usage},
+)
+
+_roomy := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 32}])
+
+test_a_workload_refused_as_unfit_is_not_also_announced_as_waiting if {
+	found := gpu_violations with input as _web_input(20, {"total": 16, "by_model": {"h100": 0}})
+		with data.inventory as _roomy
+	[v.rule | some v in found] == ["gpu-quota-unfit"]
+}
+
+test_the_waiting_announcement_names_the_limit_that_binds if {
+	# total: 16 of 32 free lets 16 pods start; h100: 2 of 8 free lets 2: the h100 limit binds.
+	found := gpu_violations with input as _web_input(8, {"total": 16, "by_model": {"h100": 6}})
+		with data.inventory as _roomy
+	[v.message | some v in found] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 h100 GPU = 8; tenant "vision" uses 6 of 8 h100 GPUs now, so only 2 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
+
+	# total: 4 of 32 free binds before h100's 8 of 8 (which is not even pending).
+	by_total := gpu_violations with input as _web_input(8, {"total": 28, "by_model": {"h100": 0}})
+		with data.inventory as _roomy
+	[v.message | some v in by_total] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 28 of 32 GPUs now, so only 4 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
+
+	# Both pending: total lets 3 start, h100 lets 5: the total binds.
+	both := gpu_violations with input as _web_input(8, {"total": 29, "by_model": {"h100": 3}})
+		with data.inventory as _roomy
+	[v.message | some v in both] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 29 of 32 GPUs now, so only 3 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
 }
 
 test_job_that_fits_what_is_free_is_not_announced if {
@@ -374,4 +440,38 @@ test_headroom_without_a_total_limit_is_per_model_only if {
 test_no_headroom_for_a_pod_without_gpus if {
 	pod := testdata.pod("cpu", {"containers": [{"name": "main", "image": "registry.lab.example/x:1"}]})
 	headroom_of(pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})) == null
+}
+
+# --- gpu-cronjob-overlap (issue 22 item 7) ---
+
+_nightly(policy) := {
+	"apiVersion": "batch/v1",
+	"kind": "CronJob",
+	"metadata": {"name": "nightly"},
+	"spec": object.union(
+		{"schedule": "0 2 * * *", "jobTemplate": {"spec": {"parallelism": 2, "template": {"spec": {
+			"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+			"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "2"})],
+		}}}}},
+		policy,
+	),
+}
+
+test_a_cronjob_whose_gpu_runs_may_overlap_says_so if {
+	violations(testdata.workload_input("CronJob", "vision", testdata.vera, _nightly({}))) == {{
+		"rule": "gpu-cronjob-overlap",
+		"field": "spec.concurrencyPolicy",
+		"message": `[gpu-cronjob-overlap] CronJob "nightly" runs 2 pods × 2 GPUs = 4 per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant "vision"'s usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace`,
+	}}
+	[v.rule | some v in violations(testdata.workload_input("CronJob", "vision", testdata.vera, _nightly({"concurrencyPolicy": "Allow"})))] == ["gpu-cronjob-overlap"]
+}
+
+test_a_cronjob_that_cannot_overlap_or_asks_no_gpus_says_nothing if {
+	count(violations(testdata.workload_input("CronJob", "vision", testdata.vera, _nightly({"concurrencyPolicy": "Forbid"})))) == 0
+	count(violations(testdata.workload_input("CronJob", "vision", testdata.vera, _nightly({"concurrencyPolicy": "Replace"})))) == 0
+	cpu_only := json.patch(_nightly({}), [{"op": "replace", "path": "/spec/jobTemplate/spec/template/spec/containers/0", "value": testdata.main_container}])
+	count(violations(testdata.workload_input("CronJob", "vision", testdata.vera, cpu_only))) == 0
+
+	# The CronJob controller's Jobs are not judged again (their pods are).
+	count(violations(testdata.workload_input("CronJob", "vision", testdata.job_controller, _nightly({})))) == 0
 }

@@ -12,8 +12,9 @@
 #   spec.images too. Facts that need the registry come from the webhook (webhook/provenance/facts.py)
 #   in input.images, only for tenants with spec.images, keyed by the image as written:
 #   {reference, normalized, registry, repository, tag, digest, signed_by, error}. An image labgate could
-#   not check (error set, or no facts when a signature must be verified) is refused: never admitted by
-#   accident.
+#   not check where the check is needed (error set or no facts when a signature must be verified; a
+#   reference that does not parse) is refused: never admitted by accident. A registry that did not
+#   answer refuses nothing else: a registries-only or requireDigest tenant does not depend on it.
 #   Pods the platform creates are not checked again: their templates were checked when the workload was
 #   applied.
 package labgate.rules.provenance
@@ -192,8 +193,16 @@ _unverifiable contains {"image": image, "reason": fact.error} if {
 	some image in _images
 	fact := input.images[image.image]
 	is_string(fact.error)
+	_needs_fact(tenancy.namespace_tenant, fact)
 	not _is_disallowed(tenancy.namespace_tenant, _reference_or_fact(image.image, fact))
 }
+
+# A registry that could not be asked refuses only what needs its answer (a signature): the allowlist
+# is decided from the reference, a digest as written, and the tag's pin is the mutation's (it says
+# when it could not pin). A reference that does not parse is unknown whatever the tenant asks.
+_needs_fact(tenant, _) if _needs_facts(tenant)
+
+_needs_fact(_, fact) if not is_string(fact.registry)
 
 _reference_or_fact(image, _) := _reference(image)
 

@@ -250,6 +250,48 @@ test_an_unreachable_registry_outside_the_allowed_ones_is_refused_for_its_registr
 	[v.rule | some v in violations] == ["image-registry"]
 }
 
+# Issue 22 item 3: a registries-only tenant does not depend on its registry being up. The allowlist
+# is decided from the reference; an unreachable registry refuses nothing it allows.
+_unreachable(image, registry, repository) := {image: {
+	"reference": image, "normalized": image, "registry": registry, "repository": repository, "tag": "v1",
+	"digest": null, "signed_by": [], "error": sprintf("registry %s is unreachable (connection refused)", [registry]),
+}}
+
+registries_only := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": {"registries": ["registry.lab.example"]}}])
+
+test_a_registries_only_tenant_admits_allowed_images_when_the_registry_is_unreachable if {
+	image := "registry.lab.example/research/trainer:v1"
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
+		{"images": _unreachable(image, "registry.lab.example", "research/trainer"), "image_references": {image: reference("registry.lab.example", "research/trainer")}},
+	)
+		with data.inventory as registries_only
+	count(violations) == 0
+
+	# requireDigest: a pinned image is seen as written, the registry is not needed either.
+	pinned := concat("@", ["registry.lab.example/research/trainer", digest])
+	digest_only := json.patch(registries_only, [{"op": "add", "path": "/tenants/team-a/spec/images/requireDigest", "value": true}])
+	count(provenance.violation) == 0 with input as object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([pinned])),
+		{"images": _unreachable(pinned, "registry.lab.example", "research/trainer")},
+	)
+		with data.inventory as digest_only
+}
+
+test_a_registries_only_tenant_still_refuses_other_registries_when_unreachable if {
+	image := "evil.example/x/y:v1"
+	violations := provenance.violation with input as object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
+		{"images": _unreachable(image, "evil.example", "x/y"), "image_references": {image: reference("evil.example", "x/y")}},
+	)
+		with data.inventory as registries_only
+	violations == {{
+		"rule": "image-registry",
+		"field": "spec.containers[0].image",
+		"message": `[image-registry] Pod "train-1" spec.containers[0] ("main") runs image "evil.example/x/y:v1" (evil.example/x/y), which is not under a registry tenant "team-a" allows (registry.lab.example). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries`,
+	}}
+}
+
 # --- the cluster-wide allowed_registries (config), for a tenant without spec.images ---
 
 # What the webhook's input builder reads from the reference alone, for every tenant.

@@ -67,3 +67,49 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.p
 _overlap(a, b) if startswith(a, b)
 
 _overlap(a, b) if startswith(b, a)
+
+# --- A quota lowered below what the tenant uses ---
+
+# The limits of the updated Tenant that its usage (input.gpu_usage, the webhook reads the Tenant's
+# quota ledger on UPDATE) is above: [{"field", "used", "limit", "word"}], the total first.
+_lowered_below_usage := array.concat(
+	[{"field": "spec.gpu.total", "used": used, "limit": limit, "word": "GPUs"} |
+		limit := input.request.object.spec.gpu.total
+		is_number(limit)
+		_is_lowered(["spec", "gpu", "total"], limit)
+		used := object.get(input.gpu_usage, "total", 0)
+		used > limit
+	],
+	[{"field": sprintf("spec.gpu.models[%s]", [model]), "used": used, "limit": limit, "word": model} |
+		models := object.get(input.request.object, ["spec", "gpu", "models"], {})
+		some model in sort(object.keys(models))
+		limit := models[model]
+		_is_lowered(["spec", "gpu", "models", model], limit)
+		used := object.get(input.gpu_usage, ["by_model", model], 0)
+		used > limit
+	],
+)
+
+# Said when the limit changes (set or lowered), not on every later update of a Tenant still above it.
+_is_lowered(path, limit) if object.get(object.get(input.request, "oldObject", {}), path, null) != limit
+
+# METADATA
+# title: A quota lowered below the tenant's usage says what happens to its pods
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): the infra team may lower a quota at
+#   any time; running pods are not evicted, and new ones are refused until usage is below the limit.
+# custom:
+#   rule_id: tenant-quota-below-usage
+violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
+	input.request.operation == "UPDATE"
+	object.get(input.request, "subResource", "") == "" # the reconciler's status writes say nothing
+	is_object(input.gpu_usage)
+	some over in _lowered_below_usage
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] Tenant %q uses %v %s, above the new limit %v (%s): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods",
+		[rule_id, _name, over.used, over.word, over.limit, over.field],
+	)
+}

@@ -104,3 +104,45 @@ test_generated_rule_ids_are_loaded_with_the_policies if {
 	"gpu-quota" in data.labgate.rule_ids.known
 	"tenant-enforcement-unknown" in data.labgate.rule_ids.known
 }
+
+# Issue 22 item 7: lowering a quota below the usage was silent.
+_update_quota(gpu, usage) := {
+	"request": {
+		"operation": "UPDATE",
+		"kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
+		"name": "team-a",
+		"userInfo": {"username": "infra", "groups": ["system:masters"]},
+		"object": {"metadata": {"name": "team-a"}, "spec": {"members": {}, "namespaces": {"names": ["team-a"]}, "gpu": gpu}},
+	},
+	"gpu_usage": usage,
+}
+
+test_a_quota_lowered_below_the_usage_says_what_happens_to_running_pods if {
+	violations := tenant_spec.violation with input as _update_quota({"total": 16, "models": {"h100": 2}}, {"total": 5, "by_model": {"h100": 5}})
+		with data.inventory as inventory
+	violations == {{
+		"rule": "tenant-quota-below-usage",
+		"field": "spec.gpu.models[h100]",
+		"message": `[tenant-quota-below-usage] Tenant "team-a" uses 5 h100, above the new limit 2 (spec.gpu.models[h100]): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods`,
+	}}
+}
+
+test_a_quota_at_or_above_the_usage_says_nothing if {
+	count(tenant_spec.violation) == 0 with input as _update_quota({"total": 5, "models": {"h100": 5}}, {"total": 5, "by_model": {"h100": 5}})
+		with data.inventory as inventory
+
+	# An update that leaves the limit as it was (members, say) does not say it again.
+	unchanged := json.patch(_update_quota({"total": 16, "models": {"h100": 2}}, {"total": 5, "by_model": {"h100": 5}}), [{"op": "add", "path": "/request/oldObject", "value": {"metadata": {"name": "team-a"}, "spec": {"gpu": {"total": 16, "models": {"h100": 2}}}}}])
+	count(tenant_spec.violation) == 0 with input as unchanged with data.inventory as inventory
+
+	# Without the usage (a CREATE, or the ledger unreadable), nothing is said.
+	no_usage := json.remove(_update_quota({"total": 1}, {"total": 5}), ["gpu_usage"])
+	count(tenant_spec.violation) == 0 with input as no_usage with data.inventory as inventory
+}
+
+test_a_quota_below_the_usage_is_a_warning_not_a_refusal if {
+	d := data.labgate.admission.decision with input as _update_quota({"total": 4}, {"total": 5, "by_model": {}})
+		with data.inventory as inventory
+	d.allowed
+	[w.message | some w in d.warnings] == [`[tenant-quota-below-usage] Tenant "team-a" uses 5 GPUs, above the new limit 4 (spec.gpu.total): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods`]
+}
