@@ -184,7 +184,7 @@ _describes_models(tenant) if {
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	some placed in _placed
 	template := placed.template
-	not node_pools.node_pool_label in object.keys(object.get(template.spec, "nodeSelector", {}))
+	not _selects_pool(template)
 	_describes_models(placed.tenant)
 	model := node_pools.asked_model(placed.tenant, template)
 	not node_pools.default_pool(placed.tenant, template)
@@ -199,8 +199,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
+_selects_pool(template) if template.spec.nodeSelector[node_pools.node_pool_label]
+
 _model_field(template) := sprintf("%s.nodeSelector", [template.path]) if {
-	gpu.model_label in object.keys(object.get(template.spec, "nodeSelector", {}))
+	template.spec.nodeSelector[gpu.model_label]
 } else := template.path
 
 _spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on spot pool %q)", [node_pools.spot_pools(tenant)[0].name]) if {

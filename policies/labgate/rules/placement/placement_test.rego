@@ -289,3 +289,23 @@ test_a_pod_with_gpus_through_a_claim_only_is_placed_like_any_gpu_pod if {
 		with data.inventory as testdata.gpu_inventory
 	[x.rule | some x in v] == ["placement-pool"]
 }
+
+# --- workloads changed by people, and by the platform ---
+
+test_a_deployment_update_that_tolerates_another_pool_is_refused if {
+	old := testdata.deployment("serve", {}, {"containers": [testdata.main_container]})
+	new := testdata.deployment("serve", {}, {"containers": [testdata.main_container], "tolerations": [testdata.pool_toleration("speech")]})
+	request := testdata.request("UPDATE", "Deployment", "vision", {"username": "vic", "groups": ["system:authenticated"]}, new, old)
+	v := placement.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Deployment", new)}
+		with data.inventory as testdata.gpu_inventory
+	[x.message | some x in v] == [`[placement-pool] Deployment "serve" spec.template.spec.tolerations[0] tolerates taint "labgate.io/pool=speech:NoSchedule", which keeps node pools for their tenants, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`]
+	count(placement.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Deployment", old)}
+		with data.inventory as testdata.gpu_inventory
+}
+
+# A controller creating a tenant's pod from its template acts for the tenant.
+test_a_pod_the_job_controller_creates_is_judged if {
+	pod := cpu_pod({"tolerations": [{"operator": "Exists"}]})
+	[v.field | some v in violations("vision", testdata.job_controller, pod)] == ["spec.tolerations[0]"]
+	count(violations("vision", testdata.job_controller, cpu_pod({}))) == 0
+}
