@@ -11,13 +11,19 @@ this module.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from devcluster.stack import LabgateStack
-from tests.e2e.conftest import isolation_violations
+from devcluster.nodes import MODEL_LABEL, POOL_LABEL, NodePool, tenant_placement
+from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
+from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest, isolation_violations
 from tests.e2e.test_escape_matrix import (
     IMAGE,
     TRAINING_KINDS,
@@ -708,3 +714,342 @@ def test_the_isolation_oracle_finds_nothing_in_the_arena(arena: Arena) -> None:
         "items"
     ]
     assert _pv("B")(arena) not in {c["spec"].get("volumeName") for c in claims}
+
+
+# -- node pools, graded by where the scheduler binds (issue 19 findings 3 and 4, issue 22 item 1) ----
+#
+# A cluster of its own with kube-scheduler, the default controllers and KWOK nodes: A keeps two spot
+# pools (h100, a100), B one (h100), C none; one shared CPU pool belongs to nobody. Each attempt, as
+# researcher and as tenant admin, is refused with [placement-pool]; the legitimate action beside it
+# is admitted and its pods are bound on the pool it must land on (read from the node's label).
+
+
+@dataclass(frozen=True)
+class PoolArena:
+    a: TenantUnderTest
+    b: TenantUnderTest
+    c: TenantUnderTest
+    stack: LabgateStack
+    pools: dict[str, NodePool]  # "a-h100", "a-a100", "b-h100", "shared"
+
+    def tenant(self, key: str) -> TenantUnderTest:
+        return {"A": self.a, "B": self.b, "C": self.c}[key]
+
+    def pool(self, key: str) -> str:
+        return self.pools[key].name
+
+
+@pytest.fixture(scope="module")
+def pool_arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolArena]:
+    policy_dir = tmp_path_factory.mktemp("pool-policies") / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    with LabgateStack(
+        tmp_path_factory.mktemp("pool-sim"),
+        reconciler_lease_seconds=4,
+        policy_dir=policy_dir,
+        nodes=NodeSimulation(),
+    ) as sim:
+        factory = TenantFactory(sim)
+        try:
+            s = uuid.uuid4().hex[:4]
+            a_name, b_name, c_name = f"pa-{s}", f"pb-{s}", f"pc-{s}"
+            pools = {
+                "a-h100": NodePool(name=f"{a_name}-h100", tenant=a_name, spot=True, gpu_product="h100"),
+                "a-a100": NodePool(name=f"{a_name}-a100", tenant=a_name, spot=True, gpu_product="a100"),
+                "b-h100": NodePool(name=f"{b_name}-h100", tenant=b_name, spot=True, gpu_product="h100"),
+                "shared": NodePool(name=f"shared-{s}", gpu_product="none", gpus=0),
+            }
+            assert sim.kwok is not None
+            sim.kwok.add_pools(list(pools.values()))
+            placed = list(pools.values())
+            a = factory.create(
+                name=a_name, spec_extra={"gpu": {"total": 16}, "placement": tenant_placement(placed, a_name)}
+            )
+            b = factory.create(
+                name=b_name, spec_extra={"gpu": {"total": 8}, "placement": tenant_placement(placed, b_name)}
+            )
+            c = factory.create(name=c_name, spec_extra={"gpu": {"total": 8}})
+            yield PoolArena(a=a, b=b, c=c, stack=sim, pools=pools)
+        finally:
+            factory.cleanup()
+
+
+@pytest.fixture
+def pools_checked(pool_arena: PoolArena) -> Iterator[PoolArena]:
+    """The arena; after the test, the isolation oracle finds nothing the arena's tenants hold."""
+    yield pool_arena
+    names = (pool_arena.a.name, pool_arena.b.name, pool_arena.c.name)
+    found = [v for v in isolation_violations(pool_arena.stack) if any(n in v for n in names)]
+    assert found == [], "isolation violated:\n" + "\n".join(found)
+
+
+def _taints_of(pool: NodePool) -> list[dict[str, Any]]:
+    return [{**t, "operator": "Equal"} for t in pool.taints()]
+
+
+def _labelled(made: dict[str, Any], row: str) -> dict[str, Any]:
+    """`made` with label e2e-row=<row> on the object and on its pod template (to find its pods)."""
+    made["metadata"].setdefault("labels", {})["e2e-row"] = row
+    if made["kind"] == "Deployment":
+        made["spec"]["selector"] = {"matchLabels": {"e2e-row": row}}
+    if made["kind"] != "Pod":
+        made["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})["e2e-row"] = row
+    return made
+
+
+def _spec_of(made: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = made["spec"] if made["kind"] == "Pod" else made["spec"]["template"]["spec"]
+    return spec
+
+
+def _workload(kind: str, name: str, *, gpus: int = 0, **spec: Any) -> dict[str, Any]:
+    """A `kind` (Pod, Job, Deployment) of one pod: CPU only, or `gpus` whole GPUs."""
+    main: dict[str, Any] = {"name": "main", "image": IMAGE}
+    if gpus:
+        main["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    made = {"Pod": pod, "Job": job, "Deployment": deployment}[kind](name, containers=[main], **spec)
+    return _labelled(made, name)
+
+
+PoolBuild = Callable[[PoolArena, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """An attempt into a pool not the tenant's (refused, `says` in the message), the legitimate action
+    it mirrors (admitted, its pods bound on pool `lands`), and, for kinds whose template may change,
+    the attempt as an UPDATE of the legitimate object."""
+
+    id: str
+    tenant: str
+    attempt: PoolBuild
+    allowed: PoolBuild
+    lands: str
+    says: Callable[[PoolArena], str]
+    update: Callable[[PoolArena, dict[str, Any]], dict[str, Any]] | None = None
+    # For a running Pod, whose tolerations may only be added to: the tolerations the UPDATE adds.
+    adds: Callable[[PoolArena], list[dict[str, Any]]] | None = None
+
+
+def _tolerating(extra: list[dict[str, Any]]) -> Callable[[PoolArena, dict[str, Any]], dict[str, Any]]:
+    def change(_: PoolArena, made: dict[str, Any]) -> dict[str, Any]:
+        spec = _spec_of(made)
+        spec["tolerations"] = [*spec.get("tolerations", []), *extra]
+        return made
+
+    return change
+
+
+def _selecting_pool(made: dict[str, Any], pool: str) -> dict[str, Any]:
+    _spec_of(made)["nodeSelector"][POOL_LABEL] = pool
+    return made
+
+
+_EVERY_TAINT = [{"operator": "Exists"}]
+_POOL_KEYS_EXIST = [
+    {"key": "labgate.io/pool", "operator": "Exists"},
+    {"key": "labgate.io/spot", "operator": "Exists"},
+]
+
+
+def _into(ar: PoolArena, key: str, model: str | None = None) -> dict[str, Any]:
+    """The selector (pool, and `model` when given) and tolerations that put a pod on pool `key`."""
+    pool = ar.pools[key]
+    selector = {POOL_LABEL: pool.name, **({MODEL_LABEL: model} if model else {})}
+    return {"nodeSelector": selector, "tolerations": _taints_of(pool)}
+
+
+POOL_ROWS = [
+    # Finding 3: a tenant without pools (C) into another tenant's pool, CPU or not.
+    PoolRow(
+        "cpu-pod-of-a-tenant-without-pools-into-b",
+        "C",
+        lambda ar, n: _workload("Pod", n, **_into(ar, "b-h100")),
+        lambda _, n: _workload("Pod", n),
+        "shared",
+        lambda ar: f'a node pool of tenant "{ar.b.name}"',
+        adds=lambda ar: _taints_of(ar.pools["b-h100"]),
+    ),
+    PoolRow(
+        "gpu-job-of-a-tenant-without-pools-into-b",
+        "C",
+        lambda ar, n: _workload("Job", n, gpus=1, **_into(ar, "b-h100")),
+        lambda _, n: _workload("Job", n),
+        "shared",
+        lambda ar: f'a node pool of tenant "{ar.b.name}"',
+    ),
+    # Finding 4: wildcard tolerations, and a CPU pod of a tenant with pools into another's.
+    PoolRow(
+        "cpu-job-tolerating-every-taint",
+        "C",
+        lambda _, n: _workload("Job", n, tolerations=_EVERY_TAINT),
+        lambda _, n: _workload("Job", n),
+        "shared",
+        lambda _: "is operator: Exists without a key: it tolerates every taint",
+    ),
+    PoolRow(
+        "cpu-deployment-tolerating-pool-keys-with-exists",
+        "A",
+        lambda _, n: _workload("Deployment", n, tolerations=_POOL_KEYS_EXIST),
+        lambda ar, n: _workload("Deployment", n, **_into(ar, "a-h100")),
+        "a-h100",
+        lambda _: 'tolerates taint "labgate.io/pool" with operator: Exists, whatever its value',
+        update=_tolerating(_EVERY_TAINT),
+    ),
+    PoolRow(
+        "cpu-pod-of-a-tenant-with-pools-into-b",
+        "A",
+        lambda ar, n: _workload("Pod", n, **_into(ar, "b-h100")),
+        lambda ar, n: _workload("Pod", n, nodeSelector={POOL_LABEL: ar.pool("shared")}),
+        "shared",
+        lambda ar: f'a node pool of tenant "{ar.b.name}"',
+        adds=lambda _: _EVERY_TAINT,
+    ),
+    # Issue 22 item 1: the pool must have the model; labgate picks the one that has it.
+    PoolRow(
+        "gpu-pod-asks-a-model-no-pool-has",
+        "A",
+        lambda _, n: _workload("Pod", n, gpus=1, nodeSelector={MODEL_LABEL: "b200"}),
+        lambda _, n: _workload("Pod", n, gpus=1, nodeSelector={MODEL_LABEL: "a100"}),
+        "a-a100",
+        lambda ar: (
+            f'asks GPU model "b200", and no node pool of tenant "{ar.a.name}" that labgate may place it '
+            f'on has it; its pools: "{ar.pool("a-h100")}" (spot: h100), "{ar.pool("a-a100")}" (spot: a100)'
+        ),
+    ),
+    PoolRow(
+        "gpu-deployment-selects-its-pool-without-its-model",
+        "A",
+        lambda ar, n: _workload("Deployment", n, gpus=1, **_into(ar, "a-h100", "a100")),
+        lambda ar, n: _workload("Deployment", n, gpus=1, **_into(ar, "a-a100", "a100")),
+        "a-a100",
+        lambda ar: (
+            f'asks {POOL_LABEL}="{ar.pool("a-h100")}" for GPU model "a100", which that pool does not have'
+        ),
+        update=lambda ar, made: _selecting_pool(made, ar.pool("a-h100")),
+    ),
+    PoolRow(
+        "gpu-job-asks-a-model-no-pool-has",
+        "A",
+        lambda _, n: _workload("Job", n, gpus=1, nodeSelector={MODEL_LABEL: "b200"}),
+        lambda _, n: _workload("Job", n, gpus=1, nodeSelector={MODEL_LABEL: "h100"}),
+        "a-h100",
+        lambda _: 'asks GPU model "b200", and no node pool of tenant',
+    ),
+]
+
+_WHO = ("researcher", "admin")
+
+
+def _actor(ar: PoolArena, row: PoolRow, who: str) -> Researcher:
+    tenant = ar.tenant(row.tenant)
+    return tenant.researcher if who == "researcher" else tenant.admin
+
+
+def _bound_pools(ar: PoolArena, namespace: str, row: str) -> list[str]:
+    """The pools of the nodes the row's pods are bound on ("" for a pod not bound yet)."""
+    listed = json.loads(
+        ar.stack.admin_kubectl("get", "pods", "-n", namespace, "-l", f"e2e-row={row}", "-o", "json")
+    )["items"]
+    pools = {p.name: key for key, p in ar.pools.items()}
+    return [pools.get(str(p["spec"].get("nodeName") or "").rsplit("-", 1)[0], "") for p in listed]
+
+
+def _lands_on(ar: PoolArena, namespace: str, row: str, key: str) -> None:
+    deadline = time.monotonic() + 90
+    while True:
+        bound = _bound_pools(ar, namespace, row)
+        if bound and all(bound):
+            assert set(bound) == {key}, f"{row}: bound on {bound}, expected {key}"
+            return
+        assert time.monotonic() < deadline, f"{row}: pods not bound within 90s ({bound})"
+        time.sleep(0.5)
+
+
+_POOL_CASES = [(row, who) for row in POOL_ROWS for who in _WHO]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("row", "who"), _POOL_CASES, ids=[f"{r.id}-{w}" for r, w in _POOL_CASES])
+def test_pool_attempt_is_refused_and_the_legitimate_action_lands_on_its_pool(
+    pools_checked: PoolArena, row: PoolRow, who: str
+) -> None:
+    ar = pools_checked
+    actor, namespace = _actor(ar, row, who), ar.tenant(row.tenant).namespace
+    name = f"{row.id[:40]}-{who[0]}"
+    refused = actor.apply(row.attempt(ar, name), namespace)
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert "[placement-pool]" in refused.stderr, refused.stderr
+    assert row.says(ar) in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+    admitted = actor.apply(row.allowed(ar, name), namespace)
+    assert admitted.returncode == 0, admitted.stderr
+    _lands_on(ar, namespace, name, row.lands)
+
+
+_POOL_UPDATES = [(row, who) for row, who in _POOL_CASES if row.update or row.adds]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("row", "who"), _POOL_UPDATES, ids=[f"{r.id}-{w}" for r, w in _POOL_UPDATES])
+def test_pool_attempt_is_refused_on_update(pools_checked: PoolArena, row: PoolRow, who: str) -> None:
+    """The legitimate object is admitted and bound; the attempt applied over it (an UPDATE: a running
+    Pod's added tolerations, a Deployment's new template) is refused, and its pods stay where they were."""
+    ar = pools_checked
+    actor, namespace = _actor(ar, row, who), ar.tenant(row.tenant).namespace
+    name = f"{row.id[:36]}-u{who[0]}"
+    created = actor.apply(row.allowed(ar, name), namespace)
+    assert created.returncode == 0, created.stderr
+    _lands_on(ar, namespace, name, row.lands)
+    if row.adds is not None:
+        added = [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in row.adds(ar)]
+        refused = actor.kubectl("patch", "pod", name, "-n", namespace, "--type=json", "-p", json.dumps(added))
+    else:
+        assert row.update is not None
+        refused = actor.apply(row.update(ar, row.allowed(ar, name)), namespace)
+        assert "error when applying patch" in refused.stderr, refused.stderr  # an UPDATE, not a CREATE
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert "[placement-pool]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+    _lands_on(ar, namespace, name, row.lands)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_pods_a_controller_makes_from_a_tenants_template_stay_off_other_pools(
+    pools_checked: PoolArena,
+) -> None:
+    """A ReplicaSet's pods are created by kube-controller-manager: a pod it makes in C's namespace
+    with B's tolerations is refused like C's own; one without lands on the shared pool."""
+    ar = pools_checked
+    ns = ar.c.namespace
+    refused = _as_controller(
+        ar.stack, "replicaset-controller", "create", ns, _workload("Pod", "rs-into-b", **_into(ar, "b-h100"))
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert f'[placement-pool] Pod "rs-into-b" spec.nodeSelector asks {POOL_LABEL}=' in refused.stderr
+    admitted = _as_controller(ar.stack, "replicaset-controller", "create", ns, _workload("Pod", "rs-plain"))
+    assert admitted.returncode == 0, admitted.stderr
+    _lands_on(ar, ns, "rs-plain", "shared")
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_the_pool_owner_keeps_its_node(pools_checked: PoolArena) -> None:
+    """After every attempt above, B's in-quota pod asking all 8 GPUs of its one node binds there, and
+    no pod of A or C sits on B's pool."""
+    ar = pools_checked
+    made = _workload("Pod", "b-owner", gpus=8, nodeSelector={MODEL_LABEL: "h100"})
+    admitted = ar.b.researcher.apply(made, ar.b.namespace)
+    assert admitted.returncode == 0, admitted.stderr
+    _lands_on(ar, ar.b.namespace, "b-owner", "b-h100")
+    for other in (ar.a, ar.c):
+        listed = json.loads(ar.stack.admin_kubectl("get", "pods", "-n", other.namespace, "-o", "json"))
+        on_b = [
+            p["metadata"]["name"]
+            for p in listed["items"]
+            if ar.pool("b-h100") in str(p["spec"].get("nodeName"))
+        ]
+        assert on_b == [], f"pods of {other.name} on B's pool: {on_b}"

@@ -10,10 +10,12 @@
 #     starts with gets that tenant's label (config tenant_label).
 #   - In a tenant namespace, on CREATE (a Job's template is immutable afterwards, and every pod is
 #     created, so creation is where defaults belong):
-#     - a GPU pod template that selects no node pool is placed on the tenant's first spot pool (or,
-#       when it asks on-demand capacity and the Tenant allows it, the first pool that is not spot):
-#       the pool's nodeSelector is merged in (keys the template sets are kept) and its missing
-#       tolerations are appended;
+#     - a GPU pod template that selects no node pool is placed on the tenant's first spot pool that
+#       has the GPU model it asks (or, when it asks on-demand capacity and the Tenant allows it, the
+#       first such pool that is not spot; lib.node_pools.default_pool): the pool's nodeSelector is
+#       merged in (keys the template sets are kept) and its missing tolerations are appended. Where
+#       no pool has the model, nothing is placed and rules.placement refuses the pod. Pods without
+#       GPUs are never placed: they run on shared nodes;
 #     - a template asking whole GPUs with no model selector, in a tenant that lists exactly one
 #       (non-MIG) model, selects that model;
 #     - automountServiceAccountToken: false where the spec does not say, unless the pod runs as a

@@ -2,8 +2,9 @@
 # title: Node pools and tolerations
 # description: |
 #   Where a tenant's GPU pods may run: its node pools (spec.placement.nodePools), spot or on-demand,
-#   the pool labgate puts a pod on, and the taints and tolerations that keep pools for their tenants;
-#   shared by rules.placement and the mutation package.
+#   the GPU models each has, the pool labgate puts a pod on, which tenant a pool belongs to, and the
+#   taints and tolerations that keep pools for their tenants; shared by rules.placement and the
+#   mutation package.
 package labgate.lib.node_pools
 
 import data.labgate.lib.gpu
@@ -59,21 +60,84 @@ spot_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot
 
 on_demand_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) != true]
 
-# The pool labgate puts a GPU pod on when it names none: the tenant's first spot pool, or, when the
-# pod asks on-demand capacity and the tenant allows it, the first pool that is not spot.
-default_pool(tenant, template) := on_demand_pools(tenant)[0] if {
-	wants_on_demand(template)
-	allows_on_demand(tenant)
+# The GPU models a pool's nodes have: the model its nodeSelector names (gpu.model_label), else its
+# `models` list. Empty when the pool says neither: labgate does not know, and any model may go there.
+pool_models(pool) := {model} if {
+	model := _object(object.get(pool, "nodeSelector", {}))[gpu.model_label]
+	is_string(model)
+} else := {m | some m in _array(object.get(pool, "models", [])); is_string(m)}
+
+# The whole-GPU model a template asks: its nodeSelector's, else the tenant's one (non-MIG) model,
+# which the mutation selects. Undefined for a template without whole GPUs (MIG slices only, or no
+# GPUs) or that asks none of several models.
+asked_model(tenant, template) := model if {
+	_asks_whole_gpus(template)
+	model := gpu.whole_gpu_model(template.spec)
+	model != gpu.unspecified_model
+} else := model if {
+	_asks_whole_gpus(template)
+	models := object.keys(_object(object.get(tenant, ["spec", "gpu", "models"], {})))
+	count(models) == 1
+	some model in models
+	not gpu.is_mig_model(model)
 }
 
-default_pool(tenant, template) := spot_pools(tenant)[0] if {
-	not _on_demand_allowed(tenant, template)
+_asks_whole_gpus(template) if {
+	some ask in gpu.template_asks[template.path]
+	not gpu.is_mig_model(ask.model)
 }
+
+# The pool has what the template asks: the model, or labgate cannot tell.
+fits(_, tenant, template) if not asked_model(tenant, template)
+
+fits(pool, _, _) if count(pool_models(pool)) == 0
+
+fits(pool, tenant, template) if asked_model(tenant, template) in pool_models(pool)
+
+# The pools labgate may put a GPU pod on when it names none: the tenant's spot pools, or, when the
+# pod asks on-demand capacity and the tenant allows it, its pools that are not spot.
+candidate_pools(tenant, template) := on_demand_pools(tenant) if {
+	_on_demand_allowed(tenant, template)
+} else := spot_pools(tenant)
+
+# The pool labgate puts a GPU pod on when it names none: the first candidate that has the model the
+# pod asks. Undefined when none has it (rules.placement refuses the pod then).
+default_pool(tenant, template) := [pool |
+	some pool in candidate_pools(tenant, template)
+	fits(pool, tenant, template)
+][0]
 
 _on_demand_allowed(tenant, template) if {
 	wants_on_demand(template)
 	allows_on_demand(tenant)
 }
+
+# The tenant's pool that nodeSelector[node_pool_label] = value selects (by name, or by the value its
+# own nodeSelector gives that label).
+selected_pool(tenant, value) := [pool |
+	some pool in pools(tenant)
+	value in {pool.name, _object(object.get(pool, "nodeSelector", {}))[node_pool_label]}
+][0]
+
+# The other tenants whose pool nodeSelector[node_pool_label] = value selects, where it selects none
+# of `tenant`'s own: node pools belong to their tenants against every other tenant.
+foreign_pool_owners(tenant, value) := {name |
+	not value in pool_label_values(tenant)
+	some name, other in data.inventory.tenants
+	name != tenant.metadata.name
+	value in pool_label_values(other)
+}
+
+# `"h100-spot" (spot: h100)`, for messages.
+describe_pool(pool) := sprintf("%q (%s: %s)", [pool.name, _capacity(pool), _models_text(pool_models(pool))])
+
+_capacity(pool) := "spot" if {
+	object.get(pool, "spot", false) == true
+} else := "on-demand"
+
+_models_text(models) := "any model" if {
+	count(models) == 0
+} else := concat(", ", sort(models))
 
 # Every taint key that some tenant's node pool tolerates: taints that keep pools for their tenants.
 # A complete set, built at most once per evaluation (and only when a GPU pod carries a toleration),

@@ -192,12 +192,14 @@ vision := {
 			"nodePools": [
 				{
 					"name": "h100-reserved",
+					"models": ["h100"],
 					"nodeSelector": {"labgate.io/node-pool": "h100-reserved"},
 					"tolerations": [pool_toleration("vision")],
 					"spot": false,
 				},
 				{
 					"name": "h100-spot",
+					"models": ["h100"],
 					"nodeSelector": {"labgate.io/node-pool": "h100-spot"},
 					"tolerations": [pool_toleration("vision"), spot_toleration],
 					"spot": true,
@@ -209,7 +211,8 @@ vision := {
 	},
 }
 
-# speech: one model (a100), a spot pool whose selector is not the pool label, and on-demand allowed.
+# speech: one model (a100), a spot pool whose selector is not the pool label (and that names no model),
+# and on-demand allowed. The pools of both tenants list their models (models), but a100-spot.
 speech := {
 	"metadata": {"name": "speech"},
 	"spec": {
@@ -220,6 +223,7 @@ speech := {
 			"nodePools": [
 				{
 					"name": "a100-ondemand",
+					"models": ["a100"],
 					"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"},
 					"tolerations": [pool_toleration("speech")],
 				},

@@ -1,28 +1,41 @@
 # METADATA
-# title: GPU node-pool placement
+# title: Node-pool placement
 # description: |
-#   A tenant that lists node pools (spec.placement.nodePools) runs its GPU pods on them only. A GPU
-#   pod (lib.gpu demand above zero) may select a pool with nodeSelector[node_pool_label] only if it is
-#   one of its tenant's pools (its name, or the value the pool's own nodeSelector gives that label),
-#   and may tolerate taints that keep node pools for their tenants (any key some tenant's pool
-#   tolerates, or every taint at once) only as its own tenant's pools do. A pod may opt out of spot
+#   Node pools (spec.placement.nodePools) belong to their tenants, against every other tenant and
+#   every pod, GPU or not. In a tenant namespace no pod may select another tenant's pool with
+#   nodeSelector[node_pool_label] (its name, or the value the pool's own nodeSelector gives that
+#   label), nor tolerate the taints that keep pools for their tenants (any key some tenant's pool
+#   tolerates) beyond what its own tenant's pools carry; wildcard tolerations (operator Exists
+#   without a key, which tolerates every taint, or Exists on a pool taint key, which tolerates
+#   every tenant's pool) are refused unless a pool of the tenant carries exactly that.
+#   A tenant that lists node pools runs its GPU pods (lib.gpu demand above zero) on them only: such
+#   a pod selects one of them, or none (the mutation package places it), and the pool must have the
+#   GPU model the pod asks (lib.node_pools.pool_models); where no pool labgate may place it on has
+#   that model, the pod is refused naming the pools and their models. A pod may opt out of spot
 #   capacity (annotation capacity_annotation: on-demand) only if its Tenant allows on-demand capacity.
-#   Tenants without node pools are not restricted, nor are pods without GPUs. Pods are checked when
-#   created, whoever creates them, and when people change them (tolerations can be added to a running
-#   pod); other workloads when people create or change them (lib.gpu).
-#   The mutation package places GPU pods that name no pool, so most pods never meet these rules.
+#   Pods are checked when created, whoever creates them, and when people change them (tolerations
+#   can be added to a running pod); other workloads when people create or change them (lib.gpu).
 package labgate.rules.placement
 
 import data.labgate.lib.gpu
 import data.labgate.lib.node_pools
 import data.labgate.lib.tenancy
 
-# GPU templates of the request in a namespace of a tenant that has node pools.
-_placed contains {"tenant": tenant, "template": template} if {
+# Every template of the request in a tenant namespace, GPU or not: none may reach another tenant's pool.
+_judged contains {"tenant": tenant, "template": template} if {
 	tenant := tenancy.namespace_tenant
-	count(node_pools.pools(tenant)) > 0
 	some template in _checked_templates
-	gpu.template_demand[template.path].total > 0
+}
+
+# GPU templates in a namespace of a tenant that has node pools: confined to those pools.
+_placed contains judged if {
+	some judged in _judged
+	_is_confined(judged)
+}
+
+_is_confined(judged) if {
+	count(node_pools.pools(judged.tenant)) > 0
+	gpu.template_demand[judged.template.path].total > 0
 }
 
 # What the GPU rules check, and a running Pod that people change: tolerations may be added to it.
@@ -57,14 +70,35 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
-# The toleration reaches a taint that keeps some tenant's pool: its key is one, or it has no key and
-# tolerates every taint.
-_reaches_pool_taint(toleration) if object.get(toleration, "key", "") in node_pools.pool_taint_keys
+# METADATA
+# title: A pod without GPUs, or of a tenant without pools, selects no other tenant's pool
+# custom:
+#   rule_id: placement-pool
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	some judged in _judged
+	not _is_confined(judged)
+	template := judged.template
+	value := template.spec.nodeSelector[node_pools.node_pool_label]
+	owners := node_pools.foreign_pool_owners(judged.tenant, value)
+	count(owners) > 0
+	field := sprintf("%s.nodeSelector", [template.path])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s asks %s=%q, a node pool of tenant %s: node pools belong to their tenants, whatever a pod asks. Fix: %s",
+		[
+			rule_id, tenancy.object_ref, field, node_pools.node_pool_label, value, _quoted(owners),
+			_own_pools_fix(judged.tenant),
+		],
+	)
+}
 
-_reaches_pool_taint(toleration) if {
+_own_pools_fix(tenant) := sprintf("remove the selector, or select one of tenant %q's pools (%s)", [tenant.metadata.name, _quoted(_pool_names(tenant))]) if {
+	count(node_pools.pools(tenant)) > 0
+} else := sprintf("remove the selector (tenant %q has no node pools of its own; its pods run on shared nodes)", [tenant.metadata.name])
+
+_is_wildcard(toleration) if {
 	object.get(toleration, "key", "") == ""
 	object.get(toleration, "operator", "Equal") == "Exists"
-	count(node_pools.pool_taint_keys) > 0
 }
 
 _carried(tenant, toleration) if {
@@ -74,26 +108,102 @@ _carried(tenant, toleration) if {
 }
 
 # METADATA
-# title: A GPU pod tolerates other pools' taints only as its tenant's pools do
+# title: No pod tolerates every taint
+# custom:
+#   rule_id: placement-pool
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	some judged in _judged
+	template := judged.template
+	some i, toleration in object.get(template.spec, "tolerations", [])
+	_is_wildcard(toleration)
+	field := sprintf("%s.tolerations[%d]", [template.path, i])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s is operator: Exists without a key: it tolerates every taint, the ones that keep node pools for their tenants too. Fix: remove it, or give it the key of the one taint it is for; labgate adds the tolerations of your tenant's pools itself",
+		[rule_id, tenancy.object_ref, field],
+	)
+}
+
+# METADATA
+# title: A pod tolerates pool taints only as its tenant's pools do
+# custom:
+#   rule_id: placement-pool
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	some judged in _judged
+	template := judged.template
+	some i, toleration in object.get(template.spec, "tolerations", [])
+	not _is_wildcard(toleration)
+	object.get(toleration, "key", "") in node_pools.pool_taint_keys
+	not _carried(judged.tenant, toleration)
+	field := sprintf("%s.tolerations[%d]", [template.path, i])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s tolerates %s, and no pool of tenant %q carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself",
+		[rule_id, tenancy.object_ref, field, _toleration_text(toleration), judged.tenant.metadata.name],
+	)
+}
+
+_toleration_text(toleration) := sprintf("taint %q with operator: Exists, whatever its value: every tenant's pool that taint keeps", [toleration.key]) if {
+	object.get(toleration, "operator", "Equal") == "Exists"
+} else := sprintf("%s, which keeps node pools for their tenants", [node_pools.describe_toleration(toleration)])
+
+_pools_text(tenant) := concat(", ", [node_pools.describe_pool(pool) | some pool in node_pools.pools(tenant)])
+
+# METADATA
+# title: A GPU pod selects a pool that has its GPU model
 # custom:
 #   rule_id: placement-pool
 violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	some placed in _placed
 	template := placed.template
-	some i, toleration in object.get(template.spec, "tolerations", [])
-	_reaches_pool_taint(toleration)
-	not _carried(placed.tenant, toleration)
-	field := sprintf("%s.tolerations[%d]", [template.path, i])
+	value := template.spec.nodeSelector[node_pools.node_pool_label]
+	pool := node_pools.selected_pool(placed.tenant, value)
+	not node_pools.fits(pool, placed.tenant, template)
+	model := node_pools.asked_model(placed.tenant, template)
+	field := sprintf("%s.nodeSelector", [template.path])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s tolerates %s, and no pool of tenant %q carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself",
-		[rule_id, tenancy.object_ref, field, _toleration_text(toleration), placed.tenant.metadata.name],
+		"[%s] %s %s asks %s=%q for GPU model %q, which that pool does not have; tenant %q's pools: %s. Fix: select a pool with %q, or remove the selector and labgate places the pod on one",
+		[
+			rule_id, tenancy.object_ref, field, node_pools.node_pool_label, value, model,
+			placed.tenant.metadata.name, _pools_text(placed.tenant), model,
+		],
 	)
 }
 
-_toleration_text(toleration) := "every taint (operator Exists without a key), the ones that keep node pools for their tenants too" if {
-	object.get(toleration, "key", "") == ""
-} else := sprintf("%s, which keeps node pools for their tenants", [node_pools.describe_toleration(toleration)])
+# The tenant says which models its pools have (else labgate cannot tell a pod that fits none).
+_describes_models(tenant) if {
+	some pool in node_pools.pools(tenant)
+	count(node_pools.pool_models(pool)) > 0
+}
+
+# METADATA
+# title: A GPU pod that selects no pool asks a model some pool labgate may place it on has
+# custom:
+#   rule_id: placement-pool
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	some placed in _placed
+	template := placed.template
+	not _selects_pool(template)
+	_describes_models(placed.tenant)
+	model := node_pools.asked_model(placed.tenant, template)
+	not node_pools.default_pool(placed.tenant, template)
+	field := _model_field(template)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s asks GPU model %q, and no node pool of tenant %q that labgate may place it on has it; its pools: %s. Fix: ask a model one of those pools has (labgate places a pod on spot pools, on on-demand ones when it asks %s=on-demand and the Tenant allows it), or ask the infra team for a pool with %q",
+		[
+			rule_id, tenancy.object_ref, field, model, placed.tenant.metadata.name,
+			_pools_text(placed.tenant), node_pools.capacity_annotation, model,
+		],
+	)
+}
+
+_selects_pool(template) if template.spec.nodeSelector[node_pools.node_pool_label]
+
+_model_field(template) := sprintf("%s.nodeSelector", [template.path]) if {
+	template.spec.nodeSelector[gpu.model_label]
+} else := template.path
 
 _spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on spot pool %q)", [node_pools.spot_pools(tenant)[0].name]) if {
 	count(node_pools.spot_pools(tenant)) > 0

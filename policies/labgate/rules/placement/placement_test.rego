@@ -62,9 +62,10 @@ test_toleration_of_another_tenants_pool_is_refused if {
 	}}
 }
 
-test_toleration_wider_than_the_pools_is_refused if {
+# Regression (issue 22): the toleration forms that reach every pool are named, with the fix.
+test_toleration_of_a_pool_taint_key_with_exists_is_refused if {
 	pod := gpu_pod("1", {"tolerations": [{"key": "labgate.io/pool", "operator": "Exists"}]}, {})
-	[v.message | some v in violations("vision", testdata.vera, pod)] == [`[placement-pool] Pod "train-1" spec.tolerations[0] tolerates taint "labgate.io/pool", which keeps node pools for their tenants, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`]
+	[v.message | some v in violations("vision", testdata.vera, pod)] == [`[placement-pool] Pod "train-1" spec.tolerations[0] tolerates taint "labgate.io/pool" with operator: Exists, whatever its value: every tenant's pool that taint keeps, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`]
 }
 
 test_toleration_of_every_taint_is_refused if {
@@ -78,16 +79,126 @@ test_toleration_of_every_taint_is_refused if {
 	v == {{
 		"rule": "placement-pool",
 		"field": "spec.template.spec.tolerations[0]",
-		"message": `[placement-pool] Job "sweep" spec.template.spec.tolerations[0] tolerates every taint (operator Exists without a key), the ones that keep node pools for their tenants too, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`,
+		"message": `[placement-pool] Job "sweep" spec.template.spec.tolerations[0] is operator: Exists without a key: it tolerates every taint, the ones that keep node pools for their tenants too. Fix: remove it, or give it the key of the one taint it is for; labgate adds the tolerations of your tenant's pools itself`,
 	}}
 }
 
-test_pods_without_gpus_and_tenants_without_pools_are_not_restricted if {
-	foreign := {"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"}, "tolerations": [testdata.pool_toleration("speech")]}
-	cpu_pod := testdata.pod("etl", object.union(foreign, {"containers": [testdata.main_container]}))
-	count(violations("vision", testdata.vera, cpu_pod)) == 0
-	count(violations("team-a", testdata.alice, gpu_pod("1", foreign, {}))) == 0
+# --- every pod, GPU or not, of every tenant (issue 19) ---
+
+cpu_pod(extra) := testdata.pod("etl", object.union({"containers": [testdata.main_container]}, extra))
+
+test_a_cpu_pod_tolerating_another_tenants_pool_is_refused if {
+	pod := cpu_pod({"tolerations": [testdata.pool_toleration("speech")]})
+	violations("vision", testdata.vera, pod) == {{
+		"rule": "placement-pool",
+		"field": "spec.tolerations[0]",
+		"message": `[placement-pool] Pod "etl" spec.tolerations[0] tolerates taint "labgate.io/pool=speech:NoSchedule", which keeps node pools for their tenants, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`,
+	}}
+}
+
+test_a_cpu_pod_selecting_another_tenants_pool_is_refused if {
+	pod := cpu_pod({"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"}})
+	violations("vision", testdata.vera, pod) == {{
+		"rule": "placement-pool",
+		"field": "spec.nodeSelector",
+		"message": `[placement-pool] Pod "etl" spec.nodeSelector asks labgate.io/node-pool="a100-ondemand", a node pool of tenant "speech": node pools belong to their tenants, whatever a pod asks. Fix: remove the selector, or select one of tenant "vision"'s pools ("h100-reserved", "h100-spot")`,
+	}}
+}
+
+test_a_tenant_without_pools_may_not_enter_another_tenants_pool if {
+	foreign := {"nodeSelector": {"labgate.io/node-pool": "h100-spot"}, "tolerations": [testdata.pool_toleration("vision"), testdata.spot_toleration]}
+	violations("team-a", testdata.alice, gpu_pod("1", foreign, {})) == {
+		{
+			"rule": "placement-pool",
+			"field": "spec.nodeSelector",
+			"message": `[placement-pool] Pod "train-1" spec.nodeSelector asks labgate.io/node-pool="h100-spot", a node pool of tenant "vision": node pools belong to their tenants, whatever a pod asks. Fix: remove the selector (tenant "team-a" has no node pools of its own; its pods run on shared nodes)`,
+		},
+		{
+			"rule": "placement-pool",
+			"field": "spec.tolerations[0]",
+			"message": `[placement-pool] Pod "train-1" spec.tolerations[0] tolerates taint "labgate.io/pool=vision:NoSchedule", which keeps node pools for their tenants, and no pool of tenant "team-a" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`,
+		},
+		{
+			"rule": "placement-pool",
+			"field": "spec.tolerations[1]",
+			"message": `[placement-pool] Pod "train-1" spec.tolerations[1] tolerates taint "labgate.io/spot" with operator: Exists, whatever its value: every tenant's pool that taint keeps, and no pool of tenant "team-a" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`,
+		},
+	}
+	[v.field | some v in violations("team-a", testdata.alice, cpu_pod({"tolerations": [{"operator": "Exists"}]}))] == ["spec.tolerations[0]"]
+}
+
+test_own_pools_shared_nodes_and_other_taints_are_allowed_for_every_pod if {
+	# A CPU pod on its own pool with the pool's tolerations, or on a pool no tenant keeps.
+	count(violations("vision", testdata.vera, cpu_pod({
+		"nodeSelector": {"labgate.io/node-pool": "h100-reserved"},
+		"tolerations": [testdata.pool_toleration("vision")],
+	}))) == 0
+	count(violations("vision", testdata.vera, cpu_pod({"nodeSelector": {"labgate.io/node-pool": "cpu-shared"}}))) == 0
+	count(violations("team-a", testdata.alice, cpu_pod({"nodeSelector": {"labgate.io/node-pool": "cpu-shared"}}))) == 0
+
+	# Taints that keep no pool, and a CPU pod that chooses nothing.
+	maintenance := {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"}
+	count(violations("team-a", testdata.alice, cpu_pod({"tolerations": [maintenance]}))) == 0
+	count(violations("vision", testdata.vera, cpu_pod({}))) == 0
+}
+
+test_namespaces_of_no_tenant_are_not_restricted if {
+	foreign := {"nodeSelector": {"labgate.io/node-pool": "a100-ondemand"}, "tolerations": [testdata.pool_toleration("speech"), {"operator": "Exists"}]}
 	count(violations("default", testdata.alice, gpu_pod("1", foreign, {}))) == 0
+	count(violations("default", testdata.alice, cpu_pod(foreign))) == 0
+}
+
+test_a_cpu_pods_toleration_added_while_it_runs_is_refused if {
+	old := cpu_pod({})
+	new := json.patch(old, [{"op": "add", "path": "/spec/tolerations", "value": [{"operator": "Exists"}]}])
+	request := testdata.request("UPDATE", "Pod", "vision", testdata.vera, new, old)
+	v := placement.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+		with data.inventory as testdata.gpu_inventory
+	{x.field | some x in v} == {"spec.tolerations[0]"}
+}
+
+# --- the GPU model of the pool (issue 22) ---
+
+test_a_pod_selecting_its_pool_without_its_model_is_refused if {
+	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "a100", "labgate.io/node-pool": "h100-spot"}}, {})
+	violations("vision", testdata.vera, pod) == {{
+		"rule": "placement-pool",
+		"field": "spec.nodeSelector",
+		"message": `[placement-pool] Pod "train-1" spec.nodeSelector asks labgate.io/node-pool="h100-spot" for GPU model "a100", which that pool does not have; tenant "vision"'s pools: "h100-reserved" (on-demand: h100), "h100-spot" (spot: h100). Fix: select a pool with "a100", or remove the selector and labgate places the pod on one`,
+	}}
+}
+
+test_a_pod_whose_model_no_pool_has_is_refused if {
+	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "a100"}}, {})
+	violations("vision", testdata.vera, pod) == {{
+		"rule": "placement-pool",
+		"field": "spec.nodeSelector",
+		"message": `[placement-pool] Pod "train-1" spec.nodeSelector asks GPU model "a100", and no node pool of tenant "vision" that labgate may place it on has it; its pools: "h100-reserved" (on-demand: h100), "h100-spot" (spot: h100). Fix: ask a model one of those pools has (labgate places a pod on spot pools, on on-demand ones when it asks labgate.io/capacity=on-demand and the Tenant allows it), or ask the infra team for a pool with "a100"`,
+	}}
+}
+
+# speech: a100-ondemand has a100; a100-spot names no model (any may go there).
+test_a_pool_that_names_no_model_takes_any if {
+	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100"}}, {})
+	count(violations("speech", testdata.sam, pod)) == 0
+	on_pool := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "a100-spot"}}, {})
+	count(violations("speech", testdata.sam, on_pool)) == 0
+}
+
+test_an_on_demand_pod_is_refused_where_no_on_demand_pool_has_its_model if {
+	only_a100 := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/speech/spec/placement/nodePools/1/models", "value": ["a100"]}])
+	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100"}}, {"labgate.io/capacity": "on-demand"})
+	v := placement.violation with input as testdata.workload_input("Pod", "speech", testdata.sam, pod)
+		with data.inventory as only_a100
+	[x.message | some x in v] == [`[placement-pool] Pod "train-1" spec.nodeSelector asks GPU model "h100", and no node pool of tenant "speech" that labgate may place it on has it; its pools: "a100-ondemand" (on-demand: a100), "a100-spot" (spot: a100). Fix: ask a model one of those pools has (labgate places a pod on spot pools, on on-demand ones when it asks labgate.io/capacity=on-demand and the Tenant allows it), or ask the infra team for a pool with "h100"`]
+	a100 := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "a100"}}, {"labgate.io/capacity": "on-demand"})
+	count(placement.violation) == 0 with input as testdata.workload_input("Pod", "speech", testdata.sam, a100)
+		with data.inventory as only_a100
+}
+
+test_a_pod_on_its_pool_with_its_model_is_allowed if {
+	count(violations("vision", testdata.vera, gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "h100-reserved"}}, {}))) == 0
+	count(violations("vision", testdata.vera, gpu_pod("1", {}, {}))) == 0
 }
 
 # --- placement-on-demand ---
@@ -177,4 +288,24 @@ test_a_pod_with_gpus_through_a_claim_only_is_placed_like_any_gpu_pod if {
 	v := placement.violation with input as object.union(testdata.workload_input("Pod", "vision", testdata.vera, pod), {"resource_claims": claims})
 		with data.inventory as testdata.gpu_inventory
 	[x.rule | some x in v] == ["placement-pool"]
+}
+
+# --- workloads changed by people, and by the platform ---
+
+test_a_deployment_update_that_tolerates_another_pool_is_refused if {
+	old := testdata.deployment("serve", {}, {"containers": [testdata.main_container]})
+	new := testdata.deployment("serve", {}, {"containers": [testdata.main_container], "tolerations": [testdata.pool_toleration("speech")]})
+	request := testdata.request("UPDATE", "Deployment", "vision", {"username": "vic", "groups": ["system:authenticated"]}, new, old)
+	v := placement.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Deployment", new)}
+		with data.inventory as testdata.gpu_inventory
+	[x.message | some x in v] == [`[placement-pool] Deployment "serve" spec.template.spec.tolerations[0] tolerates taint "labgate.io/pool=speech:NoSchedule", which keeps node pools for their tenants, and no pool of tenant "vision" carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself`]
+	count(placement.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Deployment", old)}
+		with data.inventory as testdata.gpu_inventory
+}
+
+# A controller creating a tenant's pod from its template acts for the tenant.
+test_a_pod_the_job_controller_creates_is_judged if {
+	pod := cpu_pod({"tolerations": [{"operator": "Exists"}]})
+	[v.field | some v in violations("vision", testdata.job_controller, pod)] == ["spec.tolerations[0]"]
+	count(violations("vision", testdata.job_controller, cpu_pod({}))) == 0
 }
