@@ -1,6 +1,8 @@
 """The GPU settlement controller: follows every pod (one cluster-wide watch), and for each tenant
 whose pods or reservations changed, settles its GPU reservations into the settled-pods store and the
-ledger, releases those whose pod never came, and records live GPU pods nobody counted.
+ledger, releases those whose pod never came, and records live GPU pods nobody counted. With the
+same write it keeps the ledger's `workloads` current: what the tenant's live pods ask of CPU, memory
+and pod slots (the usage the tenant-quota rule reads).
 
 Its queue is its own: a pod event enqueues only the settlement of that pod's tenant, never the
 tenant's RBAC reconcile, and a settlement that keeps losing the ledger's compare-and-swap delays no
@@ -24,6 +26,7 @@ from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCor
 from labgate.gpu_accounting.ledger import now as ledger_now
 from labgate.gpu_accounting.ledger_store import LedgerCache
 from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.gpu_accounting.pod_requests import pod_requests
 from labgate.gpu_accounting.settled_pods import SettledPods
 from labgate.gpu_accounting.settlement import (
     PodFacts,
@@ -84,6 +87,7 @@ class PodIndex:
             phase=str((obj.get("status") or {}).get("phase", "")),
             gpus=pod_gpus(obj, self._gpu_counting),
             is_preemptible=is_admitted_preemptible(obj),
+            requests=pod_requests(obj),
         )
 
     def on_list(self, objects: list[Object]) -> None:
@@ -228,7 +232,8 @@ class SettlementController:
         return found
 
     def _write(self, tenant: str, ledger: Ledger, settlement: Settlement) -> Ledger:
-        updated = settlement.ledger
+        # The live pods' requests ride along (the webhook reads them for tenant-quota).
+        updated = settlement.ledger.model_copy(update={"workloads": settlement.workloads})
         if settlement.is_settled_changed:
             self._gate.check()
             versions = self.settled.write(tenant, settlement.settled)  # a lost compare-and-swap re-reads

@@ -48,6 +48,9 @@ class PolicyInput(TypedDict):
     persistent_volumes: NotRequired[dict[str, dict[str, Any]]]
     # The tenant's GPUs in use or reserved (a Pod or a workload being created in a tenant namespace).
     gpu_usage: NotRequired[GpuDocument]
+    # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
+    # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.
+    tenant_usage: NotRequired[dict[str, int]]
     # The ResourceClaims / templates the pod templates name, or why one could not be read
     # (webhook.claims.ClaimFacts).
     resource_claims: NotRequired[dict[str, Any]]
