@@ -301,3 +301,21 @@ def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_
     finally:
         conflict_storm.storm_over.set()
         reconciler.stop_workers()
+
+
+def test_cpu_pods_coming_and_going_keep_the_ledgers_workloads_current() -> None:
+    """tenant-quota's usage: the settlement writes what the tenant's live pods ask into the ledger
+    (which the webhook reads from its cache); finished and deleted pods leave it."""
+    reconciler, _ = make()
+    drain(reconciler)
+    for i in range(3):
+        pod = a_pod(i)
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+        reconciler.settlement.pods.on_event("ADDED", pod)
+    drain(reconciler)
+    ledgers = reconciler.ledgers
+    assert ledgers.cached("vision").workloads == {"cpu": 1500, "memory": 3 << 30, "pods": 3}
+    reconciler.settlement.pods.on_event("MODIFIED", a_pod(0, phase="Succeeded"))
+    reconciler.settlement.pods.on_event("DELETED", a_pod(1))
+    drain(reconciler)
+    assert ledgers.cached("vision").workloads == {"cpu": 500, "memory": 1 << 30, "pods": 1}
