@@ -188,6 +188,7 @@ class Reconciler:
             gpu_counting=gpu_counting,
             on_settled=status_queue.add,
             queue=settle_queue,
+            limit_defaults=self.limit_defaults,
         )
         self.status = TenantStatusController(
             self.kube,

@@ -20,7 +20,7 @@ from prometheus_client import Counter
 
 from labgate.core.api_resources import Kind, Object
 from labgate.core.kube import KubeApi
-from labgate.core.tenant import TENANT_LABEL
+from labgate.core.tenant import TENANT_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCorruptError
 from labgate.gpu_accounting.ledger import now as ledger_now
@@ -39,7 +39,7 @@ from labgate.gpu_accounting.settlement import (
     uids_to_watch,
 )
 from rbac.runtime import WRITES, LeaderGate, ObjectCache, WorkQueue, labels
-from rbac.tenant_events import TenantEvents
+from rbac.tenant_events import TenantEvents, tenant_key
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -161,7 +161,10 @@ class SettlementController:
         gpu_counting: GpuCounting,
         on_settled: Callable[[str], None] = lambda _: None,
         queue: WorkQueue | None = None,
+        limit_defaults: TenantLimits | None = None,
     ):
+        """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits)."""
+        self.limit_defaults = limit_defaults or TenantLimits()
         self.kube = kube
         self.cache = cache
         self.ledgers = ledgers
@@ -231,9 +234,20 @@ class SettlementController:
                 found[pod.uid] = str((live.get("status") or {}).get("phase", ""))
         return found
 
+    def is_limited(self, tenant: str) -> bool:
+        """Whether the tenant has a CPU, memory or pod limit (its own or a default): only then does
+        its ledger carry its live pods' requests, so that tenants without limits write their ledger
+        no more often than before (GPU pods' compare-and-swap meets no extra writes)."""
+        live = self.cache.get(tenant_key(tenant))
+        if live is None:
+            return False
+        limits = Tenant.from_object(live).spec.limits.with_defaults(self.limit_defaults)
+        return any(value is not None for value in (limits.cpu, limits.memory, limits.pods))
+
     def _write(self, tenant: str, ledger: Ledger, settlement: Settlement) -> Ledger:
         # The live pods' requests ride along (the webhook reads them for tenant-quota).
-        updated = settlement.ledger.model_copy(update={"workloads": settlement.workloads})
+        workloads = settlement.workloads if self.is_limited(tenant) else {}
+        updated = settlement.ledger.model_copy(update={"workloads": workloads})
         if settlement.is_settled_changed:
             self._gate.check()
             versions = self.settled.write(tenant, settlement.settled)  # a lost compare-and-swap re-reads

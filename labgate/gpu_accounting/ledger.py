@@ -80,7 +80,8 @@ class Ledger(BaseModel):
     settled_versions: dict[str, str] = Field(default_factory=dict)
     # What the tenant's live pods ask of CPU (millicores), memory (bytes) and pod slots, summed by
     # the reconciler from the pods it watches (labgate.gpu_accounting.pod_requests): the usage the
-    # tenant-quota rule reads. Not reserved per pod like GPUs (see docs/architecture.md).
+    # tenant-quota rule reads; kept for tenants with a limit only. Not reserved per pod like GPUs
+    # (see docs/architecture.md, "Tenant-wide CPU, memory and pod limits").
     workloads: dict[str, int] = Field(default_factory=dict)
 
 

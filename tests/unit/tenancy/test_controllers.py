@@ -305,8 +305,18 @@ def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_
 
 def test_cpu_pods_coming_and_going_keep_the_ledgers_workloads_current() -> None:
     """tenant-quota's usage: the settlement writes what the tenant's live pods ask into the ledger
-    (which the webhook reads from its cache); finished and deleted pods leave it."""
-    reconciler, _ = make()
+    (which the webhook reads from its cache); finished and deleted pods leave it. A tenant without
+    limits gets no such writes (its ledger is written as often as before)."""
+    reconciler, kube = make()
+    drain(reconciler)
+    reconciler.settlement.pods.on_event("ADDED", a_pod(9))
+    drain(reconciler)
+    assert reconciler.ledgers.cached("vision").workloads == {}  # no limits, no workloads
+    reconciler.settlement.pods.on_event("DELETED", a_pod(9))
+    limited = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]
+    limited["metadata"]["generation"] = 2
+    limited["spec"]["limits"] = {"cpu": "8"}
+    reconciler.observe(TENANT, "MODIFIED", copy.deepcopy(limited))
     drain(reconciler)
     for i in range(3):
         pod = a_pod(i)
