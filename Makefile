@@ -13,8 +13,8 @@ PYTEST_ARGS ?=
 
 .PHONY: run stop test setup tools debian-packages venv lint policy-test unit tools-tests e2e e2e-kind clean
 
-run: setup  ## start everything and show the main job (stop with: make stop)
-	@$(BIN)/python -m devcluster down >/dev/null
+run: venv  ## start everything and show the main job (stop with: make stop); refuses while one runs
+	toolchain/build.sh $(RUN_TOOLS)
 	$(BIN)/python -m devcluster up --demo --nodes devcluster/pools/lab.yaml
 
 stop:  ## stop what `make run` started
@@ -32,6 +32,9 @@ debian-packages:
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
 TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
+
+# The tools `make run`'s stack uses (no registry, signing or lint tools).
+RUN_TOOLS := kubernetes etcd opa kwok
 
 tools:  ## build the pinned Go tools that are not cached yet
 	toolchain/build.sh $(TEST_TOOLS)

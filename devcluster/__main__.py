@@ -22,7 +22,9 @@ def _up(args: argparse.Namespace) -> int:
     running = recorded_pids(workdir)  # only processes that are still the ones recorded
     if running:
         print(
-            f"A local cluster already runs in {workdir} ({', '.join(running)}); stop it first: make stop",
+            f"labgate: a local cluster already runs in {workdir} ({', '.join(running)}); it and its"
+            " objects are left as they are. To start afresh (this deletes the cluster's objects):"
+            " make stop && make run",
             file=sys.stderr,
         )
         return 1
@@ -38,12 +40,31 @@ def _up(args: argparse.Namespace) -> int:
     if args.demo:
         run_demo(stack)
     print()
-    print(f"  API server:        {stack.cluster.server}")
-    print(f"  admin kubeconfig:  {stack.admin_kubeconfig}")
-    print(f"  user kubeconfigs:  {stack.admin_kubeconfig.parent}/<user>@<groups>.kubeconfig")
-    print(f"  logs:              {workdir / 'logs'}")
-    print("  stop everything:   make stop")
+    for line in where_things_are(stack, workdir):
+        print(line)
     return 0
+
+
+def where_things_are(stack: LabgateStack, workdir: Path) -> list[str]:
+    """What `make run` prints last: every address and file an operator looks at."""
+    lines = [
+        f"  API server:        {stack.cluster.server}",
+        f"  admin kubeconfig:  {stack.admin_kubeconfig}",
+        f"  user kubeconfigs:  {stack.admin_kubeconfig.parent}/<user>@<groups>.kubeconfig",
+    ]
+    for index, url in enumerate(stack.webhook_urls):
+        health = stack.health_urls[url]
+        lines.append(
+            f"  webhook {index}:         {url} (health {health}/healthz, {health}/readyz; metrics {health}/metrics)"
+        )
+        lines.append(f"  decision log:      {workdir / 'logs' / f'decisions-{index}.jsonl'}")
+    lines.append(f"  OPA:               {stack.opa_url} (the policies loaded: {stack.opa_url}/v1/policies)")
+    for index, url in enumerate(stack.reconciler_metrics_urls):
+        log_file = workdir / "logs" / f"reconciler-{index}.log"
+        lines.append(f"  reconciler {index}:      metrics {url}; each drift repair is logged in {log_file}")
+    lines.append(f"  logs:              {workdir / 'logs'}")
+    lines.append("  stop everything:   make stop")
+    return lines
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -15,6 +15,13 @@ from devcluster.stack import LabgateStack
 from devcluster.tools import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
+# One person per role of each example tenant (examples/tenants.yaml): name, groups, tenant, role.
+EXAMPLE_MEMBERS = (
+    ("alice", ("team-a",), "team-a", "researcher"),
+    ("ann", (), "team-a", "admin"),
+    ("bob", ("team-b",), "team-b", "researcher"),
+    ("carol", (), "team-b", "admin"),
+)
 
 
 def _show(result: subprocess.CompletedProcess[str]) -> None:
@@ -81,6 +88,21 @@ def _run_gpu_steps(stack: LabgateStack, alice: Path) -> None:
     print(_describe_events(alice, ns, waiting))
 
 
+def member_kubeconfigs(stack: LabgateStack) -> list[str]:
+    """A kubeconfig for every example member, defaulting to their tenant's namespace (so a plain
+    `kubectl get pods` works); the lines that say where they are and how to act as anyone else."""
+    lines = ["\nKubeconfigs of the example members (each defaults to its tenant's namespace):"]
+    for user, groups, tenant, role in EXAMPLE_MEMBERS:
+        path = stack.kubeconfig_for(user, groups)
+        kubectl(path, "config", "set-context", "--current", f"--namespace={tenant}")
+        lines.append(f"  {user:6} {role} of {tenant}: export KUBECONFIG={path}")
+    lines.append(
+        f"  anyone else, as the cluster admin: kubectl --kubeconfig {stack.admin_kubeconfig}"
+        " --as <user> --as-group <group> ... (e.g. --as dave --as-group team-a)"
+    )
+    return lines
+
+
 def run_demo(stack: LabgateStack) -> None:
     """Create the example tenants, then show alice (team-a) applying what researchers apply."""
     stack.admin_kubectl("apply", "-f", str(EXAMPLES / "tenants.yaml"))
@@ -100,6 +122,8 @@ def run_demo(stack: LabgateStack) -> None:
                 "TAINTS:.spec.taints[*].key",
             ).rstrip()
         )
+    for line in member_kubeconfigs(stack):
+        print(line)
     alice = stack.kubeconfig_for("alice", ("team-a",))
     print("\n# alice applies her first experiment, in her team's namespace:")
     print(f"$ kubectl --kubeconfig {alice} apply -n team-a -f examples/experiment-pod.yaml")

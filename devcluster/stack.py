@@ -153,6 +153,7 @@ class LabgateStack:
         self.webhook_urls: list[str] = []
         # Plain-HTTP /healthz, /readyz and /metrics of each replica, by its admission URL.
         self.health_urls: dict[str, str] = {}
+        self.reconciler_metrics_urls: list[str] = []
         self.start_seconds = 0.0
 
     def __enter__(self) -> LabgateStack:
@@ -341,6 +342,8 @@ class LabgateStack:
     def start_reconciler(self, *, identity: str | None = None) -> ManagedProcess:
         """Start one reconciler replica (several may run; the Lease picks the one that writes)."""
         index = sum(1 for p in self.processes if p.name.startswith("reconciler-"))
+        metrics_port = free_port()
+        self.reconciler_metrics_urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
         gpu_config = self.policy_dir / "labgate" / "config" / "data.json"
         process = self.launcher.launch(
             self.workdir,
@@ -353,6 +356,8 @@ class LabgateStack:
                 f"--lease-seconds={self.reconciler_lease_seconds}",
                 # Which resources are GPUs, from the policies' configuration, as the chart passes it.
                 f"--gpu-config={gpu_config}",
+                f"--metrics-port={metrics_port}",
+                "--metrics-address=127.0.0.1",
             ],
             detached=self.detached,
             files=[self.admin_kubeconfig, gpu_config],

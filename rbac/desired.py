@@ -22,7 +22,7 @@ from labgate.core.tenant import (
     Tenant,
     TenantLimits,
 )
-from labgate.core.workload_catalog import resources_by_group
+from labgate.core.workload_catalog import SCALABLE_WORKLOADS, resources_by_group
 from labgate.gpu_accounting.pod_requests import limit_units, quantity_text
 
 Manifest = dict[str, Any]
@@ -77,6 +77,14 @@ def shared_cluster_roles() -> list[Manifest]:
             "apiGroups": [""],
             "resources": ["pods/exec", "pods/portforward", "pods/attach"],
             "verbs": ["get", "create"],
+        },
+        # kubectl debug (an ephemeral container: judged like any container by the webhook) and
+        # kubectl scale (the pods a new count makes are each judged, and counted, as they are created).
+        {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["get", "patch", "update"]},
+        {
+            "apiGroups": ["apps"],
+            "resources": [f"{resource}/scale" for resource in SCALABLE_WORKLOADS],
+            "verbs": ["get", "patch", "update"],
         },
         {
             "apiGroups": [""],

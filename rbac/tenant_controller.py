@@ -8,6 +8,7 @@ settlement, so that a pod's coming and going updates the usage shown without an 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +65,8 @@ MANAGED_KINDS = (
 )
 
 REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
+
+log = logging.getLogger("labgate.reconciler")
 
 
 def finalizer_added(live: Object) -> list[dict[str, Any]]:
@@ -179,9 +182,9 @@ class TenantController:
         if tenant is not None and self._is_provisioned(tenant):
             REPAIRS.labels(kind.kind).inc()
             where = f"{obj['metadata'].get('namespace')}/" if obj["metadata"].get("namespace") else ""
-            self._events.record(
-                tenant.name, "DriftRepaired", f"restored {kind.kind} {where}{obj['metadata']['name']}"
-            )
+            restored = f"restored {kind.kind} {where}{obj['metadata']['name']}"
+            log.info("tenant %s: drift repaired: %s", tenant.name, restored)
+            self._events.record(tenant.name, "DriftRepaired", restored)
         return True
 
     def _delete(self, key: Key) -> None:

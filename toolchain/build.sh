@@ -194,6 +194,7 @@ reap() {  # collect finished builds
       else
         echo "toolchain: ✗ $t $version failed (exit $rc); last lines of $cache/logs/$t-$version.log:" >&2
         tail -n 25 "$cache/logs/$t-$version.log" >&2
+        [ ! -s "$cache/logs/$t-$version.waiting.log" ] || tail -n 5 "$cache/logs/$t-$version.waiting.log" >&2
         failed+=("$t")
       fi
       unset "pid_of[$t]"
@@ -205,8 +206,16 @@ while [ ${#pending[@]} -gt 0 ] || [ ${#pid_of[@]} -gt 0 ]; do
   while [ ${#pending[@]} -gt 0 ] && [ ${#pid_of[@]} -lt "$jobs" ]; do
     t=${pending[0]}; pending=("${pending[@]:1}")
     tool_spec "$t"
-    echo "toolchain: → building $t $version (log: $cache/logs/$t-$version.log)"
-    ( build_one "$t" ) >"$cache/logs/$t-$version.log" 2>&1 &
+    log="$cache/logs/$t-$version.log"
+    if ! flock -n "$cache/.lock-$t-$version" true 2>/dev/null; then
+      # Another build (another make, a test's ensure_tools) holds the tool: wait for it, and leave
+      # its log whole (this run's lines go to a log of their own).
+      echo "toolchain: … $t $version is being built by another process (its log: $log); waiting for it"
+      log="$cache/logs/$t-$version.waiting.log"
+    else
+      echo "toolchain: → building $t $version (log: $log)"
+    fi
+    ( build_one "$t" ) >"$log" 2>&1 &
     pid_of[$t]=$!
     start_of[$t]=$(date +%s)
   done

@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
+from labgate.core.expiring_cache import ExpiringCache
 from labgate.core.metrics import DECISIONS_REUSED
 from webhook.policy_input import PolicyInput
 from webhook.reservations import holds_at, input_usage
@@ -100,11 +100,11 @@ class Reused(Generic[Value]):
 
     value: Value
     usage: Hashable
-    stored_at: float
 
 
 class ReuseCache(Generic[Value]):
-    """Answers by key for `seconds`, the most recent `max_entries` of them."""
+    """Answers by key for `seconds`, the most recent `max_entries` of them (an ExpiringCache: an
+    answer `seconds` old is no longer given)."""
 
     def __init__(
         self,
@@ -114,9 +114,7 @@ class ReuseCache(Generic[Value]):
         clock: Callable[[], float] = time.monotonic,
     ):
         self.seconds = seconds
-        self.max_entries = max_entries
-        self._clock = clock
-        self._entries: OrderedDict[bytes, Reused[Value]] = OrderedDict()
+        self._entries: ExpiringCache[bytes, Reused[Value]] = ExpiringCache(max_entries, clock)
 
     @property
     def enabled(self) -> bool:
@@ -126,21 +124,11 @@ class ReuseCache(Generic[Value]):
         return len(self._entries)
 
     def get(self, key: bytes) -> Reused[Value] | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if self._clock() - entry.stored_at > self.seconds:
-            del self._entries[key]
-            return None
-        return entry
+        held = self._entries.get(key)
+        return held.value if held is not None else None
 
     def put(self, key: bytes, value: Value, usage: Hashable) -> None:
-        if not self.enabled:
-            return
-        self._entries[key] = Reused(value, usage, self._clock())
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._entries.put(key, Reused(value, usage), self.seconds)
 
 
 class Evaluations(Protocol):

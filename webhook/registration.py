@@ -7,6 +7,7 @@ import base64
 from typing import Any, Literal
 
 from labgate.core.tenant import TENANT_LABEL
+from labgate.core.workload_catalog import SCALABLE_WORKLOADS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 VALIDATING_WEBHOOK_NAME = "validate.labgate.io"
@@ -55,6 +56,9 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
         # An ephemeral container added to a running pod (kubectl debug) is judged like any container:
         # images and hardening, whether or not members hold the RBAC for it today.
         _rule("", "v1", ["pods/ephemeralcontainers"], ["UPDATE"], "Namespaced"),
+        # kubectl scale: the Scale of the apps kinds researchers may scale (what the new count makes is
+        # judged pod by pod; the Scale is judged for who asks, in which namespace).
+        _rule("apps", "v1", [f"{r}/scale" for r in SCALABLE_WORKLOADS], ["UPDATE"], "Namespaced"),
         # DELETE too: the API hands a deleted Secret's data to whoever deletes it (restricted Secrets).
         _rule("", "v1", ["secrets"], [*_WRITE, "DELETE"], "Namespaced"),
         _rule(

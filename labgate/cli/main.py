@@ -151,6 +151,21 @@ def _default_policies() -> Path:
     return Path("policies")
 
 
+def _policy_directory(command: str, given: str | None, *, option: str = "--policies") -> Path | None:
+    """The policy directory a command reads (`given`, else ./policies), or None after saying, in the
+    same words for every command, that there is none: the labgate package ships no policies."""
+    policies = Path(given) if given else _default_policies()
+    if policies.is_dir():
+        return policies
+    print(
+        f"labgate {command}: no policy directory {policies} (labgate ships no policies: run it where"
+        f" policies/ is, or pass {option} DIR, e.g. the policies/ of a labgate checkout or of your"
+        " policy repository)",
+        file=sys.stderr,
+    )
+    return None
+
+
 _OPA_HELP = "the opa binary (default: $LABGATE_OPA, else opa on PATH, else a checkout's pinned build)"
 
 
@@ -200,7 +215,9 @@ def _check(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"labgate check: --gpu-usage: {err}", file=sys.stderr)
         return 2
-    policies = Path(args.policies) if args.policies else _default_policies()
+    policies = _policy_directory("check", args.policies)
+    if policies is None:
+        return 2
     try:
         images = _image_facts(Path(args.image_facts)) if args.image_facts else None
         manifests = load_manifests([source])
@@ -381,9 +398,8 @@ def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]
 
 
 def _policy_test(args: argparse.Namespace) -> int:
-    policies = Path(args.policies) if args.policies else _default_policies()
-    if not policies.is_dir():
-        print(f"labgate policy test: no policy directory {policies}", file=sys.stderr)
+    policies = _policy_directory("policy test", args.policies)
+    if policies is None:
         return 2
     from labgate.cli.offline_admission import OfflineCheckError
 
@@ -422,7 +438,9 @@ def _policy_test(args: argparse.Namespace) -> int:
 
 
 def _policy_rule_ids(args: argparse.Namespace) -> int:
-    policies = Path(args.policies) if args.policies else _default_policies()
+    policies = _policy_directory("policy rule-ids", args.policies)
+    if policies is None:
+        return 2
     if not args.write:
         from labgate.cli.policy_samples import rule_ids_document
 
@@ -496,7 +514,9 @@ def _audit(args: argparse.Namespace) -> int:
     from labgate.cli.policy_impact import audit_rows, cluster_items, evaluate, grouped_text
     from webhook.pod_templates import load_workload_kinds
 
-    policies = Path(args.policies) if args.policies else _default_policies()
+    policies = _policy_directory("audit", args.policies)
+    if policies is None:
+        return 2
     kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
     if args.every is not None:
         return _audit_every(args, policies, kinds)
@@ -599,8 +619,12 @@ def _policy_diff(args: argparse.Namespace) -> int:
     )
     from webhook.pod_templates import load_workload_kinds
 
-    candidate = Path(args.policies)
-    current = Path(args.current) if args.current else _default_policies()
+    candidate = _policy_directory("policy diff", args.policies)
+    if candidate is None:
+        return 2
+    current = _policy_directory("policy diff", args.current, option="--current")
+    if current is None:
+        return 2
     kinds = load_workload_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
     try:
         snapshot = _snapshot_from(args)
@@ -666,9 +690,7 @@ def _add_policy_commands(commands: Any) -> None:
         description="Run opa fmt --list --fail, opa check --strict and opa test on the policies, then "
         "every policies/**/samples/*.yaml against policies/samples/inventory.yaml. Exit 1 if anything fails.",
     )
-    policy_test.add_argument(
-        "--policies", help="policy directory (default: ./policies, else the repository's)"
-    )
+    policy_test.add_argument("--policies", help="policy directory (default: ./policies)")
     policy_test.add_argument("--platform-namespace", default="labgate-system", help=argparse.SUPPRESS)
     policy_test.add_argument("--opa", help=_OPA_HELP)
     policy_test.add_argument("-o", "--output", dest="output_format", choices=["text", "json"], default="text")
@@ -679,7 +701,7 @@ def _add_policy_commands(commands: Any) -> None:
         description="Print data.labgate.rule_ids (from every rule's METADATA custom.rule_id); with --write, "
         "update policies/labgate/rule_ids/data.json, which the policies load to refuse unknown ids.",
     )
-    rule_ids.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    rule_ids.add_argument("--policies", help="policy directory (default: ./policies)")
     rule_ids.add_argument("--write", action="store_true", help="write policies/labgate/rule_ids/data.json")
     rule_ids.set_defaults(handler=_policy_rule_ids)
     diff = policy_commands.add_parser(
@@ -690,7 +712,7 @@ def _add_policy_commands(commands: Any) -> None:
         "would newly be refused, newly admitted, or get another mutation, grouped by rule and tenant.",
     )
     diff.add_argument("--policies", required=True, help="the candidate policy directory")
-    diff.add_argument("--current", help="the current policies (default: ./policies, else the repository's)")
+    diff.add_argument("--current", help="the current policies (default: ./policies)")
     diff.add_argument("--decision-log", action="append", help="decision log file(s) to replay (JSON lines)")
     diff.add_argument(
         "--last", type=int, default=1000, help="replay the last N records (default: %(default)s)"
@@ -716,7 +738,7 @@ def _add_impact_commands(commands: Any) -> None:
         "tenant would apply it now, and list what would be refused (enforce), warned or recorded (dry-run). "
         "Exit 1 when anything would be refused.",
     )
-    audit.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    audit.add_argument("--policies", help="policy directory (default: ./policies)")
     audit.add_argument(
         "--write-reports",
         action="store_true",
@@ -735,7 +757,11 @@ def _add_impact_commands(commands: Any) -> None:
         "--policies loaded in it and replaces its data.inventory, so never the webhook's OPA",
     )
     audit.add_argument("--metrics-port", type=int, default=0, help="with --every: Prometheus /metrics port")
-    audit.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    audit.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address for /metrics (default: loopback only; the chart passes the pod IP, which its NetworkPolicy guards)",
+    )
     _add_cluster_source(audit)
     audit.set_defaults(handler=_audit)
 
@@ -770,7 +796,7 @@ def _add_check_command(commands: Any) -> None:
         action="extend",
         help="YAML files of Tenants (their namespaces.names exist, labelled), Namespaces and Secrets",
     )
-    check.add_argument("--policies", help="policy directory (default: ./policies, else the repository's)")
+    check.add_argument("--policies", help="policy directory (default: ./policies)")
     check.add_argument("--gpu-usage", help="GPUs the tenant already uses, for a Pod: total=N[,<model>=N...]")
     check.add_argument(
         "--image-facts",
@@ -840,7 +866,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--lease-seconds", type=float, default=15.0, help="leader lease duration")
     reconcile.add_argument("--resync-seconds", type=float, default=300.0, help="full resync period")
     reconcile.add_argument("--metrics-port", type=int, default=0, help="Prometheus /metrics port (0: off)")
-    reconcile.add_argument("--metrics-address", default="0.0.0.0", help="address for /metrics")  # noqa: S104
+    reconcile.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address for /metrics (default: loopback only; the chart passes the pod IP, which its NetworkPolicy guards)",
+    )
     reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",

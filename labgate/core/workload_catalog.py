@@ -176,3 +176,9 @@ def resources_by_group(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS)
     for kind in kinds:
         by_group.setdefault(kind.group, []).append(kind.resource)
     return by_group
+
+
+# The apps kinds whose scale subresource researchers may write (`kubectl scale`: rbac.desired grants
+# it, webhook.registration intercepts it). A new count makes pods, each judged and counted as it is
+# created; the Scale object itself carries no pod spec.
+SCALABLE_WORKLOADS = ("deployments", "statefulsets", "replicasets")

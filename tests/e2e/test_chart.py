@@ -467,3 +467,39 @@ def test_the_audit_reads_the_cluster_and_writes_reports_with_the_charts_rbac(
     finally:
         for kind, each in (("tenant", name), ("namespace", name)):
             stack.admin_kubectl("delete", kind, each, "--wait=false", "--ignore-not-found")
+
+
+@pytest.mark.parametrize(
+    ("policy", "said", "unsaid"),
+    [("Fail", "are refused", "ADMITTED UNCHECKED"), ("Ignore", "ADMITTED UNCHECKED", "are refused")],
+)
+def test_the_install_notes_say_what_the_failure_policy_does(
+    helm: str, stack: LabgateStack, policy: str, said: str, unsaid: str
+) -> None:
+    """The NOTES said "intercepted requests are refused" under failurePolicy Ignore too (issue 22 item 17).
+    `helm install --dry-run=client` renders them against the live apiserver and installs nothing."""
+    result = subprocess.run(
+        [
+            helm,
+            "install",
+            f"notes-{uuid.uuid4().hex[:6]}",
+            str(CHART),
+            "-n",
+            LABGATE_NAMESPACE,
+            "--dry-run=client",
+            "--kubeconfig",
+            str(stack.admin_kubeconfig),
+            "-f",
+            "-",
+        ],
+        input=yaml.safe_dump(with_cluster({"webhook": {"failurePolicy": policy}})),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert f"failurePolicy {policy}" in notes
+    assert said in notes
+    assert unsaid not in notes

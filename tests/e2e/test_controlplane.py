@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
+from devcluster.__main__ import where_things_are
 from devcluster.controlplane import LocalControlPlane
-from devcluster.demo import run_demo
+from devcluster.demo import EXAMPLE_MEMBERS, run_demo
 from devcluster.kubectl import kubectl
 from devcluster.nodes import POOLS_DIR, load_pools
 from devcluster.stack import LabgateStack, NodeSimulation
@@ -90,7 +93,34 @@ def test_the_make_run_demo_shows_an_accepted_and_two_refused_applies(
     and fix, and team-b's namespace is closed to her."""
     with LabgateStack(tmp_path, nodes=NodeSimulation(pools=load_pools(POOLS_DIR / "lab.yaml"))) as own:
         run_demo(own)
+        # One kubeconfig per example member, each defaulting to its tenant's namespace (issue 22 item 9).
+        for user, groups, tenant, _ in EXAMPLE_MEMBERS:
+            path = own.kubeconfig_for(user, groups)
+            namespace = kubectl(path, "config", "view", "--minify", "-o", "jsonpath={..namespace}")
+            assert namespace.stdout.strip() == tenant, (user, namespace.stdout)
+            assert kubectl(path, "get", "pods").returncode == 0, user  # no -n needed
+        addresses = where_things_are(own, tmp_path)
+        # Every address `make run` prints answers (issue 22 item 14): the webhook's health and metrics,
+        # OPA, the reconciler's metrics; the decision log it names is being written.
+        urls = {u: line for line in addresses for u in re.findall(r"http://[^ ;,)]+", line)}
+        assert any(u.endswith("/readyz") for u in urls), addresses
+        assert any(u.endswith("/v1/policies") for u in urls), addresses
+        reconciler_metrics = [u for u, line in urls.items() if "reconciler" in line]
+        assert reconciler_metrics, addresses
+        for url in urls:
+            with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 (loopback)
+                assert answer.status == 200, url
+                body = answer.read()
+            if url in reconciler_metrics:
+                assert b"labgate_reconcile" in body, url
+        decision_log = Path(
+            next(line for line in addresses if "decision log:" in line).split(": ", 1)[1].strip()
+        )
+        assert decision_log.is_file(), addresses
+        assert decision_log.stat().st_size > 0
     shown = capsys.readouterr().out
+    assert "Kubeconfigs of the example members" in shown
+    assert "--as <user> --as-group <group>" in shown
     gpu_steps = shown.split("# alice runs ")[1:]
     assert len(gpu_steps) == 2, shown
     assert "labgate placed pod on spot pool" in gpu_steps[0], gpu_steps[0]

@@ -1442,7 +1442,9 @@ ATTEMPTS += [
     *_as_both(
         Attempt(
             "namespace-of-no-tenant",
-            "namespace-untenanted",
+            # Said once, by namespace-orphan (namespace-untenanted said the same; it now speaks only
+            # to a tenant's service accounts).
+            "namespace-orphan",
             "researcher",
             "cluster",
             lambda ar: simple("Namespace", f"free-{ar.a.name}"),
@@ -1637,34 +1639,10 @@ def test_baseline_network_policies_cannot_be_edited_or_deleted(arena: Arena) -> 
 
 
 def test_ephemeral_containers_are_judged_like_any_container(arena: Arena) -> None:
-    """kubectl debug adds an ephemeral container to a running pod (pods/ephemeralcontainers).
-    Members lack that RBAC today; granted it here, labgate must still refuse what it refuses
-    elsewhere, whoever holds the right."""
+    """kubectl debug adds an ephemeral container to a running pod (pods/ephemeralcontainers), with the
+    RBAC labgate provisions for researchers (issue 22 item 10); labgate refuses what it refuses
+    elsewhere and admits a baseline debug container."""
     ns = arena.a.namespace
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": "e2e-debug", "namespace": ns},
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["pods/ephemeralcontainers"],
-                "verbs": ["get", "patch", "update"],
-            }
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "e2e-debug", "namespace": ns},
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}
-            for g in arena.a.researcher.groups
-        ],
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-debug"},
-    }
-    for obj in (role, binding):
-        arena.stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(obj))
     researcher = arena.a.researcher
     assert (
         researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(pod("dbg-target"))).returncode == 0

@@ -57,6 +57,7 @@ def test_researchers_create_namespaces_only_under_their_own_tenant(
         assert orphan.returncode != 0
         assert "[namespace-orphan]" in orphan.stderr
         assert "it would belong to no tenant" in orphan.stderr
+        assert "[namespace-untenanted]" not in orphan.stderr  # said once (issue 22 item 12)
         foreign = mine.researcher.kubectl("create", "namespace", f"theirs-{mine.name}")
         assert foreign.returncode != 0
         assert "[namespace-orphan]" in foreign.stderr
@@ -127,6 +128,7 @@ def test_a_misspelt_rule_id_in_spec_enforcement_is_refused(
     assert refused.returncode != 0
     assert '[tenant-enforcement-unknown] Tenant "' in refused.stderr
     assert '"gpu-qouta", which is not a rule id' in refused.stderr
+    assert 'Did you mean "gpu-quota"?' in refused.stderr
     tenant["spec"]["enforcement"] = {"gpu-quota": "warn"}
     assert stack.cluster_kubectl("apply", "-f", "-", manifest=tenant).returncode == 0
 
@@ -205,3 +207,41 @@ def test_a_broken_policy_shows_in_readiness_and_the_old_one_keeps_deciding(
         broken.unlink(missing_ok=True)
         broken.parent.rmdir()
     eventually(lambda: _readyz(stack)["policy"]["error"] is None, what="the error cleared")
+
+
+def test_researchers_scale_their_own_workloads_and_only_theirs(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """`kubectl scale` with the RBAC labgate provisions (issue 22 item 10): the Scale passes the
+    webhook (judged for who asks and where; each pod a new count makes is judged as it is created),
+    and another tenant's workload stays out of reach."""
+    mine, theirs = tenants.create(), tenants.create()
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "notebook"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "notebook"}},
+            "template": {
+                "metadata": {"labels": {"app": "notebook"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.lab.example/research/nb:v1"}]},
+            },
+        },
+    }
+    for tenant in (mine, theirs):
+        created = tenant.researcher.apply(deployment, tenant.namespace)
+        assert created.returncode == 0, created.stderr
+    scaled = mine.researcher.kubectl("scale", "deployment/notebook", "-n", mine.namespace, "--replicas=3")
+    assert scaled.returncode == 0, scaled.stderr
+    live = json.loads(
+        stack.admin_kubectl("get", "deployment", "notebook", "-n", mine.namespace, "-o", "json")
+    )
+    assert live["spec"]["replicas"] == 3
+    foreign = mine.researcher.kubectl("scale", "deployment/notebook", "-n", theirs.namespace, "--replicas=3")
+    assert foreign.returncode != 0
+    assert "forbidden" in foreign.stderr.lower()
+    untouched = json.loads(
+        stack.admin_kubectl("get", "deployment", "notebook", "-n", theirs.namespace, "-o", "json")
+    )
+    assert untouched["spec"]["replicas"] == 1

@@ -22,13 +22,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from labgate.core.coalesce import Coalescer
+from labgate.core.expiring_cache import ExpiringCache
 from webhook.provenance import cosign
 from webhook.provenance.cosign import Bundle, SimpleSigning, TrustedKey
 from webhook.provenance.credentials import PullCredentials, RegistryCredential
@@ -64,41 +64,6 @@ class ImageFact(BaseModel):
     digest: str | None = Field(description="The digest written, or the one the tag resolved to.")
     signed_by: list[str] = Field(description="Names of the tenant's keys with a valid signature of digest.")
     error: str | None = Field(description="Why labgate could not check the image; null when it could.")
-
-
-class TtlCache(Generic[K, V]):
-    """A dict whose entries expire after their TTL and that forgets the least recently used beyond
-    `max_entries`. Not thread-safe: it lives on the event loop."""
-
-    def __init__(self, max_entries: int, clock: Callable[[], float]):
-        self._entries: OrderedDict[K, tuple[float, float, V]] = OrderedDict()
-        self._max = max_entries
-        self._clock = clock
-
-    def get(self, key: K) -> tuple[V, float] | None:
-        """(value, age in seconds), or None when absent or expired."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        stored_at, expires_at, value = entry
-        now = self._clock()
-        if now >= expires_at:
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return value, now - stored_at
-
-    def put(self, key: K, value: V, ttl: float) -> None:
-        if ttl <= 0:
-            return
-        now = self._clock()
-        self._entries[key] = (now, now + ttl, value)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 def trusted_keys(signing_keys: Sequence[SigningKey]) -> list[TrustedKey]:
@@ -145,11 +110,13 @@ class ImageFacts:
     ):
         self.registry = registry
         self.settings = settings
-        self._tags: TtlCache[_TagKey, str] = TtlCache(settings.cache_max_entries, clock)
-        self._signatures: TtlCache[_DigestKey, tuple[cosign.Signature, ...]] = TtlCache(
+        self._tags: ExpiringCache[_TagKey, str] = ExpiringCache(settings.cache_max_entries, clock)
+        self._signatures: ExpiringCache[_DigestKey, tuple[cosign.Signature, ...]] = ExpiringCache(
             settings.cache_max_entries, clock
         )
-        self._verified: TtlCache[tuple[str, str, str], bool] = TtlCache(4 * settings.cache_max_entries, clock)
+        self._verified: ExpiringCache[tuple[str, str, str], bool] = ExpiringCache(
+            4 * settings.cache_max_entries, clock
+        )
         self._flights: Coalescer[Hashable, Any] = Coalescer()
 
     async def gather(

@@ -108,11 +108,11 @@ def test_entries_expire_and_the_oldest_go_first() -> None:
     now = [100.0]
     cache: ReuseCache[str] = ReuseCache(2.0, max_entries=2, clock=lambda: now[0])
     cache.put(b"a", "first", None)
-    now[0] += 2.0
+    now[0] += 1.9
     held = cache.get(b"a")
     assert held is not None
     assert held.value == "first"
-    now[0] += 0.1
+    now[0] += 0.1  # 2 s old: a reuse window of 2 s no longer answers with it
     assert cache.get(b"a") is None
     cache.put(b"a", "a", None)
     cache.put(b"b", "b", None)

@@ -79,13 +79,18 @@ class Renderer:
         self.count = 0
 
     def run(
-        self, values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE, extra: tuple[str, ...] = ()
+        self,
+        values: dict[str, Any] | None = None,
+        *,
+        namespace: str = NAMESPACE,
+        extra: tuple[str, ...] = (),
+        command: str = "template",
     ) -> subprocess.CompletedProcess[str]:
         self.count += 1
         values_file = self.workdir / f"values-{self.count}.yaml"
         values_file.write_text(yaml.safe_dump(with_cluster(values)))
         return run_helm(
-            self.helm, "template", RELEASE, str(CHART), "-n", namespace, "-f", str(values_file), *extra
+            self.helm, command, RELEASE, str(CHART), "-n", namespace, "-f", str(values_file), *extra
         )
 
     def __call__(self, values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE) -> list[Manifest]:

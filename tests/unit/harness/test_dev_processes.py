@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from devcluster.__main__ import main as devcluster_main
 from devcluster.processes import process_identity, recorded_pids, spawn, stop_pid, stop_recorded
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -63,3 +66,22 @@ def test_identity_names_start_time_and_command_line() -> None:
         stop_pid(process.pid)
         process.wait(timeout=5)
     assert process_identity(process.pid) is None
+
+
+def test_up_on_a_running_cluster_refuses_and_leaves_it_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `make run` used to stop the running cluster and wipe its etcd data without a word.
+    running = spawn(tmp_path, "kube-apiserver", SLEEPER)
+    (tmp_path / "etcd").mkdir()
+    (tmp_path / "etcd" / "member").write_text("the researcher's objects")
+    try:
+        assert devcluster_main(["up", "--workdir", str(tmp_path)]) == 1
+        said = capsys.readouterr().err
+        assert "already runs" in said
+        assert "make stop && make run" in said
+        assert running.is_running()
+        assert (tmp_path / "etcd" / "member").read_text() == "the researcher's objects"
+    finally:
+        stop_recorded(tmp_path)
+        running.stop()

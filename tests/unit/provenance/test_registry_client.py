@@ -1,5 +1,5 @@
 """The registry door's protocol details that the local registry cannot show (the referrers API, token
-expiry, lying or hostile registries), pull-secret matching as the kubelet does it, and the cache."""
+expiry, lying or hostile registries), pull-secret matching as the kubelet does it (the cache: tests/unit/admission/test_expiring_cache.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from webhook.provenance import cosign
 from webhook.provenance.credentials import PullCredentials, from_docker_config, pull_credentials
-from webhook.provenance.facts import ImageFacts, SigningKey, TtlCache, images_input
+from webhook.provenance.facts import ImageFacts, SigningKey, images_input
 from webhook.provenance.oci import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, digest_of
 from webhook.provenance.reference import parse_reference
 from webhook.provenance.registry import (
@@ -433,23 +433,3 @@ def test_credential_fingerprints_do_not_reveal_the_password() -> None:
     assert "hunter2" not in credential.fingerprint
     assert "hunter2" not in repr(credential)
     assert credential.fingerprint == hashlib.sha256(b"u\0hunter2").hexdigest()[:16]
-
-
-# --- the cache ---
-
-
-def test_the_cache_expires_entries_and_forgets_the_least_recently_used() -> None:
-    clock = Clock()
-    cache: TtlCache[str, int] = TtlCache(2, clock)
-    cache.put("a", 1, ttl=10)
-    cache.put("b", 2, ttl=10)
-    assert cache.get("a") == (1, 0.0)  # a is now the most recently used
-    cache.put("c", 3, ttl=10)
-    assert cache.get("b") is None
-    clock.now += 5
-    assert cache.get("a") == (1, 5.0)
-    clock.now += 5
-    assert cache.get("a") is None
-    cache.put("z", 9, ttl=0)  # TTL 0: not cached at all
-    assert cache.get("z") is None
-    assert len(cache) == 1

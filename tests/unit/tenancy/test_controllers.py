@@ -4,6 +4,7 @@ settlement never holds up a tenant's RBAC."""
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -280,8 +281,9 @@ def conflict_storm() -> Iterator[FakeLedgers]:
 
 
 def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_conflicts(
-    conflict_storm: FakeLedgers,
+    conflict_storm: FakeLedgers, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="labgate.reconciler")
     reconciler, kube = make(conflict_storm)
     binding_key = ("rbac.authorization.k8s.io/v1", "RoleBinding", "vision", "labgate-researchers")
     reconciler.start_workers()
@@ -296,6 +298,8 @@ def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_
         reconciler.observe(ROLE_BINDING, "DELETED", binding)
         assert kube.wait_for_apply(binding_key, after=before, timeout=5), "drift repaired despite the storm"
         assert kube.wait_for_event("DriftRepaired", timeout=5)
+        # The operator sees the repair in the reconciler's log too (issue 22 item 14).
+        assert "tenant vision: drift repaired: restored RoleBinding vision/labgate-researchers" in caplog.text
         assert not conflict_storm.storm_over.is_set()  # the settlement is still stuck
         assert kind_of(binding) is ROLE_BINDING
     finally:

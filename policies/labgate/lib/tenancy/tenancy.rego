@@ -93,11 +93,15 @@ tenants_of(user) := {name |
 	is_member(tenant, user)
 }
 
-# "alice (groups team-a, system:authenticated)" for messages.
-describe_user(user) := sprintf("%q (groups: %s)", [user.username, concat(", ", [g |
-	some g in user.groups
+# `"alice" (groups: team-a)` for messages (the system: groups left out; no groups part when none is left).
+describe_user(user) := sprintf("%q (groups: %s)", [user.username, concat(", ", _shown_groups(user))]) if {
+	count(_shown_groups(user)) > 0
+} else := sprintf("%q", [user.username])
+
+_shown_groups(user) := [g |
+	some g in object.get(user, "groups", [])
 	not startswith(g, "system:")
-])])
+]
 
 # The tenant label of the request's namespace, or "" when it has none (or is not known yet).
 namespace_tenant_name := name if {

@@ -16,9 +16,30 @@ _models(tenant) := m if {
 
 _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])
 
-_unknown_model_fix(template, resource) := sprintf("select one with %s.nodeSelector %s: <model>", [template.path, gpu.model_label]) if {
+_unknown_model_fix(template, resource, _, _) := sprintf("select one with %s.nodeSelector %s: <model>", [template.path, gpu.model_label]) if {
 	not gpu.is_mig_resource(resource)
-} else := "ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb)"
+}
+
+# A MIG profile the tenant has a model of: ask that one, or have the infra team add this one.
+_unknown_model_fix(_, resource, tenant_name, models) := sprintf(
+	"ask the MIG resource of one of those models instead (model %s is resource %s), or ask the infra team to add model %q to spec.gpu.models of Tenant %q",
+	[mig, concat("", [_mig_domain(resource), mig]), gpu.mig_model(resource), tenant_name],
+) if {
+	gpu.is_mig_resource(resource)
+	mig := min({m | some m, _ in models; gpu.is_mig_model(m)})
+}
+
+# No MIG model at all: only the infra team can offer one.
+_unknown_model_fix(_, resource, tenant_name, models) := sprintf(
+	"ask the infra team to add model %q (resource %s) to spec.gpu.models of Tenant %q",
+	[gpu.mig_model(resource), resource, tenant_name],
+) if {
+	gpu.is_mig_resource(resource)
+	count({m | some m, _ in models; gpu.is_mig_model(m)}) == 0
+}
+
+# "nvidia.com/" of "nvidia.com/mig-3g.40gb".
+_mig_domain(resource) := trim_suffix(resource, gpu.mig_model(resource))
 
 _unknown_model_field(template, resource) := sprintf("%s.nodeSelector", [template.path]) if {
 	not gpu.is_mig_resource(resource)
@@ -52,7 +73,8 @@ violation contains {"rule": rule_id, "message": msg, "field": _unknown_model_fie
 		"[%s] %s %s asks %v %s%s; tenant %q has GPU models %s only. Fix: %s",
 		[
 			rule_id, tenancy.object_ref, template.path, asked, resource, _model_note(resource, model),
-			tenant.metadata.name, _quoted(object.keys(models)), _unknown_model_fix(template, resource),
+			tenant.metadata.name, _quoted(object.keys(models)),
+			_unknown_model_fix(template, resource, tenant.metadata.name, models),
 		],
 	)
 }

@@ -65,7 +65,17 @@ test_unlisted_mig_profile_in_a_job_is_refused_when_applied if {
 	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
 		"rule": "gpu-model-unknown",
 		"field": "spec.template.spec.containers",
-		"message": `[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb)`,
+		"message": `[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb), or ask the infra team to add model "mig-3g.40gb" to spec.gpu.models of Tenant "vision"`,
+	}}
+}
+
+# A tenant with no MIG model: the Fix is the infra team's (issue 22 item 11).
+test_a_mig_profile_of_a_tenant_without_mig_models_asks_the_infra_team if {
+	pod := testdata.pod("small", {"containers": [testdata.gpu_container("main", {"nvidia.com/mig-1g.10gb": "1"})]})
+	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
+		"rule": "gpu-model-unknown",
+		"field": "spec.containers",
+		"message": `[gpu-model-unknown] Pod "small" spec asks 1 nvidia.com/mig-1g.10gb; tenant "speech" has GPU models "a100" only. Fix: ask the infra team to add model "mig-1g.10gb" (resource nvidia.com/mig-1g.10gb) to spec.gpu.models of Tenant "speech"`,
 	}}
 }
 

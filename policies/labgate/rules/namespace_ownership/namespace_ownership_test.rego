@@ -47,7 +47,7 @@ test_viewer_may_not_create_tenant_namespace if {
 	violations == {{
 		"rule": "namespace-tenant-member",
 		"field": "metadata.labels",
-		"message": `[namespace-tenant-member] user "victor" (groups: ) may not create namespace "team-a-x" labelled labgate.io/tenant="team-a": only admins and researchers of tenant "team-a" may. Fix: you are not a member of any tenant: ask the infra team to add you to one, or ask an admin of "team-a" (ann) to add you`,
+		"message": `[namespace-tenant-member] user "victor" may not create namespace "team-a-x" labelled labgate.io/tenant="team-a": only admins and researchers of tenant "team-a" may. Fix: you are not a member of any tenant: ask the infra team to add you to one, or ask an admin of "team-a" (ann) to add you`,
 	}}
 }
 
@@ -95,11 +95,18 @@ test_tenant_without_namespace_spec_allows_no_names if {
 
 # --- namespace-untenanted, namespace-reserved, namespace-count ---
 
-test_member_may_not_create_a_namespace_of_no_tenant if {
-	violations_for(create_namespace(testdata.alice, "scratch", {"purpose": "play"})) == {{
+# A listed member hears it once, from namespace-orphan (it said the same as namespace-untenanted).
+test_a_listed_members_namespace_of_no_tenant_is_left_to_namespace_orphan if {
+	violations_for(create_namespace(testdata.alice, "scratch", {"purpose": "play"})) == set()
+}
+
+# A tenant's service account (a member through its namespace, listed nowhere) is refused here.
+test_a_tenant_service_account_may_not_create_a_namespace_of_no_tenant if {
+	ci := {"username": "system:serviceaccount:team-a:ci", "groups": ["system:serviceaccounts", "system:serviceaccounts:team-a"]}
+	violations_for(create_namespace(ci, "scratch", {"purpose": "play"})) == {{
 		"rule": "namespace-untenanted",
 		"field": "metadata.labels",
-		"message": `[namespace-untenanted] user "alice" (groups: team-a) may not create namespace "scratch": it would belong to no tenant, and only the platform creates those. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask the infra team for a namespace outside the tenants`,
+		"message": `[namespace-untenanted] user "system:serviceaccount:team-a:ci" may not create namespace "scratch": it would belong to no tenant, and only the platform creates those. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask the infra team for a namespace outside the tenants`,
 	}}
 }
 

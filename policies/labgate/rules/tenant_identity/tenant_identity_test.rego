@@ -69,7 +69,7 @@ test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 		{
 			"rule": "tenant-label-protected",
 			"field": "metadata.labels",
-			"message": `[tenant-label-protected] user "ann" (groups: ) may not change label labgate.io/tenant: "team-a" -> "team-b" on namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
+			"message": `[tenant-label-protected] user "ann" may not change label labgate.io/tenant: "team-a" -> "team-b" on namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
 		},
 		{
 			"rule": "namespace-prefix",

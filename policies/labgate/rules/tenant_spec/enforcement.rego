@@ -20,7 +20,30 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.enfo
 	not key in _known_rule_ids
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Tenant %q spec.enforcement names %q, which is not a rule id of labgate's policies. Fix: use one of %s",
-		[rule_id, _name, key, concat(", ", sort(_known_rule_ids))],
+		"[%s] Tenant %q spec.enforcement names %q, which is not a rule id of labgate's policies.%s Fix: use one of %s",
+		[rule_id, _name, key, _suggestion(key), concat(", ", sort(_known_rule_ids))],
 	)
 }
+
+# " Did you mean "gpu-quota"?" for the known rule id most like `key` (the share of two-letter pieces the
+# two have in common, at least half), else nothing.
+_suggestion(key) := sprintf(" Did you mean %q?", [_nearest(key)]) if _nearest(key)
+
+default _suggestion(_) := ""
+
+_nearest(key) := nearest if {
+	scores := {id: _likeness(key, id) | some id in _known_rule_ids}
+	best := max([score | some score in scores])
+	best >= 0.5
+	nearest := min({id | some id, score in scores; score == best})
+}
+
+_pairs(word) := {substring(word, i, 2) | some i in numbers.range(0, count(word) - 2)} if count(word) >= 2
+
+default _pairs(_) := set()
+
+_likeness(a, b) := (2 * count(_pairs(a) & _pairs(b))) / (count(_pairs(a)) + count(_pairs(b))) if {
+	count(_pairs(a)) + count(_pairs(b)) > 0
+}
+
+default _likeness(_, _) := 0

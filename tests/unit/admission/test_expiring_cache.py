@@ -1,0 +1,44 @@
+"""The one cache helper (labgate.core.expiring_cache): expiry at the time to live, least recently used first out."""
+
+from __future__ import annotations
+
+from labgate.core.expiring_cache import ExpiringCache, Held
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_expire_at_their_time_to_live_and_the_least_recently_used_go_first() -> None:
+    clock = Clock()
+    cache: ExpiringCache[str, int] = ExpiringCache(2, clock)
+    cache.put("a", 1, ttl=10)
+    cache.put("b", 2, ttl=10)
+    assert cache.get("a") == Held(1, 0.0)  # a is now the most recently used
+    cache.put("c", 3, ttl=10)
+    assert cache.get("b") is None
+    clock.now += 5
+    assert cache.get("a") == (1, 5.0)
+    clock.now += 4.999
+    held = cache.get("a")
+    assert held is not None
+    assert held.value == 1
+    clock.now += 0.001  # exactly 10 s old: gone
+    assert cache.get("a") is None
+    cache.put("z", 9, ttl=0)  # a time to live of 0: not kept at all
+    assert cache.get("z") is None
+    assert len(cache) == 1
+
+
+def test_a_new_value_restarts_the_time_to_live() -> None:
+    clock = Clock()
+    cache: ExpiringCache[str, str] = ExpiringCache(4, clock)
+    cache.put("k", "old", ttl=2)
+    clock.now += 1.5
+    cache.put("k", "new", ttl=2)
+    clock.now += 1.5
+    assert cache.get("k") == Held("new", 1.5)
