@@ -823,7 +823,7 @@ def test_a_tenant_cannot_bind_beyond_its_cpu_and_pod_limits_across_two_namespace
     ResourceQuota alone would allow 4 CPUs and 3 pods in each): pods within the limits run; the one
     beyond the CPU limit (researcher) and the one beyond the pod count (tenant admin) are refused with
     tenant-quota's numbers. Graded on what the scheduler bound. Each attack waits until labgate has
-    counted the pods before it (the reconciler's settling, a second or so): a burst inside that window
+    counted the pods before it (the reconciler's settling): a burst inside that window
     is bounded by the namespaces' quotas instead (the next test)."""
     a, b = limited_tenant_in_two_namespaces(sim, tenants, {"cpu": "4", "pods": 3})
     namespaces = [a.namespace, b.namespace]

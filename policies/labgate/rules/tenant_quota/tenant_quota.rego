@@ -12,7 +12,7 @@
 #         (i + the sidecars started before it)) + spec.overhead
 #   where a container asks requests[r], or limits[r] when it has no request (the apiserver's
 #   defaulting), CPU in millicores and memory in bytes; every pod counts one against pods.
-#   The usage lags the pods by the reconciler's settling (about a second): pods created together in
+#   The usage lags the pods by the reconciler's settling (a pod event, then a ledger write): pods created in
 #   that window are each checked against the same usage, and the native ResourceQuota the reconciler
 #   puts in every namespace (the same limits) bounds what such a burst can take (docs/architecture.md).
 package labgate.rules.tenant_quota
