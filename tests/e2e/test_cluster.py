@@ -827,7 +827,7 @@ def test_a_tenant_cannot_bind_beyond_its_cpu_and_pod_limits_across_two_namespace
     is bounded by the namespaces' quotas instead (the next test)."""
     a, b = limited_tenant_in_two_namespaces(sim, tenants, {"cpu": "4", "pods": 3})
     namespaces = [a.namespace, b.namespace]
-    assert create(a, cpu_pod("a1", "2"))() == (0, "")
+    assert create(a, cpu_pod("a1", "2"))()[0] == 0
     assert create(b, cpu_pod("b1", "1"))()[0] == 0
     eventually(lambda: bound_cpu_and_pods(sim, namespaces) == (3000, 2), what="a1 and b1 bound")
     eventually(
@@ -848,6 +848,25 @@ def test_a_tenant_cannot_bind_beyond_its_cpu_and_pod_limits_across_two_namespace
     assert f'[tenant-quota] Pod "a2" asks 1 pod; tenant "{a.name}" uses 3 of 3 pods' in refused.stderr, (
         refused.stderr
     )
+    # A Job's pods are judged as the Job controller creates them: refused, seen in the Job's events.
+    template = cpu_pod("x", "500m")
+    del template["metadata"]["name"]
+    sweep = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template},
+    }
+    assert create(b, sweep)()[0] == 0
+
+    def sweep_refused() -> bool:
+        return any(
+            e.get("reason") == "FailedCreate" and "[tenant-quota]" in e.get("message", "")
+            for e in _json(sim, "events", "-n", b.namespace)["items"]
+            if e["involvedObject"]["kind"] == "Job"
+        )
+
+    eventually(sweep_refused, what="the Job's pod refused [tenant-quota] (FailedCreate)")
     _wait_all_bound(sim, namespaces)
     assert bound_cpu_and_pods(sim, namespaces) == (4000, 3)  # never beyond: 4 CPUs, 3 pods bound
 
