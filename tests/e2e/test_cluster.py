@@ -855,9 +855,15 @@ def test_a_tenant_cannot_bind_beyond_its_cpu_and_pod_limits_across_two_namespace
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "sweep"},
-        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
     }
-    assert create(b, sweep)()[0] == 0
+    code, stderr = create(b, sweep)()
+    assert code == 0, stderr
 
     def sweep_refused() -> bool:
         return any(
