@@ -17,8 +17,16 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import devcluster.tools
+
+# Property tests judge what is generated, not how fast: on 2 cores shared with a control plane (CI,
+# or several engineers' runs) generating an input can take over a second, which Hypothesis' too_slow
+# health check and per-example deadline would report as a failure of the test. Both are off for every
+# property test; each test's own max_examples still bounds its time, and UNIT_TIMEOUT_SECONDS holds.
+settings.register_profile("labgate", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("labgate")
 
 # The fixtures through which unit tests get a pinned tool (opa started or found; helm).
 TOOL_FIXTURES = frozenset({"opa", "opa_url", "_opa", "helm"})

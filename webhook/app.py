@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from labgate.core import json_bytes
 from labgate.core.errors import BadRequestError
 from labgate.core.kube import KubeApi, api_client
+from labgate.core.logs import FIELDS_ATTRIBUTE
 from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_REQUESTS, ADMISSION_SECONDS, FACTS_AGE
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from webhook import failures, refusals
@@ -40,6 +42,8 @@ from webhook.provenance.settings import ProvenanceSettings, get_provenance_setti
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
 from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
+
+log = logging.getLogger("labgate.webhook")
 
 
 async def get_server(request: Request) -> AdmissionServer:
@@ -240,6 +244,8 @@ def _account(
     ADMISSION_REQUESTS.labels(
         webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
     ).inc()
+    if not response.allowed:
+        _log_refusal(webhook, admission, trace, elapsed=elapsed, reason=reason)
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
     # Written by the log's one thread, in order, off the event loop.
     if decisions is not None and (webhook == "validate" or response.patch is not None):
@@ -257,6 +263,33 @@ def _account(
     reports: AdmissionReports | None = getattr(request.app.state, "reports", None)
     if reports is not None and webhook == "validate" and response.allowed:
         reports.record(admission, trace.decision, trace.tenant)
+
+
+def refusal_fields(
+    webhook: str, admission: AdmissionRequest, trace: DecisionTrace, *, elapsed: float, reason: str | None
+) -> dict[str, object]:
+    """The fields of a refusal's log line: which request, whose, which rules, how long it took."""
+    rules = [finding.rule for finding in trace.decision.denials] if trace.decision is not None else []
+    return {
+        "webhook": webhook,
+        "uid": admission.uid,
+        "tenant": trace.tenant or "",
+        "namespace": admission.namespace or "",
+        "kind": admission.kind.kind,
+        "operation": admission.operation,
+        "user": admission.user_info.username,
+        "rules": rules if rules else [reason] if reason else [],
+        "decision_ms": round(elapsed * 1000, 2),
+    }
+
+
+def _log_refusal(
+    webhook: str, admission: AdmissionRequest, trace: DecisionTrace, *, elapsed: float, reason: str | None
+) -> None:
+    """One structured line per refusal (docs/operations.md, Logs), for a pipeline that selects
+    refusals by tenant or rule."""
+    fields = refusal_fields(webhook, admission, trace, elapsed=elapsed, reason=reason)
+    log.info("refused %s %s", fields["kind"], fields["uid"], extra={FIELDS_ATTRIBUTE: fields})
 
 
 def _start_policy_sync(

@@ -1,4 +1,4 @@
-"""Decision records: one JSON line per admission decision, hash-chained so that edits show.
+"""Decision records (pure: no API, no door): one JSON line per admission decision, hash-chained so that edits show.
 
 Each record says who asked what (request uid, operation, user, groups, tenant, object), what the
 policies found (rule ids per outcome: denials, warnings, dry_run), the verdict, whether a patch was

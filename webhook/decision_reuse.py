@@ -1,4 +1,4 @@
-"""Reusing a decision for an identical pod (no I/O: the evaluation door and the clock are given).
+"""Reusing a decision for an identical pod (pure: no I/O; the evaluation door and the clock are given).
 
 A Job of a thousand copies arrives as a thousand Pod CREATEs that differ only in the pod's name, uid
 and timestamps. labgate's rules never decide on those (they only quote the name in messages; the

@@ -5,6 +5,7 @@ log line. An error never admits, and never gives the apiserver a bare 500.
 | ----------------------------------------------- | -------------------- | ---------------------------- |
 | TimeoutError (the deadline), a large request    | timeout              | request-too-large            |
 | TimeoutError (the deadline)                     | timeout              | policy-engine-unavailable    |
+| NoDecisionInTimeError (OPA did not answer)      | timeout              | policy-engine-unavailable    |
 | NoDecisionError (OPA, a corrupt GPU ledger),    | error                | policy-engine-unavailable    |
 | the API's ApiException, OSError                 |                      |                              |
 | anything else (a bug of labgate's)              | internal             | policy-engine-unavailable    |
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labgate.core.errors import NoDecisionError
+from labgate.core.errors import NoDecisionError, NoDecisionInTimeError
 from labgate.core.kube import ApiException
 from labgate.core.metrics import POLICY_ENGINE_ERRORS
 from webhook import refusals
@@ -68,6 +69,14 @@ FAILURES: tuple[tuple[tuple[type[Exception], ...], Failure], ...] = (
             "timeout",
             lambda _, a: f"no decision for {a.request.uid} ({a.size} bytes) within {a.deadline:.1f}s",
             _timed_out,
+        ),
+    ),
+    (
+        (NoDecisionInTimeError,),
+        Failure(
+            "timeout",
+            lambda err, a: f"no decision for {a.request.uid}: {err}",
+            lambda err, _: refusals.engine_unavailable(str(err)),
         ),
     ),
     (

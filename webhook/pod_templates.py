@@ -1,4 +1,4 @@
-"""Where the pod specs are inside an object, and how many pods each makes at once.
+"""Where the pod specs are inside an object, and how many pods each makes at once (pure).
 
 Pure and table-driven: a Pod, and every kind of `labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`
 (Jobs, CronJobs, Deployments, the training resources). A "*" in a path walks every entry of a map or

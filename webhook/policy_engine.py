@@ -25,7 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
-from labgate.core.errors import LabgateError, NoDecisionError
+from labgate.core.errors import LabgateError, NoDecisionError, NoDecisionInTimeError
 from webhook.policy_input import PolicyBatch, PolicyInput
 
 DECISION_PACKAGE = "labgate/admission"
@@ -43,6 +43,10 @@ _T = TypeVar("_T")
 
 class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
     """OPA could not give a decision in time (down, slow, no policy loaded, or a malformed answer)."""
+
+
+class PolicyEngineTimeoutError(PolicyEngineUnavailableError, NoDecisionInTimeError):
+    """OPA did not answer within the engine's timeout."""
 
 
 class OpaUnreachableError(LabgateError, OSError):
@@ -123,7 +127,7 @@ class PolicyEngine:
                 self._session.request("POST", path, document={"input": policy_input}), timeout=self.timeout
             )
         except TimeoutError as err:
-            raise PolicyEngineUnavailableError(f"no answer within {self.timeout:.1f}s") from err
+            raise PolicyEngineTimeoutError(f"no answer within {self.timeout:.1f}s") from err
         except (aiohttp.ClientError, OSError, ValueError) as err:
             raise PolicyEngineUnavailableError(f"cannot reach OPA: {err}") from err
         if not answer.is_success:

@@ -1,4 +1,4 @@
-"""The admission.k8s.io/v1 AdmissionReview wire format, typed.
+"""The admission.k8s.io/v1 AdmissionReview wire format, typed (pure).
 
 Kubernetes payloads ignore unknown fields (the apiserver may add some); a body that is not an
 AdmissionReview at all fails validation here and is answered with HTTP 400 by the app.

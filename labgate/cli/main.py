@@ -898,8 +898,11 @@ def main(argv: list[str] | None = None) -> int:
     from labgate.core import logs
 
     args = build_parser().parse_args(argv)
-    # The long-running services log JSON lines for machines; the commands people run log text.
-    logs.configure(json_lines=None if args.handler in (_serve, _reconcile) else False)
+    # The services log JSON lines (the scheduled audit is one); the commands people run, plain text.
+    is_service = args.handler in (_serve, _reconcile) or (
+        args.handler is _audit and getattr(args, "every", None) is not None
+    )
+    logs.configure(json_lines=None if is_service else False)
     code: int = args.handler(args)
     return code
 

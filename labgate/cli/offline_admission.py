@@ -1,4 +1,4 @@
-"""The admission path without a cluster: what `labgate check` and `labgate policy test` run.
+"""The admission path without a cluster (pure: no API, no door; opa is run as a process): what `labgate check` and `labgate policy test` run.
 
 The same input the webhook builds (webhook.admission.build_policy_input), the same inventory shape
 (webhook.inventory.tenant_document / namespace_document, from Tenant and Namespace manifests), the same

@@ -1,4 +1,4 @@
-"""Single flight: concurrent callers asking for the same work share one run of it.
+"""Single flight (pure): concurrent callers asking for the same work share one run of it.
 
 The work runs in a task of its own, so a caller that gives up (its deadline passed, it was
 cancelled) does not cancel it for the others; it is forgotten the moment it ends, so the next

@@ -37,3 +37,8 @@ class BadRequestError(LabgateError):
 class NoDecisionError(LabgateError):
     """No decision could be had: the webhook refuses with `[policy-engine-unavailable]`, naming this
     error's message as the reason."""
+
+
+class NoDecisionInTimeError(NoDecisionError):
+    """No decision because something on the way (OPA) did not answer in time: refused like any
+    NoDecisionError, counted as a timeout (labgate_policy_engine_errors_total{reason="timeout"})."""

@@ -2,8 +2,9 @@
 
 Every record carries time, level, logger and message, and an exception's traceback on one line. A
 caller may add fields with `extra={"labgate": {...}}`; they are merged in at the top level (keys the
-record already has win). No labgate module passes any today: what an admission decided (uid,
-tenant, rule ids, verdict) is in the decision log (webhook/decision_log.py), not in these logs.
+record already has win): the webhook's line per refusal does (uid, tenant, rule ids, decision_ms;
+webhook.app.refusal_fields). Every verdict, admitted or not, is in the decision log
+(webhook/decision_log.py).
 """
 
 from __future__ import annotations

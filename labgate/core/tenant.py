@@ -1,4 +1,4 @@
-"""The Tenant (labgate.io/v1alpha1) as the reconciler reads it.
+"""The Tenant (labgate.io/v1alpha1) as the reconciler reads it (pure).
 
 The CRD's structural schema is the first line of validation (the apiserver enforces it at apply time);
 this model ignores fields it does not use, so a newer CRD never breaks an older reconciler.

@@ -1,4 +1,4 @@
-"""The GPU quota ledger: what each tenant uses or has reserved, across all of its namespaces.
+"""The GPU quota ledger (pure): what each tenant uses or has reserved, across all of its namespaces.
 
 One ConfigMap per tenant in labgate's namespace, the ledger, holds two things: the GPUs of the
 tenant's settled pods as one sum, and a reservation per pod admitted but not yet settled. Webhook

@@ -3,6 +3,7 @@ and the chart's RBAC, applied for real, lets the webhook and the reconciler do e
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -476,23 +477,29 @@ def test_the_audit_reads_the_cluster_and_writes_reports_with_the_charts_rbac(
 def test_the_install_notes_say_what_the_failure_policy_does(
     helm: str, stack: LabgateStack, policy: str, said: str, unsaid: str
 ) -> None:
-    """The NOTES said "intercepted requests are refused" under failurePolicy Ignore too (issue 22 item 17).
-    `helm install --dry-run=client` renders them against the live apiserver and installs nothing."""
+    """docs/operations.md's "Trying the chart on the local stack", as written there (another release
+    and namespace, --dry-run=client against the live apiserver): it installs nothing, and its NOTES
+    say what the failure policy does (they said "refused" under Ignore too; issue 22 item 17)."""
+    client_ca = stack.admin_kubeconfig.parent.parent / "pki" / "webhook-client-ca.crt"
     result = subprocess.run(
         [
             helm,
             "install",
-            f"notes-{uuid.uuid4().hex[:6]}",
+            "labgate-try",
             str(CHART),
             "-n",
-            LABGATE_NAMESPACE,
+            "labgate-try",
+            "--create-namespace",
             "--dry-run=client",
             "--kubeconfig",
             str(stack.admin_kubeconfig),
-            "-f",
-            "-",
+            "--set",
+            f"webhook.clientAuth.caBundle={base64.b64encode(client_ca.read_bytes()).decode()}",
+            "--set",
+            "webhook.networkPolicy.apiserverCIDRs={127.0.0.1/32}",
+            "--set",
+            f"webhook.failurePolicy={policy}",
         ],
-        input=yaml.safe_dump(with_cluster({"webhook": {"failurePolicy": policy}})),
         capture_output=True,
         text=True,
         timeout=60,
@@ -503,3 +510,4 @@ def test_the_install_notes_say_what_the_failure_policy_does(
     assert f"failurePolicy {policy}" in notes
     assert said in notes
     assert unsaid not in notes
+    assert stack.cluster_kubectl("get", "namespace", "labgate-try").returncode != 0  # nothing installed

@@ -469,7 +469,7 @@ def test_beyond_quota_pods_run_as_preemptible_when_the_tenant_allows_it(
     extra = me.apply(gpu_pod("extra", 1, model=None), team.namespace)
     assert extra.returncode == 0, extra.stderr
     assert (
-        "Warning: labgate: beyond tenant quota, pod admitted as preemptible (research-preemptible)"
+        "Warning: [gpu-preemptible] asks 1 GPU, uses 2 of 2 GPUs: admitted as preemptible, may be evicted"
         in extra.stderr
     )
     live = get_json(stack, "pod/extra", "-n", team.namespace)

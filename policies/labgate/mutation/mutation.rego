@@ -26,6 +26,7 @@
 package labgate.mutation
 
 import data.labgate.lib.gpu
+import data.labgate.lib.gpu_text
 import data.labgate.lib.node_pools
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_quota
@@ -331,7 +332,13 @@ _preemptible_changes(tenant, template) := [{"rule": "gpu-preemptible", "ops": op
 		{"op": "add", "path": "/spec/priorityClassName", "value": class},
 		{"op": "add", "path": "/spec/priority", "value": data.labgate.config.preemptible_priority_value},
 	]
-	warning := sprintf("labgate: beyond tenant quota, pod admitted as preemptible (%s), may be evicted", [class])
+
+	# The rule and the numbers, under 120 characters: "[gpu-preemptible] asks 8 GPUs, uses 12 of 16 GPUs
+	# (h100: 4 of 8): admitted as preemptible, may be evicted".
+	warning := sprintf(
+		"[gpu-preemptible] asks %s, uses %s: admitted as preemptible, may be evicted",
+		[gpu_text.plural(d.total, "GPU"), gpu_quota.overrun_text(tenant, d)],
+	)
 ]
 
 # --- Image digests ---

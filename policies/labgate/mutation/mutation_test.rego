@@ -380,6 +380,13 @@ test_a_pod_beyond_quota_is_marked_preemptible if {
 	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}} in patch
 }
 
+# The warning names the rule and the numbers (issue 22 item 12).
+test_the_preemptible_warning_says_the_rule_and_the_numbers if {
+	warnings := mutation.warnings with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
+		with data.inventory as _preempt_inventory
+	`[gpu-preemptible] asks 8 GPUs, uses 12 of 16 GPUs (h100: 4 of 8): admitted as preemptible, may be evicted` in warnings
+}
+
 test_a_pod_within_quota_is_not_marked if {
 	patch := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
 		with data.inventory as _preempt_inventory

@@ -5,6 +5,7 @@ be reached refuses (here a real closed port, not a mock), and no object shape ma
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from devcluster.processes import ManagedProcess, free_port, wait_until
 from devcluster.stack import POLICY_DIR, opa_argv
 from devcluster.tools import binary, ensure_tools
 from labgate.cli.offline_admission import Facts, facts_from_manifests, load_manifests
+from labgate.core.logs import FIELDS_ATTRIBUTE, JsonFormatter
 from tests.unit.apps import EmptyCluster, app_without_cluster
 from webhook.decision_log import verify
 from webhook.policy_engine import InventoryStore
@@ -69,13 +71,29 @@ def test_malformed_reviews_are_bad_requests_with_a_reason(
     assert reason in response.json()["reason"]
 
 
-def test_unreachable_policy_engine_refuses(client: TestClient) -> None:
-    response = client.post("/validate", json=REVIEW)
+def test_unreachable_policy_engine_refuses(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="labgate.webhook"):
+        response = client.post("/validate", json=REVIEW)
     assert response.status_code == 200
     body = response.json()["response"]
     assert body["uid"] == "u-1"
     assert body["allowed"] is False
     assert "[policy-engine-unavailable]" in body["status"]["message"]
+    # One structured line per refusal (issue 22 item 13), its reason the rule id of labgate's own.
+    line = json.loads(JsonFormatter().format(refusal_record(caplog, "u-1")))
+    assert line["rules"] == ["policy-engine-unavailable"]
+    assert (line["uid"], line["namespace"], line["kind"], line["user"]) == ("u-1", "vision", "Pod", "alice")
+    assert line["decision_ms"] > 0
+
+
+def refusal_record(caplog: pytest.LogCaptureFixture, uid: str) -> logging.LogRecord:
+    """The one refusal line the webhook logged for `uid`."""
+    found = [
+        r for r in caplog.records if r.name == "labgate.webhook" and r.getMessage().startswith("refused ")
+    ]
+    found = [r for r in found if getattr(r, FIELDS_ATTRIBUTE, {}).get("uid") == uid]
+    assert len(found) == 1, [r.getMessage() for r in caplog.records]
+    return found[0]
 
 
 def test_not_ready_without_policy_engine(client: TestClient) -> None:
@@ -285,7 +303,7 @@ def _member_review(kind: str, obj: Any) -> dict[str, Any]:
 
 
 def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_network_one(
-    decided: TestClient,
+    decided: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The fuzzing below reaches the policies: the same app admits and refuses as the rules say."""
     spec = {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]}
@@ -293,9 +311,13 @@ def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_networ
     admitted = decided.post("/validate", json=_member_review("Pod", pod)).json()["response"]
     assert admitted["allowed"] is True, admitted
     hostile = {**pod, "spec": {**spec, "hostNetwork": True}}
-    refused = decided.post("/validate", json=_member_review("Pod", hostile)).json()["response"]
+    with caplog.at_level(logging.INFO, logger="labgate.webhook"):
+        refused = decided.post("/validate", json=_member_review("Pod", hostile)).json()["response"]
     assert refused["allowed"] is False
     assert refused["status"]["message"].startswith("[pod-hardening]"), refused["status"]["message"]
+    line = json.loads(JsonFormatter().format(refusal_record(caplog, "u-1")))
+    assert line["rules"] == ["pod-hardening"]
+    assert line["tenant"] == "team-a"
 
 
 def test_an_integer_beyond_64_bits_is_decided_not_an_internal_error(decided: TestClient) -> None:

@@ -21,7 +21,7 @@ from labgate.gpu_accounting.ledger import LedgerConflictError, LedgerCorruptErro
 from webhook import failures
 from webhook.app import BodyTooLargeError
 from webhook.failures import Attempt
-from webhook.policy_engine import PolicyEngineUnavailableError
+from webhook.policy_engine import PolicyEngineTimeoutError, PolicyEngineUnavailableError
 from webhook.review import AdmissionRequest, MalformedReviewError, parse_review
 
 REQUEST = AdmissionRequest.model_validate(
@@ -55,6 +55,8 @@ def count(label: str) -> float:
     [
         (TimeoutError(), "timeout", "no decision within 2.5s"),
         (PolicyEngineUnavailableError("cannot reach OPA: refused"), "error", "cannot reach OPA: refused"),
+        # OPA's own timeout is a timeout, not an "error" (issue 22 item 13).
+        (PolicyEngineTimeoutError("no answer within 1.0s"), "timeout", "no answer within 1.0s"),
         (
             LedgerCorruptError("vision", "not JSON"),
             "error",

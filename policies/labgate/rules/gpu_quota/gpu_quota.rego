@@ -64,10 +64,11 @@ _headroom_total(tenant, d) := tenant.spec.gpu.total - d.total if _has_total(tena
 else := null
 
 # Whether demand `d` would go beyond one of the tenant's limits (for the mutation).
-exceeds(tenant, d) if _overrun_text(tenant, d)
+exceeds(tenant, d) if overrun_text(tenant, d)
 
-# The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)".
-_overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
+# The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)" (the mutation quotes
+# it when it admits a pod beyond them as preemptible).
+overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
 	_has_total(tenant)
 	d.total + _used_total > tenant.spec.gpu.total
 	parts := _model_overruns(tenant, d)
@@ -101,7 +102,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	tenant := tenancy.namespace_tenant
 	d := gpu.template_demand[template.path]
 	d.total > 0
-	overrun := _overrun_text(tenant, d)
+	overrun := overrun_text(tenant, d)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s asks %s; tenant %q uses %s. Fix: %s",
