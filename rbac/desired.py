@@ -1,8 +1,8 @@
 """What a tenant should have, as plain manifests (pure: no API calls).
 
 For each of the tenant's namespaces: the namespace with its tenant and Pod Security labels, role
-bindings for admins, researchers and viewers, a GPU ResourceQuota and a LimitRange as a native
-backstop, baseline NetworkPolicies, and the experiment service account. Cluster-wide: a role that
+bindings for admins, researchers and viewers, a GPU ResourceQuota, a ResourceQuota of the tenant's
+CPU, memory and pod limits and a LimitRange as a native backstop, baseline NetworkPolicies, and the experiment service account. Cluster-wide: a role that
 lets every member read their own Tenant, and (with a namespace prefix) one that lets researchers
 create namespaces, which the admission policies then restrict to the prefix.
 """
@@ -20,8 +20,10 @@ from labgate.core.tenant import (
     TENANT_LABEL,
     Subject,
     Tenant,
+    TenantLimits,
 )
 from labgate.core.workload_catalog import SCALABLE_WORKLOADS, resources_by_group
+from labgate.gpu_accounting.pod_requests import limit_units, quantity_text
 
 Manifest = dict[str, Any]
 
@@ -233,7 +235,32 @@ def _gpu_quota(tenant: Tenant, namespace: str, total: int) -> Manifest:
     }
 
 
-def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
+# The ResourceQuota field of each tenant limit (spec.limits): requests, as the scheduler counts them.
+_LIMIT_QUOTA_FIELDS = {"cpu": "requests.cpu", "memory": "requests.memory", "pods": "pods"}
+
+
+def _limits_quota(tenant: Tenant, namespace: str, limits: TenantLimits) -> Manifest | None:
+    """The tenant's CPU, memory and pod limits as a ResourceQuota of one namespace: the native,
+    race-free backstop of the tenant-wide tenant-quota rule, whose usage lags the pods by the
+    reconciler's settling. Each namespace gets the whole limit, so a burst of pods created across
+    namespaces faster than that lag takes at most the limit per namespace (docs/architecture.md).
+    None when the tenant has no limit."""
+    hard = {
+        field: quantity_text(resource, units)
+        for resource, field in _LIMIT_QUOTA_FIELDS.items()
+        if (units := limit_units(getattr(limits, resource), resource)) is not None
+    }
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta("labgate-limits", tenant.name, namespace),
+        "spec": {"hard": hard},
+    }
+
+
+def _namespace_objects(tenant: Tenant, namespace: str, limit_defaults: TenantLimits) -> list[Manifest]:
     name = tenant.name
     members = tenant.spec.members
     objects: list[Manifest] = [
@@ -259,6 +286,10 @@ def _namespace_objects(tenant: Tenant, namespace: str) -> list[Manifest]:
     ]
     if tenant.spec.gpu.total is not None:
         objects.append(_gpu_quota(tenant, namespace, tenant.spec.gpu.total))
+    if (
+        limits := _limits_quota(tenant, namespace, tenant.spec.limits.with_defaults(limit_defaults))
+    ) is not None:
+        objects.append(limits)
     return objects
 
 
@@ -355,11 +386,14 @@ def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Man
     return objects
 
 
-def desired_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
-    """Everything `tenant` should have, given its namespaces (see tenant_namespaces)."""
+def desired_objects(
+    tenant: Tenant, *, namespaces: list[str], limit_defaults: TenantLimits | None = None
+) -> list[Manifest]:
+    """Everything `tenant` should have, given its namespaces (see tenant_namespaces); `limit_defaults`:
+    the infra team's default limits (policy config tenant_limits) for those its spec leaves unset."""
     objects = member_cluster_objects(tenant, namespaces=namespaces)
     for namespace in namespaces:
-        objects += _namespace_objects(tenant, namespace)
+        objects += _namespace_objects(tenant, namespace, limit_defaults or TenantLimits())
     return objects
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from labgate.core.api_resources import NAMESPACE, TENANT, Kind, Object
 from labgate.core.kube import ApiClient, KubeApi, Reflector
-from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL
+from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
@@ -126,8 +126,11 @@ class Reconciler:
         certificate_check_seconds: float = 30.0,
         gpu_counting: GpuCounting | None = None,
         doors: Doors | None = None,
+        limit_defaults: TenantLimits | None = None,
     ):
-        """`doors` replaces the connections made from `api` (tests pass fakes)."""
+        """`doors` replaces the connections made from `api` (tests pass fakes); `limit_defaults`:
+        the infra team's default tenant limits (policy config tenant_limits)."""
+        self.limit_defaults = limit_defaults or TenantLimits()
         # The queues first: the doors and the controllers hand each other's work to them.
         settle_queue, status_queue = WorkQueue(), WorkQueue()
         if doors is None:
@@ -168,7 +171,12 @@ class Reconciler:
         """The tenant, settlement and status controllers; the first two queue the status."""
         events = TenantEvents(self.kube, self.cache)
         self.tenants = TenantController(
-            self.kube, self.cache, gate=self.gate, events=events, on_provisioned=status_queue.add
+            self.kube,
+            self.cache,
+            gate=self.gate,
+            events=events,
+            on_provisioned=status_queue.add,
+            limit_defaults=self.limit_defaults,
         )
         self.settlement = SettlementController(
             self.kube,
@@ -180,6 +188,7 @@ class Reconciler:
             gpu_counting=gpu_counting,
             on_settled=status_queue.add,
             queue=settle_queue,
+            limit_defaults=self.limit_defaults,
         )
         self.status = TenantStatusController(
             self.kube,

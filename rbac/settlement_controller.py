@@ -1,6 +1,8 @@
 """The GPU settlement controller: follows every pod (one cluster-wide watch), and for each tenant
 whose pods or reservations changed, settles its GPU reservations into the settled-pods store and the
-ledger, releases those whose pod never came, and records live GPU pods nobody counted.
+ledger, releases those whose pod never came, and records live GPU pods nobody counted. With the
+same write it keeps the ledger's `workloads` current: what the tenant's live pods ask of CPU, memory
+and pod slots (the usage the tenant-quota rule reads).
 
 Its queue is its own: a pod event enqueues only the settlement of that pod's tenant, never the
 tenant's RBAC reconcile, and a settlement that keeps losing the ledger's compare-and-swap delays no
@@ -18,12 +20,13 @@ from prometheus_client import Counter
 
 from labgate.core.api_resources import Kind, Object
 from labgate.core.kube import KubeApi
-from labgate.core.tenant import TENANT_LABEL
+from labgate.core.tenant import TENANT_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCorruptError
 from labgate.gpu_accounting.ledger import now as ledger_now
 from labgate.gpu_accounting.ledger_store import LedgerCache
 from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.gpu_accounting.pod_requests import pod_requests
 from labgate.gpu_accounting.settled_pods import SettledPods
 from labgate.gpu_accounting.settlement import (
     PodFacts,
@@ -36,7 +39,7 @@ from labgate.gpu_accounting.settlement import (
     uids_to_watch,
 )
 from rbac.runtime import WRITES, LeaderGate, ObjectCache, WorkQueue, labels
-from rbac.tenant_events import TenantEvents
+from rbac.tenant_events import TenantEvents, tenant_key
 
 log = logging.getLogger("labgate.reconciler")
 
@@ -85,6 +88,7 @@ class PodIndex:
             gpus=pod_gpus(obj, self._gpu_counting),
             is_preemptible=is_admitted_preemptible(obj),
             is_scheduled=bool((obj.get("spec") or {}).get("nodeName")),
+            requests=pod_requests(obj),
         )
 
     def on_list(self, objects: list[Object]) -> None:
@@ -158,7 +162,10 @@ class SettlementController:
         gpu_counting: GpuCounting,
         on_settled: Callable[[str], None] = lambda _: None,
         queue: WorkQueue | None = None,
+        limit_defaults: TenantLimits | None = None,
     ):
+        """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits)."""
+        self.limit_defaults = limit_defaults or TenantLimits()
         self.kube = kube
         self.cache = cache
         self.ledgers = ledgers
@@ -228,8 +235,20 @@ class SettlementController:
                 found[pod.uid] = str((live.get("status") or {}).get("phase", ""))
         return found
 
+    def is_limited(self, tenant: str) -> bool:
+        """Whether the tenant has a CPU, memory or pod limit (its own or a default): only then does
+        its ledger carry its live pods' requests, so that tenants without limits write their ledger
+        no more often than before (GPU pods' compare-and-swap meets no extra writes)."""
+        live = self.cache.get(tenant_key(tenant))
+        if live is None:
+            return False
+        limits = Tenant.from_object(live).spec.limits.with_defaults(self.limit_defaults)
+        return any(value is not None for value in (limits.cpu, limits.memory, limits.pods))
+
     def _write(self, tenant: str, ledger: Ledger, settlement: Settlement) -> Ledger:
-        updated = settlement.ledger
+        # The live pods' requests ride along (the webhook reads them for tenant-quota).
+        workloads = settlement.workloads if self.is_limited(tenant) else {}
+        updated = settlement.ledger.model_copy(update={"workloads": workloads})
         if settlement.is_settled_changed:
             self._gate.check()
             versions = self.settled.write(tenant, settlement.settled)  # a lost compare-and-swap re-reads

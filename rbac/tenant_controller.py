@@ -30,7 +30,7 @@ from labgate.core.api_resources import (
 )
 from labgate.core.kube import KubeApi
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
-from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant
+from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.ledger import (
     FINISHED_PHASES,
     GpuAmount,
@@ -106,9 +106,12 @@ class TenantController:
         gate: LeaderGate,
         events: TenantEvents,
         on_provisioned: Callable[[str], None] = lambda _: None,
+        limit_defaults: TenantLimits | None = None,
     ):
+        """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits)."""
         self.kube = kube
         self.cache = cache
+        self.limit_defaults = limit_defaults or TenantLimits()
         self.queue = WorkQueue()
         self._gate = gate
         self._events = events
@@ -153,7 +156,7 @@ class TenantController:
             self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
-        desired = desired_objects(tenant, namespaces=namespaces)
+        desired = desired_objects(tenant, namespaces=namespaces, limit_defaults=self.limit_defaults)
         for obj in desired:
             self._ensure(obj, tenant=tenant)
         wanted = {object_key(o) for o in desired}

@@ -80,6 +80,13 @@ class GpuUsageSource(Protocol):
     def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount: ...
 
 
+class WorkloadUsageSource(Protocol):
+    """What a tenant's live pods ask of CPU, memory and pod slots (webhook.reservations.GpuReservations,
+    from the cached ledger the reconciler keeps current)."""
+
+    def workloads_of(self, tenant: str) -> dict[str, int]: ...
+
+
 def claimed_volume(request: AdmissionRequest) -> str | None:
     """The PersistentVolume a claim names (spec.volumeName), for the volume-claim rule."""
     if (request.kind.group, request.kind.kind) != ("", "PersistentVolumeClaim"):
@@ -102,8 +109,10 @@ class FactGatherer:
         image_timeout: float = 1.0,
         volumes: VolumeFacts | None = None,
         claims: ClaimSource | None = None,
+        workload_usage: WorkloadUsageSource | None = None,
     ):
         self.inventory = inventory
+        self.workload_usage = workload_usage
         self.secrets = secrets
         self.gpu_usage = gpu_usage
         self.workload_kinds = workload_kinds
@@ -159,6 +168,10 @@ class FactGatherer:
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
             policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
         self._add_gpu_usage(request, policy_input, tenant)
+        if tenant and self.workload_usage is not None and is_pod_create(request):
+            # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
+            # (no round trip); nothing when it has none.
+            self._add_tenant_usage(policy_input, self.workload_usage.workloads_of(tenant))
         if tenant and request.namespace and policy_input["pod_templates"]:
             # The claims and image readers read templates as plain documents (they are, at run time).
             templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
@@ -168,6 +181,11 @@ class FactGatherer:
             if images is not None:
                 policy_input["images"] = images
         return policy_input, tenant
+
+    @staticmethod
+    def _add_tenant_usage(policy_input: PolicyInput, workloads: dict[str, int]) -> None:
+        if workloads:
+            policy_input["tenant_usage"] = workloads
 
     async def _claims_and_images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]

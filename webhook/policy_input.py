@@ -51,6 +51,10 @@ class PolicyInput(TypedDict):
     # Of that usage, what admitted pods the scheduler has not bound yet hold, as the Tenant's status
     # last said it: {"gpus", "pods"} (for the refusal's text only; webhook.admission.unscheduled_holds).
     gpu_held: NotRequired[dict[str, Any]]
+
+    # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
+    # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.
+    tenant_usage: NotRequired[dict[str, int]]
     # The ResourceClaims / templates the pod templates name, or why one could not be read
     # (webhook.claims.ClaimFacts).
     resource_claims: NotRequired[dict[str, Any]]

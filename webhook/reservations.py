@@ -222,6 +222,11 @@ class GpuReservations:
         """The tenant's GPU usage from the cached ledger, less the reservation `excluding` holds."""
         return self._usage(self.ledgers.cached(tenant), excluding)
 
+    def workloads_of(self, tenant: str) -> dict[str, int]:
+        """What the tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
+        reconciler last wrote it into the cached ledger."""
+        return self.ledgers.cached(tenant).workloads
+
     def _usage(self, ledger: Ledger, excluding: str | None = None) -> GpuAmount:
         """The ledger's usage, summed once per version of the ledger (not once per request)."""
         memo = self._usage_memo.get(ledger.tenant)

@@ -75,6 +75,7 @@ class AdmissionServer:
             inventory=inventory,
             secrets=secrets,
             gpu_usage=self.reservations,
+            workload_usage=self.reservations,
             workload_kinds=workload_kinds,
             images=images,
             image_timeout=image_timeout,

@@ -114,14 +114,17 @@ def _reconcile(args: argparse.Namespace) -> int:
             replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
         )
     gpu_counting = None
+    limit_defaults = None
     if args.gpu_config:
         import json
 
+        from labgate.core.tenant import TenantLimits
         from labgate.gpu_accounting.demand import GpuCounting
 
-        gpu_counting = GpuCounting.model_validate(
-            json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))
-        )
+        policy_config = json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))
+        gpu_counting = GpuCounting.model_validate(policy_config)
+        # The infra team's default tenant limits: the per-namespace ResourceQuota follows them.
+        limit_defaults = TenantLimits.model_validate(policy_config.get("tenant_limits") or {})
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
@@ -130,6 +133,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         certificates=certificates,
         gpu_counting=gpu_counting,
+        limit_defaults=limit_defaults,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)

@@ -475,6 +475,7 @@ class OfflineOpa:
         gpu_usage: GpuAmount | None = None,
         images: dict[str, Any] | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+        tenant_usage: dict[str, int] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
@@ -503,6 +504,9 @@ class OfflineOpa:
         ):
             # the webhook adds the tenant's usage from the quota ledger
             decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
+        is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
+        if tenant and tenant_usage and is_pod_create:
+            decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))
         response = build_response(request=mutated, decision=decision)
         return CheckResult(request=mutated, mutation=mutation, decision=decision, response=response)

@@ -10,6 +10,7 @@ A sample is one YAML file in a directory named `samples` beside a policy
     object: {apiVersion: v1, kind: Pod, ...}
     old_object: {...}              # UPDATE and DELETE only
     gpu_usage: {total: 12, by_model: {h100: 4}}   # optional: the tenant's GPUs in use
+    tenant_usage: {cpu: 6000, memory: 0, pods: 3} # optional: what its live pods ask (millicores, bytes)
     images: {<image as written>: {registry: ..., digest: ..., signed_by: [...], error: null, ...}}
                                    # optional: image facts (input.images); no registry is asked
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
@@ -72,6 +73,7 @@ class Sample(_Config):
     object: dict[str, Any] | None = None
     old_object: dict[str, Any] | None = None
     gpu_usage: GpuAmount | None = None
+    tenant_usage: dict[str, int] | None = None
     images: dict[str, dict[str, Any]] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
@@ -161,7 +163,9 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             old_object=sample.old_object,
             uid=f"sample-{path.stem}",
         )
-        result = opa.check(request, gpu_usage=sample.gpu_usage, images=sample.images)
+        result = opa.check(
+            request, gpu_usage=sample.gpu_usage, images=sample.images, tenant_usage=sample.tenant_usage
+        )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])
     failures: list[str] = []

@@ -68,6 +68,28 @@ class GpuQuota(_Spec):
     models: dict[str, int] = Field(default_factory=dict)
 
 
+# A resource quantity as Kubernetes writes it: "500m", "8", 8, "64Gi".
+Quantity = str | int
+
+
+class TenantLimits(_Spec):
+    """Tenant-wide limits across all of the tenant's namespaces, on what its live pods ask (the
+    scheduler's effective requests): CPU, memory and the number of pods. Unset: the infra team's
+    default (policy config `tenant_limits`), else no limit."""
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    pods: int | None = None
+
+    def with_defaults(self, defaults: TenantLimits) -> TenantLimits:
+        """These limits, each unset one taken from `defaults`."""
+        return TenantLimits(
+            cpu=self.cpu if self.cpu is not None else defaults.cpu,
+            memory=self.memory if self.memory is not None else defaults.memory,
+            pods=self.pods if self.pods is not None else defaults.pods,
+        )
+
+
 class Network(_Spec):
     allow_egress: bool = Field(default=True, alias="allowEgress")
     allow_ingress_from_tenants: list[str] = Field(default_factory=list, alias="allowIngressFromTenants")
@@ -113,6 +135,7 @@ class TenantSpec(_Spec):
     members: Members = Field(default_factory=Members)
     namespaces: Namespaces = Field(default_factory=Namespaces)
     gpu: GpuQuota = Field(default_factory=GpuQuota)
+    limits: TenantLimits = Field(default_factory=TenantLimits)
     network: Network = Field(default_factory=Network)
     exceptions: Exceptions = Field(default_factory=Exceptions)
     scheduling: Scheduling = Field(default_factory=Scheduling)

@@ -78,6 +78,11 @@ class Ledger(BaseModel):
     # The settled-pods store's shard versions the sum was computed from: a reconciler that takes
     # over reads those shards afresh unless its cache is at least that new.
     settled_versions: dict[str, str] = Field(default_factory=dict)
+    # What the tenant's live pods ask of CPU (millicores), memory (bytes) and pod slots, summed by
+    # the reconciler from the pods it watches (labgate.gpu_accounting.pod_requests): the usage the
+    # tenant-quota rule reads; kept for tenants with a limit only. Not reserved per pod like GPUs
+    # (see docs/architecture.md, "Tenant-wide CPU, memory and pod limits").
+    workloads: dict[str, int] = Field(default_factory=dict)
 
 
 def ledger_name(tenant: str) -> str:
@@ -171,6 +176,7 @@ def ledger_from_config_map(tenant: str, config_map: Object | None) -> Ledger:
             reservations=_RESERVATIONS.validate_json(data.get("reservations") or "{}"),
             settled=_AMOUNT.validate_json(data.get("settled") or "{}"),
             settled_versions=_VERSIONS.validate_json(data.get("settledVersions") or "{}"),
+            workloads=_WORKLOADS.validate_json(data.get("workloads") or "{}"),
         )
     except ValidationError as err:
         first = err.errors()[0]
@@ -190,16 +196,14 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
     }
     if ledger.resource_version is not None:
         metadata["resourceVersion"] = ledger.resource_version
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata,
-        "data": {
-            "reservations": encode_reservations(ledger.reservations),
-            "settled": _AMOUNT.dump_json(ledger.settled).decode(),
-            "settledVersions": _VERSIONS.dump_json(ledger.settled_versions).decode(),
-        },
+    data = {
+        "reservations": encode_reservations(ledger.reservations),
+        "settled": _AMOUNT.dump_json(ledger.settled).decode(),
+        "settledVersions": _VERSIONS.dump_json(ledger.settled_versions).decode(),
     }
+    if ledger.workloads:
+        data["workloads"] = _WORKLOADS.dump_json(ledger.workloads).decode()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
 # Reservations are read and written in one call into pydantic's compiled core: a ledger of 8,000
@@ -207,6 +211,7 @@ def config_map_from_ledger(ledger: Ledger, *, namespace: str) -> Object:
 _RESERVATIONS: TypeAdapter[dict[str, Reservation]] = TypeAdapter(dict[str, Reservation])
 _VERSIONS: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str])
 _AMOUNT: TypeAdapter[GpuAmount] = TypeAdapter(GpuAmount)
+_WORKLOADS: TypeAdapter[dict[str, int]] = TypeAdapter(dict[str, int])
 
 
 def encode_reservations(reservations: dict[str, Reservation]) -> str:

@@ -9,9 +9,10 @@ reservation settles, expires or stays) is `ledger.settle`.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from labgate.gpu_accounting.ledger import GpuAmount, Ledger, reservation_uid, settle
+from labgate.gpu_accounting.pod_requests import tenant_usage
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class PodFacts:
     gpus: GpuAmount
     is_preemptible: bool
     is_scheduled: bool = True  # spec.nodeName is set: the scheduler bound it
+    # cpu (millicores), memory (bytes), pods (1): what it asks (labgate.gpu_accounting.pod_requests)
+    requests: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Settlement:
     settled: dict[str, GpuAmount]
     unrecorded: dict[str, GpuAmount]
     is_settled_changed: bool
+    # What the tenant's live pods ask (Ledger.workloads), for the tenant-quota rule.
+    workloads: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,11 @@ def settle_tenant(
         ledger, settled_pods, pod_phases=phases, now=now, gone_pod_uids=gone_pod_uids, unrecorded=found
     )
     return Settlement(
-        ledger=updated, settled=settled, unrecorded=found, is_settled_changed=settled != settled_pods
+        ledger=updated,
+        settled=settled,
+        unrecorded=found,
+        is_settled_changed=settled != settled_pods,
+        workloads=tenant_usage((facts.phase, facts.requests) for facts in tenant_pods.values()),
     )
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from devcluster.nodes import RUN_FOR_ANNOTATION, NodePool, tenant_placement
-from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
+from devcluster.stack import LABGATE_NAMESPACE, POLICY_DIR, LabgateStack, NodeSimulation
+from labgate.gpu_accounting.ledger import ledger_name
 from tests.cluster_truth import (
     POOL_LABEL,
     TenantGpus,
@@ -732,3 +733,170 @@ def test_completed_pods_return_their_gpus_and_the_next_pods_bind(
     print(
         f"\ntruth: max overshoot {watch.worst} over {watch.samples} samples; usage settled {lag:.1f}s after"
     )
+
+
+# -- tenant-wide CPU and pod-count limits (tenant-quota) ---------------------------------------------
+
+
+def cpu_pod(name: str, cpu: str, *, shard: int = 0) -> dict[str, Any]:
+    """A CPU-only pod asking `cpu` (and a little memory)."""
+    manifest = pod(name, 0, shard=shard)
+    manifest["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "64Mi"}}
+    return manifest
+
+
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def bound_cpu_and_pods(sim: LabgateStack, namespaces: list[str]) -> tuple[int, int]:
+    """What the scheduler bound for these namespaces, summed by this test (not by labgate): the CPU
+    requests (millicores) of the pods on nodes that have not finished, and how many there are. The
+    test's pods have app containers only, so a pod's request is the sum of its containers'."""
+    cpu = pods = 0
+    for ns in namespaces:
+        for p in _json(sim, "pods", "-n", ns)["items"]:
+            if not p["spec"].get("nodeName") or p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            pods += 1
+            for c in p["spec"]["containers"]:
+                cpu += _millicores(str(c.get("resources", {}).get("requests", {}).get("cpu", "0")))
+    return cpu, pods
+
+
+def counted_workloads(sim: LabgateStack, tenant: str) -> dict[str, int]:
+    """What labgate's reconciler has counted of the tenant's live pods (the ledger's workloads)."""
+    found = sim.cluster_kubectl(
+        "get", "configmap", "-n", LABGATE_NAMESPACE, ledger_name(tenant), "-o", "json"
+    )
+    if found.returncode != 0:
+        return {}
+    return dict(json.loads(json.loads(found.stdout).get("data", {}).get("workloads") or "{}"))
+
+
+def _wait_all_bound(sim: LabgateStack, namespaces: list[str]) -> None:
+    """Until every pod of these namespaces is on a node (the test's node has room for all of them)."""
+    eventually(
+        lambda: all(
+            p["spec"].get("nodeName") for ns in namespaces for p in _json(sim, "pods", "-n", ns)["items"]
+        ),
+        what="every pod bound",
+    )
+
+
+def limited_tenant_in_two_namespaces(
+    sim: LabgateStack, tenants: TenantFactory, limits: dict[str, Any]
+) -> tuple[TenantUnderTest, TenantUnderTest]:
+    """A tenant with spec.limits and two namespaces, and an untainted node for its CPU pods."""
+    assert sim.kwok is not None
+    sim.kwok.add_pools([NodePool(name=f"cpu-{uuid.uuid4().hex[:4]}", nodes=1, gpu_product="h100", gpus=0)])
+    team = tenants.create(spec_extra={"limits": limits})
+    other = f"{team.name}-b"
+    sim.admin_kubectl(
+        "patch",
+        "tenant",
+        team.name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"namespaces": {"names": [team.name, other]}}}),
+    )
+    tenants.created.append(("namespace", other))
+    eventually(
+        lambda: sim.cluster_kubectl("get", "resourcequota", "-n", other, "labgate-limits").returncode == 0,
+        what="the second namespace with its labgate-limits ResourceQuota",
+    )
+    eventually(
+        lambda: (
+            team.researcher.kubectl("auth", "can-i", "create", "pods", "-n", other).stdout.strip() == "yes"
+        ),
+        what="the researcher's RBAC in the second namespace",
+    )
+    return team, TenantUnderTest(
+        name=team.name, namespace=other, researcher=team.researcher, admin=team.admin
+    )
+
+
+def test_a_tenant_cannot_bind_beyond_its_cpu_and_pod_limits_across_two_namespaces(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """spec.limits {cpu: 4, pods: 3} hold across the tenant's namespaces (each namespace's native
+    ResourceQuota alone would allow 4 CPUs and 3 pods in each): pods within the limits run; the one
+    beyond the CPU limit (researcher) and the one beyond the pod count (tenant admin) are refused with
+    tenant-quota's numbers. Graded on what the scheduler bound. Each attack waits until labgate has
+    counted the pods before it (the reconciler's settling): a burst inside that window
+    is bounded by the namespaces' quotas instead (the next test)."""
+    a, b = limited_tenant_in_two_namespaces(sim, tenants, {"cpu": "4", "pods": 3})
+    namespaces = [a.namespace, b.namespace]
+    assert create(a, cpu_pod("a1", "2"))()[0] == 0
+    assert create(b, cpu_pod("b1", "1"))()[0] == 0
+    eventually(lambda: bound_cpu_and_pods(sim, namespaces) == (3000, 2), what="a1 and b1 bound")
+    eventually(
+        lambda: counted_workloads(sim, a.name).get("cpu") == 3000, what="labgate counted the 3 CPUs in use"
+    )
+
+    code, stderr = create(b, cpu_pod("b2", "2"))()
+    assert code != 0
+    assert '[tenant-quota] Pod "b2" asks 2 CPUs' in stderr, stderr
+    assert f'tenant "{a.name}" uses 3 of 4 CPUs across its namespaces. Fix:' in stderr, stderr
+
+    assert create(b, cpu_pod("b3", "1"))()[0] == 0  # exactly up to the limit: admitted, and it runs
+    eventually(lambda: bound_cpu_and_pods(sim, namespaces) == (4000, 3), what="b3 bound")
+    eventually(lambda: counted_workloads(sim, a.name).get("pods") == 3, what="labgate counted 3 pods")
+
+    refused = a.admin.kubectl("create", "-n", a.namespace, "-f", "-", stdin=json.dumps(cpu_pod("a2", "100m")))
+    assert refused.returncode != 0
+    assert f'[tenant-quota] Pod "a2" asks 1 pod; tenant "{a.name}" uses 3 of 3 pods' in refused.stderr, (
+        refused.stderr
+    )
+    # A Job's pods are judged as the Job controller creates them: refused, seen in the Job's events.
+    template = cpu_pod("x", "500m")
+    del template["metadata"]["name"]
+    sweep = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep"},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+    code, stderr = create(b, sweep)()
+    assert code == 0, stderr
+
+    def sweep_refused() -> bool:
+        return any(
+            e.get("reason") == "FailedCreate" and "[tenant-quota]" in e.get("message", "")
+            for e in _json(sim, "events", "-n", b.namespace)["items"]
+            if e["involvedObject"]["kind"] == "Job"
+        )
+
+    eventually(sweep_refused, what="the Job's pod refused [tenant-quota] (FailedCreate)")
+    _wait_all_bound(sim, namespaces)
+    assert bound_cpu_and_pods(sim, namespaces) == (4000, 3)  # never beyond: 4 CPUs, 3 pods bound
+
+
+def test_a_burst_across_namespaces_is_bounded_by_each_namespaces_native_quota(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """The documented bound of the settling window: pods created together, faster than labgate counts
+    them, are each checked against the same usage, but every namespace's ResourceQuota labgate-limits
+    (the tenant's whole limit, enforced by the apiserver race-free) caps what each namespace binds. So
+    a burst across two namespaces binds at most twice the limit, and once it is counted the next pod is
+    refused and the tenant must come back under its limit before any more run."""
+    limit_cpu = 2000
+    a, b = limited_tenant_in_two_namespaces(sim, tenants, {"cpu": "2"})
+    namespaces = [a.namespace, b.namespace]
+    results = burst(
+        [create(ns, cpu_pod(f"burst-{i}", "1", shard=i % 2)) for i in range(4) for ns in (a, b)], workers=8
+    )
+    admitted = sum(1 for code, _ in results if code == 0)
+    _wait_all_bound(sim, namespaces)
+    cpu, _ = bound_cpu_and_pods(sim, namespaces)
+    assert cpu <= limit_cpu * len(namespaces), f"{cpu}m bound: beyond each namespace's quota"
+    eventually(lambda: counted_workloads(sim, a.name).get("cpu") == cpu, what="labgate counted the burst")
+    code, stderr = create(a, cpu_pod("after", "1"))()
+    assert code != 0
+    assert "[tenant-quota]" in stderr, stderr
+    print(f"\nburst: {admitted} of 8 admitted, {cpu}m bound (limit {limit_cpu}m, bound {2 * limit_cpu}m)")

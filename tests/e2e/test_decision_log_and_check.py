@@ -133,6 +133,7 @@ def _live_comparable(path: Path) -> bool:
     return (
         sample.offline_only is None
         and sample.gpu_usage is None
+        and sample.tenant_usage is None
         and sample.images is None
         and sample.operation == "CREATE"
         and sample.old_object is None

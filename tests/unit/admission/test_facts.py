@@ -165,3 +165,42 @@ def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held
     from webhook.admission import unscheduled_holds
 
     assert unscheduled_holds({"metadata": {"name": "vision"}, "status": status}) == held
+
+
+class _Workloads:
+    """The tenant's live pods' requests as the cached ledger holds them (no API call)."""
+
+    def __init__(self, workloads: dict[str, int]) -> None:
+        self.workloads = workloads
+        self.asked: list[str] = []
+
+    def workloads_of(self, tenant: str) -> dict[str, int]:
+        self.asked.append(tenant)
+        return self.workloads
+
+
+def _cpu_pod(operation: str = "CREATE") -> AdmissionRequest:
+    request = _pod().model_dump(by_alias=True, exclude_none=True)
+    request["operation"] = operation
+    request["object"]["spec"] = {
+        "containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}]
+    }
+    return AdmissionRequest.model_validate(request)
+
+
+def test_a_pod_create_gets_its_tenants_live_usage_for_tenant_quota() -> None:
+    usage = {"cpu": 6000, "memory": 1 << 30, "pods": 3}
+    workloads = _Workloads(usage)
+    gatherer = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
+    policy_input, _ = asyncio.run(gatherer.gather(_cpu_pod()))
+    assert policy_input["tenant_usage"] == usage
+    assert workloads.asked == ["vision"]
+
+
+def test_no_usage_and_no_pod_create_mean_no_tenant_usage() -> None:
+    none_yet = FactGatherer(inventory=_Inventory(), workload_usage=_Workloads({}))
+    assert "tenant_usage" not in asyncio.run(none_yet.gather(_cpu_pod()))[0]
+    workloads = _Workloads({"pods": 3})
+    update = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
+    assert "tenant_usage" not in asyncio.run(update.gather(_cpu_pod("UPDATE")))[0]
+    assert workloads.asked == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from labgate.gpu_accounting.ledger import (
@@ -211,3 +213,13 @@ def test_a_ledger_that_does_not_parse_says_which_and_why() -> None:
     assert "a/p1.gpus" in message
     with pytest.raises(LedgerCorruptError):
         ledger_from_config_map("vision", {"data": {"reservations": "not json"}})
+
+
+def test_the_live_pods_requests_are_stored_in_the_ledger_and_read_back() -> None:
+    """Ledger.workloads (tenant-quota's usage) round-trips through the ConfigMap; a ledger without
+    it stores no key (GPU-only ledgers are as before)."""
+    book = Ledger(tenant="vision", workloads={"cpu": 2500, "pods": 2})
+    config_map = config_map_from_ledger(book, namespace="labgate-system")
+    assert json.loads(config_map["data"]["workloads"]) == {"cpu": 2500, "pods": 2}
+    assert ledger_from_config_map("vision", config_map).workloads == {"cpu": 2500, "pods": 2}
+    assert "workloads" not in config_map_from_ledger(Ledger(tenant="vision"), namespace="x")["data"]

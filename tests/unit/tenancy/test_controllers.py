@@ -319,3 +319,31 @@ def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_
     finally:
         conflict_storm.storm_over.set()
         reconciler.stop_workers()
+
+
+def test_cpu_pods_coming_and_going_keep_the_ledgers_workloads_current() -> None:
+    """tenant-quota's usage: the settlement writes what the tenant's live pods ask into the ledger
+    (which the webhook reads from its cache); finished and deleted pods leave it. A tenant without
+    limits gets no such writes (its ledger is written as often as before)."""
+    reconciler, kube = make()
+    drain(reconciler)
+    reconciler.settlement.pods.on_event("ADDED", a_pod(9))
+    drain(reconciler)
+    assert reconciler.ledgers.cached("vision").workloads == {}  # no limits, no workloads
+    reconciler.settlement.pods.on_event("DELETED", a_pod(9))
+    limited = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]
+    limited["metadata"]["generation"] = 2
+    limited["spec"]["limits"] = {"cpu": "8"}
+    reconciler.observe(TENANT, "MODIFIED", copy.deepcopy(limited))
+    drain(reconciler)
+    for i in range(3):
+        pod = a_pod(i)
+        pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+        reconciler.settlement.pods.on_event("ADDED", pod)
+    drain(reconciler)
+    ledgers = reconciler.ledgers
+    assert ledgers.cached("vision").workloads == {"cpu": 1500, "memory": 3 << 30, "pods": 3}
+    reconciler.settlement.pods.on_event("MODIFIED", a_pod(0, phase="Succeeded"))
+    reconciler.settlement.pods.on_event("DELETED", a_pod(1))
+    drain(reconciler)
+    assert ledgers.cached("vision").workloads == {"cpu": 500, "memory": 1 << 30, "pods": 1}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from labgate.core.tenant import Tenant
+from labgate.core.tenant import Tenant, TenantLimits
 from rbac.desired import desired_objects, is_subset, object_key, shared_cluster_roles, tenant_namespaces
 
 
@@ -179,3 +179,25 @@ def test_pod_security_follows_the_mode_of_pod_hardening(enforcement: dict[str, s
     labels = objects[("v1", "Namespace", "", "vision")]["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == level
     assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_tenant_limits_are_a_resource_quota_in_every_namespace_defaults_filling_the_gaps() -> None:
+    """The native backstop of tenant-quota: each namespace gets the tenant's whole CPU, memory and
+    pod limits as a ResourceQuota on requests; a limit the Tenant leaves unset is the infra team's
+    default (config tenant_limits)."""
+    defaults = TenantLimits(cpu="100", memory="1Ti", pods=500)
+    limited = tenant(limits={"cpu": "64", "pods": 100})
+    objects = by_key(desired_objects(limited, namespaces=["vision", "vision-a"], limit_defaults=defaults))
+    for ns in ("vision", "vision-a"):
+        quota = objects[("v1", "ResourceQuota", ns, "labgate-limits")]
+        assert quota["spec"] == {"hard": {"requests.cpu": "64", "requests.memory": "1024Gi", "pods": "100"}}
+        assert quota["metadata"]["labels"]["labgate.io/tenant"] == "vision"
+    half = by_key(desired_objects(tenant(limits={"cpu": "500m"}), namespaces=["vision"]))
+    assert half[("v1", "ResourceQuota", "vision", "labgate-limits")]["spec"]["hard"] == {
+        "requests.cpu": "500m"
+    }
+
+
+def test_no_limit_and_no_default_means_no_limits_quota() -> None:
+    objects = by_key(desired_objects(tenant(), namespaces=["vision"], limit_defaults=TenantLimits()))
+    assert ("v1", "ResourceQuota", "vision", "labgate-limits") not in objects
