@@ -12,6 +12,8 @@ A sample is one YAML file in a directory named `samples` beside a policy
     gpu_usage: {total: 12, by_model: {h100: 4}}   # optional: the tenant's GPUs in use
     images: {<image as written>: {registry: ..., digest: ..., signed_by: [...], error: null, ...}}
                                    # optional: image facts (input.images); no registry is asked
+    claim_users: {pods: [{name, field, phase, is_deleting}]}
+                                   # optional: the pods naming a claim being created or deleted
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -73,6 +75,7 @@ class Sample(_Config):
     old_object: dict[str, Any] | None = None
     gpu_usage: GpuAmount | None = None
     images: dict[str, dict[str, Any]] | None = None
+    claim_users: dict[str, Any] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -161,7 +164,9 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             old_object=sample.old_object,
             uid=f"sample-{path.stem}",
         )
-        result = opa.check(request, gpu_usage=sample.gpu_usage, images=sample.images)
+        result = opa.check(
+            request, gpu_usage=sample.gpu_usage, images=sample.images, claim_users=sample.claim_users
+        )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])
     failures: list[str] = []

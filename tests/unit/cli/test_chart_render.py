@@ -624,6 +624,7 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
         ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        ("", "pods", "list"),  # the pods that name a claim being created or deleted (dra-claim-in-use)
         # the warn and dry-run findings of admitted objects (labgate-admission reports)
         ("wgpolicyk8s.io", "policyreports", "get"),
         ("wgpolicyk8s.io", "policyreports", "create"),
