@@ -79,7 +79,7 @@ class _Pods:
         return {"items": self.result}
 
 
-class _Unavailable(Exception):
+class _UnavailableError(Exception):
     status = 503
     reason = "Service Unavailable"
 
@@ -88,7 +88,7 @@ class _Unavailable(Exception):
     ("result", "expected"),
     [
         (PODS[:1], {"pods": [claim_users(PODS[:1], "ResourceClaim", "gpus")["pods"][0]]}),
-        (_Unavailable(), {"error": "the API answered 503 Service Unavailable"}),
+        (_UnavailableError(), {"error": "the API answered 503 Service Unavailable"}),
         (TimeoutError(), {"error": "listing them failed: TimeoutError"}),
     ],
 )
