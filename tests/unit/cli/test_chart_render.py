@@ -661,6 +661,8 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     assert {("labgate.io", "tenants", v) for v in ("get", "list", "watch", "patch")} <= cluster
     assert {("labgate.io", "tenants/status", v) for v in ("get", "patch")} <= cluster
     assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
+    # what the scheduler allocated to claims settles a pod's DRA GPUs
+    assert {("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch")} <= cluster
     assert not {g for g in cluster if g[1] in ("secrets", "pods") and g[2] not in ("get", "list", "watch")}
     assert not {g for g in cluster if g[1] == "secrets"}, "no Secret anywhere but its own one (a Role)"
     own = _grants(default_manifests, "Role", "labgate-reconciler")
