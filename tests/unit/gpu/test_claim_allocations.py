@@ -32,7 +32,7 @@ CONFIG = GpuCounting(
 def claim(
     requests: list[dict[str, Any]],
     results: list[str] | None,
-    pods: list[str] = ("pod-1",),
+    pods: tuple[str, ...] = ("pod-1",),
     name: str = "gpus",
 ) -> dict[str, Any]:
     status: dict[str, Any] = {}
@@ -95,7 +95,7 @@ def test_the_gpus_a_claim_holds_are_what_the_scheduler_allocated(
 
 
 def test_a_shared_claim_counts_for_each_pod_it_is_reserved_for() -> None:
-    shared = claim(ONE, ["gpu"], pods=["a", "b"])
+    shared = claim(ONE, ["gpu"], pods=("a", "b"))
     assert consumers(shared) == ["a", "b"]
     assert pod_allocations([shared, claim(ONE, None, name="idle")], CONFIG) == {
         "a": (AllocatedDevices("", 1, 1),),
