@@ -908,7 +908,7 @@ ATTEMPTS: list[Attempt] = [
         "researcher",
         "A",
         _token("s1", "labgate-reconciler"),
-        _token("s1", "trainer"),
+        _token("s1", "worker"),
     ),
     Attempt(
         "token-for-other-tenants-member-account",
@@ -916,7 +916,7 @@ ATTEMPTS: list[Attempt] = [
         "researcher",
         "A",
         _token("s2", "runner"),
-        _token("s2", "trainer"),
+        _token("s2", "worker"),
     ),
     Attempt(
         "job-as-privileged-service-account",
@@ -970,6 +970,15 @@ ATTEMPTS: list[Attempt] = [
         "A",
         lambda _: pod("s15", serviceAccountName="trainer"),
         lambda _: pod("s15", serviceAccountName="trainer"),
+        allowed_where="A-admin",
+    ),
+    Attempt(
+        "token-for-restricted-account",
+        "restricted-service-account",
+        "researcher",
+        "A",
+        _token("s18", "trainer"),
+        _token("s18", "trainer"),
         allowed_where="A-admin",
     ),
     Attempt(

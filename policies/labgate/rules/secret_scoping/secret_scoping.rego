@@ -12,7 +12,8 @@
 #   annotations of the namespace's restricted Secrets as input.secrets[name].annotations, and without
 #   those facts this check finds nothing. Since whoever runs a pod as such a service account gets the
 #   Secret, only the tenant's admins may run pods as one (restricted-service-account): a researcher's
-#   pod, Job or Deployment may not name it, nor change the pod template of one that does. Only the
+#   pod, Job or Deployment may not name it, nor change the pod template of one that does, nor mint
+#   a token Secret for it. Only the
 #   tenant's admins may change or delete a restricted Secret (the API returns its data to whoever
 #   does). The platform (trusted requesters, and so controller-created pods) is never refused here.
 package labgate.rules.secret_scoping
@@ -300,6 +301,34 @@ _restricted_old_secret := {trim_space(name) |
 	input.request.kind.group == ""
 	some name in split(input.request.oldObject.metadata.annotations[_restriction_annotation], ",")
 	trim_space(name) != ""
+}
+
+# METADATA
+# title: Only the tenant's admins mint tokens for a service account a restricted Secret names
+# description: |
+#   A token of the account is the account: whoever holds it acts as it through the API, and reads
+#   the Secret wherever the account may.
+# custom:
+#   rule_id: restricted-service-account
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.kind == "Secret" # first, for rule indexing
+	input.request.kind.group == ""
+	sa := _token_service_account
+	not tenancy.is_trusted_requester
+	tenant := tenancy.namespace_tenant
+	not tenancy.is_admin(tenant, input.request.userInfo)
+	secrets := _restricting(sa)
+	count(secrets) > 0
+	field := sprintf("metadata.annotations[%s]", [_token_annotation])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s asks a token for service account %q (annotation %s), to which %s restricted (annotation %s); only admins of tenant %q (%s) may act as it, and user %s is not one. Fix: name another service account, or ask an admin of %q (%s) to create the token",
+		[
+			rule_id, _secret_ref, sa, _token_annotation, _secrets_text(secrets), _restriction_annotation,
+			tenant.metadata.name, tenancy.admin_names(tenant), tenancy.describe_user(input.request.userInfo),
+			tenant.metadata.name, tenancy.admin_names(tenant),
+		],
+	)
 }
 
 # METADATA

@@ -287,3 +287,19 @@ test_admin_may_lift_a_restriction_and_researchers_may_add_one if {
 	restriction_messages("UPDATE", testdata.alice, restricted_secret(restriction), restricted_secret({})) == set()
 	restriction_messages("DELETE", testdata.alice, null, restricted_secret({})) == set()
 }
+
+test_researchers_may_not_mint_tokens_for_a_restricted_service_account if {
+	found := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.alice, token_secret("t", "trainer"), null)
+		with input.pod_templates as []
+		with input.secrets as restricted_secrets
+		with data.inventory as testdata.inventory
+	found == {{
+		"rule": "restricted-service-account",
+		"field": "metadata.annotations[kubernetes.io/service-account.name]",
+		"message": `[restricted-service-account] Secret "t" in namespace "team-a" asks a token for service account "trainer" (annotation kubernetes.io/service-account.name), to which Secrets "registry", "wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may act as it, and user "alice" (groups: team-a) is not one. Fix: name another service account, or ask an admin of "team-a" (ann) to create the token`,
+	}}
+	count(secret_scoping.violation) == 0 with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.ann, token_secret("t", "trainer"), null)
+		with input.pod_templates as []
+		with input.secrets as restricted_secrets
+		with data.inventory as testdata.inventory
+}
