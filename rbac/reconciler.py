@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labgate.core.api_resources import NAMESPACE, TENANT, Kind, Object
+from labgate.core.api_resources import NAMESPACE, RESOURCE_CLAIM, TENANT, Kind, Object
 from labgate.core.kube import ApiClient, KubeApi, Reflector
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
@@ -217,6 +217,15 @@ class Reconciler:
                 on_event=self.settlement.pods.on_event,
             ),
         ]
+        # What the scheduler allocated to claims (the settlement's truth for DRA GPUs). Not part of
+        # readiness: a cluster that does not serve resource.k8s.io/v1 has no claims to count.
+        self.claim_reflector = Reflector(
+            "resourceclaims",
+            self.kube.api,
+            self.kube.lister(RESOURCE_CLAIM),
+            on_list=self.settlement.claims.on_list,
+            on_event=self.settlement.claims.on_event,
+        )
 
     def _periodic_tasks(
         self, resync_seconds: float, certificates: CertificateManager | None, certificate_check_seconds: float
@@ -302,6 +311,7 @@ class Reconciler:
         self.settled.start()
         for reflector in self.reflectors:
             reflector.start()
+        self.claim_reflector.start()
         self.leader.start()
         self.start_workers()
 
@@ -316,6 +326,7 @@ class Reconciler:
         self.leader.stop()
         for reflector in self.reflectors:
             reflector.stop()
+        self.claim_reflector.stop()
         self.ledgers.stop()
         self.settled.stop()
         self.stop_workers()

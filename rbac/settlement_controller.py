@@ -21,7 +21,7 @@ from prometheus_client import Counter
 from labgate.core.api_resources import Kind, Object
 from labgate.core.kube import KubeApi
 from labgate.core.tenant import TENANT_LABEL, Tenant, TenantLimits
-from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.demand import GpuCounting, whole_gpu_model
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCorruptError
 from labgate.gpu_accounting.ledger import now as ledger_now
 from labgate.gpu_accounting.ledger_store import LedgerCache
@@ -38,6 +38,7 @@ from labgate.gpu_accounting.settlement import (
     settle_tenant,
     uids_to_watch,
 )
+from rbac.claim_index import ClaimIndex
 from rbac.runtime import WRITES, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.tenant_events import TenantEvents, tenant_key
 
@@ -89,6 +90,7 @@ class PodIndex:
             is_preemptible=is_admitted_preemptible(obj),
             is_scheduled=bool((obj.get("spec") or {}).get("nodeName")),
             requests=pod_requests(obj),
+            whole_model=whole_gpu_model(obj.get("spec") or {}, self._gpu_counting.gpu_model_label),
         )
 
     def on_list(self, objects: list[Object]) -> None:
@@ -172,6 +174,9 @@ class SettlementController:
         self.settled = settled
         self.queue = queue if queue is not None else WorkQueue()
         self.pods = PodIndex(cache, gpu_counting, on_tenant=self.queue.add)
+        self.claims = ClaimIndex(
+            gpu_counting, tenant_of=lambda ns: tenant_of_namespace(cache, ns), on_tenant=self.queue.add
+        )
         self._gate = gate
         self._events = events
         self._on_settled = on_settled
@@ -224,6 +229,7 @@ class SettlementController:
             looked_up=looked_up,
             gone_pod_uids=gone,
             now=ledger_now(),
+            allocations=self.claims.allocations(),
         )
 
     def _read_expired_unseen(self, ledger: Ledger, seen: dict[str, PodFacts]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
-from webhook.provenance.reference import InvalidReferenceError, parse_reference
+from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 
 MAX_WARNING_LENGTH = 119  # kubectl shows warnings whole; keep them on one line
@@ -59,28 +59,20 @@ def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[s
 
 
 def image_references(pod_templates: Sequence[Mapping[str, Any]]) -> dict[str, ImageReferenceDocument]:
-    """Every image of the templates, as written -> {registry, repository, error}: what the reference
-    alone tells (Docker's normalisation), or why it is not a reference."""
+    """Every image of the templates (containers and image volumes), as written -> {registry,
+    repository, error}: what the reference alone tells (Docker's normalisation), or why it is not a
+    reference."""
     references: dict[str, ImageReferenceDocument] = {}
     for template in pod_templates:
-        spec = template.get("spec") or {}
-        for field in _CONTAINER_LISTS:
-            containers = spec.get(field)
-            # Not a list: the apiserver would refuse the object; decide it rather than fail on it.
-            for container in containers if isinstance(containers, list) else []:
-                image = container.get("image") if isinstance(container, dict) else None
-                if not isinstance(image, str) or image in references:
-                    continue
-                try:
-                    parsed = parse_reference(image)
-                except InvalidReferenceError as err:
-                    references[image] = {"registry": None, "repository": None, "error": str(err)}
-                    continue
-                references[image] = {
-                    "registry": parsed.registry,
-                    "repository": parsed.repository,
-                    "error": None,
-                }
+        for image in spec_images(template.get("spec")):
+            if image in references:
+                continue
+            try:
+                parsed = parse_reference(image)
+            except InvalidReferenceError as err:
+                references[image] = {"registry": None, "repository": None, "error": str(err)}
+                continue
+            references[image] = {"registry": parsed.registry, "repository": parsed.repository, "error": None}
     return references
 
 

@@ -62,6 +62,8 @@ class ClaimSource(Protocol):
         self, namespace: str, pod_templates: list[dict[str, Any]]
     ) -> dict[str, dict[str, Any]]: ...
 
+    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]: ...
+
 
 class SecretFacts(Protocol):
     @property
@@ -85,6 +87,17 @@ class WorkloadUsageSource(Protocol):
     from the cached ledger the reconciler keeps current)."""
 
     def workloads_of(self, tenant: str) -> dict[str, int]: ...
+
+
+def swapped_claim(request: AdmissionRequest) -> tuple[str, str] | None:
+    """(kind, name) of a ResourceClaim or ResourceClaimTemplate being created or deleted: one a live
+    pod names may not be swapped under it (dra-claim-in-use), so the policy needs its users."""
+    if request.kind.group != "resource.k8s.io" or request.operation not in ("CREATE", "DELETE"):
+        return None
+    if request.kind.kind not in ("ResourceClaim", "ResourceClaimTemplate") or request.sub_resource:
+        return None
+    name = request.name or ((request.object or {}).get("metadata") or {}).get("name")
+    return (request.kind.kind, name) if isinstance(name, str) and name else None
 
 
 def claimed_volume(request: AdmissionRequest) -> str | None:
@@ -163,6 +176,9 @@ class FactGatherer:
                 policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
             except Exception:  # the rule refuses a claim whose volume it could not see
                 log.exception("could not read PersistentVolume %s", volume_name)
+        swapped = swapped_claim(request)
+        if tenant and request.namespace and swapped is not None and self.claims is not None:
+            policy_input["claim_users"] = await self.claims.users_of(request.namespace, *swapped)
         templates_doc = cast(list[dict[str, Any]], policy_input["pod_templates"])
         template_names = template_volume_names(request.object, templates_doc)
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)

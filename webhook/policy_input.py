@@ -58,6 +58,9 @@ class PolicyInput(TypedDict):
     # The ResourceClaims / templates the pod templates name, or why one could not be read
     # (webhook.claims.ClaimFacts).
     resource_claims: NotRequired[dict[str, Any]]
+    # For a claim or claim template being created or deleted: the pods of its namespace that name it,
+    # {"pods": [{"name", "field", "phase", "is_deleting"}]} or {"error": text} (dra-claim-in-use).
+    claim_users: NotRequired[dict[str, Any]]
     # Each image's registry, repository, digest and verified signatures (tenants with spec.images;
     # webhook.provenance.admission.ImageGatherer).
     images: NotRequired[dict[str, Any]]

@@ -69,7 +69,14 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
             "Namespaced",
         ),
         _rule("networking.k8s.io", "v1", ["networkpolicies"], [*_WRITE, "DELETE"], "Namespaced"),
-        _rule("resource.k8s.io", "v1", ["resourceclaims", "resourceclaimtemplates"], _WRITE, "Namespaced"),
+        # DELETE too: a claim a live pod names is not swapped under it (dra-claim-in-use).
+        _rule(
+            "resource.k8s.io",
+            "v1",
+            ["resourceclaims", "resourceclaimtemplates"],
+            [*_WRITE, "DELETE"],
+            "Namespaced",
+        ),
         _rule("", "v1", ["namespaces"], _WRITE, "Cluster"),
         _rule("labgate.io", "v1alpha1", ["tenants"], _WRITE, "Cluster"),
     ]

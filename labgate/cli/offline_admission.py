@@ -474,6 +474,7 @@ class OfflineOpa:
         *,
         gpu_usage: GpuAmount | None = None,
         images: dict[str, Any] | None = None,
+        claim_users: dict[str, Any] | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
     ) -> CheckResult:
@@ -481,7 +482,8 @@ class OfflineOpa:
 
         A namespace the facts do not hold but that starts with one tenant's prefix counts as that
         tenant's (see `with_namespace`). No registry is asked: `images` are the image facts
-        (input.images, as webhook.provenance.facts gathers them) when the caller has any."""
+        (input.images, as webhook.provenance.facts gathers them) when the caller has any; likewise
+        `claim_users` (input.claim_users, the pods naming a claim being created or deleted)."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -492,6 +494,8 @@ class OfflineOpa:
                 built["secrets"] = facts.secrets.get(req.namespace, {})
             if images is not None:
                 built["images"] = images
+            if claim_users is not None:
+                built["claim_users"] = claim_users
             return built
 
         mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request), facts=facts))

@@ -13,6 +13,8 @@ A sample is one YAML file in a directory named `samples` beside a policy
     tenant_usage: {cpu: 6000, memory: 0, pods: 3} # optional: what its live pods ask (millicores, bytes)
     images: {<image as written>: {registry: ..., digest: ..., signed_by: [...], error: null, ...}}
                                    # optional: image facts (input.images); no registry is asked
+    claim_users: {pods: [{name, field, phase, is_deleting}]}
+                                   # optional: the pods naming a claim being created or deleted
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -75,6 +77,7 @@ class Sample(_Config):
     gpu_usage: GpuAmount | None = None
     tenant_usage: dict[str, int] | None = None
     images: dict[str, dict[str, Any]] | None = None
+    claim_users: dict[str, Any] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -164,7 +167,11 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             uid=f"sample-{path.stem}",
         )
         result = opa.check(
-            request, gpu_usage=sample.gpu_usage, images=sample.images, tenant_usage=sample.tenant_usage
+            request,
+            gpu_usage=sample.gpu_usage,
+            images=sample.images,
+            tenant_usage=sample.tenant_usage,
+            claim_users=sample.claim_users,
         )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])

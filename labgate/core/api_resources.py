@@ -34,6 +34,7 @@ class Kind:
         return f"{base}/{name}" if name else base
 
 
+POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", is_namespaced=False)
 PERSISTENT_VOLUME = Kind("PersistentVolume", "", "v1", "persistentvolumes", is_namespaced=False)

@@ -14,8 +14,8 @@ which is what `PodRequests` in Kubernetes' component-helpers computes and the sc
 Whole GPUs are of the model `nodeSelector[gpu_model_label]` names (else "unspecified"); a MIG
 resource is its own model (`nvidia.com/mig-1g.10gb` is `mig-1g.10gb`). `by_model` counts units; the
 total counts each unit times its weight (`gpu_resource_weights`, 1 when unset). GPUs asked through
-Dynamic Resource Allocation claims count too, given the claims' specs (the reconciler does not
-gather them: see `pod_demand`'s `claims`).
+Dynamic Resource Allocation claims count too, given the claims' specs (`pod_demand`'s `claims`); the
+reconciler counts them from what the scheduler allocated instead (`claim_allocations`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ neither a reservation nor a record: after the settled-pods store was deleted, or
 while the webhook was bypassed. It is `labgate.gpu_accounting.demand.pod_demand` of the pod's spec, the
 effective request the scheduler reserves (init containers, native sidecars, overhead, weights), the
 same rules as the policy's; GPUs asked through Dynamic Resource Allocation claims are not counted
-here (the reconciler does not read claims), only through the pod's ledger record.
+here: the settlement adds what the scheduler allocated to the pod's claims
+(`labgate.gpu_accounting.claim_allocations`).
 """
 
 from __future__ import annotations

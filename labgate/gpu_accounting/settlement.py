@@ -1,7 +1,8 @@
 """Pure: settling one tenant's GPU reservations against the pods the reconciler sees.
 
 The settlement controller (rbac/settlement_controller.py) gathers the facts (the ledger, the settled
-pods, the pods its watch shows, the pods it had to read from the API) and writes the result; what to
+pods, the pods its watch shows, the pods it had to read from the API, the GPU devices the scheduler
+allocated to the claims reserved for each pod) and writes the result; what to
 write is decided here, with no client and no clock of its own. The ledger arithmetic itself (which
 reservation settles, expires or stays) is `ledger.settle`.
 """
@@ -9,15 +10,19 @@ reservation settles, expires or stays) is `ledger.settle`.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from labgate.core.gpu_amount import sum_of
+from labgate.gpu_accounting.claim_allocations import AllocatedDevices, allocated_amount, at_least
+from labgate.gpu_accounting.demand import UNSPECIFIED_MODEL
 from labgate.gpu_accounting.ledger import GpuAmount, Ledger, reservation_uid, settle
 from labgate.gpu_accounting.pod_requests import tenant_usage
 
 
 @dataclass(frozen=True)
 class PodFacts:
-    """What the reconciler keeps of one pod (by uid): where it is, its phase, the GPUs its spec asks."""
+    """What the reconciler keeps of one pod (by uid): where it is, its phase, the GPUs its spec asks
+    (claims aside), and the model of its whole GPUs (for claims of a class mapped to no model)."""
 
     namespace: str
     name: str
@@ -27,6 +32,19 @@ class PodFacts:
     is_scheduled: bool = True  # spec.nodeName is set: the scheduler bound it
     # cpu (millicores), memory (bytes), pods (1): what it asks (labgate.gpu_accounting.pod_requests)
     requests: Mapping[str, int] = field(default_factory=dict)
+    whole_model: str = UNSPECIFIED_MODEL
+
+
+def held_gpus(
+    tenant_pods: Mapping[str, PodFacts], allocations: Mapping[str, tuple[AllocatedDevices, ...]]
+) -> dict[str, GpuAmount]:
+    """What each pod with allocated claims holds: its spec's GPUs plus the devices the scheduler
+    allocated to its claims (the truth, whatever the claims asked when the pod was admitted)."""
+    return {
+        uid: facts.gpus + allocated_amount(allocations[uid], facts.whole_model)
+        for uid, facts in tenant_pods.items()
+        if uid in allocations
+    }
 
 
 @dataclass(frozen=True)
@@ -101,17 +119,28 @@ def settle_tenant(
     looked_up: Mapping[str, str],
     gone_pod_uids: Collection[str],
     now: float,
+    allocations: Mapping[str, tuple[AllocatedDevices, ...]] | None = None,
 ) -> Settlement:
     """Settle a tenant. `seen`: the watched pods among those reserved or settled (any namespace);
     `tenant_pods`: the watched pods in the tenant's namespaces; `looked_up`: phases read from the API
-    of pods the watch did not show (see `expired_unseen`); `gone_pod_uids`: pods seen deleted."""
-    found = unrecorded(ledger, settled_pods, tenant_pods)
+    of pods the watch did not show (see `expired_unseen`); `gone_pod_uids`: pods seen deleted;
+    `allocations`: the GPU devices allocated to the claims reserved for each pod, by uid. A settled
+    pod's record is never below what it holds (its spec's GPUs plus its allocated devices): the
+    count that decides is the count the cluster allocated."""
+    held = held_gpus(tenant_pods, allocations or {})
+    as_held = {
+        uid: replace(facts, gpus=held[uid]) if uid in held else facts for uid, facts in tenant_pods.items()
+    }
+    found = unrecorded(ledger, settled_pods, as_held)
     phases = {uid: facts.phase for uid, facts in seen.items()}
     phases.update(looked_up)
     phases.update({uid: tenant_pods[uid].phase for uid in found})
     updated, settled = settle(
         ledger, settled_pods, pod_phases=phases, now=now, gone_pod_uids=gone_pod_uids, unrecorded=found
     )
+    if held:
+        settled = {uid: at_least(gpus, held[uid]) if uid in held else gpus for uid, gpus in settled.items()}
+        updated = updated.model_copy(update={"settled": sum_of(settled.values())})
     return Settlement(
         ledger=updated,
         settled=settled,

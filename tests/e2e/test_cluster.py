@@ -900,3 +900,93 @@ def test_a_burst_across_namespaces_is_bounded_by_each_namespaces_native_quota(
     assert code != 0
     assert "[tenant-quota]" in stderr, stderr
     print(f"\nburst: {admitted} of 8 admitted, {cpu}m bound (limit {limit_cpu}m, bound {2 * limit_cpu}m)")
+
+
+def _dra_gpus_on(sim: LabgateStack, nodes: list[str], tenants: TenantFactory) -> None:
+    """The DeviceClass labgate counts (gpu.nvidia.com) and a ResourceSlice of 8 devices per node, as a
+    DRA driver would publish them; removed with the test's tenants."""
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
+    }
+    sim.admin_kubectl("apply", "-f", "-", stdin=json.dumps(device_class))
+    tenants.created.append(("deviceclass", "gpu.nvidia.com"))
+    for node in nodes:
+        slice_ = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(8)],
+            },
+        }
+        sim.admin_kubectl("apply", "-f", "-", stdin=json.dumps(slice_))
+        tenants.created.append(("resourceslice", f"{node}-gpus"))
+
+
+def test_dra_gpus_are_settled_from_what_the_scheduler_allocated(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """Issue 19, finding 2, graded by the cluster's allocation: a pod held by a scheduling gate is
+    admitted against a 1-device claim. The tenant cannot swap the claim (dra-claim-in-use); the
+    platform can, and then the scheduler allocates what the new claim asks: the usage labgate reports
+    follows the allocation (status.allocation), not what was judged at admission."""
+    quota = {"total": 8}
+    team, pools = tenant_with_pools(sim, tenants, lambda n: _spot_pools(n, nodes=1), gpu=quota)
+    ns = team.namespace
+    nodes = [
+        n["metadata"]["name"] for n in _json(sim, "nodes", "-l", f"{POOL_LABEL}={pools[0].name}")["items"]
+    ]
+    _dra_gpus_on(sim, nodes, tenants)
+
+    def claim(count: int) -> dict[str, Any]:
+        request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "gpus"},
+            "spec": {"devices": {"requests": [request]}},
+        }
+
+    waiting = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/hold"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpus"}],
+            "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    assert create(team, claim(1))()[0] == 0
+    code, err = create(team, waiting)()
+    assert code == 0, err
+    refused = team.researcher.kubectl("delete", "resourceclaim", "gpus", "-n", ns, "--wait=false")
+    assert refused.returncode == 1
+    assert "[dra-claim-in-use]" in refused.stderr, refused.stderr
+
+    # The platform swaps it (trusted: not refused), the researcher lets the pod go.
+    sim.admin_kubectl("delete", "resourceclaim", "gpus", "-n", ns, "--wait=true")
+    sim.admin_kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(claim(6)))
+    ungated = team.researcher.kubectl(
+        "patch", "pod", "gated", "-n", ns, "--type=json",
+        "-p", json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]),
+    )  # fmt: skip
+    assert ungated.returncode == 0, ungated.stderr
+
+    def allocated() -> int:
+        held = _json(sim, "resourceclaim", "gpus", "-n", ns)
+        return len(
+            ((held.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+        )
+
+    eventually(
+        lambda: allocated() == 6 and "gated" in _bound_pods(sim, ns), what="6 devices allocated, pod bound"
+    )
+    # What the cluster allocated is what the Tenant shows (judged: 1).
+    eventually(lambda: reported_usage(sim, team.name) == 6, what="reported usage follows the allocation")

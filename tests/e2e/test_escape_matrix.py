@@ -125,6 +125,8 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
         factory.open_rbac(b.namespace, *a.researcher.groups)
         ns = a.namespace
         stack.admin_kubectl("create", "serviceaccount", "trainer", "-n", ns)
+        # An account no restricted Secret names: researchers may run pods as it.
+        stack.admin_kubectl("create", "serviceaccount", "worker", "-n", ns)
         stack.admin_kubectl("create", "serviceaccount", "runner", "-n", ns)
         # A trusts its deploy account as an admin: only A's admins may run as it or mint its tokens.
         stack.admin_kubectl("create", "serviceaccount", "deployer", "-n", ns)
@@ -906,7 +908,7 @@ ATTEMPTS: list[Attempt] = [
         "researcher",
         "A",
         _token("s1", "labgate-reconciler"),
-        _token("s1", "trainer"),
+        _token("s1", "worker"),
     ),
     Attempt(
         "token-for-other-tenants-member-account",
@@ -914,7 +916,7 @@ ATTEMPTS: list[Attempt] = [
         "researcher",
         "A",
         _token("s2", "runner"),
-        _token("s2", "trainer"),
+        _token("s2", "worker"),
     ),
     Attempt(
         "job-as-privileged-service-account",
@@ -922,7 +924,7 @@ ATTEMPTS: list[Attempt] = [
         "researcher",
         "A",
         lambda _: job("s3", serviceAccountName="labgate-reconciler"),
-        lambda _: job("s3", serviceAccountName="trainer"),
+        lambda _: job("s3", serviceAccountName="worker"),
     ),
     Attempt(
         "pod-reads-restricted-secret-env",
@@ -931,6 +933,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s4", None, "env"),
         _restricted_secret_pod("s4", "trainer", "env"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-reads-restricted-secret-envfrom",
@@ -939,6 +942,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s5", None, "envFrom"),
         _restricted_secret_pod("s5", "trainer", "envFrom"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-mounts-restricted-secret",
@@ -947,6 +951,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s6", "default", "volume"),
         _restricted_secret_pod("s6", "trainer", "volume"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-projects-restricted-secret",
@@ -955,6 +960,35 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s7", None, "projected"),
         _restricted_secret_pod("s7", "trainer", "projected"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
+    ),
+    # Running as the account a restricted Secret names is reading the Secret: admins only.
+    Attempt(
+        "pod-runs-as-restricted-account",
+        "restricted-service-account",
+        "researcher",
+        "A",
+        lambda _: pod("s15", serviceAccountName="trainer"),
+        lambda _: pod("s15", serviceAccountName="trainer"),
+        allowed_where="A-admin",
+    ),
+    Attempt(
+        "token-for-restricted-account",
+        "restricted-service-account",
+        "researcher",
+        "A",
+        _token("s18", "trainer"),
+        _token("s18", "trainer"),
+        allowed_where="A-admin",
+    ),
+    Attempt(
+        "job-runs-as-restricted-account",
+        "restricted-service-account",
+        "researcher",
+        "A",
+        lambda _: job("s16", serviceAccountName="trainer"),
+        lambda _: job("s16", serviceAccountName="trainer"),
+        allowed_where="A-admin",
     ),
     # Network policies (tenant admins may write them, within the tenant).
     Attempt(
@@ -1192,13 +1226,13 @@ ATTEMPTS: list[Attempt] = [
         "pod-as-other-tenants-member-account",
         "service-account-identity",
         lambda _, n: pod(n, serviceAccountName="runner"),
-        lambda _, n: pod(n, serviceAccountName="trainer"),
+        lambda _, n: pod(n, serviceAccountName="worker"),
     ),
     *_both(
         "job-projected-token-of-other-tenants-member-account",
         "service-account-identity",
         lambda _, n: job(n, serviceAccountName="runner", volumes=[_projected_token()]),
-        lambda _, n: job(n, serviceAccountName="trainer", volumes=[_projected_token()]),
+        lambda _, n: job(n, serviceAccountName="worker", volumes=[_projected_token()]),
     ),
     Attempt(
         "pod-as-admin-account-by-researcher",
@@ -1226,6 +1260,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s11", None, "csi"),
         _restricted_secret_pod("s11", "trainer", "csi"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-azurefile-restricted-secret",
@@ -1234,6 +1269,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s12", None, "azureFile"),
         _restricted_secret_pod("s12", "trainer", "azureFile"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-cephfs-restricted-secret",
@@ -1242,6 +1278,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s13", None, "cephfs"),
         _restricted_secret_pod("s13", "trainer", "cephfs"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
     Attempt(
         "pod-init-container-restricted-secret",
@@ -1250,6 +1287,7 @@ ATTEMPTS: list[Attempt] = [
         "A",
         _restricted_secret_pod("s14", None, "initContainer"),
         _restricted_secret_pod("s14", "trainer", "initContainer"),
+        allowed_where="A-admin",  # only admins run pods as "trainer" (restricted-service-account)
     ),
 ]
 
@@ -1724,3 +1762,30 @@ def test_a_tenant_cannot_be_given_a_system_priority_class(arena: Arena) -> None:
     )
     assert refused.returncode == 1, refused.stdout
     assert "system-* priority classes are the cluster's own" in refused.stderr, refused.stderr
+
+
+def test_only_admins_change_what_runs_as_a_restricted_account(arena: Arena) -> None:
+    """A workload running as "trainer" (the account Secret "trainer-key" is restricted to) is the
+    admin's: a researcher may not change its pod template (that would run their code with the
+    Secret), on CREATE or UPDATE, but may label it; the admin may change it."""
+    ns, researcher, admin = arena.a.namespace, arena.a.researcher, arena.a.admin
+    manifest = deployment("s17", serviceAccountName="trainer")
+    refused = researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
+    assert refused.returncode == 1, refused.stdout
+    assert "[restricted-service-account]" in refused.stderr, refused.stderr
+    assert 'runs as service account "trainer", to which Secret "trainer-key" is restricted' in refused.stderr
+    assert "Fix:" in refused.stderr
+    assert admin.apply(manifest, ns).returncode == 0
+
+    other = "registry.lab.example/research/trainer:v2"
+    changed = researcher.kubectl("set", "image", "deployment/s17", f"m={other}", "-n", ns)
+    assert changed.returncode == 1, changed.stdout
+    assert "[restricted-service-account]" in changed.stderr, changed.stderr
+    labelled = researcher.kubectl("label", "deployment", "s17", "-n", ns, "owner=research")
+    assert labelled.returncode == 0, labelled.stderr  # the template is as it was
+    by_admin = admin.kubectl("set", "image", "deployment/s17", f"m={other}", "-n", ns)
+    assert by_admin.returncode == 0, by_admin.stderr
+    stored = json.loads(arena.stack.admin_kubectl("get", "deployment", "s17", "-n", ns, "-o", "json"))
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == other
+    assert stored["metadata"]["labels"]["owner"] == "research"
+    arena.stack.admin_kubectl("delete", "deployment", "s17", "-n", ns)

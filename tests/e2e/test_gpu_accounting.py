@@ -312,6 +312,70 @@ def test_claim_templates_are_judged_on_update_too(arena: Arena, actor: str) -> N
     assert allowed.returncode == 0, allowed.stderr
 
 
+def resource_claim(name: str, count: int) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def _claim_count(arena: Arena, name: str) -> int:
+    stored = json.loads(
+        arena.stack.admin_kubectl("get", "resourceclaim", name, "-n", arena.a.namespace, "-o", "json")
+    )
+    return int(stored["spec"]["devices"]["requests"][0]["exactly"]["count"])
+
+
+@pytest.mark.parametrize("actor", ACTORS)
+def test_a_claim_a_waiting_pod_names_cannot_be_swapped_under_it(arena: Arena, actor: str) -> None:
+    # Issue 19: a pod held by a scheduling gate is admitted against a 1-device claim; deleting the
+    # claim and creating it again with 8 devices would have the scheduler allocate 8, unjudged.
+    who, ns = arena.actor(actor), arena.a.namespace
+    name = f"swap-{actor[:3]}"
+    assert _create(who, ns, resource_claim(name, 1)).returncode == 0
+    waiting = pod(f"{name}-pod", resourceClaims=[{"name": "gpu", "resourceClaimName": name}])
+    waiting["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    waiting["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]
+    assert _create(who, ns, waiting).returncode == 0
+
+    refused = who.kubectl("delete", "resourceclaim", name, "-n", ns, "--wait=false")
+    assert refused.returncode == 1, refused.stdout
+    assert "[dra-claim-in-use]" in refused.stderr, refused.stderr
+    assert f'pod "{name}-pod" names it' in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr
+    assert _claim_count(arena, name) == 1
+
+    # Gone by the platform's hand (not the tenant's), it may not come back asking more while the
+    # pod waits.
+    arena.stack.admin_kubectl("delete", "resourceclaim", name, "-n", ns, "--wait=true")
+    again = _create(who, ns, resource_claim(name, 8))
+    assert again.returncode == 1, again.stdout
+    assert "[dra-claim-in-use]" in again.stderr, again.stderr
+    assert arena.stack.cluster_kubectl("get", "resourceclaim", name, "-n", ns).returncode == 1
+    arena.stack.admin_kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(resource_claim(name, 1)))
+
+    # UPDATE: removing the gate is the legitimate action; the claim stays the one judged.
+    ungated = who.kubectl(
+        "patch", "pod", f"{name}-pod", "-n", ns, "--type=json",
+        "-p", json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]),
+    )  # fmt: skip
+    assert ungated.returncode == 0, ungated.stderr
+    still = who.kubectl("delete", "resourceclaim", name, "-n", ns, "--wait=false")
+    assert still.returncode == 1, still.stdout
+    assert "[dra-claim-in-use]" in still.stderr, still.stderr
+
+    # Once no live pod names it, the claim is the tenant's to delete and to create again.
+    arena.stack.admin_kubectl("delete", "pod", f"{name}-pod", "-n", ns, "--wait=true")
+    deleted = who.kubectl("delete", "resourceclaim", name, "-n", ns, "--wait=true")
+    assert deleted.returncode == 0, deleted.stderr
+    assert _create(who, ns, resource_claim(name, 2)).returncode == 0
+    assert _claim_count(arena, name) == 2
+    arena.stack.admin_kubectl("delete", "resourceclaim", name, "-n", ns)
+
+
 # -- the quota, on what the apiserver holds ------------------------------------------------------------
 
 

@@ -96,6 +96,32 @@ def test_a_signed_image_is_admitted_and_pinned_to_its_digest(lab: Lab) -> None:
         assert live_image(lab, manifest) == f"{lab.registry.host}/vision/train@{digest}"
 
 
+@pytest.mark.parametrize("actor", ["researcher", "admin"])
+def test_kubectl_set_image_on_a_running_pod_needs_a_digest_where_images_must_be_signed(
+    lab: Lab, actor: str
+) -> None:
+    # The mutating webhook pins on CREATE only: a tag set on a running pod would stay a tag, and a
+    # tag moved after the check would run unsigned. So the update must name the digest.
+    who, ns = {"researcher": lab.team.researcher, "admin": lab.team.admin}[actor], lab.team.namespace
+    base = f"{lab.registry.host}/vision/set-image-{actor[:3]}"
+    first = lab.tools.push_random_image(f"{base}:v1")
+    second = lab.tools.push_random_image(f"{base}:v2")
+    for digest in (first, second):
+        lab.tools.sign("v2", lab.release_key, f"{base}@{digest}")
+    manifest = pod(f"{base}:v1")
+    assert who.apply(manifest, ns).returncode == 0  # CREATE: judged and pinned
+    assert live_image(lab, manifest) == f"{base}@{first}"
+    target = f"pod/{manifest['metadata']['name']}"
+    refused = who.kubectl("set", "image", target, f"main={base}:v2", "-n", ns)
+    assert refused.returncode == 1, refused.stdout
+    assert "[image-digest-update]" in refused.stderr, refused.stderr
+    assert f'Fix: write it as "{base}@{second}"' in refused.stderr, refused.stderr
+    assert live_image(lab, manifest) == f"{base}@{first}"
+    allowed = who.kubectl("set", "image", target, f"main={base}@{second}", "-n", ns)
+    assert allowed.returncode == 0, allowed.stderr
+    assert live_image(lab, manifest) == f"{base}@{second}"
+
+
 def test_unsigned_and_untrusted_images_are_refused_with_the_image_and_rule(lab: Lab) -> None:
     unsigned = f"{lab.registry.host}/vision/unsigned:v1"
     unsigned_digest = lab.tools.push_random_image(unsigned)

@@ -17,24 +17,17 @@ from labgate.core.api_resources import SERVICE_ACCOUNT, Kind
 from labgate.core.kube import ApiException, KubeApi
 from webhook.provenance.credentials import pull_credentials
 from webhook.provenance.facts import ImageFacts, SigningKey, images_input
-from webhook.provenance.reference import InvalidReferenceError, parse_reference
+from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
 
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
-_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 KUBE_CACHE_SECONDS = 30.0
 
 
 def template_images(pod_templates: Iterable[dict[str, Any]]) -> list[str]:
-    """Every image the templates run, in order, once each."""
+    """Every image the templates run (containers and image volumes), in order, once each."""
     images: dict[str, None] = {}
     for template in pod_templates:
-        spec = template.get("spec") or {}
-        for field in _CONTAINER_LISTS:
-            containers = spec.get(field)
-            # Not a list: the apiserver would refuse the object; decide it rather than fail on it.
-            for container in containers if isinstance(containers, list) else []:
-                if isinstance(container, dict) and isinstance(container.get("image"), str):
-                    images[container["image"]] = None
+        images.update(dict.fromkeys(spec_images(template.get("spec"))))
     return list(images)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from labgate.core.errors import LabgateError
 
@@ -213,3 +214,26 @@ def parse_prefix(text: str) -> RepositoryPrefix:
 def is_allowed(reference: ImageReference, prefixes: list[RepositoryPrefix]) -> bool:
     """Whether any of `prefixes` allows `reference`."""
     return any(prefix.allows(reference) for prefix in prefixes)
+
+
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def spec_images(spec: Any) -> list[str]:
+    """Every image a pod spec runs, as written, in order, once each: its containers' (init and
+    ephemeral too) and its image volumes' (`spec.volumes[].image.reference`, Kubernetes 1.31+)."""
+    if not isinstance(spec, dict):
+        return []
+    images: dict[str, None] = {}
+    for field in _CONTAINER_LISTS:
+        containers = spec.get(field)
+        # Not a list: the apiserver would refuse the object; decide it rather than fail on it.
+        for container in containers if isinstance(containers, list) else []:
+            if isinstance(container, dict) and isinstance(container.get("image"), str):
+                images[container["image"]] = None
+    volumes = spec.get("volumes")
+    for volume in volumes if isinstance(volumes, list) else []:
+        source = volume.get("image") if isinstance(volume, dict) else None
+        if isinstance(source, dict) and isinstance(source.get("reference"), str):
+            images[source["reference"]] = None
+    return list(images)

@@ -126,7 +126,10 @@ _template_changes(tenant, template) := array.concat(
 		array.concat(_placement_changes(tenant, template), _automount_changes(tenant, template)),
 		_priority_changes(template),
 	),
-	array.concat(_pinning_changes(tenant, template), _preemptible_changes(tenant, template)),
+	array.concat(
+		array.concat(_pinning_changes(tenant, template), _volume_pinning_changes(tenant, template)),
+		_preemptible_changes(tenant, template),
+	),
 )
 
 # --- JSON pointers ---
@@ -404,6 +407,18 @@ _unpinned(tenant, template) := [{"rule": "image-digest-pin", "ops": [], "warning
 _requires_signature(tenant) if tenant.spec.images.requireSignature == true
 
 _requires_signature(tenant) if count(object.get(tenant.spec.images, "signingKeys", [])) > 0
+
+# Image volumes (spec.volumes[].image.reference) are pinned like containers' images.
+_volume_pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |
+	not tenant.spec.images.requireDigest
+	some i, volume in _array(object.get(template.spec, "volumes", []))
+	reference := volume.image.reference
+	pinned := input.images[reference].pinned
+	is_string(pinned)
+	pinned != reference
+	op := {"op": "add", "path": sprintf("%s/%d/image/reference", [_field_pointer(template, "volumes"), i]), "value": pinned}
+	warning := sprintf("labgate pinned %s to %s", [reference, substring(split(pinned, "@")[1], 0, 19)])
+]
 
 # Whether the patch depends on input.gpu_usage: only for a tenant whose GPU pods beyond quota are
 # admitted as preemptible. The webhook reuses a mutation for an identical pod created moments later

@@ -500,3 +500,14 @@ test_pods_without_gpus_are_never_placed if {
 	})
 	mutate(input_doc) == {"patch": [], "warnings": []}
 }
+
+test_image_volumes_are_pinned_like_containers if {
+	reference := "registry.lab.example/vision/weights:v3"
+	pinned := concat("", ["registry.lab.example/vision/weights@", _pin_digest])
+	template := object.union(_pin_input.pod_templates[0], {"spec": {"volumes": [{"name": "weights", "image": {"reference": reference}}]}})
+	with_volume := object.union(_pin_input, {"pod_templates": [template], "images": {reference: {"pinned": pinned}}})
+	result := mutation.changes_patch with input as with_volume
+		with data.inventory as _pin_inventory({"requireSignature": true})
+	{"op": "add", "path": "/spec/volumes/0/image/reference", "value": pinned} in result
+	{"op": "add", "path": "/spec/containers/0/image", "value": concat("", ["registry.lab.example/vision/train@", _pin_digest])} in result
+}

@@ -123,6 +123,10 @@ def test_policy_input_says_where_every_image_comes_from_without_asking_a_registr
                     "initContainers": [{"name": "i", "image": "nginx"}],
                     "containers": [{"name": "c", "image": "Registry.Lab.Example/vision/train:v1"}],
                     "ephemeralContainers": [{"name": "e", "image": "NOT A REFERENCE"}],
+                    "volumes": [
+                        {"name": "weights", "image": {"reference": "ghcr.io/lab/weights:v3"}},
+                        {"name": "scratch", "emptyDir": {}},
+                    ],
                 }
             }
         }
@@ -136,3 +140,9 @@ def test_policy_input_says_where_every_image_comes_from_without_asking_a_registr
     }
     assert references["NOT A REFERENCE"]["registry"] is None
     assert references["NOT A REFERENCE"]["error"]
+    # An image volume's image is an image the pod runs (its files), judged like a container's.
+    assert references["ghcr.io/lab/weights:v3"] == {
+        "registry": "ghcr.io",
+        "repository": "lab/weights",
+        "error": None,
+    }

@@ -33,6 +33,9 @@ class _Meeting:
         await asyncio.wait_for(self.images_started.wait(), MEETING_TIMEOUT)
         return {"gpu-claim": {"found": True}}
 
+    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        raise AssertionError("a pod is not a claim")
+
     async def images_for(
         self,
         *,
@@ -50,6 +53,9 @@ class _FailingClaims:
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]]
     ) -> dict[str, dict[str, Any]]:
+        raise OSError("apiserver unreachable")
+
+    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
         raise OSError("apiserver unreachable")
 
 

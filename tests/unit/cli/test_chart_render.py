@@ -629,6 +629,7 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
         ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        ("", "pods", "list"),  # the pods that name a claim being created or deleted (dra-claim-in-use)
         # the warn and dry-run findings of admitted objects (labgate-admission reports)
         ("wgpolicyk8s.io", "policyreports", "get"),
         ("wgpolicyk8s.io", "policyreports", "create"),
@@ -665,6 +666,8 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     assert {("labgate.io", "tenants", v) for v in ("get", "list", "watch", "patch")} <= cluster
     assert {("labgate.io", "tenants/status", v) for v in ("get", "patch")} <= cluster
     assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
+    # what the scheduler allocated to claims settles a pod's DRA GPUs
+    assert {("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch")} <= cluster
     assert not {g for g in cluster if g[1] in ("secrets", "pods") and g[2] not in ("get", "list", "watch")}
     assert not {g for g in cluster if g[1] == "secrets"}, "no Secret anywhere but its own one (a Role)"
     own = _grants(default_manifests, "Role", "labgate-reconciler")

@@ -238,6 +238,9 @@ class _Reader:
         self.objects = objects
         self.reads: list[tuple[str, str, str | None]] = []
 
+    def list(self, kind: Any, *, namespace: str | None = None, label_selector: str | None = None) -> Any:
+        raise AssertionError("claims a pod names are read by name")
+
     def get(self, kind: Any, name: str, *, namespace: str | None = None, timeout: float = 10) -> Any:
         self.reads.append((kind.kind, name, namespace))
         found = self.objects.get((kind.kind, name))

@@ -2,7 +2,7 @@
 # title: Image provenance
 # description: |
 #   In a tenant's namespace, every image of every pod template (containers, initContainers,
-#   ephemeralContainers) must come from an allowed registry or repository prefix (the tenant's
+#   ephemeralContainers, and image volumes: spec.volumes[].image.reference) must come from an allowed registry or repository prefix (the tenant's
 #   spec.images.registries plus data.labgate.config.allowed_registries; no list at all means no
 #   restriction), be pinned by digest when the tenant says spec.images.requireDigest, and be signed by
 #   one of the tenant's spec.images.signingKeys when it sets requireSignature or lists any key. Which
@@ -30,6 +30,18 @@ _images contains {
 	some template in input.pod_templates
 	some c in tenancy.containers(template.spec)
 	is_string(c.container.image)
+}
+
+# Image volumes (spec.volumes[].image.reference, Kubernetes 1.31+ behind a gate): an image's files
+# mounted into the pod, judged like a container's image.
+_images contains {
+	"where": sprintf("%s.volumes[%d] (%q)", [template.path, i, volume.name]),
+	"field": sprintf("%s.volumes[%d].image.reference", [template.path, i]),
+	"image": volume.image.reference,
+} if {
+	some template in input.pod_templates
+	some i, volume in object.get(template.spec, "volumes", [])
+	is_string(volume.image.reference)
 }
 
 _is_checked if {
@@ -237,5 +249,48 @@ violation contains {"rule": rule_id, "message": msg, "field": item.image.field} 
 	msg := sprintf(
 		"[%s] %s %s runs image %q, which labgate could not check for tenant %q: %s. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team",
 		[rule_id, tenancy.object_ref, item.image.where, item.image.image, tenant.metadata.name, item.reason],
+	)
+}
+
+# --- images changed on a running pod ---
+
+# The image at each field of the pod before the update (a Pod's spec is its only template).
+_old_images[field] := image if {
+	some c in tenancy.containers(object.get(input.request, ["oldObject", "spec"], {}))
+	image := c.container.image
+	field := sprintf("spec.%s.image", [c.field])
+}
+
+_old_images[field] := image if {
+	some i, volume in object.get(input.request, ["oldObject", "spec", "volumes"], [])
+	image := volume.image.reference
+	field := sprintf("spec.volumes[%d].image.reference", [i])
+}
+
+# METADATA
+# title: Images changed on a running pod are pinned by digest where images must be signed
+# description: |
+#   labgate pins an image to the digest it verified only when a pod is created (the mutating
+#   webhook sees CREATE only: see docs/operations.md, "Blast radius"). An image set on a running pod
+#   (`kubectl set image`, an ephemeral container of `kubectl debug`) is verified but could not be
+#   pinned, so a tag moved afterwards would run what no trusted key signed. Where the tenant requires
+#   signatures, such an image must come pinned by digest.
+# custom:
+#   rule_id: image-digest-update
+violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
+	input.request.kind.kind == "Pod" # first, for rule indexing
+	input.request.kind.group == ""
+	input.request.operation == "UPDATE"
+	_is_checked
+	tenant := tenancy.namespace_tenant
+	_requires_signature(tenant)
+	not _images_spec(tenant).requireDigest == true # image-digest refuses every unpinned image there
+	some image in _images
+	not _is_pinned(image.image)
+	object.get(_old_images, image.field, null) != image.image
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s is set to image %q on a running pod; tenant %q requires signed images, and labgate pins a tag to the digest it verified only when a pod is created, so a tag moved later would run unsigned. Fix: %s (or delete the pod and create it again)",
+		[rule_id, tenancy.object_ref, image.where, image.image, tenant.metadata.name, _pin_fix(image.image)],
 	)
 }

@@ -334,3 +334,69 @@ test_no_allowed_registries_anywhere_leaves_unparsable_references_to_the_kubelet 
 		with data.inventory as inventory
 	count(v) == 0
 }
+
+# --- image volumes ---
+
+test_image_volumes_are_judged_like_containers if {
+	model := "registry.lab.example/research/weights:v3"
+	unsigned := object.union(fact(model, "registry.lab.example", "research/weights", "v3", []), {"digest": other_digest})
+	pod := testdata.pod("train-1", {
+		"containers": [{"name": "main", "image": trainer}],
+		"volumes": [{"name": "weights", "image": {"reference": model}}],
+	})
+	violations_for("team-a", testdata.alice, pod, {trainer: trainer_fact, model: unsigned}) == {{
+		"rule": "image-signature",
+		"field": "spec.volumes[0].image.reference",
+		"message": concat("", [`[image-signature] Pod "train-1" spec.volumes[0] ("weights") runs image "registry.lab.example/research/weights:v3" (digest `, other_digest, `), which no key tenant "team-a" trusts has signed (trusted keys: release, ci). Fix: sign it with one of those keys (cosign sign --key <key> registry.lab.example/research/weights@`, other_digest, `) or use an image one of them signed`]),
+	}}
+
+	elsewhere := "quay.io/someone/weights:v1"
+	{v.rule | some v in violations_for(
+		"team-a", testdata.alice, testdata.pod("train-1", {
+			"containers": [{"name": "main", "image": trainer}],
+			"volumes": [{"name": "weights", "image": {"reference": elsewhere}}],
+		}),
+		{trainer: trainer_fact, elsewhere: fact(elsewhere, "quay.io", "someone/weights", "v1", ["release"])},
+	)} == {"image-registry"}
+
+	# No facts for a volume's image where signatures are required: refused, never skipped.
+	{v.rule | some v in violations_for("team-a", testdata.alice, pod, {trainer: trainer_fact})} == {"image-unverifiable"}
+	count(violations_for("team-a", testdata.alice, pod, {trainer: trainer_fact, model: object.union(unsigned, {"signed_by": ["ci"]})})) == 0
+}
+
+# --- image-digest-update ---
+
+pinned_trainer := concat("@", ["registry.lab.example/research/trainer", digest])
+
+retagged := "registry.lab.example/research/trainer:v2"
+
+retagged_fact := fact(retagged, "registry.lab.example", "research/trainer", "v2", ["release"])
+
+pod_update(user, new_images, old_images, images) := violations if {
+	new := pod_with(new_images)
+	request := testdata.request("UPDATE", "Pod", "team-a", user, new, pod_with(old_images))
+	violations := provenance.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new), "images": images}
+		with data.inventory as inventory
+}
+
+update_message(user_image) := sprintf(`[image-digest-update] Pod "train-1" spec.containers[0] ("main") is set to image %q on a running pod; tenant "team-a" requires signed images, and labgate pins a tag to the digest it verified only when a pod is created, so a tag moved later would run unsigned. Fix: write it as "registry.lab.example/research/trainer@%s" (or delete the pod and create it again)`, [user_image, digest])
+
+test_a_signed_tag_set_on_a_running_pod_is_refused_for_researchers_and_admins if {
+	facts := {retagged: retagged_fact, pinned_trainer: trainer_fact}
+	{v.message | some v in pod_update(testdata.alice, [retagged], [pinned_trainer], facts)} == {update_message(retagged)}
+	{v.message | some v in pod_update(testdata.ann, [retagged], [pinned_trainer], facts)} == {update_message(retagged)}
+}
+
+test_a_digest_set_on_a_running_pod_and_unchanged_tags_are_admitted if {
+	facts := {retagged: retagged_fact, pinned_trainer: trainer_fact, trainer: trainer_fact}
+	count(pod_update(testdata.alice, [pinned_trainer], [retagged], facts)) == 0
+
+	# A label change on a pod whose tag was written before the tenant required signatures.
+	count(pod_update(testdata.alice, [trainer], [trainer], facts)) == 0
+
+	# Tenants that do not require signatures are not asked for digests on update.
+	new := pod_with(["docker.io/someone/x:v2"])
+	request := testdata.request("UPDATE", "Pod", "team-b", testdata.bob, new, pod_with(["docker.io/someone/x:v1"]))
+	count(provenance.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+		with data.inventory as inventory
+}

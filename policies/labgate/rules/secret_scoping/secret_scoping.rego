@@ -10,9 +10,12 @@
 #   (comma-separated, in the pod's namespace) may be referenced, from any field of a pod spec that
 #   names a Secret, only by pods running as one of those service accounts; the webhook provides the
 #   annotations of the namespace's restricted Secrets as input.secrets[name].annotations, and without
-#   those facts this check finds nothing. Only the tenant's admins may change or delete a restricted
-#   Secret (the API returns its data to whoever does). The platform (trusted requesters, and so
-#   controller-created pods) is never refused here.
+#   those facts this check finds nothing. Since whoever runs a pod as such a service account gets the
+#   Secret, only the tenant's admins may run pods as one (restricted-service-account): a researcher's
+#   pod, Job or Deployment may not name it, nor change the pod template of one that does, nor mint
+#   a token Secret for it. Only the
+#   tenant's admins may change or delete a restricted Secret (the API returns its data to whoever
+#   does). The platform (trusted requesters, and so controller-created pods) is never refused here.
 package labgate.rules.secret_scoping
 
 import data.labgate.lib.tenancy
@@ -242,6 +245,55 @@ violation contains {"rule": rule_id, "message": msg, "field": ref.field} if {
 
 _quoted_list(names) := concat(" or ", [sprintf("%q", [n]) | some n in sort(names)])
 
+# The restricted Secrets of the namespace that name service account `name` (from input.secrets).
+_restricting(name) := sort([secret_name |
+	some secret_name, _ in object.get(input, "secrets", {})
+	name in _restricted_to(secret_name)
+])
+
+_secrets_text(names) := sprintf("Secret %q is", [names[0]]) if {
+	count(names) == 1
+} else := sprintf("Secrets %s are", [concat(", ", [sprintf("%q", [n]) | some n in names])])
+
+# Whether a pod template is new or changed by this request: an UPDATE that leaves it as it was (a
+# label, a replica count) does not start anything as its service account. A template whose old
+# copy cannot be found counts as changed.
+_is_new_or_changed(_) if input.request.operation == "CREATE"
+
+_is_new_or_changed(template) if {
+	input.request.operation == "UPDATE"
+	object.get(input.request, array.concat(["oldObject"], split(template.path, ".")), null) != template.spec
+}
+
+# METADATA
+# title: Only the tenant's admins run pods as a service account a restricted Secret names
+# description: |
+#   A pod running as the service account a Secret is restricted to may mount the Secret: running as
+#   it is reading it. So only the admins of the namespace's tenant may create a pod (or a workload)
+#   that runs as such an account, or change the pod template of one.
+# custom:
+#   rule_id: restricted-service-account
+violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if {
+	_writes
+	not tenancy.is_trusted_requester
+	tenant := tenancy.namespace_tenant
+	not tenancy.is_admin(tenant, input.request.userInfo)
+	some template in input.pod_templates
+	_is_new_or_changed(template)
+	runs_as := _runs_as(template)
+	secrets := _restricting(runs_as.name)
+	count(secrets) > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s runs as service account %q, to which %s restricted (annotation %s); only admins of tenant %q (%s) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or remove %s to run as \"default\"), or ask an admin of %q (%s) to run it",
+		[
+			rule_id, tenancy.object_ref, runs_as.field, runs_as.name, _secrets_text(secrets), _restriction_annotation,
+			tenant.metadata.name, tenancy.admin_names(tenant), tenancy.describe_user(input.request.userInfo),
+			runs_as.field, tenant.metadata.name, tenancy.admin_names(tenant),
+		],
+	)
+}
+
 # The service accounts the Secret being changed or deleted was restricted to (from its oldObject).
 _restricted_old_secret := {trim_space(name) |
 	input.request.operation in {"UPDATE", "DELETE"}
@@ -249,6 +301,34 @@ _restricted_old_secret := {trim_space(name) |
 	input.request.kind.group == ""
 	some name in split(input.request.oldObject.metadata.annotations[_restriction_annotation], ",")
 	trim_space(name) != ""
+}
+
+# METADATA
+# title: Only the tenant's admins mint tokens for a service account a restricted Secret names
+# description: |
+#   A token of the account is the account: whoever holds it acts as it through the API, and reads
+#   the Secret wherever the account may.
+# custom:
+#   rule_id: restricted-service-account
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	input.request.kind.kind == "Secret" # first, for rule indexing
+	input.request.kind.group == ""
+	sa := _token_service_account
+	not tenancy.is_trusted_requester
+	tenant := tenancy.namespace_tenant
+	not tenancy.is_admin(tenant, input.request.userInfo)
+	secrets := _restricting(sa)
+	count(secrets) > 0
+	field := sprintf("metadata.annotations[%s]", [_token_annotation])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s asks a token for service account %q (annotation %s), to which %s restricted (annotation %s); only admins of tenant %q (%s) may act as it, and user %s is not one. Fix: name another service account, or ask an admin of %q (%s) to create the token",
+		[
+			rule_id, _secret_ref, sa, _token_annotation, _secrets_text(secrets), _restriction_annotation,
+			tenant.metadata.name, tenancy.admin_names(tenant), tenancy.describe_user(input.request.userInfo),
+			tenant.metadata.name, tenancy.admin_names(tenant),
+		],
+	)
 }
 
 # METADATA

@@ -102,8 +102,56 @@ pod_using_secrets(service_account) := testdata.pod("train-1", {
 })
 
 test_pod_running_as_allowed_service_account_may_use_restricted_secrets if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
 	count(secret_scoping.violation) == 0 with input as input_doc
+		with data.inventory as testdata.inventory
+}
+
+# --- restricted-service-account ---
+
+restricted_identity_message(kind, field, user) := sprintf(`[restricted-service-account] %s %s runs as service account "trainer", to which Secrets "registry", "wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or remove %s to run as "default"), or ask an admin of "team-a" (ann) to run it`, [kind, field, user, field])
+
+test_researchers_may_not_run_pods_as_a_restricted_service_account if {
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
+	violations := secret_scoping.violation with input as input_doc
+		with data.inventory as testdata.inventory
+	violations == {{
+		"rule": "restricted-service-account",
+		"field": "spec.serviceAccountName",
+		"message": restricted_identity_message(`Pod "train-1"`, "spec.serviceAccountName", `"alice" (groups: team-a)`),
+	}}
+
+	# Without naming the Secret at all: running as the account is enough (its token, a later mount).
+	plain := testdata.deployment("web", {}, {"serviceAccountName": "trainer", "containers": [testdata.main_container]})
+	found := secret_scoping.violation with input as object.union(testdata.workload_input("Deployment", "team-a", testdata.alice, plain), {"secrets": restricted_secrets})
+		with data.inventory as testdata.inventory
+	{v.message | some v in found} == {restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`)}
+}
+
+deployment_update(user, old_spec, new_spec) := object.union(
+	{
+		"request": testdata.request(
+			"UPDATE", "Deployment", "team-a", user,
+			testdata.deployment("web", {}, new_spec), testdata.deployment("web", {}, old_spec),
+		),
+		"pod_templates": testdata.pod_templates("Deployment", testdata.deployment("web", {}, new_spec)),
+	},
+	{"secrets": restricted_secrets},
+)
+
+test_researchers_may_not_change_the_template_of_a_workload_running_as_it if {
+	old := {"serviceAccountName": "trainer", "containers": [testdata.main_container]}
+	new := {"serviceAccountName": "trainer", "containers": [object.union(testdata.main_container, {"image": "other"})]}
+	found := secret_scoping.violation with input as deployment_update(testdata.alice, old, new)
+		with data.inventory as testdata.inventory
+	{v.message | some v in found} == {restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`)}
+
+	# An update that leaves the template as it was (labels, replicas) starts nothing as the account.
+	count(secret_scoping.violation) == 0 with input as deployment_update(testdata.alice, old, old)
+		with data.inventory as testdata.inventory
+
+	# Admins may.
+	count(secret_scoping.violation) == 0 with input as deployment_update(testdata.ann, old, new)
 		with data.inventory as testdata.inventory
 }
 
@@ -113,7 +161,7 @@ test_without_secret_facts_nothing_is_refused if {
 }
 
 test_evaluator_may_use_wandb_key_but_not_registry if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("evaluator")), {"secrets": restricted_secrets})
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("evaluator")), {"secrets": restricted_secrets})
 	violations := secret_scoping.violation with input as input_doc
 		with data.inventory as testdata.inventory
 	violations == {{
@@ -202,7 +250,7 @@ test_secret_references_are_found_wherever_the_spec_names_them if {
 		"initContainers": [object.union(testdata.main_container, {"name": "init", "envFrom": [{"secretRef": {"name": "registry"}}]})],
 		"containers": [testdata.main_container],
 	})
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod), {"secrets": restricted_secrets})
+	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod), {"secrets": restricted_secrets})
 	violations := secret_scoping.violation with input as input_doc
 		with data.inventory as testdata.inventory
 	{v.field | some v in violations} == {
@@ -238,4 +286,20 @@ test_admin_may_lift_a_restriction_and_researchers_may_add_one if {
 	restriction_messages("UPDATE", testdata.ann, restricted_secret({}), restricted_secret(restriction)) == set()
 	restriction_messages("UPDATE", testdata.alice, restricted_secret(restriction), restricted_secret({})) == set()
 	restriction_messages("DELETE", testdata.alice, null, restricted_secret({})) == set()
+}
+
+test_researchers_may_not_mint_tokens_for_a_restricted_service_account if {
+	found := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.alice, token_secret("t", "trainer"), null)
+		with input.pod_templates as []
+		with input.secrets as restricted_secrets
+		with data.inventory as testdata.inventory
+	found == {{
+		"rule": "restricted-service-account",
+		"field": "metadata.annotations[kubernetes.io/service-account.name]",
+		"message": `[restricted-service-account] Secret "t" in namespace "team-a" asks a token for service account "trainer" (annotation kubernetes.io/service-account.name), to which Secrets "registry", "wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may act as it, and user "alice" (groups: team-a) is not one. Fix: name another service account, or ask an admin of "team-a" (ann) to create the token`,
+	}}
+	count(secret_scoping.violation) == 0 with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.ann, token_secret("t", "trainer"), null)
+		with input.pod_templates as []
+		with input.secrets as restricted_secrets
+		with data.inventory as testdata.inventory
 }
