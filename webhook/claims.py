@@ -13,25 +13,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from labgate.core.api_resources import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
+from webhook.references import claim_references
+
+__all__ = ["ClaimFacts", "claim_fact", "claim_references", "missing_fact"]
 
 # How long one read may take: the whole admission has 2.5 s.
 READ_TIMEOUT_SECONDS = 1.0
-
-
-def claim_references(pod_templates: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """(kind, name) of every claim the templates name, kind "ResourceClaim" or "ResourceClaimTemplate"."""
-    found: set[tuple[str, str]] = set()
-    for template in pod_templates:
-        spec = template.get("spec")
-        claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
-        for ref in claims if isinstance(claims, list) else []:
-            if not isinstance(ref, Mapping):
-                continue
-            if isinstance(ref.get("resourceClaimName"), str):
-                found.add(("ResourceClaim", ref["resourceClaimName"]))
-            elif isinstance(ref.get("resourceClaimTemplateName"), str):
-                found.add(("ResourceClaimTemplate", ref["resourceClaimTemplateName"]))
-    return found
 
 
 def claim_fact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:

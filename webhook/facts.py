@@ -17,6 +17,13 @@ from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
+from webhook.references import (
+    DEFAULT_MAX_REFERENCES,
+    References,
+    TooManyReferencesError,
+    claim_references,
+    pull_credential_references,
+)
 from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
@@ -95,6 +102,7 @@ class FactGatherer:
         image_timeout: float = 1.0,
         volumes: VolumeFacts | None = None,
         claims: ClaimSource | None = None,
+        max_references: int = DEFAULT_MAX_REFERENCES,
     ):
         self.inventory = inventory
         self.secrets = secrets
@@ -104,9 +112,12 @@ class FactGatherer:
         self.image_timeout = image_timeout
         self.volumes = volumes
         self.claims = claims
+        self.max_references = max_references
 
     async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
-        """The policy input and the tenant that owns the request's namespace."""
+        """The policy input and the tenant that owns the request's namespace. Raises
+        TooManyReferencesError, before reading any of them, when the request's templates name more
+        objects to read than `max_references`."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         tenant = None
         if namespace:
@@ -124,6 +135,8 @@ class FactGatherer:
                 log.exception("could not read PersistentVolume %s", volume_name)
         templates_doc = cast(list[dict[str, Any]], policy_input["pod_templates"])
         template_names = template_volume_names(request.object, templates_doc)
+        if tenant:
+            self._bound_references(tenant, policy_input, template_names)
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
             policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
         if tenant and self.gpu_usage is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
@@ -141,6 +154,21 @@ class FactGatherer:
             if images is not None:
                 policy_input["images"] = images
         return policy_input, tenant
+
+    def _bound_references(self, tenant: str, policy_input: PolicyInput, template_names: list[str]) -> None:
+        """Raise TooManyReferencesError when the request names more objects to read than the bound
+        (images count for tenants with image rules, the only ones whose images are read)."""
+        templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
+        spec = self.inventory.tenant_spec(tenant) if self.images is not None else None
+        reads_images = bool(spec and spec.get("images"))
+        references = References(
+            claims=len(claim_references(templates)) if self.claims is not None else 0,
+            volumes=len(template_names) if self.volumes is not None else 0,
+            images=len(policy_input["image_references"]) if reads_images else 0,
+            credentials=len(pull_credential_references(templates)) if reads_images else 0,
+        )
+        if references.total > self.max_references:
+            raise TooManyReferencesError(references, self.max_references)
 
     async def _claims_and_images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
