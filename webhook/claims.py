@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from labgate.core.api_resources import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
+from webhook.read_shares import Read, unshared
 from webhook.references import claim_references
 
 __all__ = ["ClaimFacts", "claim_fact", "claim_references", "missing_fact"]
@@ -65,11 +66,10 @@ class ClaimFacts:
         return claim_fact(kind, obj)
 
     async def for_templates(
-        self, namespace: str, pod_templates: Iterable[Mapping[str, Any]]
+        self, namespace: str, pod_templates: Iterable[Mapping[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
-        """{"<kind>/<name>": fact} for every claim the templates name; {} when they name none."""
+        """{"<kind>/<name>": fact} for every claim the templates name; {} when they name none.
+        `read` runs each read (in the request's tenant's share of the pool: webhook/read_shares.py)."""
         references = sorted(claim_references(pod_templates))
-        facts = await asyncio.gather(
-            *(asyncio.to_thread(self._read, namespace, kind, name) for kind, name in references)
-        )
+        facts = await asyncio.gather(*(read(self._read, namespace, kind, name) for kind, name in references))
         return {f"{kind}/{name}": fact for (kind, name), fact in zip(references, facts, strict=True)}

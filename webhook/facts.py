@@ -17,6 +17,7 @@ from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
+from webhook.read_shares import Read, ReadShares
 from webhook.references import (
     DEFAULT_MAX_REFERENCES,
     References,
@@ -59,7 +60,7 @@ class ImageFactSource(Protocol):
 
 class ClaimSource(Protocol):
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = ...
     ) -> dict[str, dict[str, Any]]: ...
 
 
@@ -113,6 +114,7 @@ class FactGatherer:
         self.volumes = volumes
         self.claims = claims
         self.max_references = max_references
+        self.reads = ReadShares()
 
     async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
         """The policy input and the tenant that owns the request's namespace. Raises
@@ -138,7 +140,9 @@ class FactGatherer:
         if tenant:
             self._bound_references(tenant, policy_input, template_names)
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
-            policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
+            policy_input["persistent_volumes"] = await template_volumes(
+                template_names, self.volumes, read=self.reads.of(tenant)
+            )
         if tenant and self.gpu_usage is not None and needs_gpu_usage(request, policy_input["pod_templates"]):
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
@@ -175,18 +179,19 @@ class FactGatherer:
     ) -> tuple[dict[str, dict[str, Any]] | None, dict[str, dict[str, Any]] | None]:
         """The DRA claims the templates name and their images' facts, fetched at the same time.
         A failure of either is raised once both are done (the claims' first)."""
-        claims = asyncio.ensure_future(self._claims(namespace, pod_templates))
+        claims = asyncio.ensure_future(self._claims(tenant, namespace, pod_templates))
         images = asyncio.ensure_future(self._images(tenant, namespace, pod_templates))
         await asyncio.gather(claims, images, return_exceptions=True)  # cancelled together, too
         return claims.result(), images.result()
 
     async def _claims(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
     ) -> dict[str, dict[str, Any]] | None:
-        """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them."""
+        """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them.
+        Read within the tenant's share of the pool."""
         if self.claims is None:
             return None
-        return await self.claims.for_templates(namespace, pod_templates)
+        return await self.claims.for_templates(namespace, pod_templates, read=self.reads.of(tenant))
 
     async def _images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]

@@ -11,6 +11,7 @@ import pytest
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
+from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
@@ -26,7 +27,7 @@ class _Meeting:
         self.images_started = asyncio.Event()
 
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
         self.claims_started.set()
         await asyncio.wait_for(self.images_started.wait(), MEETING_TIMEOUT)
@@ -47,7 +48,7 @@ class _Meeting:
 
 class _FailingClaims:
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
         raise OSError("apiserver unreachable")
 

@@ -24,6 +24,7 @@ from webhook.app import Watched, cluster_server, create_app, policy_reporting
 from webhook.claims import ClaimFacts
 from webhook.pod_templates import WorkloadKind
 from webhook.policy_input import PolicyInput
+from webhook.read_shares import READS_PER_TENANT, ReadShares
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 from webhook.settings import Settings
@@ -75,7 +76,8 @@ class _NoImages:
 
 
 class _HeldApi:
-    """The API's stand-in for claim reads: counts them, and answers each once `released` is set."""
+    """The API's stand-in for claim reads: counts them, and answers those of the flooding tenant's
+    namespace once `released` is set (the others at once)."""
 
     def __init__(self) -> None:
         self.released = threading.Event()
@@ -87,7 +89,8 @@ class _HeldApi:
     ) -> dict[str, Any] | None:
         with self._lock:
             self.reads += 1
-        self.released.wait(timeout=30)
+        if namespace == "vision-team":
+            self.released.wait(timeout=30)
         return {"spec": {"devices": {"requests": []}}}
 
 
@@ -116,7 +119,7 @@ def _pod(
     }
 
 
-def _server(api: _HeldApi, inventory: _Inventory) -> Any:
+def _server(api: _HeldApi, inventory: _Inventory, reads_per_tenant: int = READS_PER_TENANT) -> Any:
     def server(
         settings: Settings, engine: Any, registry: Any, provenance: Any, kinds: tuple[WorkloadKind, ...]
     ) -> tuple[AdmissionServer, list[Watched]]:
@@ -130,6 +133,7 @@ def _server(api: _HeldApi, inventory: _Inventory) -> Any:
             images=_NoImages(),
             max_references=settings.max_references_per_request,
         )
+        admission.facts.reads = ReadShares(reads_per_tenant)
         return admission, []
 
     return server
@@ -192,9 +196,9 @@ class _Served:
         self.api = api
 
 
-def _serve(settings: Settings, api: _HeldApi) -> Iterator[_Served]:
+def _serve(settings: Settings, api: _HeldApi, reads_per_tenant: int) -> Iterator[_Served]:
     app = create_app(settings)
-    app.dependency_overrides[cluster_server] = _server(api, _Inventory())
+    app.dependency_overrides[cluster_server] = _server(api, _Inventory(), reads_per_tenant)
     app.dependency_overrides[policy_reporting] = lambda settings: (None, None)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -211,22 +215,33 @@ def _serve(settings: Settings, api: _HeldApi) -> Iterator[_Served]:
         thread.join(timeout=10)
 
 
-@pytest.fixture(params=[32, 64], ids=["tenant-share-32", "no-share"])
+# (slots one tenant may hold, reads one tenant may have in the pool at once)
+SHARES = {
+    "shares": (32, READS_PER_TENANT),
+    "no-slot-share": (64, READS_PER_TENANT),
+    "no-read-share": (32, 10_000),
+}
+
+
+@pytest.fixture(params=list(SHARES))
 def served(request: pytest.FixtureRequest) -> Iterator[_Served]:
+    slots, reads = SHARES[request.param]
     settings = Settings(
         opa_url=f"http://127.0.0.1:{free_port()}",
         port=free_port(),
         max_in_flight=64,
-        max_in_flight_per_tenant=request.param,
+        max_in_flight_per_tenant=slots,
+        admission_deadline_seconds=1.5,
     )
-    yield from _serve(settings, _HeldApi())
+    yield from _serve(settings, _HeldApi(), reads)
 
 
 async def _flood_then_other_tenant(
     served: _Served, flood: int, held: int
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """`flood` dry-run pods of tenant vision, each naming 32 claims (reads held), then, while the
-    `held` admitted ones hold their slots, ten pods of tenant nlp: the flood's refusals and nlp's answers."""
+    `held` admitted ones hold their slots, ten pods of tenant nlp at once, each naming one claim
+    (read at once): the flood's refusals and nlp's answers."""
     limits = httpx.Limits(max_connections=flood + 20, max_keepalive_connections=flood + 20)
     async with httpx.AsyncClient(base_url=served.url, limits=limits, timeout=30) as client:
         pending = {
@@ -241,10 +256,10 @@ async def _flood_then_other_tenant(
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED, timeout=20)
             assert done, "the flood's refusals did not come back"
             refused += [r.result().json()["response"]["status"]["message"] for r in done]
-        others = [
-            (await client.post("/validate", json=_pod("nlp-team", f"train-{i}"))).json()["response"]
-            for i in range(10)
-        ]
+        answers = await asyncio.gather(
+            *(client.post("/validate", json=_pod("nlp-team", f"train-{i}", claims=1)) for i in range(10))
+        )
+        others = [answer.json()["response"] for answer in answers]
         served.api.released.set()
         for answer in await asyncio.gather(*pending):
             answer.json()  # every request of the flood is answered
@@ -254,17 +269,27 @@ async def _flood_then_other_tenant(
 def test_a_flood_of_one_tenant_does_not_refuse_another_tenants_pods(
     served: _Served, request: pytest.FixtureRequest
 ) -> None:
-    shared = request.node.callspec.id == "tenant-share-32"
-    refused, others = asyncio.run(_flood_then_other_tenant(served, flood=96, held=32 if shared else 64))
-    if shared:
+    shares = request.node.callspec.params["served"]
+    held = SHARES[shares][0]
+    refused, others = asyncio.run(_flood_then_other_tenant(served, flood=96, held=held))
+    statuses = [o.get("status", {}).get("message", "") for o in others]
+    if shares == "shares":
         # vision holds its 32 slots; every one past them is refused naming its share...
         assert len(refused) >= 64
         assert all("requests of tenant 'vision' at once" in message for message in refused[:64])
-        # ... and nlp's pods are decided and admitted meanwhile, none refused.
-        assert [o["allowed"] for o in others] == [True] * 10, [o.get("status") for o in others]
-        assert served.api.reads >= 32, "the flood's reads were under way"
-    else:
-        # Without a share the flood takes every slot, and the other tenant's pods are refused: what
-        # the share prevents.
+        # ... its reads hold 8 threads of the pool, no more...
+        assert served.api.reads >= READS_PER_TENANT, "the flood's reads were under way"
+        # ... and nlp's pods, each reading its claim, are decided and admitted meanwhile.
+        assert [o["allowed"] for o in others] == [True] * 10, statuses
+    elif shares == "no-slot-share":
+        # Without a share of the slots the flood takes every one, and nlp's pods are refused at once.
         assert [o["allowed"] for o in others] == [False] * 10
-        assert all(o["status"]["message"].startswith("[admission-overloaded]") for o in others)
+        assert all(
+            s.startswith("[admission-overloaded] this labgate webhook replica is deciding 64")
+            for s in statuses
+        )
+    else:
+        # Without a share of the reads the flood's reads fill every thread of the pool, and nlp's
+        # reads wait behind them past the deadline: refused, though nlp holds slots.
+        assert [o["allowed"] for o in others] == [False] * 10
+        assert all(s.startswith("[policy-engine-unavailable]") for s in statuses), statuses
