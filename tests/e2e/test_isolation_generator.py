@@ -59,7 +59,8 @@ class World:
     c: TenantUnderTest
     pools: dict[str, NodePool]  # "a", "b", "shared"
     volumes: dict[str, str]  # "a", "b", "c", "platform" -> PersistentVolume name
-    found: list[str] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)  # each violation, first seen, with its shape
+    seen: set[str] = field(default_factory=set)  # violations already reported (until their objects go)
     outcomes: dict[str, int] = field(default_factory=dict)  # "create admitted", ... -> count
 
     def actor(self, name: str) -> tuple[Researcher, TenantUnderTest]:
@@ -523,11 +524,12 @@ def _violations(world: World) -> list[str]:
 def _record(world: World, step: str, workloads: list[tuple[str, str, Shape]]) -> None:
     """The oracle after a step: each violation with the shape that caused it (by the object names)."""
     for violation in _violations(world):
+        if violation in world.seen:
+            continue  # reported when it appeared (an earlier example's objects may still be going)
+        world.seen.add(violation)
         causes = [s for ns, base, s in workloads if f"{ns}/{base}" in violation]
         cause = "; ".join(str(s) for s in causes) or "(not one of this step's objects: a tenant-wide count)"
-        entry = f"{step}: {violation}\n    shape: {cause}"
-        if entry not in world.found:
-            world.found.append(entry)
+        world.found.append(f"{step}: {violation}\n    shape: {cause}")
 
 
 def _create(world: World, shape: Shape, base: str) -> bool:
