@@ -22,6 +22,7 @@ end (the run is deterministic: derandomized, no shrinking), so one run lists eve
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import uuid
@@ -635,7 +636,8 @@ def run_example(world: World, batch: list[Shape]) -> None:
 
 # Bounded for a loaded 2-core machine (each example takes seconds: kubectl, controllers, the
 # scheduler, the oracle's lists): the explicit shapes, then this many generated batches.
-GENERATED_EXAMPLES = 6
+# LABGATE_GENERATOR_EXAMPLES asks for more in a longer exploratory run (`make e2e` keeps the default).
+GENERATED_EXAMPLES = int(os.environ.get("LABGATE_GENERATOR_EXAMPLES", "6"))
 
 
 def test_generated_workloads_leave_the_isolation_oracle_clean(world: World) -> None:
