@@ -226,22 +226,28 @@ SHARES = {
 @pytest.fixture(params=list(SHARES))
 def served(request: pytest.FixtureRequest) -> Iterator[_Served]:
     slots, reads = SHARES[request.param]
-    settings = Settings(
-        opa_url=f"http://127.0.0.1:{free_port()}",
-        port=free_port(),
-        max_in_flight=64,
-        max_in_flight_per_tenant=slots,
-        admission_deadline_seconds=1.5,
+    # The deadline past the test's length (model_construct: above the setting's bound), so that the
+    # flood holds its slots until the test releases its reads, however slow the machine.
+    settings = Settings.model_construct(
+        **{
+            **Settings().model_dump(),
+            "opa_url": f"http://127.0.0.1:{free_port()}",
+            "port": free_port(),
+            "max_in_flight": 64,
+            "max_in_flight_per_tenant": slots,
+            "admission_deadline_seconds": 60.0,
+        }
     )
     yield from _serve(settings, _HeldApi(), reads)
 
 
 async def _flood_then_other_tenant(
-    served: _Served, flood: int, held: int
-) -> tuple[list[str], list[dict[str, Any]]]:
+    served: _Served, flood: int, held: int, patience: float
+) -> tuple[list[str], list[dict[str, Any]], int]:
     """`flood` dry-run pods of tenant vision, each naming 32 claims (reads held), then, while the
     `held` admitted ones hold their slots, ten pods of tenant nlp at once, each naming one claim
-    (read at once): the flood's refusals and nlp's answers."""
+    (read at once): the flood's refusals, nlp's answers given within `patience` seconds while the
+    flood is held, and how many of nlp's were still waiting then (answered once it is released)."""
     limits = httpx.Limits(max_connections=flood + 20, max_keepalive_connections=flood + 20)
     async with httpx.AsyncClient(base_url=served.url, limits=limits, timeout=30) as client:
         pending = {
@@ -256,14 +262,16 @@ async def _flood_then_other_tenant(
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED, timeout=20)
             assert done, "the flood's refusals did not come back"
             refused += [r.result().json()["response"]["status"]["message"] for r in done]
-        answers = await asyncio.gather(
-            *(client.post("/validate", json=_pod("nlp-team", f"train-{i}", claims=1)) for i in range(10))
-        )
-        others = [answer.json()["response"] for answer in answers]
+        nlp = [
+            asyncio.ensure_future(client.post("/validate", json=_pod("nlp-team", f"train-{i}", claims=1)))
+            for i in range(10)
+        ]
+        answered, waiting = await asyncio.wait(nlp, timeout=patience)
+        others = [answer.result().json()["response"] for answer in answered]
         served.api.released.set()
-        for answer in await asyncio.gather(*pending):
-            answer.json()  # every request of the flood is answered
-    return refused, others
+        for answer in await asyncio.gather(*pending, *waiting):
+            answer.json()  # every request is answered once the flood's reads are released
+    return refused, others, len(waiting)
 
 
 def test_a_flood_of_one_tenant_does_not_refuse_another_tenants_pods(
@@ -271,7 +279,12 @@ def test_a_flood_of_one_tenant_does_not_refuse_another_tenants_pods(
 ) -> None:
     shares = request.node.callspec.params["served"]
     held = SHARES[shares][0]
-    refused, others = asyncio.run(_flood_then_other_tenant(served, flood=96, held=held))
+    # Where nlp's pods are answered, they are soon (30 s is room for a loaded machine); where they
+    # are starved, they wait for the flood, which the test holds: 2 s tells them apart either way.
+    patience = 2.0 if shares == "no-read-share" else 30.0
+    refused, others, waiting = asyncio.run(
+        _flood_then_other_tenant(served, flood=96, held=held, patience=patience)
+    )
     statuses = [o.get("status", {}).get("message", "") for o in others]
     if shares == "shares":
         # vision holds its 32 slots; every one past them is refused naming its share...
@@ -290,6 +303,5 @@ def test_a_flood_of_one_tenant_does_not_refuse_another_tenants_pods(
         )
     else:
         # Without a share of the reads the flood's reads fill every thread of the pool, and nlp's
-        # reads wait behind them past the deadline: refused, though nlp holds slots.
-        assert [o["allowed"] for o in others] == [False] * 10
-        assert all(s.startswith("[policy-engine-unavailable]") for s in statuses), statuses
+        # reads wait behind them: not one of nlp's pods is answered while the flood lasts.
+        assert (others, waiting) == ([], 10)
