@@ -6,7 +6,6 @@ import asyncio
 import logging
 import socket
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -26,6 +25,7 @@ from labgate.core.logs import FIELDS_ATTRIBUTE
 from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_REQUESTS, ADMISSION_SECONDS, FACTS_AGE
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from webhook import failures, refusals
+from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
 from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.failures import Attempt
@@ -40,7 +40,7 @@ from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
-from webhook.serving import AdmissionServer, DecisionTrace
+from webhook.serving import AdmissionServer, DecisionTrace, InventoryState
 from webhook.settings import Settings, get_settings
 
 log = logging.getLogger("labgate.webhook")
@@ -111,41 +111,6 @@ def _http_error(err: BadRequestError) -> Response:
     return JSONResponse(status_code=err.status, content=err.content)
 
 
-class AdmissionGate:
-    """Bounds the admission requests one replica decides at once. Past the bound a request is
-    refused at once, with the rate, rather than queued until the apiserver's timeout: latency stays
-    flat under overload and the apiserver's other replicas (or the client's retry) take the rest."""
-
-    RATE_WINDOW_SECONDS = 5.0
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.in_flight = 0
-        self._arrivals: deque[float] = deque()  # monotonic times of the last few seconds' requests
-
-    def rate(self) -> float:
-        """Admission requests per second over the last few seconds."""
-        horizon = time.monotonic() - self.RATE_WINDOW_SECONDS
-        while self._arrivals and self._arrivals[0] < horizon:
-            self._arrivals.popleft()
-        return len(self._arrivals) / self.RATE_WINDOW_SECONDS
-
-    def arrive(self) -> bool:
-        """Count one request in; False when it must be refused (the bound is reached)."""
-        self._arrivals.append(time.monotonic())
-        self.rate()  # drops arrivals older than the window
-        if self.in_flight >= self.limit:
-            return False
-        self.in_flight += 1
-        return True
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-
-    def refusal(self, request: AdmissionRequest) -> AdmissionResponse:
-        return refusals.overloaded(in_flight=self.in_flight, rate=self.rate()).response(request)
-
-
 _PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
@@ -172,6 +137,7 @@ async def _serve(
     settings: Settings,
     decisions: DecisionLog | None,
     gate: AdmissionGate,
+    inventory: InventoryState,
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
     try:
@@ -179,9 +145,13 @@ async def _serve(
         review = parse_review(body)
     except BadRequestError as err:
         return _http_error(err)
-    if not gate.arrive():
+    # The tenant's share of the gate: from the inventory's cache, never a read (an unknown
+    # namespace counts as no tenant's).
+    namespace = request_namespace(review.request)
+    tenant = (inventory.tenant_of(namespace) if namespace else None) or NO_TENANT
+    if not gate.arrive(tenant):
         ADMISSION_OVERLOADED.inc()
-        return JSONResponse(content=gate.refusal(review.request).to_review())
+        return JSONResponse(content=gate.refusal(review.request, tenant).response(review.request).to_review())
     try:
         started = time.perf_counter()
         trace = DecisionTrace()
@@ -197,7 +167,7 @@ async def _serve(
         )
         return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
     finally:
-        gate.leave()
+        gate.leave(tenant)
 
 
 async def _decide(
@@ -354,6 +324,7 @@ def cluster_server(
         claims=ClaimFacts(kube),
         decision_reuse_seconds=resolved.decision_reuse_seconds,
         facts_version=lambda: inventory.writes,
+        max_references=resolved.max_references_per_request,
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable
@@ -441,17 +412,31 @@ def _start(app: FastAPI, resolved: Settings, kinds: tuple[WorkloadKind, ...]) ->
 
 
 def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
-    gate = AdmissionGate(resolved.max_in_flight)
+    gate = AdmissionGate(resolved.max_in_flight, tenant_limit=resolved.max_in_flight_per_tenant)
 
     @app.post("/validate")
     async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
         decisions = request.app.state.decisions
-        return await _serve(request, server.validate, settings=resolved, decisions=decisions, gate=gate)
+        return await _serve(
+            request,
+            server.validate,
+            settings=resolved,
+            decisions=decisions,
+            gate=gate,
+            inventory=server.inventory,
+        )
 
     @app.post("/mutate")
     async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
         decisions = request.app.state.decisions
-        return await _serve(request, server.mutate, settings=resolved, decisions=decisions, gate=gate)
+        return await _serve(
+            request,
+            server.mutate,
+            settings=resolved,
+            decisions=decisions,
+            gate=gate,
+            inventory=server.inventory,
+        )
 
 
 def _add_probe_routes(app: FastAPI) -> None:

@@ -15,25 +15,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from labgate.core.api_resources import POD, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
+from webhook.read_shares import Read, unshared
+from webhook.references import claim_references
+
+__all__ = ["ClaimFacts", "claim_fact", "claim_references", "claim_users", "missing_fact"]
 
 # How long one read may take: the whole admission has 2.5 s.
 READ_TIMEOUT_SECONDS = 1.0
-
-
-def claim_references(pod_templates: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """(kind, name) of every claim the templates name, kind "ResourceClaim" or "ResourceClaimTemplate"."""
-    found: set[tuple[str, str]] = set()
-    for template in pod_templates:
-        spec = template.get("spec")
-        claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
-        for ref in claims if isinstance(claims, list) else []:
-            if not isinstance(ref, Mapping):
-                continue
-            if isinstance(ref.get("resourceClaimName"), str):
-                found.add(("ResourceClaim", ref["resourceClaimName"]))
-            elif isinstance(ref.get("resourceClaimTemplateName"), str):
-                found.add(("ResourceClaimTemplate", ref["resourceClaimTemplateName"]))
-    return found
 
 
 def _claim_fields(pod: Mapping[str, Any], kind: str, name: str) -> list[str]:
@@ -122,13 +110,12 @@ class ClaimFacts:
         return claim_fact(kind, obj)
 
     async def for_templates(
-        self, namespace: str, pod_templates: Iterable[Mapping[str, Any]]
+        self, namespace: str, pod_templates: Iterable[Mapping[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
-        """{"<kind>/<name>": fact} for every claim the templates name; {} when they name none."""
+        """{"<kind>/<name>": fact} for every claim the templates name; {} when they name none.
+        `read` runs each read (in the request's tenant's share of the pool: webhook/read_shares.py)."""
         references = sorted(claim_references(pod_templates))
-        facts = await asyncio.gather(
-            *(asyncio.to_thread(self._read, namespace, kind, name) for kind, name in references)
-        )
+        facts = await asyncio.gather(*(read(self._read, namespace, kind, name) for kind, name in references))
         return {f"{kind}/{name}": fact for (kind, name), fact in zip(references, facts, strict=True)}
 
     def _users(self, namespace: str, kind: str, name: str) -> dict[str, Any]:

@@ -17,6 +17,14 @@ from labgate.core.gpu_amount import GpuAmount
 from webhook.admission import build_policy_input, is_tenant_update, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
+from webhook.read_shares import Read, ReadShares
+from webhook.references import (
+    DEFAULT_MAX_REFERENCES,
+    References,
+    TooManyReferencesError,
+    claim_references,
+    pull_credential_references,
+)
 from webhook.reservations import is_pod_create, reservation_key
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
@@ -59,7 +67,7 @@ class ImageFactSource(Protocol):
 
 class ClaimSource(Protocol):
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = ...
     ) -> dict[str, dict[str, Any]]: ...
 
     async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]: ...
@@ -123,6 +131,7 @@ class FactGatherer:
         volumes: VolumeFacts | None = None,
         claims: ClaimSource | None = None,
         workload_usage: WorkloadUsageSource | None = None,
+        max_references: int = DEFAULT_MAX_REFERENCES,
     ):
         self.inventory = inventory
         self.workload_usage = workload_usage
@@ -133,6 +142,8 @@ class FactGatherer:
         self.image_timeout = image_timeout
         self.volumes = volumes
         self.claims = claims
+        self.max_references = max_references
+        self.reads = ReadShares()
 
     def _add_gpu_usage(
         self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
@@ -160,7 +171,9 @@ class FactGatherer:
                 log.exception("no GPU usage of tenant %s for its update", request.name)
 
     async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
-        """The policy input and the tenant that owns the request's namespace."""
+        """The policy input and the tenant that owns the request's namespace. Raises
+        TooManyReferencesError, before reading any of them, when the request's templates name more
+        objects to read than `max_references`."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         tenant = None
         if namespace:
@@ -181,8 +194,12 @@ class FactGatherer:
             policy_input["claim_users"] = await self.claims.users_of(request.namespace, *swapped)
         templates_doc = cast(list[dict[str, Any]], policy_input["pod_templates"])
         template_names = template_volume_names(request.object, templates_doc)
+        if tenant:
+            self._bound_references(tenant, policy_input, template_names)
         if tenant and template_names and self.volumes is not None:  # claim templates (volume-claim-template)
-            policy_input["persistent_volumes"] = await template_volumes(template_names, self.volumes)
+            policy_input["persistent_volumes"] = await template_volumes(
+                template_names, self.volumes, read=self.reads.of(tenant)
+            )
         self._add_gpu_usage(request, policy_input, tenant)
         if tenant and self.workload_usage is not None and is_pod_create(request):
             # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
@@ -203,23 +220,39 @@ class FactGatherer:
         if workloads:
             policy_input["tenant_usage"] = workloads
 
+    def _bound_references(self, tenant: str, policy_input: PolicyInput, template_names: list[str]) -> None:
+        """Raise TooManyReferencesError when the request names more objects to read than the bound
+        (images count for tenants with image rules, the only ones whose images are read)."""
+        templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
+        spec = self.inventory.tenant_spec(tenant) if self.images is not None else None
+        reads_images = bool(spec and spec.get("images"))
+        references = References(
+            claims=len(claim_references(templates)) if self.claims is not None else 0,
+            volumes=len(template_names) if self.volumes is not None else 0,
+            images=len(policy_input["image_references"]) if reads_images else 0,
+            credentials=len(pull_credential_references(templates)) if reads_images else 0,
+        )
+        if references.total > self.max_references:
+            raise TooManyReferencesError(references, self.max_references)
+
     async def _claims_and_images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
     ) -> tuple[dict[str, dict[str, Any]] | None, dict[str, dict[str, Any]] | None]:
         """The DRA claims the templates name and their images' facts, fetched at the same time.
         A failure of either is raised once both are done (the claims' first)."""
-        claims = asyncio.ensure_future(self._claims(namespace, pod_templates))
+        claims = asyncio.ensure_future(self._claims(tenant, namespace, pod_templates))
         images = asyncio.ensure_future(self._images(tenant, namespace, pod_templates))
         await asyncio.gather(claims, images, return_exceptions=True)  # cancelled together, too
         return claims.result(), images.result()
 
     async def _claims(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
     ) -> dict[str, dict[str, Any]] | None:
-        """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them."""
+        """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them.
+        Read within the tenant's share of the pool."""
         if self.claims is None:
             return None
-        return await self.claims.for_templates(namespace, pod_templates)
+        return await self.claims.for_templates(namespace, pod_templates, read=self.reads.of(tenant))
 
     async def _images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]

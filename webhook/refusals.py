@@ -89,6 +89,35 @@ def overloaded(*, in_flight: int, rate: float) -> Refusal:
     return Refusal("admission-overloaded", 429, "TooManyRequests", message)
 
 
+def tenant_overloaded(*, tenant: str | None, held: int, limit: int, rate: float) -> Refusal:
+    """The requests of one tenant (or of no tenant's namespace) hold their whole share of the
+    replica's bound: the rest of it stays for the other tenants."""
+    whose = f"of tenant {tenant!r}" if tenant else "outside any tenant's namespace"
+    message = (
+        f"[admission-overloaded] this labgate webhook replica is deciding {held} requests {whose} at "
+        f"once, the most one tenant may have decided at once (LABGATE_MAX_IN_FLIGHT_PER_TENANT, of "
+        f"{limit} in all), with {rate:.0f} arriving per second in all; this one was refused so that "
+        "other tenants' requests are still decided. Fix: retry (controllers retry by themselves); if "
+        "it persists, slow the client creating objects this fast"
+    )
+    return Refusal("admission-overloaded", 429, "TooManyRequests", message)
+
+
+def too_many_references(*, kind: str, name: str, counts: dict[str, int], bound: int) -> Refusal:
+    """A request whose pod templates name more objects than labgate reads to decide one request
+    (DRA claims, the PersistentVolumes of claim templates, checked images): each is a read of the
+    API or a registry, and a retry would fail the same way."""
+    total = sum(counts.values())
+    named = ", ".join(f"{count} {what}" for what, count in counts.items() if count)
+    message = (
+        f'[too-many-references] {kind} "{name}" names {total} objects labgate must read to decide it '
+        f"({named}); labgate reads at most {bound} per request (LABGATE_MAX_REFERENCES_PER_REQUEST). "
+        "Fix: split the workload into objects that each name fewer claims, volumes and images (one "
+        "ResourceClaimTemplate can serve every pod of a workload), or ask the infra team about the bound"
+    )
+    return Refusal("too-many-references", 403, "Forbidden", message)
+
+
 def _size_text(size: int) -> str:
     if size >= 1024 * 1024:
         return f"{size / (1024 * 1024):.1f} MiB"

@@ -16,6 +16,8 @@ from webhook.decision_reuse import DecisionReuse
 from webhook.evaluation import DecisionSource, Evaluator
 from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryState, SecretFacts, VolumeFacts
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
+from webhook.policy_input import PolicyInput
+from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
 from webhook.reservations import DecisionTrace, GpuReservations, LedgerAccess, is_pod_create
 from webhook.review import AdmissionRequest, AdmissionResponse
 
@@ -41,7 +43,8 @@ class AdmissionServer:
     request's pod templates name. `decision_reuse_seconds` > 0: a Pod CREATE identical to one decided
     moments before, but for the pod's name and uid, gets that decision again without a policy
     evaluation (webhook/decision_reuse.py), for as long as `facts_version()` (what OPA holds: the
-    inventory writes, the policy revision) stays the same, and at most that many seconds."""
+    inventory writes, the policy revision) stays the same, and at most that many seconds. A request
+    naming more than `max_references` objects to read is refused before any is read."""
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class AdmissionServer:
         claims: ClaimSource | None = None,
         decision_reuse_seconds: float = 0.0,
         facts_version: Callable[[], Hashable] | None = None,
+        max_references: int = DEFAULT_MAX_REFERENCES,
     ):
         self.engine, self.inventory, self.ledgers, self.secrets = engine, inventory, ledgers, secrets
         self.facts_age, self.facts_max_age, self.facts_version = facts_age, facts_max_age, facts_version
@@ -81,6 +85,7 @@ class AdmissionServer:
             image_timeout=image_timeout,
             volumes=volumes,
             claims=claims,
+            max_references=max_references,
         )
         # Read at each use: the app adds the policy revision to the version after construction.
         version = lambda: self.facts_version() if self.facts_version is not None else None  # noqa: E731
@@ -102,14 +107,36 @@ class AdmissionServer:
         age = self.facts_age()
         return age if age > self.facts_max_age else None
 
+    async def _gather(
+        self, request: AdmissionRequest, trace: DecisionTrace | None
+    ) -> tuple[PolicyInput, str | None] | AdmissionResponse:
+        """The request's facts and tenant, or the refusal when they cannot be trusted or read:
+        facts too old, or more objects to read than the bound."""
+        if (age := self.stale_facts_age()) is not None:
+            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
+        try:
+            policy_input, tenant = await self.facts.gather(request)
+        except TooManyReferencesError as err:
+            if trace is not None:
+                trace.tenant = self.inventory.tenant_of(request.namespace or "")
+            return refusals.too_many_references(
+                kind=request.kind.kind,
+                name=refusals.request_name(request),
+                counts=err.references.counts(),
+                bound=err.bound,
+            ).response(request)
+        if trace is not None:
+            trace.tenant = tenant
+        return policy_input, tenant
+
     async def validate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
         trace = trace if trace is not None else DecisionTrace()
-        if (age := self.stale_facts_age()) is not None:
-            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
-        policy_input, tenant = await self.facts.gather(request)
-        trace.tenant = tenant
+        gathered = await self._gather(request, trace)
+        if isinstance(gathered, AdmissionResponse):
+            return gathered
+        policy_input, tenant = gathered
         # Every request is decided at once against the cached usage, side by side with the others;
         # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
         decision = await self.reuse.decide(policy_input)
@@ -125,9 +152,8 @@ class AdmissionServer:
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
     ) -> AdmissionResponse:
-        if (age := self.stale_facts_age()) is not None:
-            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
-        policy_input, tenant = await self.facts.gather(request)
-        if trace is not None:
-            trace.tenant = tenant
+        gathered = await self._gather(request, trace)
+        if isinstance(gathered, AdmissionResponse):
+            return gathered
+        policy_input, _ = gathered
         return build_mutation_response(request=request, mutation=await self.reuse.mutate(policy_input))

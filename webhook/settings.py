@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from webhook.references import DEFAULT_MAX_REFERENCES
+
 
 class Settings(BaseSettings):
     """How the webhook finds OPA and the Kubernetes API, and how it serves TLS."""
@@ -91,6 +93,21 @@ class Settings(BaseSettings):
         gt=0,
         description="Admission requests decided at once by one replica; more are refused at once with "
         "[admission-overloaded] instead of waiting past the apiserver's timeout.",
+    )
+    max_in_flight_per_tenant: int = Field(
+        default=32,
+        gt=0,
+        description="Admission requests of one tenant (the tenant label of the request's namespace) "
+        "decided at once by one replica; more of that tenant's are refused at once with "
+        "[admission-overloaded], and the rest of max_in_flight stays for other tenants. Requests "
+        "outside any tenant's namespace share one such share.",
+    )
+    max_references_per_request: int = Field(
+        default=DEFAULT_MAX_REFERENCES,
+        gt=0,
+        description="Most objects one request's pod templates may name that labgate reads to decide it "
+        "(DRA claims, PersistentVolumes of claim templates, and for tenants with image rules their "
+        "images and pull credentials); more are refused with [too-many-references], before any is read.",
     )
     decision_reuse_seconds: float = Field(
         default=2.0,

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.read_shares import Read, unshared
+
 log = logging.getLogger("labgate.webhook")
 
 # The most volumes one request's templates may have read; beyond, the rule refuses the rest as unread.
@@ -54,15 +56,16 @@ def template_volume_names(obj: Mapping[str, Any] | None, pod_templates: list[dic
     return list(names)
 
 
-async def template_volumes(names: list[str], reader: VolumeReader) -> dict[str, dict[str, Any]]:
+async def template_volumes(
+    names: list[str], reader: VolumeReader, *, read: Read = unshared
+) -> dict[str, dict[str, Any]]:
     """name -> {name, exists, labels, claimRef} for the first MAX_TEMPLATE_VOLUMES names; a volume
-    whose read failed is left out (the rule refuses what it could not see)."""
+    whose read failed is left out (the rule refuses what it could not see). `read` runs each read
+    (in the request's tenant's share of the pool: webhook/read_shares.py)."""
     chosen = names[:MAX_TEMPLATE_VOLUMES]
-    read = await asyncio.gather(
-        *(asyncio.to_thread(reader.volume, name) for name in chosen), return_exceptions=True
-    )
+    results = await asyncio.gather(*(read(reader.volume, name) for name in chosen), return_exceptions=True)
     found: dict[str, dict[str, Any]] = {}
-    for name, result in zip(chosen, read, strict=True):
+    for name, result in zip(chosen, results, strict=True):
         if isinstance(result, BaseException):
             log.warning("could not read PersistentVolume %s: %s", name, result)
         else:

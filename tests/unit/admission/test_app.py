@@ -122,14 +122,15 @@ def test_a_body_larger_than_any_admission_review_is_refused_with_413(client: Tes
 
 
 def test_overload_is_refused_at_once_with_the_rate_and_what_to_do() -> None:
-    from webhook.app import AdmissionGate
+    from webhook.admission_gate import AdmissionGate
     from webhook.review import AdmissionReview
 
     gate = AdmissionGate(2)
     assert gate.arrive()
     assert gate.arrive()
     assert not gate.arrive()
-    refusal = gate.refusal(AdmissionReview.model_validate(REVIEW).request)
+    request = AdmissionReview.model_validate(REVIEW).request
+    refusal = gate.refusal(request).response(request)
     assert refusal.allowed is False
     assert refusal.status is not None
     assert refusal.status.code == 429

@@ -12,6 +12,7 @@ from labgate.core.gpu_amount import GpuAmount
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
+from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
@@ -27,7 +28,7 @@ class _Meeting:
         self.images_started = asyncio.Event()
 
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
         self.claims_started.set()
         await asyncio.wait_for(self.images_started.wait(), MEETING_TIMEOUT)
@@ -51,7 +52,7 @@ class _Meeting:
 
 class _FailingClaims:
     async def for_templates(
-        self, namespace: str, pod_templates: list[dict[str, Any]]
+        self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
     ) -> dict[str, dict[str, Any]]:
         raise OSError("apiserver unreachable")
 

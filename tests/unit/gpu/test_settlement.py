@@ -171,9 +171,11 @@ def test_the_recount_message_names_five_pods_at_most(names: list[str], shown: st
 def test_settling_sums_what_the_tenants_live_pods_ask_for_tenant_quota() -> None:
     """Ledger.workloads (the tenant-quota rule's usage): every live pod of the tenant's namespaces,
     GPU or not, preemptible or not; finished pods not."""
-    cpu_pod = PodFacts("vision", "prep", "Running", NONE, False, {"cpu": 2000, "memory": 1 << 30, "pods": 1})
-    preemptible = PodFacts("vision-b", "spot", "Pending", H100x4, True, {"cpu": 500, "pods": 1})
-    done = PodFacts("vision", "old", "Succeeded", NONE, False, {"cpu": 8000, "pods": 1})
+    cpu_pod = PodFacts(
+        "vision", "prep", "Running", NONE, False, requests={"cpu": 2000, "memory": 1 << 30, "pods": 1}
+    )
+    preemptible = PodFacts("vision-b", "spot", "Pending", H100x4, True, requests={"cpu": 500, "pods": 1})
+    done = PodFacts("vision", "old", "Succeeded", NONE, False, requests={"cpu": 8000, "pods": 1})
     settlement = settle_tenant(
         Ledger(tenant="vision"),
         {},

@@ -14,6 +14,7 @@ WEBHOOK_RULE_IDS = {
     "gpu-ledger-full",
     "policy-engine-unavailable",
     "request-too-large",
+    "too-many-references",
 }
 
 
