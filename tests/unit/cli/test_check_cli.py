@@ -103,7 +103,9 @@ def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         cwd=REPO_ROOT,
-        timeout=100,
+        # `policy test` formats, compiles and tests every package and replays every sample: about 45 s
+        # on a quiet 2-core machine, over 100 s when it shares the cores with control planes.
+        timeout=400,
     )
 
 
