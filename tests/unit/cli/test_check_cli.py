@@ -96,6 +96,11 @@ def _opa() -> None:
     ensure_tools("opa")
 
 
+# A whole `labgate policy test` run (every package and sample): its own subprocess timeout, and the
+# pytest timeout around it, leave room for a machine shared with control planes.
+POLICY_TEST_TIMEOUT = pytest.mark.timeout(450)
+
+
 def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
@@ -212,6 +217,7 @@ def test_bad_arguments_exit_2(files: dict[str, Path]) -> None:
     assert "does not match" in mismatch.stderr
 
 
+@POLICY_TEST_TIMEOUT
 def test_policy_test_passes_on_the_repositorys_policies() -> None:
     result = labgate("policy", "test", "--policies", POLICIES)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -220,6 +226,7 @@ def test_policy_test_passes_on_the_repositorys_policies() -> None:
     assert result.stdout.splitlines()[-1] == "policy test passed"
 
 
+@POLICY_TEST_TIMEOUT
 def test_policy_test_fails_and_names_a_sample_whose_expectation_is_wrong(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(POLICIES, policies)
@@ -233,6 +240,7 @@ def test_policy_test_fails_and_names_a_sample_whose_expectation_is_wrong(tmp_pat
     assert result.stdout.splitlines()[-1] == f"policy test FAILED: {name}"
 
 
+@POLICY_TEST_TIMEOUT
 def test_policy_test_fails_on_a_rego_test_failure(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(POLICIES, policies)
@@ -272,6 +280,7 @@ def test_parse_gpu_usage() -> None:
         parse_gpu_usage("total")
 
 
+@POLICY_TEST_TIMEOUT
 def test_policy_test_prints_the_parse_error_not_a_formatting_complaint(tmp_path: Path) -> None:
     # Regression: a file that does not parse was reported as "not formatted".
     policies = tmp_path / "policies"
@@ -286,6 +295,7 @@ def test_policy_test_prints_the_parse_error_not_a_formatting_complaint(tmp_path:
     assert "rego_parse_error" in result.stdout
 
 
+@POLICY_TEST_TIMEOUT
 def test_a_sample_asserts_only_the_rules_it_is_about(tmp_path: Path) -> None:
     # Regression: a new rule elsewhere that found something in an unrelated sample broke it.
     policies = tmp_path / "policies"
@@ -318,6 +328,7 @@ def test_a_sample_asserts_only_the_rules_it_is_about(tmp_path: Path) -> None:
     assert "ok    sample labgate/rules/tenant_membership/samples/member-pod-admitted.yaml" in result.stdout
 
 
+@POLICY_TEST_TIMEOUT
 def test_rule_ids_out_of_date_fail_policy_test(tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(POLICIES, policies)
@@ -329,6 +340,7 @@ def test_rule_ids_out_of_date_fail_policy_test(tmp_path: Path) -> None:
     assert "labgate policy rule-ids --write" in result.stdout
 
 
+@POLICY_TEST_TIMEOUT
 def test_check_and_policy_test_speak_json(files: dict[str, Path], tmp_path: Path) -> None:
     import json
 
