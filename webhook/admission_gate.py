@@ -1,4 +1,4 @@
-"""The bound on admission requests one replica decides at once, shared fairly between tenants.
+"""The bound on admission requests one replica decides at once, shared fairly between tenants (pure).
 
 Past the bound a request is refused at once, with the rate, rather than queued until the
 apiserver's timeout: latency stays flat under overload and the apiserver's other replicas (or the
