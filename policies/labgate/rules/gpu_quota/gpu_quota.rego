@@ -16,6 +16,7 @@ package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
+import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_preemptible
 
@@ -307,6 +308,7 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	not gpu.is_pod
 	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
 	_has_usage
+	not _waits_in_kueue
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
 	pending := _pending_limits(tenant)
@@ -322,6 +324,12 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 			object.get(_replica_field, input.request.kind.kind, "its replica count"),
 		],
 	)
+}
+
+# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
+_waits_in_kueue if {
+	kueue.managed_tenant
+	kueue.is_queued(input.request.object)
 }
 
 # One finding per workload: a model's limit before the total, models in name order.

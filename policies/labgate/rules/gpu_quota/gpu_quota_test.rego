@@ -308,6 +308,13 @@ test_job_whose_pods_will_wait_is_announced_with_current_usage if {
 	}}
 }
 
+# Under Kueue the Job waits suspended in its queue, not in FailedCreate events (issue 20).
+test_job_queued_in_kueue_is_not_announced if {
+	count(violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}))) == 1
+	count(gpu_violations) == 0 with input as job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})
+		with data.inventory as json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
+}
+
 test_job_that_fits_what_is_free_is_not_announced if {
 	count(violations(job_input(sweep(2, "2"), {"total": 4, "by_model": {"h100": 4}}))) == 0
 }

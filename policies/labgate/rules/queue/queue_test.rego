@@ -1,0 +1,209 @@
+package labgate.rules.queue_test
+
+import data.labgate.lib.testdata
+import data.labgate.mutation
+import data.labgate.rules.queue
+
+kueue_config := {"default_local_queue": "default", "kueue_users": ["kueue"]}
+
+# The GPU tenants, vision managed by Kueue (spec.queue), and two WorkloadPriorityClasses.
+kueue_inventory := json.patch(testdata.gpu_inventory, [
+	{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}},
+	{"op": "add", "path": "/workload_priority_classes", "value": {"urgent": {"value": 1000}, "batch": {"value": 0}}},
+])
+
+kueue_user := {"username": "kueue", "groups": ["system:authenticated"]}
+
+violations(input_doc) := v if {
+	v := queue.violation with input as input_doc
+		with data.inventory as kueue_inventory
+		with data.labgate.config.queue as kueue_config
+}
+
+messages(input_doc) := {v.message | some v in violations(input_doc)}
+
+job(labels, suspend) := object.union(
+	testdata.job("train", 1, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})]}),
+	{"metadata": {"name": "train", "labels": labels}, "spec": {"suspend": suspend}},
+)
+
+job_input(operation, user, new, old) := {
+	"request": testdata.request(operation, "Job", "vision", user, new, old),
+	"pod_templates": testdata.pod_templates("Job", new),
+}
+
+queued := {"kueue.x-k8s.io/queue-name": "default"}
+
+# --- queue-name ---
+
+test_job_in_its_tenants_queue_is_admitted if {
+	count(violations(job_input("CREATE", testdata.vera, job(queued, true), null))) == 0
+}
+
+test_job_in_another_queue_is_refused if {
+	violations(job_input("CREATE", testdata.vera, job({"kueue.x-k8s.io/queue-name": "speech-fast"}, true), null)) == {{
+		"rule": "queue-name",
+		"field": "metadata.labels[kueue.x-k8s.io/queue-name]",
+		"message": `[queue-name] Job "train" names LocalQueue "speech-fast" (label kueue.x-k8s.io/queue-name); tenant "vision"'s workloads wait in its own LocalQueue here ("default"). Fix: set label kueue.x-k8s.io/queue-name: default, or leave it out and labgate sets it`,
+	}}
+}
+
+test_job_created_without_a_queue_past_the_mutation_is_refused if {
+	messages(job_input("CREATE", testdata.cluster_admin, job({}, true), null)) == {`[queue-name] Job "train" names no LocalQueue (label kueue.x-k8s.io/queue-name); tenant "vision"'s workloads wait in its own LocalQueue here ("default"). Fix: set label kueue.x-k8s.io/queue-name: default, or leave it out and labgate sets it`}
+}
+
+test_an_old_job_without_a_queue_can_still_be_updated if {
+	count(violations(job_input("UPDATE", testdata.vera, job({}, false), job({}, false)))) == 0
+}
+
+test_nothing_is_queued_in_a_tenant_kueue_does_not_manage if {
+	count(queue.violation) == 0 with input as job_input("CREATE", testdata.vera, job({"kueue.x-k8s.io/queue-name": "x"}, false), null)
+		with data.inventory as testdata.gpu_inventory
+	patch := mutation.changes_patch with input as job_input("CREATE", testdata.vera, job({}, false), null)
+		with data.inventory as testdata.gpu_inventory
+	[op | some op in patch; op.path in {"/metadata/labels", "/spec/suspend"}] == []
+}
+
+test_a_jobsets_own_jobs_are_not_queued_on_their_own if {
+	child := object.union(job({}, false), {"metadata": {"ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ring", "controller": true}]}})
+	count(violations(job_input("CREATE", testdata.job_controller, child, null))) == 0
+}
+
+# A bare GPU pod waits in the queue too; a Job's pods are admitted with their Job.
+test_bare_gpu_pod_without_a_queue_is_refused_and_a_jobs_pod_is_not if {
+	pod := testdata.pod("solo", {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})]})
+	[v.rule | some v in violations(testdata.workload_input("Pod", "vision", testdata.vera, pod))] == ["queue-name"]
+	owned := object.union(pod, {"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": true}]}})
+	count(violations(testdata.workload_input("Pod", "vision", testdata.job_controller, owned))) == 0
+	plain := testdata.pod("shell", {"containers": [testdata.main_container]})
+	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, plain))) == 0
+}
+
+# --- queue-change ---
+
+test_moving_a_job_to_another_queue_is_refused if {
+	violations(job_input("UPDATE", testdata.vera, job({}, true), job(queued, true))) == {{
+		"rule": "queue-change",
+		"field": "metadata.labels[kueue.x-k8s.io/queue-name]",
+		"message": `[queue-change] Job "train" moves from LocalQueue "default" to none (label kueue.x-k8s.io/queue-name); a queued workload stays in the queue it was created in. Fix: keep the label kueue.x-k8s.io/queue-name: default, or delete it and create it anew`,
+	}}
+}
+
+# --- queue-unsuspend ---
+
+test_researcher_cannot_unsuspend_a_queued_job if {
+	violations(job_input("UPDATE", testdata.vera, job(queued, false), job(queued, true))) == {{
+		"rule": "queue-unsuspend",
+		"field": "spec.suspend",
+		"message": `[queue-unsuspend] Job "train" sets spec.suspend to false; only Kueue starts a queued workload, when its queue admits it. Fix: leave spec.suspend true and wait for admission (kubectl get workloads -n vision)`,
+	}}
+}
+
+test_cluster_admin_cannot_unsuspend_a_queued_job_either if {
+	[v.rule | some v in violations(job_input("UPDATE", testdata.cluster_admin, job(queued, false), job(queued, true)))] == ["queue-unsuspend"]
+}
+
+test_kueue_unsuspends_an_admitted_job_and_researchers_may_suspend if {
+	count(violations(job_input("UPDATE", kueue_user, job(queued, false), job(queued, true)))) == 0
+	count(violations(job_input("UPDATE", testdata.vera, job(queued, true), job(queued, false)))) == 0
+}
+
+test_kueues_exemption_is_per_field if {
+	# Kueue's controller moving a workload to another queue is refused like anyone's.
+	[v.rule | some v in violations(job_input("UPDATE", kueue_user, job({"kueue.x-k8s.io/queue-name": "other"}, false), job(queued, true)))] == ["queue-change", "queue-name"]
+}
+
+test_a_kubeflow_job_is_suspended_in_its_run_policy if {
+	obj := {"metadata": {"name": "llm", "labels": queued}, "spec": {"runPolicy": {"suspend": false}}}
+	old := json.patch(obj, [{"op": "replace", "path": "/spec/runPolicy/suspend", "value": true}])
+	input_doc := {
+		"request": json.patch(testdata.request("UPDATE", "Job", "vision", testdata.vera, obj, old), [{"op": "replace", "path": "/kind", "value": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}]),
+		"pod_templates": [],
+	}
+	messages(input_doc) == {`[queue-unsuspend] PyTorchJob "llm" sets spec.runPolicy.suspend to false; only Kueue starts a queued workload, when its queue admits it. Fix: leave spec.runPolicy.suspend true and wait for admission (kubectl get workloads -n vision)`}
+}
+
+# --- queue-gate and queue-placement ---
+
+gated_pod(selector) := testdata.pod("solo", {
+	"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
+	"nodeSelector": selector,
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
+})
+
+pod_update(user, new, old) := {
+	"request": testdata.request("UPDATE", "Pod", "vision", user, object.union(new, {"metadata": {"labels": queued}}), object.union(old, {"metadata": {"labels": queued}})),
+	"pod_templates": testdata.pod_templates("Pod", new),
+}
+
+test_researcher_cannot_remove_kueues_gate if {
+	ungated := json.remove(gated_pod({}), ["spec/schedulingGates"])
+	violations(pod_update(testdata.vera, ungated, gated_pod({}))) == {{
+		"rule": "queue-gate",
+		"field": "spec.schedulingGates",
+		"message": `[queue-gate] Pod "solo" removes scheduling gate kueue.x-k8s.io/admission; only Kueue removes it, when its queue admits the pod. Fix: keep the gate and wait for admission (kubectl get workloads -n vision)`,
+	}}
+	count(violations(pod_update(kueue_user, ungated, gated_pod({})))) == 0
+}
+
+test_node_selector_of_a_waiting_workload_is_kueues_to_set if {
+	pool := {"labgate.io/node-pool": "h100-reserved"}
+	violations(pod_update(testdata.vera, gated_pod(pool), gated_pod({}))) == {{
+		"rule": "queue-placement",
+		"field": "spec.nodeSelector",
+		"message": `[queue-placement] Pod "solo" changes spec.nodeSelector while it waits in its queue; Kueue sets where it runs when it admits it (the flavor's node selector). Fix: leave spec.nodeSelector as it was, or delete the workload and create it anew`,
+	}}
+	count(violations(pod_update(kueue_user, gated_pod(pool), gated_pod({})))) == 0
+	suspended := job(queued, true)
+	moved := json.patch(suspended, [{"op": "add", "path": "/spec/template/spec/nodeSelector", "value": pool}])
+	[v.field | some v in violations(job_input("UPDATE", testdata.vera, moved, suspended))] == ["spec.template.spec.nodeSelector"]
+}
+
+# --- queue-priority ---
+
+test_workload_priority_above_the_ceiling_is_refused if {
+	urgent := job(object.union(queued, {"kueue.x-k8s.io/priority-class": "urgent"}), true)
+	violations(job_input("CREATE", testdata.vera, urgent, null)) == {{
+		"rule": "queue-priority",
+		"field": "metadata.labels[kueue.x-k8s.io/priority-class]",
+		"message": `[queue-priority] Job "train" asks WorkloadPriorityClass "urgent" (label kueue.x-k8s.io/priority-class), priority 1000, above tenant "vision"'s ceiling of 0. Fix: name a WorkloadPriorityClass at or below 0, or ask the infra team to raise spec.scheduling.maxPriority of Tenant "vision"`,
+	}}
+	count(violations(job_input("CREATE", testdata.vera, job(object.union(queued, {"kueue.x-k8s.io/priority-class": "batch"}), true), null))) == 0
+	[v.message | some v in violations(job_input("CREATE", testdata.vera, job(object.union(queued, {"kueue.x-k8s.io/priority-class": "vip"}), true), null))] == [`[queue-priority] Job "train" asks WorkloadPriorityClass "vip" (label kueue.x-k8s.io/priority-class), which labgate does not know (no such class, or not seen yet). Fix: name a WorkloadPriorityClass at or below 0, or ask the infra team to raise spec.scheduling.maxPriority of Tenant "vision"`]
+}
+
+# --- the mutation: a Job that names no queue gets the tenant's, suspended ---
+
+mutate(input_doc) := {"patch": p, "warnings": w} if {
+	p := mutation.changes_patch with input as input_doc with data.inventory as kueue_inventory
+		with data.labgate.config.queue as kueue_config
+	w := mutation.warnings with input as input_doc with data.inventory as kueue_inventory
+		with data.labgate.config.queue as kueue_config
+}
+
+test_job_without_a_queue_gets_the_default_queue_and_is_suspended if {
+	plain := object.remove(testdata.job("train", 1, {}, {"containers": [testdata.main_container]}), [])
+	result := mutate(job_input("CREATE", testdata.vera, plain, null))
+	[op | some op in result.patch; not contains(op.path, "/template/")] == [
+		{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "default"}},
+		{"op": "add", "path": "/spec/suspend", "value": true},
+	]
+	`labgate queued it in LocalQueue "default" (kueue.x-k8s.io/queue-name)` in result.warnings
+	patched := json.patch(plain, result.patch)
+	count(violations(job_input("CREATE", testdata.vera, patched, null))) == 0
+}
+
+test_a_named_queue_is_kept_and_a_bare_gpu_pod_is_gated if {
+	pod := object.union(testdata.pod("solo", {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})]}), {"metadata": {"labels": queued}})
+	[op | some op in mutate(testdata.workload_input("Pod", "vision", testdata.vera, pod)).patch; startswith(op.path, "/spec/schedulingGates")] == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "kueue.x-k8s.io/admission"}]}]
+	[op | some op in mutate(testdata.workload_input("Pod", "vision", testdata.vera, pod)).patch; startswith(op.path, "/metadata/labels")] == []
+}
+
+test_a_kubeflow_job_without_a_run_policy_gets_one if {
+	obj := {"metadata": {"name": "llm", "labels": queued}, "spec": {}}
+	input_doc := {
+		"request": json.patch(testdata.request("CREATE", "Job", "vision", testdata.vera, obj, null), [{"op": "replace", "path": "/kind", "value": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}]),
+		"pod_templates": [],
+	}
+	mutate(input_doc).patch == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": true}}]
+}
