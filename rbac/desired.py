@@ -90,6 +90,10 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": _WORKLOAD_VERBS,
         },
+        # Kueue (issue 20): members see their LocalQueues and why their Workloads wait; they never
+        # write Kueue's objects (Workloads, queues, flavors, priority classes): Kueue and the
+        # reconciler do.
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": _READ_VERBS},
         *_workload_rules(),
     ]
     admin_rules = [
