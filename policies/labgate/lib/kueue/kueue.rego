@@ -1,10 +1,11 @@
 # METADATA
 # title: Kueue helpers
 # description: |
-#   Which tenants Kueue manages (those whose Tenant has spec.queue: the reconciler gives each a
-#   ClusterQueue of its GPU quota and a LocalQueue `default_local_queue` in each of its namespaces),
-#   which objects Kueue queues there, where each says it is suspended, and who Kueue's controller
-#   is. Reads data.labgate.config.queue:
+#   Which tenants Kueue manages (the reconciler gives each a ClusterQueue of its GPU quota and a
+#   LocalQueue `default_local_queue` in each of its namespaces), which objects Kueue queues there,
+#   where each says it is suspended, and who Kueue's controller is. Reads data.labgate.config.queue:
+#     managed_by_kueue  Kueue runs beside labgate: every tenant is managed (else only Tenants that
+#                       set spec.queue);
 #     default_local_queue  the LocalQueue labgate provisions in every namespace of such a tenant;
 #     kueue_users       the user names Kueue's controller writes as (its exemptions are per field).
 package labgate.lib.kueue
@@ -25,7 +26,14 @@ default_queue := object.get(_config, "default_local_queue", "default")
 # The LocalQueues a tenant owns in each of its namespaces (labgate provisions them).
 owned_queues := {default_queue}
 
-# The tenant of the request's namespace, when Kueue manages it.
+# The tenant of the request's namespace, when Kueue manages it: every tenant where Kueue runs beside
+# labgate (config queue.managed_by_kueue, set with the reconciler's --kueue), and a Tenant that sets
+# spec.queue (its queue's settings) in any case.
+managed_tenant := tenant if {
+	object.get(_config, "managed_by_kueue", false) == true
+	tenant := tenancy.namespace_tenant
+}
+
 managed_tenant := tenant if {
 	tenant := tenancy.namespace_tenant
 	is_object(tenant.spec.queue)

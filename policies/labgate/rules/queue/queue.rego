@@ -1,7 +1,7 @@
 # METADATA
 # title: Kueue's queue cannot be skipped
 # description: |
-#   Where Kueue manages the tenants (config queue.managed_by_kueue), every object of a tenant that
+#   Where Kueue manages a tenant (lib.kueue.managed_tenant), every object of a tenant that
 #   Kueue queues (Jobs, JobSets, Kubeflow training jobs, TrainJobs, RayJobs, RayClusters, and bare
 #   pods that ask GPUs or name a queue; lib.kueue) waits in one of the tenant's own LocalQueues:
 #   the mutation names `default` when the object names none, and these rules refuse a queue the

@@ -207,3 +207,13 @@ test_a_kubeflow_job_without_a_run_policy_gets_one if {
 	}
 	mutate(input_doc).patch == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": true}}]
 }
+
+# Where Kueue runs beside labgate (reconcile --kueue), every tenant is managed, spec.queue or not.
+test_every_tenant_is_managed_where_kueue_runs if {
+	refused := job_input("CREATE", testdata.sam, object.union(job({"kueue.x-k8s.io/queue-name": "x"}, true), {"metadata": {"namespace": "speech"}}), null)
+	doc := json.patch(refused, [{"op": "replace", "path": "/request/namespace", "value": "speech"}])
+	count(queue.violation) == 0 with input as doc with data.inventory as kueue_inventory
+	[v.rule | some v in queue.violation] == ["queue-name"] with input as doc
+		with data.inventory as kueue_inventory
+		with data.labgate.config.queue as object.union(kueue_config, {"managed_by_kueue": true})
+}
