@@ -126,8 +126,11 @@ class Reconciler:
         certificate_check_seconds: float = 30.0,
         gpu_counting: GpuCounting | None = None,
         doors: Doors | None = None,
+        kueue: bool = False,
     ):
-        """`doors` replaces the connections made from `api` (tests pass fakes)."""
+        """`doors` replaces the connections made from `api` (tests pass fakes). `kueue`: Kueue is
+        installed, and each tenant gets its queues (rbac/queues.py)."""
+        self.kueue = kueue
         # The queues first: the doors and the controllers hand each other's work to them.
         settle_queue, status_queue = WorkQueue(), WorkQueue()
         if doors is None:
