@@ -109,7 +109,7 @@ def tenant_with_pool(
 ) -> TenantUnderTest:
     """A tenant with a spot pool of its own (`nodes` nodes of 8 H100) and `quota` GPUs, its queue ready."""
     name = f"t-{uuid.uuid4().hex[:6]}"
-    pool = NodePool(name=f"{name}-h100", tenant=name, spot=True, nodes=nodes, gpuProduct="H100", gpus=8)
+    pool = NodePool(name=f"{name}-h100", tenant=name, spot=True, nodes=nodes, gpu_product="H100", gpus=8)
     assert stack.kwok is not None
     stack.kwok.add_pools([pool])
     made = tenants.create(
@@ -156,7 +156,8 @@ def test_a_gang_waits_whole_while_gpus_are_busy_and_binds_whole_when_they_free(
     )
     shown = tenant.researcher.kubectl("get", "tenant", tenant.name)
     assert shown.returncode == 0, shown.stderr
-    assert "QUEUED GPUS" in shown.stdout and " 32 " in shown.stdout, shown.stdout
+    assert "QUEUED GPUS" in shown.stdout, shown.stdout
+    assert " 32 " in shown.stdout.splitlines()[1], shown.stdout
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         assert job_pods(stack, ns, "gang") == [], "a pod of the queued gang was created"
@@ -189,7 +190,7 @@ def test_a_gang_waits_whole_while_gpus_are_busy_and_binds_whole_when_they_free(
         assert bound_gpus(stack, ns) <= 32
         return count == 4
 
-    eventually(whole, what="the 4 × 8 gang bound whole")
+    eventually(whole, what="the 4 x 8 gang bound whole")
     assert failed_creates(stack, ns) == []
     assert has_condition(job_workload(stack, ns, "gang"), "QuotaReserved")
 
@@ -229,7 +230,7 @@ def test_in_a_cohort_the_owner_reclaims_idle_quota_by_preempting_only_the_borrow
     suffix = uuid.uuid4().hex[:6]
     cohort = f"lab-{suffix}"
     # A pool both tenants run on (kept for neither), 16 GPUs: 8 of each tenant's quota.
-    pool = NodePool(name=f"shared-{suffix}", nodes=2, gpuProduct="H100", gpus=8)
+    pool = NodePool(name=f"shared-{suffix}", nodes=2, gpu_product="H100", gpus=8)
     assert stack.kwok is not None
     stack.kwok.add_pools([pool])
     placement = {"nodePools": [pool.tenant_pool()]}
@@ -252,7 +253,7 @@ def test_in_a_cohort_the_owner_reclaims_idle_quota_by_preempting_only_the_borrow
     run(borrower, gpu_job("wide", pods=2, gpus=8))
     eventually(
         lambda: len(bound(job_pods(stack, borrower.namespace, "wide"))) == 2,
-        what="the borrower's 2 × 8 Job bound on borrowed quota",
+        what="the borrower's 2 x 8 Job bound on borrowed quota",
     )
     # The owner asks for its own 8: Kueue preempts the borrower's workload, and the owner's runs.
     run(owner, gpu_job("mine", pods=1, gpus=8))
