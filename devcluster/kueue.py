@@ -39,6 +39,10 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 WEBHOOK_CONFIGURATION = "kueue"
 METRICS_CERT_PATH = "/etc/kueue/metrics/certs"
+# Kueue's identity, as its in-cluster service account would be (a client certificate here): not one
+# labgate trusts, so labgate's webhook judges Kueue's own writes (a Job it admits) as in a real cluster.
+KUEUE_USER = f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager"
+KUEUE_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{KUEUE_NAMESPACE}", "system:authenticated")
 # Namespaces Kueue's webhooks never see: the control plane's, its own and labgate's.
 EXEMPT_NAMESPACES = ("kube-system", KUEUE_NAMESPACE, "labgate-system")
 
@@ -155,9 +159,11 @@ class KueueController:
     """One Kueue controller manager beside a local control plane: its CRDs, certificates, process and
     webhook registration."""
 
-    def __init__(self, workdir: Path, admin_kubeconfig: Path, *, detached: bool = False):
+    def __init__(self, workdir: Path, admin_kubeconfig: Path, kubeconfig: Path, *, detached: bool = False):
+        """`admin_kubeconfig` installs Kueue; Kueue runs as `kubeconfig` (KUEUE_USER)."""
         self.workdir = workdir
         self.admin_kubeconfig = admin_kubeconfig
+        self.kubeconfig = kubeconfig
         self.detached = detached
         self.process: ManagedProcess | None = None
         self.webhook_url = ""
@@ -211,7 +217,7 @@ class KueueController:
         argv = [
             str(binary),
             f"--config={config}",
-            f"--kubeconfig={self.admin_kubeconfig}",
+            f"--kubeconfig={self.kubeconfig}",
             "--zap-log-level=info",
         ]
         self.process = spawn(

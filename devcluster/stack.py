@@ -21,7 +21,7 @@ import yaml
 
 from devcluster.controlplane import CONTROLLERS, DEFAULT_CONTROLLERS, ControlPlane, LocalControlPlane
 from devcluster.kubectl import kubectl
-from devcluster.kueue import KueueController
+from devcluster.kueue import KUEUE_GROUPS, KUEUE_USER, KueueController
 from devcluster.nodes import KwokNodes, NodePool
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
@@ -199,7 +199,12 @@ class LabgateStack:
             self.cluster.start()
             if self.with_kueue:
                 # Before the reconciler: it provisions queues, so Kueue's CRDs must be served.
-                self.kueue = KueueController(self.workdir, self.admin_kubeconfig, detached=self.detached)
+                self.kueue = KueueController(
+                    self.workdir,
+                    self.admin_kubeconfig,
+                    self.kubeconfig_for(KUEUE_USER, KUEUE_GROUPS),
+                    detached=self.detached,
+                )
                 self.kueue.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
             # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
