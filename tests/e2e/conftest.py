@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from devcluster.kubectl import kubectl
-from devcluster.stack import POLICY_DIR, LabgateStack
+from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
 
@@ -61,6 +61,31 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         tmp_path_factory.mktemp("cluster"), reconciler_lease_seconds=4, policy_dir=policy_dir
     ) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateStack]:
+    """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
+    their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
+    its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
+    queues. For tests marked `kueue`; the other tests run without Kueue."""
+    with LabgateStack(
+        tmp_path_factory.mktemp("kueue-cluster"),
+        reconciler_lease_seconds=4,
+        nodes=NodeSimulation(),
+        kueue=True,
+    ) as started:
+        yield started
+
+
+@pytest.fixture
+def kueue_tenants(kueue_stack: LabgateStack) -> Iterator[TenantFactory]:
+    """Tenants made for one test in the Kueue cluster (deleted after it)."""
+    factory = TenantFactory(kueue_stack)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
 
 
 @dataclass(frozen=True)
