@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.controlplane import ADMIN_USER
 from devcluster.kubectl import kubectl
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
@@ -68,12 +69,22 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
     """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
     their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
     its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
-    queues. For tests marked `kueue`; the other tests run without Kueue."""
+    queues. For tests marked `kueue`; the other tests run without Kueue. Its policies say Kueue
+    manages every tenant and name Kueue's controller (it runs with the admin's kubeconfig here), and
+    two webhook replicas share the quota ledger (issue 20: one quota, two enforcers that agree)."""
+    policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
+    config = json.loads(queue_config.read_text())
+    config.update(managed_by_kueue=True, kueue_users=[ADMIN_USER])
+    queue_config.write_text(json.dumps(config, indent=2) + "\n")
     with LabgateStack(
         tmp_path_factory.mktemp("kueue-cluster"),
         reconciler_lease_seconds=4,
         nodes=NodeSimulation(),
         kueue=True,
+        policy_dir=policy_dir,
+        webhook_replicas=2,
     ) as started:
         yield started
 
