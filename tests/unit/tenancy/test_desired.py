@@ -167,5 +167,7 @@ def test_members_read_their_queues_and_workloads_and_write_nothing_of_kueue() ->
     for role in ("labgate:researcher", "labgate:tenant-admin"):
         kueue_rules = [rule for rule in roles[role] if "kueue.x-k8s.io" in rule["apiGroups"]]
         granted = {(res, verb) for rule in kueue_rules for res in rule["resources"] for verb in rule["verbs"]}
-        assert granted == {(res, verb) for res in ("localqueues", "workloads") for verb in ("get", "list", "watch")}
+        assert granted == {
+            (res, verb) for res in ("localqueues", "workloads") for verb in ("get", "list", "watch")
+        }
         assert all(rule["apiGroups"] != ["*"] and "*" not in rule["resources"] for rule in roles[role])
