@@ -8,8 +8,9 @@
 #   tenant does not own, a change of queue, and starting a workload (spec.suspend false, Kueue's
 #   scheduling gate removed, node selectors edited before admission) by anyone but Kueue's
 #   controller (config queue.kueue_users). Kueue's controller is exempt for those fields only: every
-#   other rule judges its requests as any other's. A WorkloadPriorityClass above the tenant's
-#   priority ceiling is refused as a PriorityClass is.
+#   other rule judges its requests as any other's. A WorkloadPriorityClass (label
+#   kueue.x-k8s.io/priority-class) is judged as a PriorityClass is: one of the tenant's classes by
+#   name, and at or below its ceiling where labgate knows the class's value.
 package labgate.rules.queue
 
 import data.labgate.lib.kueue
@@ -179,18 +180,30 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.
 	problem := _priority_problem(name, tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks WorkloadPriorityClass %q (label %s), %s. Fix: name a WorkloadPriorityClass at or below %v, or ask the infra team to raise spec.scheduling.maxPriority of Tenant %q",
-		[rule_id, tenancy.object_ref, name, kueue.priority_label, problem, _ceiling(tenant), tenant.metadata.name],
+		"[%s] %s asks WorkloadPriorityClass %q (label %s), %s. Fix: name one of the tenant's classes at or below priority %v, or leave the label out",
+		[rule_id, tenancy.object_ref, name, kueue.priority_label, problem, _ceiling(tenant)],
 	)
 }
 
-# Values come from data.inventory.workload_priority_classes; a class labgate has not seen cannot be
-# shown to be below the ceiling, so it is refused too.
+# By name first, as PriorityClasses: labgate's research classes and those the Tenant lists
+# (spec.scheduling.priorityClasses), never a system-* one; then by value, where the inventory has the
+# class (data.inventory.workload_priority_classes, name -> {"value"}).
+_allowed_classes(tenant) := {c |
+	some c in array.concat(
+		data.labgate.config.scheduling.research_priority_classes,
+		object.get(tenant, ["spec", "scheduling", "priorityClasses"], []),
+	)
+	not startswith(c, "system-")
+}
+
+_priority_problem(name, tenant) := sprintf("which tenant %q may not use (its classes: %s)", [tenant.metadata.name, _quoted(_allowed_classes(tenant))]) if {
+	not name in _allowed_classes(tenant)
+}
+
 _priority_problem(name, tenant) := sprintf("priority %v, above tenant %q's ceiling of %v", [value, tenant.metadata.name, _ceiling(tenant)]) if {
+	name in _allowed_classes(tenant)
 	value := data.inventory.workload_priority_classes[name].value
 	value > _ceiling(tenant)
 }
 
-_priority_problem(name, _) := "which labgate does not know (no such class, or not seen yet)" if {
-	not data.inventory.workload_priority_classes[name]
-}
+_quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])

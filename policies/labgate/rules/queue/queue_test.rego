@@ -6,10 +6,12 @@ import data.labgate.rules.queue
 
 kueue_config := {"default_local_queue": "default", "kueue_users": ["kueue"]}
 
-# The GPU tenants, vision managed by Kueue (spec.queue), and two WorkloadPriorityClasses.
+# The GPU tenants, vision managed by Kueue (spec.queue) and listing class research-batch, and two
+# WorkloadPriorityClasses.
 kueue_inventory := json.patch(testdata.gpu_inventory, [
 	{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}},
-	{"op": "add", "path": "/workload_priority_classes", "value": {"urgent": {"value": 1000}, "batch": {"value": 0}}},
+	{"op": "add", "path": "/tenants/vision/spec/scheduling", "value": {"priorityClasses": ["research-batch"]}},
+	{"op": "add", "path": "/workload_priority_classes", "value": {"research-batch": {"value": 1000}, "research-default": {"value": 0}}},
 ])
 
 kueue_user := {"username": "kueue", "groups": ["system:authenticated"]}
@@ -162,14 +164,18 @@ test_node_selector_of_a_waiting_workload_is_kueues_to_set if {
 # --- queue-priority ---
 
 test_workload_priority_above_the_ceiling_is_refused if {
-	urgent := job(object.union(queued, {"kueue.x-k8s.io/priority-class": "urgent"}), true)
+	urgent := job(object.union(queued, {"kueue.x-k8s.io/priority-class": "research-batch"}), true)
 	violations(job_input("CREATE", testdata.vera, urgent, null)) == {{
 		"rule": "queue-priority",
 		"field": "metadata.labels[kueue.x-k8s.io/priority-class]",
-		"message": `[queue-priority] Job "train" asks WorkloadPriorityClass "urgent" (label kueue.x-k8s.io/priority-class), priority 1000, above tenant "vision"'s ceiling of 0. Fix: name a WorkloadPriorityClass at or below 0, or ask the infra team to raise spec.scheduling.maxPriority of Tenant "vision"`,
+		"message": `[queue-priority] Job "train" asks WorkloadPriorityClass "research-batch" (label kueue.x-k8s.io/priority-class), priority 1000, above tenant "vision"'s ceiling of 0. Fix: name one of the tenant's classes at or below priority 0, or leave the label out`,
 	}}
-	count(violations(job_input("CREATE", testdata.vera, job(object.union(queued, {"kueue.x-k8s.io/priority-class": "batch"}), true), null))) == 0
-	[v.message | some v in violations(job_input("CREATE", testdata.vera, job(object.union(queued, {"kueue.x-k8s.io/priority-class": "vip"}), true), null))] == [`[queue-priority] Job "train" asks WorkloadPriorityClass "vip" (label kueue.x-k8s.io/priority-class), which labgate does not know (no such class, or not seen yet). Fix: name a WorkloadPriorityClass at or below 0, or ask the infra team to raise spec.scheduling.maxPriority of Tenant "vision"`]
+	count(violations(job_input("CREATE", testdata.vera, job(object.union(queued, {"kueue.x-k8s.io/priority-class": "research-default"}), true), null))) == 0
+}
+
+test_workload_priority_class_not_the_tenants_is_refused if {
+	vip := job(object.union(queued, {"kueue.x-k8s.io/priority-class": "vip"}), true)
+	[v.message | some v in violations(job_input("CREATE", testdata.vera, vip, null))] == [`[queue-priority] Job "train" asks WorkloadPriorityClass "vip" (label kueue.x-k8s.io/priority-class), which tenant "vision" may not use (its classes: "research-batch", "research-default", "research-preemptible"). Fix: name one of the tenant's classes at or below priority 0, or leave the label out`]
 }
 
 # --- the mutation: a Job that names no queue gets the tenant's, suspended ---
