@@ -167,6 +167,27 @@ def test_kueues_gate_on_a_bare_pod_is_kueues_to_remove(
         refused(ungate, "queue-gate")
     assert _json(stack, "pod/solo", "-n", ns)["spec"].get("schedulingGates") == gates
 
+    # A pod a member makes is bare whatever owner it names: one "owned" by the running Job waits too.
+    busy = job_object(stack, ns, "busy")
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "busy",
+        "uid": busy["metadata"]["uid"],
+        "controller": True,
+    }
+    stowaway = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stowaway", "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]},
+    }
+    stowaway["metadata"]["labels"] = {QUEUE_LABEL: "default"}
+    admitted(waiting.researcher.apply(stowaway, ns))
+    assert {"name": "kueue.x-k8s.io/admission"} in (
+        _json(stack, "pod/stowaway", "-n", ns)["spec"].get("schedulingGates") or []
+    )
+
 
 def _kueue_object(kind: str, ns: str) -> dict[str, Any]:
     api = "kueue.x-k8s.io/v1beta2"

@@ -64,8 +64,17 @@ is_pod if _kind == ["", "Pod"]
 is_suspendable if suspend_paths[_kind]
 
 # A controller-owned object whose owner Kueue queues (a JobSet's Jobs, a RayJob's RayCluster, a
-# Job's pods) is admitted with its owner, never queued on its own.
+# Job's pods) is admitted with its owner, never queued on its own. Only when a controller makes it:
+# a member writes ownerReferences at will (a Job "owned" by one's own suspended JobSet would run
+# unqueued), so what a member of the tenant creates is judged on its own.
 _owned_by_queued_kind(obj) if {
+	not _by_a_member
+	_names_a_queued_owner(obj)
+}
+
+_by_a_member if tenancy.is_member(tenancy.namespace_tenant, input.request.userInfo)
+
+_names_a_queued_owner(obj) if {
 	some ref in object.get(obj, ["metadata", "ownerReferences"], [])
 	object.get(ref, "controller", false) == true
 	some key, _ in suspend_paths
@@ -78,12 +87,14 @@ _api_prefix("batch") := "batch/"
 _api_prefix(group) := sprintf("%s/", [group]) if group != "batch"
 
 _has_controller(obj) if {
+	not _by_a_member
 	some ref in object.get(obj, ["metadata", "ownerReferences"], [])
 	object.get(ref, "controller", false) == true
 }
 
 # The request's object must wait in the tenant's queue: a kind Kueue suspends (not one its queued
-# owner made), or a bare pod that asks GPUs or names a queue (Kueue's pod integration).
+# owner made), or a bare pod that asks GPUs or names a queue (Kueue's pod integration); a pod a
+# member creates is bare whatever owner it names.
 is_queued(obj) if {
 	is_suspendable
 	not _owned_by_queued_kind(obj)

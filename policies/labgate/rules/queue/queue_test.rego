@@ -66,9 +66,20 @@ test_nothing_is_queued_in_a_tenant_kueue_does_not_manage if {
 	[op | some op in patch; op.path in {"/metadata/labels", "/spec/suspend"}] == []
 }
 
+jobset_child := object.union(job({}, false), {"metadata": {"ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ring", "controller": true}]}})
+
 test_a_jobsets_own_jobs_are_not_queued_on_their_own if {
-	child := object.union(job({}, false), {"metadata": {"ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ring", "controller": true}]}})
-	count(violations(job_input("CREATE", testdata.job_controller, child, null))) == 0
+	count(violations(job_input("CREATE", testdata.job_controller, jobset_child, null))) == 0
+}
+
+# Regression: a member naming a queued owner in ownerReferences would have run a Job unqueued.
+test_a_member_cannot_skip_the_queue_by_naming_an_owner if {
+	{v.rule | some v in violations(job_input("CREATE", testdata.vera, jobset_child, null))} == {"queue-name", "queue-unsuspend"}
+	pod := object.union(
+		testdata.pod("stowaway", {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})]}),
+		{"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": true}]}},
+	)
+	[v.rule | some v in violations(testdata.workload_input("Pod", "vision", testdata.vera, pod))] == ["queue-name"]
 }
 
 # A bare GPU pod waits in the queue too; a Job's pods are admitted with their Job.
