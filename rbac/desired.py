@@ -317,6 +317,13 @@ def _member_role(name: str, namespaces: list[str]) -> Manifest:
                 "verbs": ["get", "list", "watch"],
             },
             *(namespace_rules if namespaces else []),
+            # Their tenant's ClusterQueue (named as the tenant; rbac/queues.py): its quota and usage.
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["clusterqueues"],
+                "resourceNames": [name],
+                "verbs": ["get", "list", "watch"],
+            },
         ],
     }
 

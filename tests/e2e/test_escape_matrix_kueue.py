@@ -222,6 +222,8 @@ def test_members_read_their_queue_and_write_nothing_of_kueue(
     ns = waiting.namespace
     actor = waiting.researcher if who == "researcher" else waiting.admin
     admitted(actor.kubectl("get", "localqueue/default", "-n", ns))
+    admitted(actor.kubectl("get", f"clusterqueue.kueue.x-k8s.io/{waiting.name}"))
+    forbidden(actor.kubectl("get", "clusterqueue.kueue.x-k8s.io/someone-else"))
     for kind in ("LocalQueue", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue"):
         forbidden(actor.kubectl("create", "-f", "-", stdin=json.dumps(_kueue_object(kind, ns))))
     workload = job_workload(kueue_stack, ns, "waits")

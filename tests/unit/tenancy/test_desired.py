@@ -171,3 +171,20 @@ def test_members_read_their_queues_and_workloads_and_write_nothing_of_kueue() ->
             (res, verb) for res in ("localqueues", "workloads") for verb in ("get", "list", "watch")
         }
         assert all(rule["apiGroups"] != ["*"] and "*" not in rule["resources"] for rule in roles[role])
+
+
+def test_members_read_their_own_clusterqueue_by_name_only() -> None:
+    member_role = next(
+        o
+        for o in desired_objects(tenant(), namespaces=["vision"])
+        if o["metadata"]["name"] == "labgate:tenant:vision:member"
+    )
+    queue_rules = [r for r in member_role["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
+    assert queue_rules == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["clusterqueues"],
+            "resourceNames": ["vision"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
