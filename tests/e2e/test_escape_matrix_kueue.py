@@ -3,7 +3,9 @@
 Every attempt goes through the real kubectl as a researcher or a tenant admin, on CREATE and UPDATE,
 and is paired with the legitimate action it must not break: a Job that names no queue is put in the
 tenant's LocalQueue `default` and runs when Kueue admits it; a researcher reads their queue and
-Workloads; suspending one's own Job is fine; Kueue itself starts what it admits. Then a burst of
+Workloads; suspending one's own Job is fine; Kueue itself starts what it admits; GPU work that a
+bare pod would run outside any queue is admitted as a Job. Kueue's scheduling gate on bare pods (with
+its pod integration) is covered by the Rego tests (policies/labgate/rules/queue). Then a burst of
 gangs through two webhook replicas: Kueue and the quota ledger hold one quota and agree (no pod of an
 admitted workload refused, no pod of an unadmitted one created).
 
@@ -38,6 +40,8 @@ from tests.e2e.test_kueue import (
 )
 
 pytestmark = [pytest.mark.kueue, pytest.mark.cluster, pytest.mark.timeout(420)]
+
+IMAGE = "registry.lab.example/research/trainer:v1"
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -141,33 +145,22 @@ def test_only_kueue_starts_what_it_admits_and_suspending_ones_own_job_is_fine(
     assert bound_gpus(stack, ns) <= 8
 
 
-def test_kueues_gate_on_a_bare_pod_is_kueues_to_remove(
-    kueue_stack: LabgateStack, waiting: TenantUnderTest
-) -> None:
-    stack, ns = kueue_stack, waiting.namespace
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "solo", "labels": {QUEUE_LABEL: "default"}},
-        "spec": {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]},
-    }
-    admitted(waiting.researcher.apply(pod, ns))
-    gates = _json(stack, "pod/solo", "-n", ns)["spec"].get("schedulingGates") or []
-    assert {"name": "kueue.x-k8s.io/admission"} in gates, gates
-    for actor in (waiting.researcher, waiting.admin):
-        ungate = actor.kubectl(
-            "patch",
-            "pod/solo",
-            "-n",
-            ns,
-            "--type=json",
-            "-p",
-            '[{"op":"remove","path":"/spec/schedulingGates"}]',
-        )
-        refused(ungate, "queue-gate")
-    assert _json(stack, "pod/solo", "-n", ns)["spec"].get("schedulingGates") == gates
+def _gpu_pod(name: str, owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    container = {"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    metadata: dict[str, Any] = {"name": name, **({"ownerReferences": owners} if owners else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container]}}
 
-    # A pod a member makes is bare whatever owner it names: one "owned" by the running Job waits too.
+
+@pytest.mark.parametrize("who", ["researcher", "admin"])
+def test_a_bare_gpu_pod_has_no_queue_and_the_same_work_as_a_job_queues(
+    kueue_stack: LabgateStack, waiting: TenantUnderTest, who: str
+) -> None:
+    """The stack's Kueue has no pod integration (config queue.pod_integration false): a bare GPU pod
+    would skip the queue, so it is refused, also when it names an owner; the same work as a Job is
+    admitted and waits in default."""
+    stack, ns = kueue_stack, waiting.namespace
+    actor = waiting.researcher if who == "researcher" else waiting.admin
+    refused(actor.apply(_gpu_pod(f"solo-{who}"), ns), "queue-bare-pod")
     busy = job_object(stack, ns, "busy")
     owner = {
         "apiVersion": "batch/v1",
@@ -176,17 +169,11 @@ def test_kueues_gate_on_a_bare_pod_is_kueues_to_remove(
         "uid": busy["metadata"]["uid"],
         "controller": True,
     }
-    stowaway = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "stowaway", "ownerReferences": [owner]},
-        "spec": {"containers": [{"name": "main", "image": "registry.lab.example/research/trainer:v1"}]},
-    }
-    stowaway["metadata"]["labels"] = {QUEUE_LABEL: "default"}
-    admitted(waiting.researcher.apply(stowaway, ns))
-    assert {"name": "kueue.x-k8s.io/admission"} in (
-        _json(stack, "pod/stowaway", "-n", ns)["spec"].get("schedulingGates") or []
-    )
+    refused(actor.apply(_gpu_pod(f"stowaway-{who}", [owner]), ns), "queue-bare-pod")
+    admitted(actor.apply(gpu_job(f"as-a-job-{who}", pods=1, gpus=1), ns))
+    queued = job_object(stack, ns, f"as-a-job-{who}")
+    assert queued["metadata"]["labels"][QUEUE_LABEL] == "default"
+    assert queued["spec"]["suspend"] is True
 
 
 def _kueue_object(kind: str, ns: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@
 #     managed_by_kueue  Kueue runs beside labgate: every tenant is managed (else only Tenants that
 #                       set spec.queue);
 #     default_local_queue  the LocalQueue labgate provisions in every namespace of such a tenant;
-#     kueue_users       the user names Kueue's controller writes as (its exemptions are per field).
+#     kueue_users       the user names Kueue's controller writes as (its exemptions are per field);
+#     pod_integration   Kueue's pod integration is on: bare pods that ask GPUs or name a queue wait
+#                       behind its scheduling gate (off: a bare GPU pod is refused, queue-bare-pod).
 package labgate.lib.kueue
 
 import data.labgate.lib.gpu
@@ -101,17 +103,29 @@ is_queued(obj) if {
 }
 
 is_queued(obj) if {
+	has_pod_integration
+	is_bare_pod(obj)
+	_asks_gpus_or_names_a_queue(obj)
+}
+
+# Kueue's pod integration is on (config queue.pod_integration): bare pods queue behind its gate.
+# Without it, a bare GPU pod has no queue to wait in (rules.queue refuses it: queue-bare-pod).
+has_pod_integration if object.get(_config, "pod_integration", false) == true
+
+# A pod no controller made (a member's pod is bare whatever owner it names).
+is_bare_pod(obj) if {
 	is_pod
 	not _has_controller(obj)
-	_asks_gpus_or_names_a_queue(obj)
+}
+
+asks_gpus if {
+	some t in input.pod_templates
+	gpu.template_demand[t.path].total > 0
 }
 
 _asks_gpus_or_names_a_queue(obj) if obj.metadata.labels[queue_label]
 
-_asks_gpus_or_names_a_queue(_) if {
-	some t in input.pod_templates
-	gpu.template_demand[t.path].total > 0
-}
+_asks_gpus_or_names_a_queue(_) if asks_gpus
 
 queue_of(obj) := object.get(obj, ["metadata", "labels", queue_label], "")
 

@@ -2,8 +2,9 @@
 # title: Kueue's queue cannot be skipped
 # description: |
 #   Where Kueue manages a tenant (lib.kueue.managed_tenant), every object of a tenant that
-#   Kueue queues (Jobs, JobSets, Kubeflow training jobs, TrainJobs, RayJobs, RayClusters, and bare
-#   pods that ask GPUs or name a queue; lib.kueue) waits in one of the tenant's own LocalQueues:
+#   Kueue queues (Jobs, JobSets, Kubeflow training jobs, TrainJobs, RayJobs, RayClusters, and, with
+#   Kueue's pod integration, bare pods that ask GPUs or name a queue; without it a bare GPU pod is
+#   refused) waits in one of the tenant's own LocalQueues:
 #   the mutation names `default` when the object names none, and these rules refuse a queue the
 #   tenant does not own, a change of queue, and starting a workload (spec.suspend false, Kueue's
 #   scheduling gate removed, node selectors edited before admission) by anyone but Kueue's
@@ -13,6 +14,7 @@
 #   name, and at or below its ceiling where labgate knows the class's value.
 package labgate.rules.queue
 
+import data.labgate.lib.gpu_text
 import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 
@@ -57,6 +59,24 @@ _names_or_creates("") if input.request.operation == "CREATE"
 _names_text("") := sprintf("names no LocalQueue (label %s)", [kueue.queue_label])
 
 _names_text(queue) := sprintf("names LocalQueue %q (label %s)", [queue, kueue.queue_label]) if queue != ""
+
+# METADATA
+# title: Without Kueue's pod integration, GPU work of a managed tenant runs in a workload that queues
+# custom:
+#   rule_id: queue-bare-pod
+violation contains {"rule": rule_id, "message": msg, "field": "spec.containers"} if {
+	input.request.operation == "CREATE"
+	tenant := kueue.managed_tenant
+	not kueue.has_pod_integration
+	kueue.is_bare_pod(_new)
+	kueue.asks_gpus
+	template := input.pod_templates[0]
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s asks %s outside any queue; tenant %q's GPU work waits in its Kueue queue, which takes Jobs, not bare pods. Fix: run it as a Job (kubectl create job), which labgate puts in LocalQueue %q",
+		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, kueue.default_queue],
+	)
+}
 
 # METADATA
 # title: A queued workload stays in its queue

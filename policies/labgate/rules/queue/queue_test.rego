@@ -4,7 +4,7 @@ import data.labgate.lib.testdata
 import data.labgate.mutation
 import data.labgate.rules.queue
 
-kueue_config := {"default_local_queue": "default", "kueue_users": ["kueue"]}
+kueue_config := {"default_local_queue": "default", "kueue_users": ["kueue"], "pod_integration": true}
 
 # The GPU tenants, vision managed by Kueue (spec.queue) and listing class research-batch, and two
 # WorkloadPriorityClasses.
@@ -90,6 +90,26 @@ test_bare_gpu_pod_without_a_queue_is_refused_and_a_jobs_pod_is_not if {
 	count(violations(testdata.workload_input("Pod", "vision", testdata.job_controller, owned))) == 0
 	plain := testdata.pod("shell", {"containers": [testdata.main_container]})
 	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, plain))) == 0
+}
+
+# Without Kueue's pod integration a bare GPU pod has no queue: refused, and pointed at a Job.
+test_bare_gpu_pod_without_pod_integration_is_refused if {
+	pod := testdata.pod("solo", {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
+	})
+	found := queue.violation with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
+		with data.inventory as kueue_inventory
+		with data.labgate.config.queue as object.remove(kueue_config, ["pod_integration"])
+	found == {{
+		"rule": "queue-bare-pod",
+		"field": "spec.containers",
+		"message": `[queue-bare-pod] Pod "solo" asks 1 nvidia.com/gpu (h100) outside any queue; tenant "vision"'s GPU work waits in its Kueue queue, which takes Jobs, not bare pods. Fix: run it as a Job (kubectl create job), which labgate puts in LocalQueue "default"`,
+	}}
+	plain := testdata.pod("shell", {"containers": [testdata.main_container]})
+	count(queue.violation) == 0 with input as testdata.workload_input("Pod", "vision", testdata.vera, plain)
+		with data.inventory as kueue_inventory
+		with data.labgate.config.queue as object.remove(kueue_config, ["pod_integration"])
 }
 
 # --- queue-change ---
