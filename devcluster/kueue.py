@@ -39,10 +39,10 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 WEBHOOK_CONFIGURATION = "kueue"
 METRICS_CERT_PATH = "/etc/kueue/metrics/certs"
-# Kueue's identity, as its in-cluster service account would be (a client certificate here): not one
-# labgate trusts, so labgate's webhook judges Kueue's own writes (a Job it admits) as in a real cluster.
-KUEUE_USER = f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager"
-KUEUE_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{KUEUE_NAMESPACE}", "system:authenticated")
+# Kueue's identity (a client certificate): not one labgate trusts, so labgate's webhook judges Kueue's
+# own writes (a Job it admits) as in a real cluster, where it runs as a service account of its own.
+KUEUE_USER = "kueue-controller-manager"
+KUEUE_GROUPS = ("kueue",)
 # Namespaces Kueue's webhooks never see: the control plane's, its own and labgate's.
 EXEMPT_NAMESPACES = ("kube-system", KUEUE_NAMESPACE, "labgate-system")
 
@@ -179,13 +179,25 @@ class KueueController:
         self._kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(crds))
         self._kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}
+        # Kueue's RBAC, broad in this throwaway cluster (its own chart's ClusterRole is narrower).
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "labgate-dev-kueue"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUEUE_USER}],
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+        }
         self._kubectl(
             "apply",
             "--server-side",
             "--field-manager=labgate-dev",
             "-f",
             "-",
-            stdin=yaml.safe_dump(namespace),
+            stdin=yaml.safe_dump_all([namespace, binding]),
         )
 
     def start(self, *, timeout: float = 90.0) -> None:
