@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from devcluster.kubectl import kubectl
+from devcluster.kueue import trust_kueue
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
@@ -68,10 +69,17 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
     """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
     their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
     its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
-    queues. For tests marked `kueue`; the other tests run without Kueue."""
+    queues. For tests marked `kueue`; the other tests run without Kueue. labgate trusts Kueue's
+    service accounts here (devcluster.kueue.trust_kueue), or it refuses Kueue's unsuspending of the
+    Jobs it admits; a stack without that (`LabgateStack(kueue=True)` on the repository's policies)
+    shows the refusal."""
+    policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    trust_kueue(policy_dir)
     with LabgateStack(
         tmp_path_factory.mktemp("kueue-cluster"),
         reconciler_lease_seconds=4,
+        policy_dir=policy_dir,
         nodes=NodeSimulation(),
         kueue=True,
     ) as started:
