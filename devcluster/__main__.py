@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from devcluster.demo import run_demo
+from devcluster.kueue import trust_kueue
 from devcluster.nodes import load_pools
 from devcluster.processes import recorded_pids, stop_recorded
-from devcluster.stack import LabgateStack, NodeSimulation
+from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 
 DEV_WORKDIR = Path(".labgate-dev")
 
@@ -31,7 +32,15 @@ def _up(args: argparse.Namespace) -> int:
     shutil.rmtree(workdir / "etcd", ignore_errors=True)
     (workdir / "pids.json").unlink(missing_ok=True)
     nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
-    stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue)
+    policy_dir = POLICY_DIR
+    if args.kueue:
+        # labgate trusts Kueue's service accounts in this stack (devcluster.kueue.trust_kueue), on a
+        # copy of the policies: without it, it refuses Kueue's unsuspending of the Jobs it admits.
+        policy_dir = workdir / "policies"
+        shutil.rmtree(policy_dir, ignore_errors=True)
+        shutil.copytree(POLICY_DIR, policy_dir)
+        trust_kueue(policy_dir)
+    stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue, policy_dir=policy_dir)
     stack.start()
     with_nodes = "" if nodes is None else f", scheduler and {sum(p.nodes for p in nodes.pools)} KWOK nodes"
     with_nodes += ", Kueue" if args.kueue else ""
