@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 run: setup  ## start everything and show the main job (stop with: make stop)
 	@$(BIN)/python -m devcluster down >/dev/null
-	$(BIN)/python -m devcluster up --demo --nodes devcluster/pools/lab.yaml
+	$(BIN)/python -m devcluster up --demo --nodes devcluster/pools/lab.yaml --kueue
 
 stop:  ## stop what `make run` started
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devcluster down; else echo "nothing to stop"; fi

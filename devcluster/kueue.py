@@ -22,6 +22,7 @@ and the VisibilityOnDemand feature gate wants certificates of its own, so it is 
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 import urllib.request
 from pathlib import Path
@@ -39,10 +40,10 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 WEBHOOK_CONFIGURATION = "kueue"
 METRICS_CERT_PATH = "/etc/kueue/metrics/certs"
-# Kueue's identity, as its in-cluster service account would be (a client certificate here): not one
-# labgate trusts, so labgate's webhook judges Kueue's own writes (a Job it admits) as in a real cluster.
+# Kueue's identity (a client certificate): not one labgate trusts, so labgate's webhook judges Kueue's
+# own writes (a Job it admits) as in a real cluster, where it runs as a service account of its own.
 KUEUE_USER = f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager"
-KUEUE_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{KUEUE_NAMESPACE}", "system:authenticated")
+KUEUE_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{KUEUE_NAMESPACE}")
 # Namespaces Kueue's webhooks never see: the control plane's, its own and labgate's.
 EXEMPT_NAMESPACES = ("kube-system", KUEUE_NAMESPACE, "labgate-system")
 
@@ -151,6 +152,19 @@ def in_private_etc(argv: list[str], *, overlay: Path, cert_dir: Path) -> list[st
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
 
 
+def trust_kueue(policy_dir: Path) -> None:
+    """Make the policies at `policy_dir` (a copy) trust Kueue's service accounts as they trust the
+    control plane's (config trusted_groups). Without it labgate refuses Kueue's unsuspending of a Job
+    it admitted ([tenant-membership]: Kueue is no tenant's member), and no pod of a queued Job is ever
+    created. A stand-in for the rule that lets Kueue make exactly that change and no other."""
+    config = policy_dir / "labgate" / "config" / "data.json"
+    data = json.loads(config.read_text())
+    group = f"system:serviceaccounts:{KUEUE_NAMESPACE}"
+    if group not in data["trusted_groups"]:
+        data["trusted_groups"].append(group)
+    config.write_text(json.dumps(data, indent=2) + "\n")
+
+
 class KueueError(RuntimeError):
     """Kueue could not be set up beside the stack."""
 
@@ -179,13 +193,25 @@ class KueueController:
         self._kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(crds))
         self._kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}
+        # Kueue's RBAC, broad in this throwaway cluster (its own chart's ClusterRole is narrower).
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "labgate-dev-kueue"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUEUE_USER}],
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+        }
         self._kubectl(
             "apply",
             "--server-side",
             "--field-manager=labgate-dev",
             "-f",
             "-",
-            stdin=yaml.safe_dump(namespace),
+            stdin=yaml.safe_dump_all([namespace, binding]),
         )
 
     def start(self, *, timeout: float = 90.0) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster.controlplane import ADMIN_USER
 from devcluster.kubectl import kubectl
+from devcluster.kueue import KUEUE_USER, trust_kueue
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
@@ -69,14 +69,17 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
     """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
     their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
     its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
-    queues. For tests marked `kueue`; the other tests run without Kueue. Its policies say Kueue
-    manages every tenant and name Kueue's controller (it runs with the admin's kubeconfig here), and
-    two webhook replicas share the quota ledger (issue 20: one quota, two enforcers that agree)."""
+    queues. For tests marked `kueue`; the other tests run without Kueue. labgate trusts Kueue's
+    service accounts for the whole-requester rules (devcluster.kueue.trust_kueue: Kueue is no
+    tenant's member), and its queue rules know Kueue manages every tenant and exempt Kueue's
+    controller (KUEUE_USER) for the fields it sets at admission only; two webhook replicas share the
+    quota ledger (issue 20: one quota, two enforcers that agree)."""
     policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
     shutil.copytree(POLICY_DIR, policy_dir)
+    trust_kueue(policy_dir)
     queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
     config = json.loads(queue_config.read_text())
-    config.update(managed_by_kueue=True, kueue_users=[ADMIN_USER])
+    config.update(managed_by_kueue=True, kueue_users=[KUEUE_USER])
     queue_config.write_text(json.dumps(config, indent=2) + "\n")
     with LabgateStack(
         tmp_path_factory.mktemp("kueue-cluster"),

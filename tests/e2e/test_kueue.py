@@ -249,25 +249,34 @@ def test_in_a_cohort_the_owner_reclaims_idle_quota_by_preempting_only_the_borrow
     wait_for_queue(stack, owner)
     wait_for_queue(stack, borrower)
 
-    # The owner's quota is idle: the borrower's 16-GPU Job runs on it.
-    run(borrower, gpu_job("wide", pods=2, gpus=8))
-    eventually(
-        lambda: len(bound(job_pods(stack, borrower.namespace, "wide"))) == 2,
-        what="the borrower's 2 x 8 Job bound on borrowed quota",
-    )
-    # The owner asks for its own 8: Kueue preempts the borrower's workload, and the owner's runs.
+    # The owner's quota is idle: the borrower runs a Job on its own 8 GPUs, and a second one beyond its
+    # quota (its pods are preemptible, labgate admits them) that Kueue admits on the owner's idle 8.
+    for job in ("own-quota", "borrowed"):
+        run(borrower, gpu_job(job, pods=1, gpus=8))
+
+        def is_bound(job: str = job) -> bool:
+            return len(bound(job_pods(stack, borrower.namespace, job))) == 1
+
+        eventually(is_bound, what=f"the borrower's Job {job} bound")
+    assert bound_gpus(stack, borrower.namespace) == 16
+    # The owner asks for its own 8: Kueue preempts the borrowing workload, and the owner's runs.
     run(owner, gpu_job("mine", pods=1, gpus=8))
     eventually(
         lambda: len(bound(job_pods(stack, owner.namespace, "mine"))) == 1,
         what="the owner's Job bound on its reclaimed quota",
         timeout=120,
     )
-    assert not has_condition(job_workload(stack, borrower.namespace, "wide"), "QuotaReserved")
-    # The borrower's Job waits whole again (it needs 16, only its own 8 are free); the owner's
-    # in-quota workload is never preempted for it.
+    # Only what was borrowed went: the borrower keeps its own 8, one of its two Jobs waits again
+    # (suspended, whole); the owner's in-quota workload is never preempted for it.
+    eventually(lambda: bound_gpus(stack, borrower.namespace) == 8, what="the borrower back to its 8 GPUs")
+    reserved = [
+        has_condition(job_workload(stack, borrower.namespace, j), "QuotaReserved")
+        for j in ("own-quota", "borrowed")
+    ]
+    assert sorted(reserved) == [False, True], reserved
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         assert len(bound(job_pods(stack, owner.namespace, "mine"))) == 1
-        assert bound(job_pods(stack, borrower.namespace, "wide")) == []
+        assert bound_gpus(stack, borrower.namespace) == 8
         time.sleep(0.5)
     assert has_condition(job_workload(stack, owner.namespace, "mine"), "QuotaReserved")
