@@ -138,14 +138,19 @@ def test_the_queue_cannot_be_skipped_on_create_or_update(
     admitted(actor.kubectl("label", "job/waits", "-n", ns, "purpose=ablation", "--overwrite"))
 
 
-def test_only_kueue_starts_what_it_admits_and_suspending_ones_own_job_is_fine(
+def test_only_kueue_starts_what_it_admits_and_members_suspend_or_delete_their_own_jobs(
     kueue_stack: LabgateStack, waiting: TenantUnderTest
 ) -> None:
     stack, ns = kueue_stack, waiting.namespace
     refused(patch(waiting.researcher, ns, "job/waits", {"spec": {"suspend": False}}), "queue-unsuspend")
-    # The researcher suspends the running Job: allowed. Its GPUs free, and Kueue (the one writer the
-    # queue rules exempt, for spec.suspend and the flavor's node selector) starts the waiting one.
+    # The researcher suspends the running Job: labgate admits it (Kueue, which owns the admitted
+    # Workload, may start it again). Deleting it frees its GPUs, and Kueue (the one writer the queue
+    # rules exempt, for spec.suspend and the flavor's node selector) starts the waiting one.
     admitted(patch(waiting.researcher, ns, "job/busy", {"spec": {"suspend": True}}))
+    deleted = waiting.researcher.kubectl(
+        "delete", "job/busy", "-n", ns, "--cascade=foreground", "--wait=true", "--timeout=60s"
+    )
+    admitted(deleted)
     eventually(lambda: len(bound(job_pods(stack, ns, "waits"))) == 1, what="Kueue started the waiting Job")
     assert job_object(stack, ns, "waits")["spec"]["suspend"] is False
     assert bound_gpus(stack, ns) <= 8
