@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 run: venv  ## start everything and show the main job (stop with: make stop); refuses while one runs
 	toolchain/build.sh $(RUN_TOOLS)
-	$(BIN)/python -m devcluster up --demo --nodes devcluster/pools/lab.yaml
+	$(BIN)/python -m devcluster up --demo --nodes devcluster/pools/lab.yaml --kueue
 
 stop:  ## stop what `make run` started
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m devcluster down; else echo "nothing to stop"; fi
@@ -34,7 +34,7 @@ debian-packages:
 TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
 
 # The tools `make run`'s stack uses (no registry, signing or lint tools).
-RUN_TOOLS := kubernetes etcd opa kwok
+RUN_TOOLS := kubernetes etcd opa kwok kueue
 
 tools:  ## build the pinned Go tools that are not cached yet
 	toolchain/build.sh $(TEST_TOOLS)

@@ -1,4 +1,4 @@
-"""`python -m devcluster up [--demo] [--nodes POOLS_FILE]` / `python -m devcluster down`: the local control plane with
+"""`python -m devcluster up [--demo] [--nodes POOLS_FILE] [--kueue]` / `python -m devcluster down`: the local control plane with
 labgate installed, for `make run` and `make stop`. A development tool, run from a checkout; it is not
 part of the shipped package or the container image."""
 
@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from devcluster.demo import run_demo
+from devcluster.kueue import trust_kueue
 from devcluster.nodes import load_pools
 from devcluster.processes import recorded_pids, stop_recorded
-from devcluster.stack import LabgateStack, NodeSimulation
+from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 
 DEV_WORKDIR = Path(".labgate-dev")
 
@@ -33,9 +34,18 @@ def _up(args: argparse.Namespace) -> int:
     shutil.rmtree(workdir / "etcd", ignore_errors=True)
     (workdir / "pids.json").unlink(missing_ok=True)
     nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
-    stack = LabgateStack(workdir, detached=True, nodes=nodes)
+    policy_dir = POLICY_DIR
+    if args.kueue:
+        # labgate trusts Kueue's service accounts in this stack (devcluster.kueue.trust_kueue), on a
+        # copy of the policies: without it, it refuses Kueue's unsuspending of the Jobs it admits.
+        policy_dir = workdir / "policies"
+        shutil.rmtree(policy_dir, ignore_errors=True)
+        shutil.copytree(POLICY_DIR, policy_dir)
+        trust_kueue(policy_dir)
+    stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue, policy_dir=policy_dir)
     stack.start()
     with_nodes = "" if nodes is None else f", scheduler and {sum(p.nodes for p in nodes.pools)} KWOK nodes"
+    with_nodes += ", Kueue" if args.kueue else ""
     print(f"labgate: control plane, OPA, webhook{with_nodes} ready in {stack.start_seconds:.1f}s")
     if args.demo:
         run_demo(stack)
@@ -86,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="POOLS_FILE",
         help="also run kube-scheduler, every default controller and KWOK nodes from a pool description"
         " file (e.g. devcluster/pools/lab.yaml)",
+    )
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue beside labgate (Jobs queue whole; devcluster/kueue.py)",
     )
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop what `up` started")

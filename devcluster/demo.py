@@ -1,6 +1,7 @@
 """What `make run` shows: example tenants provisioned by the reconciler, then a researcher's accepted
 and refused `kubectl apply`; with simulated nodes, where the scheduler put her GPU pod and what
-`kubectl describe` says when her pool's capacity runs out."""
+`kubectl describe` says when her pool's capacity runs out; with Kueue too, a gang Job that waits whole in
+its queue and then runs."""
 
 from __future__ import annotations
 
@@ -108,6 +109,46 @@ def member_kubeconfigs(stack: LabgateStack) -> list[str]:
     return lines
 
 
+def _job_pods(stack: LabgateStack, namespace: str, job: str) -> list[dict[str, Any]]:
+    listed = stack.admin_kubectl(
+        "get", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json"
+    )
+    return list(json.loads(listed)["items"])
+
+
+def _is_queued(stack: LabgateStack, tenant: str) -> bool:
+    status = json.loads(stack.admin_kubectl("get", "tenant", tenant, "-o", "json")).get("status") or {}
+    return bool((status.get("gpu") or {}).get("queuedWorkloads"))
+
+
+def _run_gang_steps(stack: LabgateStack) -> None:
+    """With Kueue: bob's 2 x 4-GPU Job waits whole behind an 8-GPU one, then runs whole."""
+    ns, bob = "team-b", stack.kubeconfig_for("bob", ("team-b",))
+    print("\n# Kueue runs beside labgate. bob (team-b, 8 GPUs) runs a Job on all 8:")
+    print(f"$ kubectl apply -n {ns} -f examples/busy-job.yaml")
+    _show(kubectl(bob, "apply", "-n", ns, "-f", str(EXAMPLES / "busy-job.yaml")))
+    wait_until(lambda: len(_job_pods(stack, ns, "busy")) == 1, what="the busy Job's pod", timeout=60)
+    print("\n# then a 2-pod gang of 4 GPUs each: it waits whole in team-b's queue, no pod created:")
+    print(f"$ kubectl apply -n {ns} -f examples/gang-job.yaml")
+    _show(kubectl(bob, "apply", "-n", ns, "-f", str(EXAMPLES / "gang-job.yaml")))
+    wait_until(lambda: _is_queued(stack, ns), what="team-b's gang queued", timeout=60)
+    print(f"$ kubectl get tenant {ns}")
+    print(kubectl(bob, "get", "tenant", ns).stdout.rstrip())
+    print(f"$ kubectl get jobs,pods -n {ns}")
+    print(kubectl(bob, "get", "jobs,pods", "-n", ns).stdout.rstrip())
+    print("\n# the first Job is done (deleted): Kueue admits the gang, and both its pods run:")
+    kubectl(bob, "delete", "job/busy", "-n", ns, "--cascade=foreground", "--wait=true")
+    wait_until(
+        lambda: (
+            sum(1 for p in _job_pods(stack, ns, "gang") if p.get("status", {}).get("phase") == "Running") == 2
+        ),
+        what="the gang running",
+        timeout=90,
+    )
+    print(f"$ kubectl get pods -n {ns} -o wide")
+    print(kubectl(bob, "get", "pods", "-n", ns, "-o", "wide").stdout.rstrip())
+
+
 def run_demo(stack: LabgateStack) -> None:
     """Create the example tenants, then show alice (team-a) applying what researchers apply."""
     stack.admin_kubectl("apply", "-f", str(EXAMPLES / "tenants.yaml"))
@@ -135,6 +176,8 @@ def run_demo(stack: LabgateStack) -> None:
     _show(kubectl(alice, "apply", "-n", "team-a", "-f", str(EXAMPLES / "experiment-pod.yaml")))
     if stack.kwok is not None:
         _run_gpu_steps(stack, alice)
+    if stack.kwok is not None and stack.kueue is not None:
+        _run_gang_steps(stack)
     steps = [
         ("a sweep that could never fit her team's 16 H100 GPUs", "team-a", "gpu-sweep-job.yaml"),
         (

@@ -233,3 +233,12 @@ def stop_recorded(workdir: Path) -> list[str]:
         stopped.append(f"{name} (pid {pid})")
     (workdir / PIDS_FILE).unlink(missing_ok=True)
     return stopped
+
+
+def rerecord(workdir: Path, process: ManagedProcess) -> None:
+    """Record `process` again in workdir/pids.json, after it exec'd into another program (the pid is
+    the same, its command line is not): what `python -m devcluster down` checks is what runs now."""
+    records = _read_records(workdir)
+    identity = process_identity(process.pid)
+    records[process.name] = {"pid": process.pid, **(identity or {})}
+    (workdir / PIDS_FILE).write_text(json.dumps(records, indent=2))

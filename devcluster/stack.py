@@ -21,6 +21,7 @@ import yaml
 
 from devcluster.controlplane import CONTROLLERS, DEFAULT_CONTROLLERS, ControlPlane, LocalControlPlane
 from devcluster.kubectl import kubectl
+from devcluster.kueue import KUEUE_GROUPS, KUEUE_USER, KueueController
 from devcluster.nodes import KwokNodes, NodePool
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
@@ -119,12 +120,15 @@ class LabgateStack:
         policy_dir: Path = POLICY_DIR,
         nodes: NodeSimulation | None = None,
         launcher: LabgateLauncher | None = None,
+        kueue: bool = False,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster).
         `nodes` adds kube-scheduler, every default controller and KWOK nodes (local processes only):
         opt-in, since most tests need no node and startup time matters. `launcher` starts the webhook
-        and reconciler (host processes by default)."""
+        and reconciler (host processes by default). `kueue` runs Kueue beside labgate (devcluster/kueue.py:
+        its CRDs, webhooks by URL, Jobs in tenant namespaces queued) and tells the reconciler so (it
+        then provisions each tenant's queues); local control plane only."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
@@ -134,8 +138,10 @@ class LabgateStack:
         self.reconciler_lease_seconds = reconciler_lease_seconds
         self.nodes = nodes
         self.kwok: KwokNodes | None = None
-        if nodes is not None and control_plane is not None:
-            raise ValueError("simulated nodes need the local control plane")
+        self.with_kueue = kueue
+        self.kueue: KueueController | None = None
+        if (nodes is not None or kueue) and control_plane is not None:
+            raise ValueError("simulated nodes and Kueue need the local control plane")
         self.cluster: ControlPlane = control_plane or LocalControlPlane(
             workdir,
             detached=detached,
@@ -189,9 +195,18 @@ class LabgateStack:
 
     def start(self) -> None:
         started = time.monotonic()
-        ensure_tools("kubernetes", "opa")
+        ensure_tools("kubernetes", "opa", *(["kueue"] if self.with_kueue else []))
         try:
             self.cluster.start()
+            if self.with_kueue:
+                # Before the reconciler: it provisions queues, so Kueue's CRDs must be served.
+                self.kueue = KueueController(
+                    self.workdir,
+                    self.admin_kubeconfig,
+                    self.kubeconfig_for(KUEUE_USER, KUEUE_GROUPS),
+                    detached=self.detached,
+                )
+                self.kueue.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
             # Not `kubectl wait`: it errors out while the new CRD has no status.conditions at all yet.
             wait_until(self._is_tenant_crd_established, what="Tenant CRD Established", timeout=30)
@@ -226,6 +241,8 @@ class LabgateStack:
         for process in reversed(self.processes):
             process.stop()
         self.processes.clear()
+        if self.kueue is not None:
+            self.kueue.stop()
         self.cluster.stop()
 
     def _is_tenant_crd_established(self) -> bool:
@@ -358,6 +375,7 @@ class LabgateStack:
                 f"--gpu-config={gpu_config}",
                 f"--metrics-port={metrics_port}",
                 "--metrics-address=127.0.0.1",
+                *(["--kueue"] if self.with_kueue else []),
             ],
             detached=self.detached,
             files=[self.admin_kubeconfig, gpu_config],

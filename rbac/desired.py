@@ -100,6 +100,10 @@ def shared_cluster_roles() -> list[Manifest]:
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": _WORKLOAD_VERBS,
         },
+        # Kueue (issue 20): members see their LocalQueues and why their Workloads wait; they never
+        # write Kueue's objects (Workloads, queues, flavors, priority classes): Kueue and the
+        # reconciler do.
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": _READ_VERBS},
         *_workload_rules(),
     ]
     admin_rules = [
@@ -360,6 +364,13 @@ def _member_role(name: str, namespaces: list[str]) -> Manifest:
                 "verbs": ["get", "list", "watch"],
             },
             *(namespace_rules if namespaces else []),
+            # Their tenant's ClusterQueue (named as the tenant; rbac/queues.py): its quota and usage.
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["clusterqueues"],
+                "resourceNames": [name],
+                "verbs": ["get", "list", "watch"],
+            },
         ],
     }
 

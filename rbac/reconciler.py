@@ -22,7 +22,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labgate.core.api_resources import NAMESPACE, RESOURCE_CLAIM, TENANT, Kind, Object
+from labgate.core.api_resources import (
+    NAMESPACE,
+    RESOURCE_CLAIM,
+    RESOURCE_FLAVOR,
+    TENANT,
+    WORKLOAD,
+    Kind,
+    Object,
+)
 from labgate.core.kube import ApiClient, KubeApi, Reflector
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
@@ -42,7 +50,6 @@ from rbac.runtime import (
 )
 from rbac.settlement_controller import POD, SettlementController
 from rbac.tenant_controller import (
-    MANAGED_KINDS,
     TenantController,
     TenantStatusController,
     finalizer_added,
@@ -127,10 +134,13 @@ class Reconciler:
         gpu_counting: GpuCounting | None = None,
         doors: Doors | None = None,
         limit_defaults: TenantLimits | None = None,
+        kueue: bool = False,
     ):
         """`doors` replaces the connections made from `api` (tests pass fakes); `limit_defaults`:
-        the infra team's default tenant limits (policy config tenant_limits)."""
+        the infra team's default tenant limits (policy config tenant_limits); `kueue`: Kueue is
+        installed, and each tenant gets its queues (rbac/queues.py)."""
         self.limit_defaults = limit_defaults or TenantLimits()
+        self.kueue = kueue
         # The queues first: the doors and the controllers hand each other's work to them.
         settle_queue, status_queue = WorkQueue(), WorkQueue()
         if doors is None:
@@ -177,6 +187,7 @@ class Reconciler:
             events=events,
             on_provisioned=status_queue.add,
             limit_defaults=self.limit_defaults,
+            kueue=self.kueue,
         )
         self.settlement = SettlementController(
             self.kube,
@@ -198,6 +209,7 @@ class Reconciler:
             gate=self.gate,
             provisioned_generation=self.tenants.provisioned_generation,
             queue=status_queue,
+            kueue=self.kueue,
         )
 
     def _wire(self) -> None:
@@ -208,7 +220,9 @@ class Reconciler:
         self.reflectors = [
             self._reflector(TENANT, None),
             self._reflector(NAMESPACE, None),
-            *[self._reflector(kind, managed) for kind in MANAGED_KINDS],
+            *[self._reflector(kind, managed) for kind in self.tenants.kinds],
+            # With Kueue, its Workloads: what each tenant has queued (its status).
+            *([self._reflector(WORKLOAD, None)] if self.kueue else []),
             Reflector(
                 "pods",
                 self.kube.api,
@@ -246,7 +260,10 @@ class Reconciler:
     # -- events -----------------------------------------------------------------------------------
 
     def route(self, kind: Kind, obj: Object, *, old: Object | None = None, is_event: bool = False) -> None:
-        """Queue what a change to `obj` (a Tenant, Namespace or managed object) asks for."""
+        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for."""
+        if kind is WORKLOAD or kind is RESOURCE_FLAVOR:
+            self._route_kueue(kind, obj)
+            return
         name = str(obj["metadata"]["name"]) if kind is TENANT else labels(obj).get(TENANT_LABEL)
         if name is None:
             return
@@ -256,6 +273,18 @@ class Reconciler:
         self.tenants.queue.add(name)
         if kind is TENANT or kind is NAMESPACE:  # the pods a tenant's namespaces hold may change
             self.settlement.queue.add(name)
+
+    def _route_kueue(self, kind: Kind, obj: Object) -> None:
+        """A Workload changes its namespace's tenant's status; a flavor is shared, and any tenant's
+        pass restores every flavor (the first tenant's is asked for)."""
+        if kind is WORKLOAD:
+            namespace = self.cache.get(("v1", "Namespace", "", str(obj["metadata"].get("namespace"))))
+            if namespace is not None and (tenant := labels(namespace).get(TENANT_LABEL)):
+                self.status.queue.add(tenant)
+            return
+        tenants = sorted(k[3] for k, _ in self.cache.select(lambda k, _: k[1] == "Tenant"))
+        if tenants:
+            self.tenants.queue.add(tenants[0])
 
     def observe_list(self, kind: Kind, objects: list[Object]) -> None:
         """A reflector's list of `kind`: the cache takes it whole, and every tenant named is queued."""

@@ -16,15 +16,19 @@ from typing import Any
 from prometheus_client import Counter
 
 from labgate.core.api_resources import (
+    CLUSTER_QUEUE,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     LIMIT_RANGE,
+    LOCAL_QUEUE,
     NAMESPACE,
     NETWORK_POLICY,
+    RESOURCE_FLAVOR,
     RESOURCE_QUOTA,
     ROLE_BINDING,
     SERVICE_ACCOUNT,
     TENANT,
+    Kind,
     Object,
     kind_of,
 )
@@ -48,6 +52,7 @@ from rbac.desired import (
     shared_priority_classes,
     tenant_namespaces,
 )
+from rbac.queues import FLAVOR_LABEL, queued, shared_flavors, tenant_queues
 from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.settlement_controller import PodIndex, labelled_namespaces
 from rbac.tenant_events import TenantEvents, now_timestamp, tenant_key
@@ -63,6 +68,8 @@ MANAGED_KINDS = (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
 )
+# With Kueue (reconcile --kueue): each tenant's queues, and the flavors its pools make (rbac/queues.py).
+KUEUE_KINDS = (CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR)
 
 REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
 
@@ -107,8 +114,12 @@ class TenantController:
         events: TenantEvents,
         on_provisioned: Callable[[str], None] = lambda _: None,
         limit_defaults: TenantLimits | None = None,
+        kueue: bool = False,
     ):
-        """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits)."""
+        """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits);
+        `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py)."""
+        self.kueue = kueue
+        self.kinds: tuple[Kind, ...] = MANAGED_KINDS + (KUEUE_KINDS if kueue else ())
         self.kube = kube
         self.cache = cache
         self.limit_defaults = limit_defaults or TenantLimits()
@@ -157,6 +168,9 @@ class TenantController:
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
         desired = desired_objects(tenant, namespaces=namespaces, limit_defaults=self.limit_defaults)
+        if self.kueue:
+            self._sync_flavors()
+            desired += tenant_queues(tenant, namespaces=namespaces)
         for obj in desired:
             self._ensure(obj, tenant=tenant)
         wanted = {object_key(o) for o in desired}
@@ -187,9 +201,23 @@ class TenantController:
             self._events.record(tenant.name, "DriftRepaired", restored)
         return True
 
+    def _sync_flavors(self) -> None:
+        """The ResourceFlavors every live tenant's pools make (shared, so kept apart from any one
+        tenant's objects); those no tenant names any more go."""
+        tenants = [Tenant.from_object(o) for _, o in self.cache.select(lambda k, _: k[1] == "Tenant")]
+        desired = shared_flavors(tenants)
+        for flavor in desired:
+            self._ensure(flavor, tenant=None)
+        wanted = {object_key(f) for f in desired}
+        for key, _ in self.cache.select(
+            lambda k, o: k[1] == RESOURCE_FLAVOR.kind and labels(o).get(FLAVOR_LABEL) == "true"
+        ):
+            if key not in wanted:
+                self._delete(key)
+
     def _delete(self, key: Key) -> None:
         self._gate.check()
-        kind = next(k for k in (*MANAGED_KINDS, NAMESPACE) if (k.api_version, k.kind) == key[:2])
+        kind = next(k for k in (*self.kinds, NAMESPACE) if (k.api_version, k.kind) == key[:2])
         self.kube.delete(kind, key[3], namespace=key[2] or None)
         WRITES.labels("delete").inc()
 
@@ -222,6 +250,8 @@ class TenantController:
             self._provisioned.pop(name, None)
         for key, _ in self._owned(name):
             self._delete(key)
+        if self.kueue:
+            self._sync_flavors()
         if delete_namespaces:
             for namespace in sorted(set(named) | labelled_namespaces(self.cache, name)):
                 self._delete(("v1", "Namespace", "", namespace))
@@ -241,7 +271,10 @@ class TenantStatusController:
         gate: LeaderGate,
         provisioned_generation: Callable[[str], int | None],
         queue: WorkQueue | None = None,
+        kueue: bool = False,
     ):
+        """`kueue`: the status also shows what the tenant has queued in Kueue."""
+        self.kueue = kueue
         self.kube = kube
         self.cache = cache
         self.ledgers = ledgers
@@ -307,10 +340,17 @@ class TenantStatusController:
             for f in facts
             if f.gpus.total > 0 and not f.is_scheduled and f.phase in ("", "Pending")
         )
+        queued_workloads, queued_gpus = None, None
+        if self.kueue:
+            in_namespaces = set(namespaces)
+            workloads = self.cache.select(lambda k, _: k[1] == "Workload" and k[2] in in_namespaces)
+            queued_workloads, queued_gpus = queued([o for _, o in workloads])
         return gpus, PodCounts(
             preemptible=preemptible,
             pending=pending_pods([f.phase for f in facts], unseen),
             unscheduled=tuple(unscheduled),
+            queued_workloads=queued_workloads,
+            queued_gpus=queued_gpus,
         )
 
 

@@ -17,11 +17,13 @@ from rbac.tenant_view import gpu_summary, held_text
 class PodCounts:
     """The tenant's unfinished preemptible pods' GPUs, its pods admitted that do not run yet, and
     its GPU pods the scheduler has not bound yet, (name, GPUs) in name order: they hold quota while
-    they wait for a node."""
+    they wait for a node; (with Kueue) its workloads queued for quota and the GPUs they ask."""
 
     preemptible: int
     pending: int
     unscheduled: tuple[tuple[str, int], ...] = ()
+    queued_workloads: int | None = None
+    queued_gpus: int | None = None
 
 
 def shown_usage(live: Mapping[str, Any]) -> GpuAmount:
@@ -71,6 +73,12 @@ def gpu_status(tenant: Tenant, gpus: GpuAmount, counts: PodCounts) -> dict[str, 
         "pendingPods": counts.pending,
         "heldByUnscheduled": held,
         **({"unscheduledPods": names[:MAX_UNSCHEDULED_NAMES]} if names else {}),
+        # With Kueue only: without it nothing is ever queued, and the columns stay empty.
+        **(
+            {"queuedWorkloads": counts.queued_workloads, "queuedGpus": counts.queued_gpus or 0}
+            if counts.queued_workloads is not None
+            else {}
+        ),
     }
 
 
@@ -105,10 +113,18 @@ def is_unchanged(status: dict[str, Any], condition: dict[str, Any], old_status: 
         is_subset({k: v for k, v in status.items() if k != "gpu"}, old_status)
         and (old_gpu.get("used"), old_gpu.get("usedByModel") or {})
         == (gpu["used"], gpu.get("usedByModel", {}))
-        and (old_gpu.get("summary"), old_gpu.get("preemptible"), old_gpu.get("pendingPods"))
-        == (gpu["summary"], gpu["preemptible"], gpu["pendingPods"])
-        and (old_gpu.get("heldByUnscheduled"), old_gpu.get("unscheduledPods") or [])
-        == (gpu["heldByUnscheduled"], gpu.get("unscheduledPods", []))
+        and all(
+            old_gpu.get(key) == gpu.get(key)
+            for key in (
+                "summary",
+                "preemptible",
+                "pendingPods",
+                "queuedWorkloads",
+                "queuedGpus",
+                "heldByUnscheduled",
+            )
+        )
+        and (old_gpu.get("unscheduledPods") or []) == gpu.get("unscheduledPods", [])
         and all(old_ready.get(k) == v for k, v in condition.items())
     )
 

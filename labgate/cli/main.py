@@ -134,6 +134,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         certificates=certificates,
         gpu_counting=gpu_counting,
         limit_defaults=limit_defaults,
+        kueue=args.kueue,
     )
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address)
@@ -879,6 +880,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-config",
         help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
         "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
+    )
+    reconcile.add_argument(
+        "--kueue",
+        action="store_true",
+        help="Kueue is installed: provision each tenant's queues (ResourceFlavors for its node pools, a "
+        "ClusterQueue, a LocalQueue named default in each namespace)",
     )
     reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
     reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")

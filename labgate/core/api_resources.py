@@ -71,6 +71,11 @@ RESOURCE_CLAIM = Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"
 RESOURCE_CLAIM_TEMPLATE = Kind(
     "ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", is_namespaced=True
 )
+# Kueue's objects (kueue.x-k8s.io/v1beta2), which the reconciler keeps when Kueue runs beside labgate.
+RESOURCE_FLAVOR = Kind("ResourceFlavor", "kueue.x-k8s.io", "v1beta2", "resourceflavors", is_namespaced=False)
+CLUSTER_QUEUE = Kind("ClusterQueue", "kueue.x-k8s.io", "v1beta2", "clusterqueues", is_namespaced=False)
+LOCAL_QUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", is_namespaced=True)
+WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", is_namespaced=True)
 
 KINDS_BY_API = {
     (k.api_version, k.kind): k
@@ -88,6 +93,10 @@ KINDS_BY_API = {
         LEASE,
         TENANT,
         POLICY_REPORT,
+        RESOURCE_FLAVOR,
+        CLUSTER_QUEUE,
+        LOCAL_QUEUE,
+        WORKLOAD,
     )
 }
 

@@ -66,6 +66,42 @@ class Namespaces(_Spec):
 class GpuQuota(_Spec):
     total: int | None = None
     models: dict[str, int] = Field(default_factory=dict)
+    over_quota: Literal["refuse", "preemptible"] = Field(default="refuse", alias="overQuota")
+
+
+class Toleration(_Spec):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def manifest(self) -> dict[str, str]:
+        """The toleration as the API writes it (unset fields left out)."""
+        return {k: v for k, v in self.model_dump(exclude_none=True).items() if v}
+
+
+class NodePool(_Spec):
+    """A node pool the tenant's GPU pods run on: how to select its nodes and tolerate their taints."""
+
+    name: str
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[Toleration] = Field(default_factory=list)
+    spot: bool = False
+
+
+class Placement(_Spec):
+    node_pools: list[NodePool] = Field(default_factory=list, alias="nodePools")
+    allow_on_demand: bool = Field(default=False, alias="allowOnDemand")
+
+
+class Queue(_Spec):
+    """How the tenant's queue is set up when Kueue runs beside labgate (ignored without it)."""
+
+    cohort: str | None = None
+    borrowing_limit: int | None = Field(default=None, alias="borrowingLimit")
+    lending_limit: int | None = Field(default=None, alias="lendingLimit")
+    cpu: str | None = None
+    memory: str | None = None
 
 
 # A resource quantity as Kubernetes writes it: "500m", "8", 8, "64Gi".
@@ -142,6 +178,8 @@ class TenantSpec(_Spec):
     # Rule id -> enforce, warn or dry-run (the admission applies it; the reconciler keeps Pod Security
     # in step with pod-hardening's).
     enforcement: dict[str, str] = Field(default_factory=dict)
+    placement: Placement = Field(default_factory=Placement)
+    queue: Queue = Field(default_factory=Queue)
 
     def is_enforced(self, rule_id: str) -> bool:
         """Whether the Tenant leaves `rule_id` enforced: no mode, or one the admission does not know

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from devcluster.kubectl import kubectl
-from devcluster.stack import POLICY_DIR, LabgateStack
+from devcluster.kueue import KUEUE_USER, trust_kueue
+from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
 
@@ -61,6 +62,44 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         tmp_path_factory.mktemp("cluster"), reconciler_lease_seconds=4, policy_dir=policy_dir
     ) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateStack]:
+    """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
+    their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
+    its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
+    queues. For tests marked `kueue`; the other tests run without Kueue. labgate trusts Kueue's
+    service accounts for the whole-requester rules (devcluster.kueue.trust_kueue: Kueue is no
+    tenant's member), and its queue rules know Kueue manages every tenant and exempt Kueue's
+    controller (KUEUE_USER) for the fields it sets at admission only; two webhook replicas share the
+    quota ledger (issue 20: one quota, two enforcers that agree)."""
+    policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    trust_kueue(policy_dir)
+    queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
+    config = json.loads(queue_config.read_text())
+    config.update(managed_by_kueue=True, kueue_users=[KUEUE_USER])
+    queue_config.write_text(json.dumps(config, indent=2) + "\n")
+    with LabgateStack(
+        tmp_path_factory.mktemp("kueue-cluster"),
+        reconciler_lease_seconds=4,
+        nodes=NodeSimulation(),
+        kueue=True,
+        policy_dir=policy_dir,
+        webhook_replicas=2,
+    ) as started:
+        yield started
+
+
+@pytest.fixture
+def kueue_tenants(kueue_stack: LabgateStack) -> Iterator[TenantFactory]:
+    """Tenants made for one test in the Kueue cluster (deleted after it)."""
+    factory = TenantFactory(kueue_stack)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
 
 
 @dataclass(frozen=True)

@@ -93,13 +93,17 @@ def test_tenant_shows_gpus_per_model_and_members_read_only_their_own(
     shown = team.researcher.kubectl("get", "tenant", team.name)
     assert shown.returncode == 0, shown.stderr
     header, row = shown.stdout.splitlines()
-    assert header.split()[:7] == [
+    # QUEUED and QUEUED GPUS are Kueue's (empty without it: nothing is ever queued).
+    assert header.split()[:10] == [
         "NAME",
         "NAMESPACES",
         "GPUS",
         "USED/LIMIT",
         "PREEMPTIBLE",
         "PENDING",
+        "QUEUED",
+        "QUEUED",
+        "GPUS",
         "READY",
     ]
     assert "a100 0/4, h100 2/4, total 2/8" in row

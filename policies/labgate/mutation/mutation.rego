@@ -22,6 +22,10 @@
 #       service account the Tenant lists in spec.secrets.automountServiceAccountToken. On a Pod the
 #       ServiceAccount admission plugin has already mounted the token by then, so its volume
 #       (kube-api-access-*) and mounts are taken out too, or the token would stay mounted;
+#     - where Kueue manages the tenant (lib.kueue), an object Kueue queues gets the label
+#       kueue.x-k8s.io/queue-name: <config queue.default_local_queue> when it names no queue, starts
+#       suspended (a Job's spec.suspend, a Kubeflow job's spec.runPolicy.suspend: Kueue unsuspends it
+#       when admitted), and a bare pod gets Kueue's scheduling gate kueue.x-k8s.io/admission;
 #     - priorityClassName: config default_priority_class where none is named. Not on a pod whose
 #       spec.priority is already resolved (the Priority admission plugin runs before webhooks, so on a
 #       bare Pod): adding a class then would contradict that priority and the apiserver refuses it.
@@ -29,6 +33,7 @@ package labgate.mutation
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
+import data.labgate.lib.kueue
 import data.labgate.lib.node_pools
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_quota
@@ -43,7 +48,7 @@ warnings := [_short(change.warning) | some change in _changes; change.warning !=
 # Every change as {"rule", "ops", "warning"}: the namespace's label, then each pod template's in order.
 # Templates labgate built from something else than a PodSpec (an Argo template, a TrainJob's trainer)
 # are left alone: there is no field at their path to patch; their pods are mutated when created.
-_changes := array.concat(_namespace_changes, [change |
+_changes := array.concat(array.concat(_namespace_changes, _queue_changes), [change |
 	some change in _template_change_list
 ])
 
@@ -186,6 +191,49 @@ _namespace_changes := [{"rule": "namespace-label", "ops": [op], "warning": warni
 	op := _label_op(labels, name)
 	warning := sprintf("labgate labelled namespace %q %s=%s", [_namespace_name, tenancy.tenant_label, name])
 ]
+
+# --- Kueue: a queued object waits in the tenant's queue (rules.queue refuses the rest) ---
+
+_queue_changes := [change |
+	input.request.operation == "CREATE"
+	kueue.managed_tenant
+	kueue.is_queued(input.request.object)
+	some change in array.concat(array.concat(_queue_label_change, _suspend_change), _gate_change)
+]
+
+_queue_label_change := [{"rule": "queue-name", "ops": [op], "warning": warning} |
+	labels := object.get(input.request.object, ["metadata", "labels"], null)
+	not kueue.queue_label in object.keys(_object(labels))
+	op := _label_op_of(labels, kueue.queue_label, kueue.default_queue)
+	warning := sprintf("labgate queued it in LocalQueue %q (%s)", [kueue.default_queue, kueue.queue_label])
+]
+
+_suspend_change := [{"rule": "queue-unsuspend", "ops": [op], "warning": ""} |
+	kueue.is_suspendable
+	not kueue.is_suspended(input.request.object)
+	path := kueue.suspend_paths[[input.request.kind.group, input.request.kind.kind]]
+	op := _suspend_op(path)
+]
+
+# spec.suspend, or spec.runPolicy.suspend (creating runPolicy when it is missing).
+_suspend_op(path) := {"op": "add", "path": _pointer_of(path), "value": true} if {
+	is_object(object.get(input.request.object, array.slice(path, 0, count(path) - 1), null))
+} else := {"op": "add", "path": _pointer_of(array.slice(path, 0, count(path) - 1)), "value": {path[count(path) - 1]: true}}
+
+_gate_change := [{"rule": "queue-gate", "ops": [op], "warning": ""} |
+	kueue.is_pod
+	not kueue.is_gated(input.request.object)
+	gates := object.get(input.request.object, ["spec", "schedulingGates"], null)
+	op := _gate_op(gates)
+]
+
+_gate_op(gates) := {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": kueue.admission_gate}} if {
+	is_array(gates)
+} else := {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": kueue.admission_gate}]}
+
+_label_op_of(labels, key, value) := {"op": "add", "path": "/metadata/labels", "value": {key: value}} if {
+	not is_object(labels)
+} else := {"op": "add", "path": concat("/", ["/metadata/labels", _escape(key)]), "value": value}
 
 _label_op(labels, name) := {"op": "add", "path": "/metadata/labels", "value": {tenancy.tenant_label: name}} if {
 	not is_object(labels)

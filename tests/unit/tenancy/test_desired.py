@@ -201,3 +201,32 @@ def test_tenant_limits_are_a_resource_quota_in_every_namespace_defaults_filling_
 def test_no_limit_and_no_default_means_no_limits_quota() -> None:
     objects = by_key(desired_objects(tenant(), namespaces=["vision"], limit_defaults=TenantLimits()))
     assert ("v1", "ResourceQuota", "vision", "labgate-limits") not in objects
+
+
+def test_members_read_their_queues_and_workloads_and_write_nothing_of_kueue() -> None:
+    """Issue 20: researchers see why their workloads wait; Kueue's objects are Kueue's and labgate's."""
+    roles = {r["metadata"]["name"]: r["rules"] for r in shared_cluster_roles()}
+    for role in ("labgate:researcher", "labgate:tenant-admin"):
+        kueue_rules = [rule for rule in roles[role] if "kueue.x-k8s.io" in rule["apiGroups"]]
+        granted = {(res, verb) for rule in kueue_rules for res in rule["resources"] for verb in rule["verbs"]}
+        assert granted == {
+            (res, verb) for res in ("localqueues", "workloads") for verb in ("get", "list", "watch")
+        }
+        assert all(rule["apiGroups"] != ["*"] and "*" not in rule["resources"] for rule in roles[role])
+
+
+def test_members_read_their_own_clusterqueue_by_name_only() -> None:
+    member_role = next(
+        o
+        for o in desired_objects(tenant(), namespaces=["vision"])
+        if o["metadata"]["name"] == "labgate:tenant:vision:member"
+    )
+    queue_rules = [r for r in member_role["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
+    assert queue_rules == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["clusterqueues"],
+            "resourceNames": ["vision"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]

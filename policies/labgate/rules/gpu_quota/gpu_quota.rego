@@ -16,6 +16,7 @@ package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
+import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_preemptible
 
@@ -195,8 +196,51 @@ _limit_field("") := "spec.gpu.total"
 
 _limit_field(model) := sprintf("spec.gpu.models[%s]", [model]) if model != ""
 
+# Kinds whose pods all start together (a gang: the job waits for every one of them), so running
+# fewer at once is no fix. A Job is one when Indexed with as many pods at once as completions.
+_gang_kinds := {
+	["jobset.x-k8s.io", "JobSet"],
+	["kubeflow.org", "PyTorchJob"],
+	["kubeflow.org", "TFJob"],
+	["kubeflow.org", "MPIJob"],
+	["kubeflow.org", "XGBoostJob"],
+	["kubeflow.org", "PaddleJob"],
+	["trainer.kubeflow.org", "TrainJob"],
+}
+
+is_gang if [input.request.kind.group, input.request.kind.kind] in _gang_kinds
+
+is_gang if {
+	input.request.kind.group == "batch"
+	input.request.kind.kind == "Job"
+	spec := input.request.object.spec
+	spec.completionMode == "Indexed"
+	object.get(spec, "parallelism", 1) == spec.completions
+}
+
+_pod_count(terms) := sum([t.pods | some t in terms])
+
+# The Fix of gpu-quota-unfit. A gang: its pods cannot wait for each other, they can only ask less
+# each or get more quota.
+_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together, so ask at most %s per pod, or %s", [
+	gpu_text.plural(_pod_count(terms), "pod"),
+	gpu_text.plural(floor(limit / _pod_count(terms)), _gpu_word(model)),
+	_raise_text(model, tenant),
+]) if {
+	is_gang
+	_pod_count(terms) <= limit
+} else := sprintf("%s (its %s start together, so even 1 %s each is too many)", [
+	_raise_text(model, tenant),
+	gpu_text.plural(_pod_count(terms), "pod"),
+	_gpu_word(model),
+]) if {
+	is_gang
+} else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
+
+_raise_text(model, tenant) := sprintf("ask the infra team to raise %s of Tenant %q", [_limit_field(model), tenant.metadata.name])
+
 # One template: how many pods of this size fit; several: only the sum can be named.
-_unfit_fix(terms, limit) := sprintf("run at most %v at once (%s) or ask fewer GPUs per pod", [
+_unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask fewer GPUs per pod", [
 	gpu_text.plural(floor(limit / terms[0].each), "pod"),
 	object.get(_replica_field, input.request.kind.kind, "its replica count"),
 ]) if {
@@ -225,11 +269,8 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	not _said_by_a_model_limit(tenant, model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s runs %s; %s. Fix: %s, or ask the infra team to raise %s of Tenant %q",
-		[
-			rule_id, tenancy.object_ref, _arithmetic(terms, model), _limit_text(tenant, model),
-			_unfit_fix(terms, limit), _limit_field(model), tenant.metadata.name,
-		],
+		"[%s] %s runs %s; %s. Fix: %s",
+		[rule_id, tenancy.object_ref, _arithmetic(terms, model), _limit_text(tenant, model), _unfit_fix(terms, limit, model, tenant)],
 	)
 }
 
@@ -243,7 +284,10 @@ _said_by_a_model_limit(tenant, "") if {
 	_limit(tenant, model) <= _limit(tenant, "")
 }
 
-_unfit_field := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
+# A gang's refusal points at the GPUs its pods ask, not at how many run at once.
+_unfit_field := concat(".", [input.pod_templates[0].path, "containers"]) if {
+	is_gang
+} else := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
 
 # --- pods that will wait: a workload that fits its quota but not what is free now ---
 
@@ -295,6 +339,7 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_
 	not gpu.is_pod
 	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
 	_has_usage
+	not _waits_in_kueue
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
 	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
@@ -311,6 +356,12 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_
 			object.get(_replica_field, input.request.kind.kind, "its replica count"),
 		],
 	)
+}
+
+# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
+_waits_in_kueue if {
+	kueue.managed_tenant
+	kueue.is_queued(input.request.object)
 }
 
 # One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with

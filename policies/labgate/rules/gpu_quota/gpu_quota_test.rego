@@ -233,9 +233,41 @@ test_training_job_sums_its_replica_templates if {
 	violations(input_doc) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.pytorchReplicaSpecs.Master.template.spec.containers",
-		"message": `[gpu-quota-unfit] PyTorchJob "llm" runs 1 pod × 4 a100 GPUs + 3 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: lower the replica counts or the GPUs per pod until they total at most 8, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+		"message": `[gpu-quota-unfit] PyTorchJob "llm" runs 1 pod × 4 a100 GPUs + 3 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: its 4 pods start together, so ask at most 2 a100 GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
 	}}
 }
+
+# A gang's pods start together: running fewer at once is no fix (issue 20).
+test_indexed_job_gang_is_told_fewer_gpus_per_pod_not_less_parallelism if {
+	violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 4, "4"))) == {{
+		"rule": "gpu-quota-unfit",
+		"field": "spec.template.spec.containers",
+		"message": `[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: its 4 pods start together, so ask at most 2 h100 GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+	}}
+}
+
+test_gang_larger_than_the_quota_in_pods_is_told_to_ask_for_quota if {
+	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(16, 16, "1")))] == [`[gpu-quota-unfit] Job "ring" runs 16 pods × 1 h100 GPU = 16; tenant "vision" has 8 h100 GPUs. Fix: ask the infra team to raise spec.gpu.models[h100] of Tenant "vision" (its 16 pods start together, so even 1 h100 GPU each is too many)`]
+}
+
+test_indexed_job_running_fewer_than_its_completions_is_not_a_gang if {
+	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 8, "4")))] == [`[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+}
+
+test_gang_that_fits_is_allowed if {
+	count(violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 4, "2")))) == 0
+}
+
+_indexed_job(parallelism, completions, gpus) := json.patch(
+	testdata.job("ring", parallelism, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": gpus})],
+	}),
+	[
+		{"op": "add", "path": "/spec/completionMode", "value": "Indexed"},
+		{"op": "add", "path": "/spec/completions", "value": completions},
+	],
+)
 
 test_a_training_kind_names_its_own_replica_field if {
 	violations(_worker_set_input("leaderworkerset.x-k8s.io")) == {{
@@ -340,6 +372,13 @@ test_the_waiting_announcement_names_the_limit_that_binds if {
 	both := gpu_violations with input as _web_input(8, {"total": 29, "by_model": {"h100": 3}})
 		with data.inventory as _roomy
 	[v.message | some v in both] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 29 of 32 GPUs now, so only 3 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
+}
+
+# Under Kueue the Job waits suspended in its queue, not in FailedCreate events (issue 20).
+test_job_queued_in_kueue_is_not_announced if {
+	count(violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}))) == 1
+	count(gpu_violations) == 0 with input as job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})
+		with data.inventory as json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
 }
 
 test_job_that_fits_what_is_free_is_not_announced if {

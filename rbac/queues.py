@@ -1,0 +1,202 @@
+"""A tenant's Kueue queues, as plain manifests (pure: no API calls), for a cluster where Kueue runs
+beside labgate (reconcile --kueue; chart kueue.enabled).
+
+- One ResourceFlavor per node pool named in any Tenant's spec.placement.nodePools, named as the pool:
+  its nodeSelector as the flavor's nodeLabels, its tolerations as the flavor's (Kueue adds both to the
+  pods it admits on that flavor). Flavors are shared by the tenants that name the same pool, so that
+  tenants in one cohort borrow each other's idle quota of it; one flavor without labels stands for
+  "any node" for tenants without pools. A flavor goes when no Tenant names its pool any more.
+- One ClusterQueue per tenant, named as the tenant, for the namespaces that carry its label: one
+  resource group of GPUs, CPU and memory over its flavors, spot pools first, then (where the Tenant
+  allows on-demand capacity, or has no spot pool) the others. A flavor's GPU quota is the tenant's quota
+  of the pool's GPU model (spec.gpu.models) or its total (spec.gpu.total).
+- In a cohort (spec.queue.cohort): a tenant whose pods beyond quota are preemptible
+  (spec.gpu.overQuota: preemptible) borrows idle quota (up to spec.queue.borrowingLimit), one that
+  refuses them borrows none; lendingLimit caps what it lends. Preemption reclaims only what others
+  borrowed (reclaimWithinCohort: Any, borrowWithinCohort: Never): another tenant's workload within its
+  own quota is never preempted for it.
+- A LocalQueue named `default` in each of the tenant's namespaces, so that Kueue gives Jobs without a
+  queue name that queue (its LocalQueueDefaulting).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, NodePool, Tenant
+
+Manifest = dict[str, Any]
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+DEFAULT_LOCAL_QUEUE = "default"
+# The flavor of tenants without node pools: no node labels, any node.
+ANY_NODE_FLAVOR = "labgate-any-node"
+# Marks the flavors labgate keeps (shared by tenants, so not labelled with one).
+FLAVOR_LABEL = "labgate.io/flavor"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MODEL_LABEL = "nvidia.com/gpu.product"
+# What "no limit" is in a quota Kueue needs a number for.
+UNLIMITED_GPUS = 100_000
+DEFAULT_CPU = "100000"
+DEFAULT_MEMORY = "10000Ti"
+
+
+def queue_pools(tenant: Tenant) -> list[NodePool]:
+    """The pools the tenant's queue admits to, in Kueue's order of trying: spot pools first, then the
+    others where the Tenant allows on-demand capacity (or has no spot pool at all)."""
+    pools = tenant.spec.placement.node_pools
+    spot = [p for p in pools if p.spot]
+    on_demand = [p for p in pools if not p.spot]
+    return spot + (on_demand if tenant.spec.placement.allow_on_demand or not spot else [])
+
+
+def flavor_name(pool: NodePool | None) -> str:
+    return ANY_NODE_FLAVOR if pool is None else pool.name
+
+
+def resource_flavor(pool: NodePool | None) -> Manifest:
+    """The flavor of `pool` (None: the flavor of any node)."""
+    spec: dict[str, Any] = {}
+    if pool is not None and pool.node_selector:
+        spec["nodeLabels"] = dict(sorted(pool.node_selector.items()))
+    if pool is not None and pool.tolerations:
+        spec["tolerations"] = [t.manifest() for t in pool.tolerations]
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {
+            "name": flavor_name(pool),
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, FLAVOR_LABEL: "true"},
+        },
+        "spec": spec,
+    }
+
+
+def shared_flavors(tenants: list[Tenant]) -> list[Manifest]:
+    """The flavors every live tenant's queue needs, once each; a pool named by several tenants is
+    described by the first of them by name (they name the same nodes)."""
+    pools: dict[str, NodePool | None] = {}
+    for tenant in sorted(tenants, key=lambda t: t.name):
+        if tenant.is_deleting:
+            continue
+        own: list[NodePool | None] = [*queue_pools(tenant)] or [None]
+        for pool in own:
+            pools.setdefault(flavor_name(pool), pool)
+    return [resource_flavor(pools[name]) for name in sorted(pools)]
+
+
+def _gpu_quota(tenant: Tenant, pool: NodePool | None) -> int:
+    quota = tenant.spec.gpu
+    limits = [] if quota.total is None else [quota.total]
+    model = None if pool is None else pool.node_selector.get(GPU_MODEL_LABEL)
+    if model is not None and model in quota.models:
+        limits.append(quota.models[model])
+    return min(limits, default=UNLIMITED_GPUS)
+
+
+def _flavor_quotas(tenant: Tenant, pool: NodePool | None) -> Manifest:
+    queue = tenant.spec.queue
+    gpus: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(_gpu_quota(tenant, pool))}
+    if queue.cohort is not None:
+        if tenant.spec.gpu.over_quota == "refuse":
+            gpus["borrowingLimit"] = "0"
+        elif queue.borrowing_limit is not None:
+            gpus["borrowingLimit"] = str(queue.borrowing_limit)
+        if queue.lending_limit is not None:
+            gpus["lendingLimit"] = str(queue.lending_limit)
+    return {
+        "name": flavor_name(pool),
+        "resources": [
+            gpus,
+            {"name": "cpu", "nominalQuota": queue.cpu or DEFAULT_CPU},
+            {"name": "memory", "nominalQuota": queue.memory or DEFAULT_MEMORY},
+        ],
+    }
+
+
+def cluster_queue(tenant: Tenant) -> Manifest:
+    """The tenant's ClusterQueue (named as the tenant)."""
+    pools: list[NodePool | None] = [*queue_pools(tenant)] or [None]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {TENANT_LABEL: tenant.name}},
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU_RESOURCE, "cpu", "memory"],
+                "flavors": [_flavor_quotas(tenant, pool) for pool in pools],
+            }
+        ],
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "Never"},
+            "withinClusterQueue": "LowerPriority",
+        },
+    }
+    if tenant.spec.queue.cohort is not None:
+        spec["cohortName"] = tenant.spec.queue.cohort
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {
+            "name": tenant.name,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, TENANT_LABEL: tenant.name},
+        },
+        "spec": spec,
+    }
+
+
+def local_queue(tenant: Tenant, namespace: str) -> Manifest:
+    """The queue Jobs in `namespace` go to when they name none."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": DEFAULT_LOCAL_QUEUE,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, TENANT_LABEL: tenant.name},
+        },
+        "spec": {"clusterQueue": tenant.name},
+    }
+
+
+def tenant_queues(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
+    """The tenant's ClusterQueue and a default LocalQueue in each of its namespaces."""
+    return [cluster_queue(tenant), *(local_queue(tenant, ns) for ns in namespaces)]
+
+
+def _quantity(value: Any) -> float:
+    text = str(value)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def workload_gpus(workload: Manifest) -> int:
+    """GPUs a Kueue Workload asks: each pod set's count times its pod's GPU requests (or limits)."""
+    total = 0.0
+    for pod_set in workload.get("spec", {}).get("podSets") or []:
+        spec = pod_set.get("template", {}).get("spec", {})
+        per_pod = 0.0
+        for container in spec.get("containers") or []:
+            resources = container.get("resources") or {}
+            amount = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
+                resources.get("limits") or {}
+            ).get(GPU_RESOURCE)
+            per_pod += _quantity(amount) if amount is not None else 0.0
+        total += per_pod * int(pod_set.get("count", 1))
+    return int(total)
+
+
+def is_admitted(workload: Manifest) -> bool:
+    """Kueue reserved quota for the workload (it runs, or is about to)."""
+    conditions = workload.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in conditions)
+
+
+def is_finished(workload: Manifest) -> bool:
+    conditions = workload.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
+
+
+def queued(workloads: list[Manifest]) -> tuple[int, int]:
+    """(workloads waiting for quota, the GPUs they ask) among `workloads`."""
+    waiting = [w for w in workloads if not is_admitted(w) and not is_finished(w)]
+    return len(waiting), sum(workload_gpus(w) for w in waiting)
