@@ -861,3 +861,23 @@ def test_audit_rbac_lists_what_it_audits_and_writes_only_policy_reports(render: 
 def test_audit_can_be_turned_off(render: Renderer) -> None:
     manifests = render({"audit": {"enabled": False}})
     assert not [m for m in manifests if m["metadata"]["name"] == "labgate-audit"]
+
+
+def test_kueue_is_opt_in_and_gives_the_reconciler_its_queues(
+    default_manifests: list[Manifest], render: Renderer
+) -> None:
+    def reconciler_view(manifests: list[Manifest]) -> tuple[bool, list[Manifest]]:
+        args = container(one(manifests, "Deployment", "labgate-reconciler"), "reconciler")["args"]
+        rules = one(manifests, "ClusterRole", "labgate-reconciler")["rules"]
+        return "--kueue" in args, [r for r in rules if "kueue.x-k8s.io" in r["apiGroups"]]
+
+    assert reconciler_view(default_manifests) == (False, [])
+    told, rules = reconciler_view(render({"kueue": {"enabled": True}}))
+    assert told
+    assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "clusterqueues", "localqueues"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]} in rules  # fmt: skip
+    assert {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["workloads"],
+        "verbs": ["get", "list", "watch"],
+    } in rules
