@@ -881,3 +881,30 @@ def test_kueue_is_opt_in_and_gives_the_reconciler_its_queues(
         "resources": ["workloads"],
         "verbs": ["get", "list", "watch"],
     } in rules
+
+
+def test_with_kueue_the_shipped_policies_let_kueue_admit_and_judge_every_tenant_as_queued(
+    default_manifests: list[Manifest], render: Renderer
+) -> None:
+    """kueue.enabled alone makes a working install (issue 20): the policies' queue config says every
+    tenant is Kueue's and names Kueue's controller, and Kueue's service accounts are the platform's
+    (without it labgate refused Kueue's unsuspend of a Job it had admitted, [tenant-membership])."""
+
+    def config(manifests: list[Manifest]) -> tuple[dict[str, Any], dict[str, Any]]:
+        data = one(manifests, "ConfigMap", "labgate-policies")["data"]
+        return json.loads(data["labgate.config.queue.data.json"]), json.loads(
+            data["labgate.config.data.json"]
+        )
+
+    queue, general = config(default_manifests)
+    assert queue["managed_by_kueue"] is False
+    assert "system:serviceaccounts:kueue-system" not in general["trusted_groups"]
+    queue, general = config(render({"kueue": {"enabled": True, "namespace": "queues"}}))
+    assert queue["managed_by_kueue"] is True
+    assert queue["kueue_users"] == ["system:serviceaccount:queues:kueue-controller-manager"]
+    assert "system:serviceaccounts:queues" in general["trusted_groups"]
+    assert "system:masters" in general["trusted_groups"]  # the rest of the config is as shipped
+    assert (
+        general["gpu_resources"]
+        == json.loads((REPO_ROOT / "policies/labgate/config/data.json").read_text())["gpu_resources"]
+    )
