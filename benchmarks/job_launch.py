@@ -32,6 +32,7 @@ started when the run ends, however it ends.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
@@ -72,6 +73,7 @@ LABGATE_PROCESSES = ("webhook-", "opa", "reconciler-")
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_WEBHOOK_CALL_FAILED = re.compile(r'failed calling webhook "(?P<webhook>[^"]+)"')
 _WEBHOOK_DENIAL = re.compile(
     r'admission webhook "(?P<webhook>[^"]+)" denied the request:\s*(?:\[(?P<rule>[\w.-]+)\])?'
 )
@@ -100,17 +102,27 @@ def api_writes(metrics_text: str) -> Counter[str]:
 
 def failed_create_reason(message: str) -> str:
     """What refused a pod, from a FailedCreate event's message: `labgate [rule-id]` for a labgate
-    webhook (its name ends in labgate.io), `webhook NAME` for another one, `ResourceQuota` for the
-    apiserver's quota, else the message's first words."""
+    webhook (its name ends in labgate.io), `labgate [call failed: CAUSE]` when the apiserver could not
+    get its answer (a timeout: failurePolicy Fail refuses the pod), `webhook NAME` for another webhook,
+    `ResourceQuota` for the apiserver's quota, else the message's first words."""
     denial = _WEBHOOK_DENIAL.search(message)
     if denial is not None:
-        webhook = denial["webhook"]
-        if webhook == "labgate.io" or webhook.endswith(".labgate.io"):
+        if _is_labgate_webhook(denial["webhook"]):
             return f"labgate [{denial['rule'] or 'no rule id'}]"
-        return f"webhook {webhook}"
+        return f"webhook {denial['webhook']}"
+    failed = _WEBHOOK_CALL_FAILED.search(message)
+    if failed is not None:
+        cause = message.rsplit(": ", 1)[-1].strip()[:40]
+        if _is_labgate_webhook(failed["webhook"]):
+            return f"labgate [call failed: {cause}]"
+        return f"webhook {failed['webhook']} [call failed: {cause}]"
     if "exceeded quota" in message:
         return "ResourceQuota"
     return " ".join(message.split()[:8])
+
+
+def _is_labgate_webhook(name: str) -> bool:
+    return name == "labgate.io" or name.endswith(".labgate.io")
 
 
 def failed_creates(events: Iterable[dict[str, Any]]) -> Counter[str]:
@@ -294,7 +306,7 @@ class Cluster:
     pids: dict[str, list[int]] = field(default_factory=dict)
 
     def sample(self) -> Sample:
-        metrics = self.admin.get("/metrics")
+        metrics = self.admin.get("/metrics", timeout=90)
         metrics.raise_for_status()
         return Sample(
             time.monotonic(),
@@ -321,20 +333,28 @@ class Cluster:
 
     def delete_jobs(self, namespace: str, timeout: float) -> bool:
         """Delete every Job of `namespace` with its pods; whether the pods are gone within `timeout`."""
-        self.admin.delete(
-            f"/apis/batch/v1/namespaces/{namespace}/jobs",
-            params={"propagationPolicy": "Background"},
-        )
-        self.admin.delete(f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"})
+        deadline = time.monotonic() + timeout
+        for path, params in (
+            (f"/apis/batch/v1/namespaces/{namespace}/jobs", {"propagationPolicy": "Background"}),
+            (f"/api/v1/namespaces/{namespace}/pods", {"gracePeriodSeconds": "0"}),
+        ):
+            # A collection delete answers when it is done, slowly on a loaded machine; the deletion
+            # goes on if the answer is late, and the wait below sees it through.
+            with contextlib.suppress(httpx.TimeoutException):
+                self.admin.delete(path, params=params, timeout=max(1.0, deadline - time.monotonic()))
 
         def gone() -> bool:
             with self.truth.lock:
                 return not any(p["metadata"]["namespace"] == namespace for p in self.truth.pods.values())
 
-        return wait_for(gone, timeout=timeout, every=0.5)
+        return wait_for(gone, timeout=max(0.0, deadline - time.monotonic()), every=0.5)
 
     def tenant_usage(self) -> int:
-        tenant = self.admin.get(f"/apis/labgate.io/v1alpha1/tenants/{TENANT}").json()
+        """The tenant's status.gpu.used; -1 when the apiserver did not answer."""
+        try:
+            tenant = self.admin.get(f"/apis/labgate.io/v1alpha1/tenants/{TENANT}").json()
+        except httpx.HTTPError:
+            return -1
         return int(((tenant.get("status") or {}).get("gpu") or {}).get("used") or 0)
 
 
@@ -489,10 +509,8 @@ def _set_up(stack: LabgateStack, args: argparse.Namespace) -> None:
     ]
     stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
     stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=180s", f"tenant/{TENANT}")
-    if args.kueue:
-        stack.admin_kubectl(
-            "wait", "--for=condition=Active", "--timeout=120s", f"clusterqueue.kueue.x-k8s.io/{TENANT}"
-        )
+    if args.kueue and not wait_for(lambda: _queue_active(stack), timeout=120, every=1):
+        raise SystemExit(f"Kueue's ClusterQueue {TENANT} not Active within 120 s")
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         configuration = json.loads(stack.admin_kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json"))
         if not excludes_unlabelled_namespaces(configuration):
@@ -502,6 +520,15 @@ def _set_up(stack: LabgateStack, args: argparse.Namespace) -> None:
     labels = json.loads(stack.admin_kubectl("get", "namespace", BASELINE, "-o", "json"))["metadata"]["labels"]
     if TENANT_LABEL in labels:
         raise SystemExit(f"namespace {BASELINE} carries {TENANT_LABEL}")
+
+
+def _queue_active(stack: LabgateStack) -> bool:
+    """The reconciler made the tenant's ClusterQueue and Kueue reports it Active."""
+    found = stack.cluster_kubectl("get", f"clusterqueue.kueue.x-k8s.io/{TENANT}", "-o", "json")
+    if found.returncode != 0:
+        return False
+    conditions = json.loads(found.stdout).get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
 
 
 def _baseline_quota(stack: LabgateStack, gpus: int) -> None:

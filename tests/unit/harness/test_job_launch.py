@@ -124,3 +124,15 @@ def test_a_webhook_without_the_tenant_selector_would_see_the_baseline() -> None:
     assert not excludes_unlabelled_namespaces(configuration)
     cluster_scoped = {"webhooks": [{"rules": [{"resources": ["tenants"], "scope": "Cluster"}]}]}
     assert excludes_unlabelled_namespaces(cluster_scoped)
+
+
+def test_a_labgate_webhook_that_did_not_answer_in_time_is_labgate_s_failed_create() -> None:
+    message = (
+        'Error creating: Internal error occurred: failed calling webhook "mutate.labgate.io": failed to '
+        'call webhook: Post "https://127.0.0.1:40123/mutate?timeout=3s": context deadline exceeded'
+    )
+    reason = failed_create_reason(message)
+    assert reason == "labgate [call failed: context deadline exceeded]"
+    assert is_labgate_reason(reason)
+    other = message.replace("mutate.labgate.io", "mpod.kb.io")
+    assert failed_create_reason(other) == "webhook mpod.kb.io [call failed: context deadline exceeded]"
