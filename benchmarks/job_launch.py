@@ -70,6 +70,7 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Whose CPU is labgate's: the webhook replicas, OPA and the reconciler.
 LABGATE_PROCESSES = ("webhook-", "opa", "reconciler-")
+DEFAULT_TIMEOUT = 600.0  # seconds a launch may take from apply to all bound
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -704,6 +705,8 @@ def _waiting_rows(waits: list[Waiting]) -> list[str]:
 
 def command(args: argparse.Namespace) -> str:
     parts = [f"--pods {args.pods}", f"--rounds {args.rounds}", f"--window {args.window:g}"]
+    if args.timeout != DEFAULT_TIMEOUT:
+        parts.append(f"--timeout {args.timeout:g}")
     if (args.kube_api_qps, args.kube_api_burst) != (200, 400):
         parts.append(f"--kube-api-qps {args.kube_api_qps} --kube-api-burst {args.kube_api_burst}")
     if args.kueue:
@@ -770,7 +773,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kube-api-qps", type=int, default=200, help="kube-controller-manager's")
     parser.add_argument("--kube-api-burst", type=int, default=400, help="kube-controller-manager's")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a launch may take to bind")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a launch may take to bind"
+    )
     parser.add_argument(
         "--window", type=float, default=60.0, help="seconds the waiting second Job is watched"
     )
