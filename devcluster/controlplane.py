@@ -138,12 +138,16 @@ class LocalControlPlane:
         with_scheduler: bool = False,
         controllers: tuple[str, ...] = CONTROLLERS,
         node_monitor_grace_seconds: int | None = None,
+        controller_api_rate: tuple[int, int] | None = None,
     ):
         """`with_scheduler` starts kube-scheduler too; `controllers` are kube-controller-manager's
         (the few labgate needs by default: startup time matters to the tests without nodes).
         `node_monitor_grace_seconds`: how long a node's Lease may go unrenewed before the node
-        controller marks it NotReady (raised with slow simulated Leases in large clusters)."""
+        controller marks it NotReady (raised with slow simulated Leases in large clusters).
+        `controller_api_rate`: kube-controller-manager's (--kube-api-qps, --kube-api-burst), e.g. a
+        production-like (200, 400) for the Job launch benchmark; None keeps its defaults (20, 30)."""
         self.node_monitor_grace_seconds = node_monitor_grace_seconds
+        self.controller_api_rate = controller_api_rate
         self.workdir = workdir
         self.detached = detached
         self.with_scheduler = with_scheduler
@@ -275,6 +279,14 @@ class LocalControlPlane:
                     *(
                         [f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s"]
                         if self.node_monitor_grace_seconds
+                        else []
+                    ),
+                    *(
+                        [
+                            f"--kube-api-qps={self.controller_api_rate[0]}",
+                            f"--kube-api-burst={self.controller_api_rate[1]}",
+                        ]
+                        if self.controller_api_rate
                         else []
                     ),
                     "--v=1",

@@ -58,10 +58,13 @@ def opa_argv(opa: str, *, port: int, policy_dir: Path | None = None, watch: bool
 @dataclass(frozen=True)
 class NodeSimulation:
     """Simulated nodes for a stack: the pools to create at start (more can be added later through
-    `LabgateStack.kwok`), and KWOK's node Lease duration (longer for large clusters)."""
+    `LabgateStack.kwok`), KWOK's node Lease duration (longer for large clusters), and how fast the
+    controller manager (the Job controller creating pods) may call the API."""
 
     pools: list[NodePool] = field(default_factory=list)
     lease_seconds: int | None = None
+    # kube-controller-manager's (--kube-api-qps, --kube-api-burst); None: its defaults (20, 30).
+    controller_api_rate: tuple[int, int] | None = None
 
 
 class LabgateLauncher(Protocol):
@@ -152,6 +155,7 @@ class LabgateStack:
             node_monitor_grace_seconds=None
             if nodes is None or nodes.lease_seconds is None
             else nodes.lease_seconds,
+            controller_api_rate=None if nodes is None else nodes.controller_api_rate,
         )
         self.launcher: LabgateLauncher = launcher or HostLauncher()
         self.processes: list[ManagedProcess] = []
