@@ -36,12 +36,12 @@ def _up(args: argparse.Namespace) -> int:
     nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
     policy_dir = POLICY_DIR
     if args.kueue:
-        # labgate trusts Kueue's service accounts in this stack (devcluster.kueue.trust_kueue), on a
-        # copy of the policies: without it, it refuses Kueue's unsuspending of the Jobs it admits.
+        # The policies learn that Kueue runs, as with the chart's kueue.enabled (devcluster.kueue.
+        # trust_kueue), on a copy: without it labgate refuses Kueue's unsuspending of the Jobs it admits.
         policy_dir = workdir / "policies"
         shutil.rmtree(policy_dir, ignore_errors=True)
         shutil.copytree(POLICY_DIR, policy_dir)
-        trust_kueue(policy_dir)
+        trust_kueue(policy_dir, every_tenant=False)  # team-b's spec.queue: Kueue's; team-a: not
     stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue, policy_dir=policy_dir)
     stack.start()
     with_nodes = "" if nodes is None else f", scheduler and {sum(p.nodes for p in nodes.pools)} KWOK nodes"

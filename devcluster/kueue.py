@@ -152,17 +152,25 @@ def in_private_etc(argv: list[str], *, overlay: Path, cert_dir: Path) -> list[st
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
 
 
-def trust_kueue(policy_dir: Path) -> None:
-    """Make the policies at `policy_dir` (a copy) trust Kueue's service accounts as they trust the
-    control plane's (config trusted_groups). Without it labgate refuses Kueue's unsuspending of a Job
-    it admitted ([tenant-membership]: Kueue is no tenant's member), and no pod of a queued Job is ever
-    created. A stand-in for the rule that lets Kueue make exactly that change and no other."""
+def trust_kueue(policy_dir: Path, *, every_tenant: bool = True) -> None:
+    """Tell the policies at `policy_dir` (a copy) that Kueue runs, as the chart's kueue.enabled does:
+    Kueue's service accounts are trusted as the control plane's (config trusted_groups: without it
+    labgate refuses Kueue's unsuspending of a Job it admitted, [tenant-membership]), every tenant is
+    Kueue's (queue.managed_by_kueue: the queue rules hold, gpu-quota-pending is silent for a queued
+    workload) and Kueue's controller is KUEUE_USER (queue.kueue_users: exempt for the fields it sets
+    at admission only). `every_tenant=False` leaves it to each Tenant (its spec.queue), as the demo
+    does so that team-a's bare GPU pods still run (a managed tenant's are refused without Kueue's pod
+    integration: queue-bare-pod)."""
     config = policy_dir / "labgate" / "config" / "data.json"
     data = json.loads(config.read_text())
     group = f"system:serviceaccounts:{KUEUE_NAMESPACE}"
     if group not in data["trusted_groups"]:
         data["trusted_groups"].append(group)
     config.write_text(json.dumps(data, indent=2) + "\n")
+    queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
+    queue = json.loads(queue_config.read_text())
+    queue.update(managed_by_kueue=every_tenant, kueue_users=[KUEUE_USER])
+    queue_config.write_text(json.dumps(queue, indent=2) + "\n")
 
 
 class KueueError(RuntimeError):

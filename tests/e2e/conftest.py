@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from devcluster.kubectl import kubectl
-from devcluster.kueue import KUEUE_USER, trust_kueue
+from devcluster.kueue import trust_kueue
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
@@ -76,11 +76,7 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
     quota ledger (issue 20: one quota, two enforcers that agree)."""
     policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
     shutil.copytree(POLICY_DIR, policy_dir)
-    trust_kueue(policy_dir)
-    queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
-    config = json.loads(queue_config.read_text())
-    config.update(managed_by_kueue=True, kueue_users=[KUEUE_USER])
-    queue_config.write_text(json.dumps(config, indent=2) + "\n")
+    trust_kueue(policy_dir)  # trusted, every tenant Kueue's, its controller KUEUE_USER (as kueue.enabled)
     with LabgateStack(
         tmp_path_factory.mktemp("kueue-cluster"),
         reconciler_lease_seconds=4,
