@@ -4,8 +4,6 @@ rules written here independently, over generated pod specs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from labgate.gpu_accounting.demand import (
     quantity,
 )
 from labgate.gpu_accounting.ledger import GpuAmount
+from tests.policy_eval import eval_policies
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = load_gpu_counting()
@@ -197,26 +196,9 @@ def opa() -> str:
 
 
 def _rego_demands(opa: str, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [
-            opa,
-            "eval",
-            "--format=json",
-            "--stdin-input",
-            "--data",
-            str(REPO / "policies"),
-            "--ignore=*_test.rego",
-            "--ignore=samples",
-            "--ignore=testdata",
-            "[data.labgate.lib.gpu.demand(s) | some s in input.specs]",
-        ],
-        input=json.dumps({"specs": specs}),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    value: list[dict[str, Any]] = eval_policies(
+        opa, "[data.labgate.lib.gpu.demand(s) | some s in input.specs]", {"specs": specs}
     )
-    value: list[dict[str, Any]] = json.loads(result.stdout)["result"][0]["expressions"][0]["value"]
     return value
 
 

@@ -4,8 +4,6 @@ tables): the usage the tenant-quota rule compares with spec.limits. The Rego rul
 
 from __future__ import annotations
 
-import json
-import subprocess
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from labgate.gpu_accounting.pod_requests import (
     quantity_text,
     tenant_usage,
 )
+from tests.policy_eval import eval_policies
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -203,26 +202,11 @@ def opa() -> str:
 
 
 def _rego_asks(opa: str, specs: list[dict[str, Any]]) -> list[dict[str, int]]:
-    result = subprocess.run(
-        [
-            opa,
-            "eval",
-            "--format=json",
-            "--stdin-input",
-            "--data",
-            str(REPO / "policies"),
-            "--ignore=*_test.rego",
-            "--ignore=samples",
-            "--ignore=testdata",
-            '[{r: data.labgate.rules.tenant_quota.asks(s, r) | some r in ["cpu", "memory"]} | some s in input.specs]',
-        ],
-        input=json.dumps({"specs": specs}),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    value: list[dict[str, int]] = eval_policies(
+        opa,
+        '[{r: data.labgate.rules.tenant_quota.asks(s, r) | some r in ["cpu", "memory"]} | some s in input.specs]',
+        {"specs": specs},
     )
-    value: list[dict[str, int]] = json.loads(result.stdout)["result"][0]["expressions"][0]["value"]
     return value
 
 
