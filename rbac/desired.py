@@ -58,9 +58,9 @@ def _meta(name: str, tenant: str, namespace: str | None = None) -> dict[str, Any
     return metadata
 
 
-def shared_cluster_roles() -> list[Manifest]:
-    """The ClusterRoles every tenant's bindings point to (one copy per cluster)."""
-    researcher_rules: list[dict[str, Any]] = [
+def _researcher_rules() -> list[dict[str, Any]]:
+    """What a researcher may do in the tenant's namespaces (the tenant admin, this and more)."""
+    return [
         {
             "apiGroups": [""],
             "resources": ["pods", "configmaps", "services", "persistentvolumeclaims"],
@@ -106,6 +106,11 @@ def shared_cluster_roles() -> list[Manifest]:
         {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": _READ_VERBS},
         *_workload_rules(),
     ]
+
+
+def shared_cluster_roles() -> list[Manifest]:
+    """The ClusterRoles every tenant's bindings point to (one copy per cluster)."""
+    researcher_rules = _researcher_rules()
     admin_rules = [
         *researcher_rules,
         # Admins may author NetworkPolicies (the admission policies keep them inside the tenant)

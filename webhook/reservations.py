@@ -196,6 +196,17 @@ def _asks_of_round(
     return asks
 
 
+class TenantRequests:
+    """What each tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
+    reconciler last wrote it into the tenant's cached ledger: read, never reserved."""
+
+    def __init__(self, ledgers: LedgerAccess):
+        self.ledgers = ledgers
+
+    def workloads_of(self, tenant: str) -> dict[str, int]:
+        return self.ledgers.cached(tenant).workloads
+
+
 class GpuReservations:
     """The tenants' GPU reservations of one webhook replica: the batcher, its decisions, its writes."""
 
@@ -221,11 +232,6 @@ class GpuReservations:
     def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount:
         """The tenant's GPU usage from the cached ledger, less the reservation `excluding` holds."""
         return self._usage(self.ledgers.cached(tenant), excluding)
-
-    def workloads_of(self, tenant: str) -> dict[str, int]:
-        """What the tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
-        reconciler last wrote it into the cached ledger."""
-        return self.ledgers.cached(tenant).workloads
 
     def _usage(self, ledger: Ledger, excluding: str | None = None) -> GpuAmount:
         """The ledger's usage, summed once per version of the ledger (not once per request)."""

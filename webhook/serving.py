@@ -18,7 +18,7 @@ from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
-from webhook.reservations import DecisionTrace, GpuReservations, LedgerAccess, is_pod_create
+from webhook.reservations import DecisionTrace, GpuReservations, LedgerAccess, TenantRequests, is_pod_create
 from webhook.review import AdmissionRequest, AdmissionResponse
 
 __all__ = ["AdmissionServer", "DecisionTrace", "InventoryState"]
@@ -79,7 +79,7 @@ class AdmissionServer:
             inventory=inventory,
             secrets=secrets,
             gpu_usage=self.reservations,
-            workload_usage=self.reservations,
+            workload_usage=TenantRequests(ledgers) if ledgers is not None else None,
             workload_kinds=workload_kinds,
             images=images,
             image_timeout=image_timeout,
