@@ -1,8 +1,10 @@
 """Where one webhook replica's latency turns: concurrent /validate requests (as the apiserver sends
 them, with its client certificate) at rising concurrency, with the in-flight bound
 (LABGATE_MAX_IN_FLIGHT) in place. Below the knee every request is decided and latency is flat; above
-it, requests past the bound are refused at once with [admission-overloaded] instead of queueing
-towards the apiserver's 3 s timeout.
+it, requests past the bound wait for a slot (LABGATE_MAX_ADMISSION_WAIT_SECONDS) and those that get
+none in time are refused with [admission-overloaded] instead of queueing towards the apiserver's 3 s
+timeout. The concurrency where p50 turns up while answers per second stop rising is what one replica
+has in flight at the rate it sustains: the bound is sized from it (docs/operations.md).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.overload_knee [--max-in-flight 64] [--seconds 4]
 """

@@ -22,10 +22,18 @@ from labgate.core import json_bytes
 from labgate.core.errors import BadRequestError
 from labgate.core.kube import KubeApi, api_client
 from labgate.core.logs import FIELDS_ATTRIBUTE
-from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_REQUESTS, ADMISSION_SECONDS, FACTS_AGE
+from labgate.core.metrics import (
+    ADMISSION_IN_FLIGHT,
+    ADMISSION_OVERLOADED,
+    ADMISSION_REQUESTS,
+    ADMISSION_SECONDS,
+    ADMISSION_WAITING,
+    FACTS_AGE,
+)
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from webhook import failures, refusals
 from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
+from webhook.admission_line import AdmissionLine
 from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.failures import Attempt
@@ -136,7 +144,7 @@ async def _serve(
     *,
     settings: Settings,
     decisions: DecisionLog | None,
-    gate: AdmissionGate,
+    line: AdmissionLine,
     inventory: InventoryState,
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
@@ -149,13 +157,18 @@ async def _serve(
     # namespace counts as no tenant's).
     namespace = request_namespace(review.request)
     tenant = (inventory.tenant_of(namespace) if namespace else None) or NO_TENANT
-    if not gate.arrive(tenant):
+    started = time.perf_counter()
+    refusal = await line.enter(tenant)
+    if refusal is not None:
         ADMISSION_OVERLOADED.inc()
-        return JSONResponse(content=gate.refusal(review.request, tenant).response(review.request).to_review())
+        return JSONResponse(content=refusal.response(review.request).to_review())
     try:
-        started = time.perf_counter()
+        # The wait for the slot is part of the deadline: the apiserver's timeout counts it too.
+        deadline = settings.admission_deadline_seconds - (time.perf_counter() - started)
         trace = DecisionTrace()
-        response, reason = await _decide(review.request, handle, trace, settings=settings, size=len(body))
+        response, reason = await _decide(
+            review.request, handle, trace, settings=settings, size=len(body), deadline=deadline
+        )
         _account(
             request,
             review.request,
@@ -167,11 +180,17 @@ async def _serve(
         )
         return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
     finally:
-        gate.leave(tenant)
+        line.leave(tenant)
 
 
 async def _decide(
-    request: AdmissionRequest, handle: Handler, trace: DecisionTrace, *, settings: Settings, size: int
+    request: AdmissionRequest,
+    handle: Handler,
+    trace: DecisionTrace,
+    *,
+    settings: Settings,
+    size: int,
+    deadline: float,
 ) -> tuple[AdmissionResponse, str | None]:
     """The answer to `request` within the deadline, and the reason of a refusal of labgate's own
     (its rule id; None for the policies' answer). A failure refuses (webhook/failures.py)."""
@@ -184,7 +203,6 @@ async def _decide(
             deadline=None,
         )
         return refusal.response(request), refusal.rule
-    deadline = settings.admission_deadline_seconds
     try:
         return await asyncio.wait_for(handle(request, trace), timeout=deadline), None
     except Exception as err:  # never admit, never a bare 500
@@ -412,7 +430,15 @@ def _start(app: FastAPI, resolved: Settings, kinds: tuple[WorkloadKind, ...]) ->
 
 
 def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
-    gate = AdmissionGate(resolved.max_in_flight, tenant_limit=resolved.max_in_flight_per_tenant)
+    gate = AdmissionGate(
+        resolved.max_in_flight,
+        tenant_limit=resolved.max_in_flight_per_tenant,
+        max_waiting=resolved.max_waiting_admissions,
+    )
+    line = AdmissionLine(gate, max_wait_seconds=resolved.max_admission_wait_seconds)
+    # Read at scrape time: nothing to count on the request path.
+    ADMISSION_IN_FLIGHT.set_function(lambda: gate.in_flight)
+    ADMISSION_WAITING.set_function(lambda: gate.waiting_count)
 
     @app.post("/validate")
     async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
@@ -422,7 +448,7 @@ def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
             server.validate,
             settings=resolved,
             decisions=decisions,
-            gate=gate,
+            line=line,
             inventory=server.inventory,
         )
 
@@ -434,7 +460,7 @@ def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
             server.mutate,
             settings=resolved,
             decisions=decisions,
-            gate=gate,
+            line=line,
             inventory=server.inventory,
         )
 

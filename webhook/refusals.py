@@ -77,28 +77,60 @@ def ledger_busy(tenant: str, attempts: int) -> Refusal:
     return Refusal("gpu-ledger-busy", 429, "TooManyRequests", message)
 
 
-def overloaded(*, in_flight: int, rate: float) -> Refusal:
-    """The replica's bound on requests decided at once is reached."""
+def overloaded(*, in_flight: int, waiting: int, waited_ms: float, rate: float, line_full: bool) -> Refusal:
+    """The replica's slots are all taken and this request waited its bound for one, or found the
+    line of waiting requests full."""
+    if line_full:
+        why = (
+            "the line of requests waiting for a slot is full (LABGATE_MAX_WAITING_ADMISSIONS), so this "
+            "one was refused at once"
+        )
+    else:
+        why = (
+            f"this one waited {waited_ms:.0f} ms for a slot, the most it may "
+            "(LABGATE_MAX_ADMISSION_WAIT_SECONDS), and was refused rather than left to wait past the "
+            "apiserver's timeout"
+        )
     message = (
         f"[admission-overloaded] this labgate webhook replica is deciding {in_flight} requests "
-        f"at once, its bound (LABGATE_MAX_IN_FLIGHT), with {rate:.0f} arriving per second; "
-        "this one was refused rather than left to wait past the apiserver's timeout. Fix: retry "
-        "(controllers retry by themselves); if it persists, tell the infra team to add webhook "
-        "replicas (webhook.replicas) or slow the client creating objects this fast"
+        f"at once, its bound (LABGATE_MAX_IN_FLIGHT), with {waiting} more waiting for a slot and "
+        f"{rate:.0f} arriving per second; {why}. Fix: retry (controllers retry by themselves); if it "
+        "persists, tell the infra team to add webhook replicas (webhook.replicas) or slow the client "
+        "creating objects this fast"
     )
     return Refusal("admission-overloaded", 429, "TooManyRequests", message)
 
 
-def tenant_overloaded(*, tenant: str | None, held: int, limit: int, rate: float) -> Refusal:
+def tenant_overloaded(
+    *,
+    tenant: str | None,
+    held: int,
+    waiting: int,
+    limit: int,
+    waited_ms: float,
+    rate: float,
+    pushed_out: bool,
+) -> Refusal:
     """The requests of one tenant (or of no tenant's namespace) hold their whole share of the
-    replica's bound: the rest of it stays for the other tenants."""
+    replica's slots and this one waited its bound behind them, or gave its place in a full line up
+    to another tenant's request: the rest of the replica stays for the other tenants."""
     whose = f"of tenant {tenant!r}" if tenant else "outside any tenant's namespace"
+    if pushed_out:
+        why = (
+            f"the line of requests waiting for a slot was full (LABGATE_MAX_WAITING_ADMISSIONS) and "
+            f"this one, after waiting {waited_ms:.0f} ms, gave its place up to another tenant's request"
+        )
+    else:
+        why = (
+            f"this one waited {waited_ms:.0f} ms for a slot, the most it may "
+            "(LABGATE_MAX_ADMISSION_WAIT_SECONDS), so that other tenants' requests are still decided"
+        )
     message = (
         f"[admission-overloaded] this labgate webhook replica is deciding {held} requests {whose} at "
-        f"once, the most one tenant may have decided at once (LABGATE_MAX_IN_FLIGHT_PER_TENANT, of "
-        f"{limit} in all), with {rate:.0f} arriving per second in all; this one was refused so that "
-        "other tenants' requests are still decided. Fix: retry (controllers retry by themselves); if "
-        "it persists, slow the client creating objects this fast"
+        f"once (one tenant may have at most LABGATE_MAX_IN_FLIGHT_PER_TENANT decided at once, of "
+        f"{limit} in all), with {waiting} more of them waiting for a slot and {rate:.0f} arriving per "
+        f"second in all; {why}. Fix: retry (controllers retry by themselves); if it persists, slow "
+        "the client creating objects this fast"
     )
     return Refusal("admission-overloaded", 429, "TooManyRequests", message)
 

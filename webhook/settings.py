@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webhook.references import DEFAULT_MAX_REFERENCES
@@ -91,16 +92,31 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         default=64,
         gt=0,
-        description="Admission requests decided at once by one replica; more are refused at once with "
-        "[admission-overloaded] instead of waiting past the apiserver's timeout.",
+        description="Admission requests decided at once by one replica (its slots); more wait for a "
+        "slot, fairly between tenants. 64 is about twice what one replica has in flight at the "
+        "rate it sustains (docs/operations.md, 'Overload and one tenant's flood').",
     )
     max_in_flight_per_tenant: int = Field(
-        default=32,
+        default=56,
         gt=0,
-        description="Admission requests of one tenant (the tenant label of the request's namespace) "
-        "decided at once by one replica; more of that tenant's are refused at once with "
-        "[admission-overloaded], and the rest of max_in_flight stays for other tenants. Requests "
-        "outside any tenant's namespace share one such share.",
+        description="Slots one tenant's requests (the tenant label of the request's namespace) may hold "
+        "at once; more of that tenant's wait, so that the rest of max_in_flight stays free for other "
+        "tenants even while one tenant's decisions are slow. Requests outside any tenant's namespace "
+        "share one such share.",
+    )
+    max_admission_wait_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="Longest a request waits for a slot before it is refused with "
+        "[admission-overloaded]; the wait counts against admission_deadline_seconds, so it must be "
+        "below it (what is left is the decision's).",
+    )
+    max_waiting_admissions: int = Field(
+        default=256,
+        ge=0,
+        description="Requests one replica lets wait for a slot (each holds its request body); past it "
+        "a newcomer is refused at once with [admission-overloaded], or, when its tenant has fewer "
+        "waiting than the tenant with the most, that tenant's newest waiter is.",
     )
     max_references_per_request: int = Field(
         default=DEFAULT_MAX_REFERENCES,
@@ -157,6 +173,16 @@ class Settings(BaseSettings):
         description="Most admitted objects whose findings wait to be written; beyond it findings are "
         "dropped and counted (labgate_policy_report_findings_dropped_total).",
     )
+
+    @model_validator(mode="after")
+    def _wait_within_deadline(self) -> Self:
+        # The wait for a slot is part of the admission deadline: a wait as long leaves no time to decide.
+        if self.max_admission_wait_seconds >= self.admission_deadline_seconds:
+            raise ValueError(
+                f"max_admission_wait_seconds ({self.max_admission_wait_seconds}) must be below "
+                f"admission_deadline_seconds ({self.admission_deadline_seconds})"
+            )
+        return self
 
 
 @lru_cache(maxsize=1)

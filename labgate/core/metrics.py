@@ -27,7 +27,21 @@ POLICY_ENGINE_ERRORS = Counter(
 )
 ADMISSION_OVERLOADED = Counter(
     "labgate_admission_overloaded_total",
-    "Admission requests refused at once with [admission-overloaded] (the replica's in-flight bound was reached)",
+    "Admission requests refused with [admission-overloaded] (no slot within the wait bound, or the "
+    "line of waiting requests full)",
+)
+ADMISSION_WAIT_SECONDS = Histogram(
+    "labgate_admission_wait_seconds",
+    "Time a request that found every slot taken waited for one (given one, refused or gone)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+ADMISSION_IN_FLIGHT = Gauge(
+    "labgate_admission_in_flight",
+    "Admission requests the replica is deciding now (at most LABGATE_MAX_IN_FLIGHT)",
+)
+ADMISSION_WAITING = Gauge(
+    "labgate_admission_waiting",
+    "Admission requests waiting for a slot now (at most LABGATE_MAX_WAITING_ADMISSIONS)",
 )
 DECISIONS_REUSED = Counter(
     "labgate_admission_decisions_reused_total",

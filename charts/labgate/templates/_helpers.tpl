@@ -122,6 +122,9 @@ JSON/YAML data), from the chart's policies/ symlink to the repository's policies
 {{- if ge (float64 .Values.webhook.admissionDeadlineSeconds) (float64 .Values.webhook.timeoutSeconds) }}
 {{- fail (printf "webhook.admissionDeadlineSeconds (%v) must be below webhook.timeoutSeconds (%v): labgate must answer before the apiserver gives up" .Values.webhook.admissionDeadlineSeconds .Values.webhook.timeoutSeconds) }}
 {{- end }}
+{{- if ge (float64 .Values.webhook.maxAdmissionWaitSeconds) (float64 .Values.webhook.admissionDeadlineSeconds) }}
+{{- fail (printf "webhook.maxAdmissionWaitSeconds (%v) must be below webhook.admissionDeadlineSeconds (%v): the wait for a slot is part of the deadline" .Values.webhook.maxAdmissionWaitSeconds .Values.webhook.admissionDeadlineSeconds) }}
+{{- end }}
 {{- if gt (float64 .Values.webhook.opaTimeoutSeconds) (float64 .Values.webhook.admissionDeadlineSeconds) }}
 {{- fail (printf "webhook.opaTimeoutSeconds (%v) must not exceed webhook.admissionDeadlineSeconds (%v)" .Values.webhook.opaTimeoutSeconds .Values.webhook.admissionDeadlineSeconds) }}
 {{- end }}

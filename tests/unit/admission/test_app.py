@@ -121,16 +121,15 @@ def test_a_body_larger_than_any_admission_review_is_refused_with_413(client: Tes
     assert chunked.status_code == 413
 
 
-def test_overload_is_refused_at_once_with_the_rate_and_what_to_do() -> None:
+def test_overload_past_the_line_is_refused_with_the_rate_and_what_to_do() -> None:
     from webhook.admission_gate import AdmissionGate
     from webhook.review import AdmissionReview
 
-    gate = AdmissionGate(2)
-    assert gate.arrive()
-    assert gate.arrive()
-    assert not gate.arrive()
+    gate = AdmissionGate(2, max_waiting=1)
+    assert [gate.arrive().verdict for _ in range(4)] == ["enter", "enter", "wait", "refuse"]
     request = AdmissionReview.model_validate(REVIEW).request
-    refusal = gate.refusal(request).response(request)
+    refused = gate.arrive()
+    refusal = gate.refusal(refused.ticket, "line-full").response(request)
     assert refusal.allowed is False
     assert refusal.status is not None
     assert refusal.status.code == 429
@@ -138,8 +137,9 @@ def test_overload_is_refused_at_once_with_the_rate_and_what_to_do() -> None:
     assert message.startswith("[admission-overloaded] this labgate webhook replica is deciding 2 requests")
     assert "arriving per second" in message
     assert "Fix: retry" in message
+    assert gate.leave() is not None, "the freed slot goes to the waiting request"
     gate.leave()
-    assert gate.arrive(), "room again once a request is answered"
+    assert gate.arrive().verdict == "enter", "room again once requests are answered"
 
 
 def test_the_probe_port_serves_probes_and_metrics_only() -> None:
@@ -389,6 +389,7 @@ def test_a_large_request_not_decided_in_time_is_too_large_not_a_retry(silent_eng
         opa_url=f"http://127.0.0.1:{silent_engine_port}",
         opa_timeout_seconds=2.0,
         admission_deadline_seconds=0.3,
+        max_admission_wait_seconds=0.1,
         complex_request_bytes=64 * 1024,
     )
     with TestClient(app_without_cluster(settings)) as client:

@@ -172,6 +172,7 @@ def test_schema_refuses_unknown_keys(render: Renderer, values: dict[str, Any], u
         ({"certificates": {"mode": "vault"}}, "mode"),
         # The schema cannot compare two values; the templates refuse it with the reason.
         ({"webhook": {"timeoutSeconds": 2}}, "must be below webhook.timeoutSeconds"),
+        ({"webhook": {"maxAdmissionWaitSeconds": 2.5}}, "must be below webhook.admissionDeadlineSeconds"),
         ({"certificates": {"mode": "cert-manager", "caBundle": "Q0E="}}, "cainjector fills it"),
         ({"webhook": {"clientAuth": {"caBundle": ""}}}, "give the CA of the apiserver's webhook client"),
         ({"webhook": {"networkPolicy": {"apiserverCIDRs": []}}}, "webhook.networkPolicy.apiserverCIDRs"),
@@ -445,6 +446,8 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     )
     assert float(env["LABGATE_ADMISSION_DEADLINE_SECONDS"]) == 2.5
     assert float(env["LABGATE_OPA_TIMEOUT_SECONDS"]) == 2.0
+    assert float(env["LABGATE_MAX_ADMISSION_WAIT_SECONDS"]) == 1.0
+    assert (env["LABGATE_MAX_IN_FLIGHT"], env["LABGATE_MAX_WAITING_ADMISSIONS"]) == ("64", "256")
     # The values the chart sets are values Settings accepts.
     Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
     # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.
