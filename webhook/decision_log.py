@@ -44,6 +44,7 @@ import orjson
 
 from labgate.core.decisions import Decision, Finding
 from labgate.core.errors import LabgateError
+from labgate.core.metrics import DECISION_RECORDS_DROPPED
 from webhook.review import AdmissionRequest
 
 log = logging.getLogger("labgate.decision_log")
@@ -52,6 +53,11 @@ Verdict = Literal["allowed", "refused"]
 
 # The `prev` of the first record of a chain.
 GENESIS = "0" * 64
+
+# Records waiting for the writer thread, at most (about 1 KB each). The writer keeps up with a
+# replica's rate by far (a record costs it tens of microseconds); this bounds the memory a writer
+# held up (a slow disk, a blocked stdout) can make the webhook hold.
+MAX_PENDING_RECORDS = 10_000
 
 _HASH_CHARS = frozenset("0123456789abcdef")
 
@@ -276,6 +282,7 @@ class DecisionLog:
         fsync: bool = False,
         stream: TextIO | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_pending: int = MAX_PENDING_RECORDS,
     ):
         self._lock = threading.Lock()
         self._clock = clock
@@ -286,6 +293,10 @@ class DecisionLog:
         self._identity: tuple[int, int] | None = None
         # Started on the first `submit`; one thread, so records keep the order they were submitted in.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decision-log")
+        self.max_pending = max_pending
+        self.pending = 0  # records submitted and not yet written
+        self.dropped = 0  # records dropped because `max_pending` were waiting
+        self._pending_lock = threading.Lock()
         self.last_hash = GENESIS
         if path is not None:
             previous = last_line(path)
@@ -340,6 +351,9 @@ class DecisionLog:
             at=self._clock(),
             reason=reason,
         )
+        return self._write(body)
+
+    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             record = chain(body, self.last_hash)
             line = canonical_json(record).decode("utf-8") + "\n"
@@ -368,23 +382,46 @@ class DecisionLog:
         reason: str | None = None,
     ) -> None:
         """`record` in the log's writer thread (hashing, formatting, the file's stat and write); never
-        raises, never waits."""
-        self._writer.submit(
-            self._record_or_log,
+        raises, never waits. The record's few fields are taken here, so a record waiting for the
+        writer holds them, not the request (its object can be megabytes); past `max_pending` records
+        waiting, the record is dropped and counted (labgate_decision_records_dropped_total)."""
+        body = build_record(
             request=request,
             decision=decision,
             tenant=tenant,
             verdict=verdict,
             patch_applied=patch_applied,
             latency_ms=latency_ms,
+            at=self._clock(),
             reason=reason,
         )
+        with self._pending_lock:
+            if self.pending >= self.max_pending:
+                self.dropped += 1
+                dropped = self.dropped
+            else:
+                self.pending += 1
+                dropped = 0
+        if dropped:
+            DECISION_RECORDS_DROPPED.inc()
+            if dropped == 1 or dropped % 1000 == 0:
+                log.error(
+                    "decision log %d records behind its writer: record %s dropped (%d so far)",
+                    self.max_pending,
+                    request.uid,
+                    dropped,
+                )
+            return
+        self._writer.submit(self._write_or_log, body)
 
-    def _record_or_log(self, **fields: Any) -> None:
+    def _write_or_log(self, body: dict[str, Any]) -> None:
         try:
-            self.record(**fields)
+            self._write(body)
         except Exception:  # nobody waits for a submitted record: say it was lost
-            log.exception("decision record for %s not written", fields["request"].uid)
+            log.exception("decision record for %s not written", body["uid"])
+        finally:
+            with self._pending_lock:
+                self.pending -= 1
 
     def __enter__(self) -> DecisionLog:
         return self

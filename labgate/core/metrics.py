@@ -43,6 +43,11 @@ ADMISSION_WAITING = Gauge(
     "labgate_admission_waiting",
     "Admission requests waiting for a slot now (at most LABGATE_MAX_WAITING_ADMISSIONS)",
 )
+DECISION_RECORDS_DROPPED = Counter(
+    "labgate_decision_records_dropped_total",
+    "Decision records not written because the bound of records waiting for the decision log's "
+    "writer was reached (a writer held up by a slow disk or a blocked stdout)",
+)
 DECISIONS_REUSED = Counter(
     "labgate_admission_decisions_reused_total",
     "Pod creations answered with the decision made for an identical pod moments before (no policy "

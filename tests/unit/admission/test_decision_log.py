@@ -368,13 +368,13 @@ def test_submitted_records_are_written_in_order_by_one_thread_and_close_waits_fo
     path = tmp_path / "decisions.log"
     log = DecisionLog(path)
     writers: set[str] = set()
-    record = log.record
+    write = log._write
 
-    def record_noting_the_thread(**fields: Any) -> dict[str, Any]:
+    def write_noting_the_thread(body: dict[str, Any]) -> dict[str, Any]:
         writers.add(threading.current_thread().name)
-        return record(**fields)
+        return write(body)
 
-    log.record = record_noting_the_thread  # type: ignore[method-assign]
+    log._write = write_noting_the_thread  # type: ignore[method-assign]
     for i in range(30):
         log.submit(
             request=_request(f"train-{i}"),
@@ -392,3 +392,69 @@ def test_submitted_records_are_written_in_order_by_one_thread_and_close_waits_fo
     assert [json.loads(line)["uid"] for line in lines] == [f"uid-train-{i}" for i in range(30)]
     assert len(writers) == 1
     assert writers.pop().startswith("decision-log")
+
+
+class _HeldStream(io.StringIO):
+    """A stdout that takes nothing until released (a blocked pipe): the writer waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.released.wait(timeout=30)
+        return super().write(text)
+
+
+def test_records_waiting_for_a_held_writer_are_bounded_then_dropped_and_counted(tmp_path: Path) -> None:
+    """Under overload a writer held up (a blocked stdout, a slow disk) must not make the webhook hold
+    every request it decided (issue 21's memory target): at most `max_pending` records wait, the
+    rest are dropped and counted, and what was kept is written in order, its chain intact."""
+    from labgate.core.metrics import DECISION_RECORDS_DROPPED
+
+    stream = _HeldStream()
+    path = tmp_path / "decisions.log"
+    log = DecisionLog(path, stream=stream, clock=lambda: AT, max_pending=5)
+    dropped_before = DECISION_RECORDS_DROPPED._value.get()
+    for i in range(8):
+        log.submit(
+            request=_request(f"train-{i}"),
+            decision=Decision(allowed=True),
+            tenant="team-a",
+            verdict="allowed",
+            patch_applied=False,
+            latency_ms=1.0,
+        )
+    assert (log.pending, log.dropped) == (5, 3)
+    assert DECISION_RECORDS_DROPPED._value.get() - dropped_before == 3
+    stream.released.set()
+    log.close()
+    assert log.pending == 0
+    written = [json.loads(line) for line in _lines(path)]
+    assert [r["object"]["name"] for r in written] == [f"train-{i}" for i in range(5)]
+    assert verify(_lines(path)).ok
+
+
+def test_a_record_waiting_for_the_writer_does_not_hold_its_request(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    stream = _HeldStream()
+    log = DecisionLog(tmp_path / "decisions.log", stream=stream, clock=lambda: AT)
+    request = _request("train-big")
+    held = weakref.ref(request)  # with its object: the pod, up to megabytes
+    log.submit(
+        request=request,
+        decision=Decision(allowed=True),
+        tenant="team-a",
+        verdict="allowed",
+        patch_applied=False,
+        latency_ms=1.0,
+    )
+    del request
+    gc.collect()
+    try:
+        assert held() is None, "the pending record keeps the request alive"
+    finally:
+        stream.released.set()
+        log.close()
