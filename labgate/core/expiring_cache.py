@@ -57,6 +57,13 @@ class ExpiringCache(Generic[Key, Value]):
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+        # Expired entries at the least recently used end go too: a burst's answers (a flood of pods
+        # all unlike each other) are not held until the bound pushes them out.
+        while self._entries:
+            oldest = next(iter(self._entries.values()))
+            if now < oldest[1]:
+                break
+            self._entries.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -42,3 +42,17 @@ def test_a_new_value_restarts_the_time_to_live() -> None:
     cache.put("k", "new", ttl=2)
     clock.now += 1.5
     assert cache.get("k") == Held("new", 1.5)
+
+
+def test_expired_answers_are_not_held_until_the_bound_pushes_them_out() -> None:
+    """A burst of answers that are never asked for again (pods all unlike each other) is let go as
+    new answers come once it has expired, not kept up to `max_entries` (issue 21's memory target)."""
+    clock = Clock()
+    cache: ExpiringCache[int, bytes] = ExpiringCache(4096, clock)
+    for i in range(1000):
+        cache.put(i, b"decision", ttl=2)
+    assert len(cache) == 1000
+    clock.now += 2
+    cache.put(-1, b"next", ttl=2)
+    assert len(cache) == 1, "only the answer still within its time to live"
+    assert cache.get(-1) == Held(b"next", 0.0)
