@@ -29,7 +29,8 @@ class Settings(BaseSettings):
         default=2.5,
         gt=0,
         le=2.9,
-        description="Deadline for a whole admission decision; past it the request is refused, not admitted.",
+        description="Deadline for a whole admission decision, from the request's arrival (the wait for "
+        "a slot included); past it the request is refused, not admitted.",
     )
     max_request_bytes: int = Field(
         default=3 * 1024 * 1024,
