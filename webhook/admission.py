@@ -190,6 +190,17 @@ def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     return {"gpus": held, "pods": [str(p) for p in pods]}
 
 
+def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
+    """What the Tenant's status says Kueue holds queued of it: {"workloads", "gpus"}, or None (the
+    reconciler writes status.gpu.queuedWorkloads and queuedGpus from Kueue's Workloads, with Kueue
+    only; rbac.tenant_status)."""
+    gpu = (tenant.get("status") or {}).get("gpu") or {}
+    workloads, gpus = gpu.get("queuedWorkloads"), gpu.get("queuedGpus")
+    if not isinstance(workloads, int) or not isinstance(gpus, int):
+        return None
+    return {"workloads": workloads, "gpus": gpus}
+
+
 def tenant_document(tenant: Object) -> dict[str, Any]:
     """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
     metadata = tenant.get("metadata", {})

@@ -39,6 +39,13 @@ class UnscheduledHolds(Protocol):
     def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None: ...
 
 
+@runtime_checkable
+class QueuedWorkloads(Protocol):
+    """What Kueue holds queued of a tenant (webhook.inventory.Inventory)."""
+
+    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None: ...
+
+
 class InventoryState(Protocol):
     @property
     def is_synced(self) -> bool: ...
@@ -164,6 +171,13 @@ class FactGatherer:
             )
             if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
                 policy_input["gpu_held"] = held
+            queued = (
+                self.inventory.queued_in_kueue(tenant)
+                if isinstance(self.inventory, QueuedWorkloads)
+                else None
+            )
+            if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
+                policy_input["gpu_queued"] = queued
         if is_tenant_update(request) and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
                 policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()

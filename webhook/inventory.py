@@ -16,7 +16,13 @@ from typing import Any, Protocol
 from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
-from webhook.admission import namespace_document, priority_class_document, tenant_document, unscheduled_holds
+from webhook.admission import (
+    namespace_document,
+    priority_class_document,
+    queued_in_kueue,
+    tenant_document,
+    unscheduled_holds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +107,7 @@ class InventorySync:
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
         self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
+        self._queued: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.queued_in_kueue
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -125,13 +132,20 @@ class InventorySync:
 
     def _tenant_document(self, tenant: Object) -> Document:
         """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
-        kept aside, never pushed (it changes often and decides nothing: refusals quote it)."""
-        self._held[str(tenant["metadata"]["name"])] = unscheduled_holds(tenant)
+        kept aside, never pushed (it changes often and decides nothing: refusals quote it); so is what
+        it says Kueue holds queued (queue-wait quotes it)."""
+        name = str(tenant["metadata"]["name"])
+        self._held[name] = unscheduled_holds(tenant)
+        self._queued[name] = queued_in_kueue(tenant)
         return tenant_document(tenant)
 
     def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
         """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
         return self._held.get(tenant)
+
+    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
+        """{"workloads", "gpus"} Kueue holds queued of the tenant, as its status said (with Kueue)."""
+        return self._queued.get(tenant)
 
     @property
     def snapshot(self) -> InventorySnapshot:

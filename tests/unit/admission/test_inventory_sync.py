@@ -247,6 +247,16 @@ def test_what_pods_not_yet_scheduled_hold_is_kept_from_the_status_and_not_pushed
     assert sync.sync.held_by_unscheduled("vision") is None  # its pod was bound since
 
 
+# Issue 20: queue-wait quotes what Kueue holds queued, from the status too, never pushed.
+def test_what_kueue_holds_queued_is_kept_from_the_status(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
+    assert sync.sync.queued_in_kueue("vision") is None
+    queued = {"gpu": {"queuedWorkloads": 1, "queuedGpus": 32}}
+    sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=queued))
+    assert sync.sync.queued_in_kueue("vision") == {"workloads": 1, "gpus": 32}
+    assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
+
+
 def test_when_opa_lost_the_inventory_the_change_comes_with_the_whole_of_it(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision")])
     sync.opa.lost_inventory = True  # OPA restarted its policies and forgot data.inventory
