@@ -11,6 +11,7 @@ from typing import Any, cast
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
@@ -49,10 +50,24 @@ def is_tenant_update(request: AdmissionRequest) -> bool:
     return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
 
 
+def is_admission_gate_removal(request: AdmissionRequest) -> bool:
+    """A Pod UPDATE that removes Kueue's admission gate: from now on the pod can be scheduled, so its
+    GPUs are judged against the quota and reserved, as at a CREATE (lib.gpu.judged_pod_template)."""
+    return (
+        (request.kind.group, request.kind.kind, request.operation) == ("", "Pod", "UPDATE")
+        and not request.sub_resource
+        and is_behind_admission_gate(request.old_object)
+        and not is_behind_admission_gate(request.object)
+    )
+
+
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created (the
-    quota is checked and reserved), and a workload with pod templates being created (its pods that
-    will wait for GPUs are announced at apply time; on an update its own pods are counted already)."""
+    """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created or let
+    through Kueue's admission gate (the quota is checked and reserved), and a workload with pod
+    templates being created (its pods that will wait for GPUs are announced at apply time; on an
+    update its own pods are counted already)."""
+    if is_admission_gate_removal(request):
+        return True
     return request.operation == "CREATE" and (
         (request.kind.group == "" and request.kind.kind == "Pod") or bool(pod_templates)
     )

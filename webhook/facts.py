@@ -25,7 +25,7 @@ from webhook.references import (
     claim_references,
     pull_credential_references,
 )
-from webhook.reservations import is_pod_create, reservation_key
+from webhook.reservations import is_pod_create, reservation_key, takes_gpus_now
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
@@ -162,7 +162,9 @@ class FactGatherer:
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
-            excluding = reservation_key(request) if is_pod_create(request) else None
+            # A pod reserved before (a gate removal retried after its first try failed) is not
+            # counted twice: its reservation is replaced.
+            excluding = reservation_key(request) if takes_gpus_now(request) else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
             held = (
                 self.inventory.held_by_unscheduled(tenant)
