@@ -195,6 +195,11 @@ def priority_class_document(priority_class: Object) -> dict[str, Any]:
     }
 
 
+def workload_priority_class_document(priority_class: Object) -> dict[str, Any]:
+    """What policies see of a Kueue WorkloadPriorityClass: its value (queue-priority)."""
+    return {"value": priority_class.get("value", 0)}
+
+
 def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
     (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
+from labgate.core.api_resources import (
+    NAMESPACE,
+    PERSISTENT_VOLUME,
+    PRIORITY_CLASS,
+    SECRET,
+    TENANT,
+    WORKLOAD_PRIORITY_CLASS,
+    Object,
+)
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import (
@@ -22,6 +30,7 @@ from webhook.admission import (
     queued_in_kueue,
     tenant_document,
     unscheduled_holds,
+    workload_priority_class_document,
 )
 
 log = logging.getLogger(__name__)
@@ -86,7 +95,8 @@ class InventorySnapshot:
 
 
 class InventorySync:
-    """Reflectors (Namespaces, Tenants, PriorityClasses) that write every change into OPA."""
+    """Reflectors (Namespaces, Tenants, PriorityClasses; with Kueue its WorkloadPriorityClasses) that
+    write every change into OPA."""
 
     def __init__(
         self,
@@ -95,7 +105,10 @@ class InventorySync:
         *,
         platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        kueue: bool = False,
     ):
+        """`kueue`: Kueue runs beside labgate (its CRDs are installed), so its WorkloadPriorityClasses
+        are watched too."""
         self._store = store
         self._watch_timeout = watch_timeout_seconds
         # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
@@ -115,7 +128,12 @@ class InventorySync:
         self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
         # Replaced whole under `_lock`, read without it (one attribute read is atomic).
         self._snapshot = InventorySnapshot(
-            collections={"namespaces": {}, "tenants": {}, "priority_classes": {}},
+            collections={
+                "namespaces": {},
+                "tenants": {},
+                "priority_classes": {},
+                **({"workload_priority_classes": {}} if kueue else {}),
+            },
             revision=0,
             platform_namespace=platform_namespace,
         )
@@ -129,6 +147,15 @@ class InventorySync:
                 "priority_classes", api, self._kube.lister(PRIORITY_CLASS), priority_class_document
             ),
         ]
+        if kueue:  # queue-priority judges a workload's Kueue priority by its class's value
+            self._reflectors.append(
+                self._reflector(
+                    "workload_priority_classes",
+                    api,
+                    self._kube.lister(WORKLOAD_PRIORITY_CLASS),
+                    workload_priority_class_document,
+                )
+            )
 
     def _tenant_document(self, tenant: Object) -> Document:
         """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
