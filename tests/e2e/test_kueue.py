@@ -304,7 +304,7 @@ def test_kubectl_apply_says_where_a_job_waits_and_why(
     assert said == (
         f'Job "busy" is queued in LocalQueue {ns}/default: it runs 1 pod × 8 GPUs = 8; tenant '  # noqa: RUF001 - the message's own sign
         f'"{tenant.name}" uses 0 of 16 GPUs, so it fits now and starts once Kueue admits it. '
-        f"Watch: kubectl get workloads -n {ns}"
+        f"Fix: none, it starts by itself (watch: kubectl get workloads -n {ns})"
     ), fits.stderr
     eventually(lambda: len(bound(job_pods(stack, ns, "busy"))) == 1, what="the busy Job's pod bound")
 
@@ -313,7 +313,7 @@ def test_kubectl_apply_says_where_a_job_waits_and_why(
     assert warning_text(waits.stderr, "queue-wait") == (
         f'Job "gang" waits in LocalQueue {ns}/default: it runs 2 pods × 8 GPUs = 16; tenant '  # noqa: RUF001 - the message's own sign
         f'"{tenant.name}" uses 8 of 16 GPUs, so it waits whole, no pod started, until 16 GPUs are '
-        f"free (8 now). Watch: kubectl get workloads -n {ns}"
+        f"free (8 now). Fix: none, it starts by itself (watch: kubectl get workloads -n {ns})"
     ), waits.stderr
     eventually(
         lambda: _json(stack, f"tenant/{tenant.name}")["status"]["gpu"].get("queuedGpus") == 16,
@@ -334,8 +334,6 @@ def test_kubectl_apply_says_where_a_job_waits_and_why(
             stdin=json.dumps(gpu_job("next", pods=2, gpus=8)),
         )
         assert result.returncode == 0, result.stderr
-        return "; queued ahead: 1 workload asking 16 GPUs. Watch:" in warning_text(
-            result.stderr, "queue-wait"
-        )
+        return "; queued ahead: 1 workload asking 16 GPUs. Fix:" in warning_text(result.stderr, "queue-wait")
 
     eventually(told_what_is_ahead, what="the warning names the gang queued ahead", timeout=30, every=1.0)

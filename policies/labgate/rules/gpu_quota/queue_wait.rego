@@ -27,7 +27,7 @@ violation contains {"rule": rule_id, "message": msg, "field": _queue_label_field
 	tenant := kueue.managed_tenant
 	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
 	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf("[%s] %s %s. Watch: kubectl get workloads -n %s", [
+	msg := sprintf("[%s] %s %s. Fix: none, it starts by itself (watch: kubectl get workloads -n %s)", [
 		rule_id, tenancy.object_ref, _wait_text(tenant), input.request.namespace,
 	])
 }

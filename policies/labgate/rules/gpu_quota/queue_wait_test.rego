@@ -16,13 +16,13 @@ _kueue_findings(input_doc) := found if {
 
 test_a_queued_job_beyond_what_is_free_says_it_waits_whole_and_what_is_ahead if {
 	found := _kueue_findings(_queued_job(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}, {"workloads": 1, "gpus": 4}))
-	[v.message | some v in found] == [`[queue-wait] Job "sweep" waits in LocalQueue vision/default: it runs 4 pods × 2 h100 GPUs = 8; tenant "vision" uses 6 of 8 h100 GPUs, so it waits whole, no pod started, until 8 h100 GPUs are free (2 now); queued ahead: 1 workload asking 4 GPUs. Watch: kubectl get workloads -n vision`]
+	[v.message | some v in found] == [`[queue-wait] Job "sweep" waits in LocalQueue vision/default: it runs 4 pods × 2 h100 GPUs = 8; tenant "vision" uses 6 of 8 h100 GPUs, so it waits whole, no pod started, until 8 h100 GPUs are free (2 now); queued ahead: 1 workload asking 4 GPUs. Fix: none, it starts by itself (watch: kubectl get workloads -n vision)`]
 	[v.if_admitted | some v in found] == [true]
 }
 
 test_a_queued_job_that_fits_says_it_starts_once_admitted if {
 	found := _kueue_findings(_queued_job(sweep(2, "2"), {"total": 4, "by_model": {"h100": 4}}, _none_queued))
-	[v.message | some v in found] == [`[queue-wait] Job "sweep" is queued in LocalQueue vision/default: it runs 2 pods × 2 h100 GPUs = 4; tenant "vision" uses 4 of 8 h100 GPUs, so it fits now and starts once Kueue admits it. Watch: kubectl get workloads -n vision`]
+	[v.message | some v in found] == [`[queue-wait] Job "sweep" is queued in LocalQueue vision/default: it runs 2 pods × 2 h100 GPUs = 4; tenant "vision" uses 4 of 8 h100 GPUs, so it fits now and starts once Kueue admits it. Fix: none, it starts by itself (watch: kubectl get workloads -n vision)`]
 }
 
 test_the_queue_the_job_names_is_said if {
@@ -33,13 +33,13 @@ test_the_queue_the_job_names_is_said if {
 
 test_the_total_binds_when_it_has_less_room_than_the_model if {
 	found := _kueue_findings(_queued_job(sweep(2, "2"), {"total": 14, "by_model": {"h100": 0}}, _none_queued))
-	[v.message | some v in found] == [`[queue-wait] Job "sweep" waits in LocalQueue vision/default: it runs 2 pods × 2 GPUs = 4; tenant "vision" uses 14 of 16 GPUs, so it waits whole, no pod started, until 4 GPUs are free (2 now). Watch: kubectl get workloads -n vision`]
+	[v.message | some v in found] == [`[queue-wait] Job "sweep" waits in LocalQueue vision/default: it runs 2 pods × 2 GPUs = 4; tenant "vision" uses 14 of 16 GPUs, so it waits whole, no pod started, until 4 GPUs are free (2 now). Fix: none, it starts by itself (watch: kubectl get workloads -n vision)`]
 }
 
 test_a_queued_job_without_gpus_says_its_queue if {
 	job := testdata.job("prep", 1, {}, {"containers": [testdata.main_container]})
 	found := _kueue_findings(_queued_job(job, {"total": 0, "by_model": {}}, _none_queued))
-	[v.message | some v in found] == [`[queue-wait] Job "prep" is queued in LocalQueue vision/default and starts once Kueue admits it (it asks no GPUs). Watch: kubectl get workloads -n vision`]
+	[v.message | some v in found] == [`[queue-wait] Job "prep" is queued in LocalQueue vision/default and starts once Kueue admits it (it asks no GPUs). Fix: none, it starts by itself (watch: kubectl get workloads -n vision)`]
 }
 
 test_no_queue_wait_outside_kueue_on_update_or_when_unfit if {
