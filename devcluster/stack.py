@@ -338,6 +338,7 @@ class LabgateStack:
                 "LABGATE_TLS_KEY_FILE": str(pki / "tls.key"),
                 "LABGATE_NAMESPACE": LABGATE_NAMESPACE,
                 "LABGATE_DECISION_LOG_FILE": str(self.workdir / "logs" / f"decisions-{index}.jsonl"),
+                **({"LABGATE_KUEUE": "true"} if self.with_kueue else {}),
                 **(extra_env or {}),
             },
         )

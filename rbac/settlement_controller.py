@@ -25,7 +25,7 @@ from labgate.gpu_accounting.demand import GpuCounting, whole_gpu_model
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, LedgerCorruptError
 from labgate.gpu_accounting.ledger import now as ledger_now
 from labgate.gpu_accounting.ledger_store import LedgerCache
-from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, pod_gpus
+from labgate.gpu_accounting.pod_gpus import is_admitted_preemptible, is_behind_admission_gate, pod_gpus
 from labgate.gpu_accounting.pod_requests import pod_requests
 from labgate.gpu_accounting.settled_pods import SettledPods
 from labgate.gpu_accounting.settlement import (
@@ -89,6 +89,7 @@ class PodIndex:
             gpus=pod_gpus(obj, self._gpu_counting),
             is_preemptible=is_admitted_preemptible(obj),
             is_scheduled=bool((obj.get("spec") or {}).get("nodeName")),
+            is_gated=is_behind_admission_gate(obj),
             requests=pod_requests(obj),
             whole_model=whole_gpu_model(obj.get("spec") or {}, self._gpu_counting.gpu_model_label),
         )

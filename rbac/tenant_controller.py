@@ -338,7 +338,8 @@ class TenantStatusController:
         unscheduled = sorted(
             (f.name, f.gpus.total)
             for f in facts
-            if f.gpus.total > 0 and not f.is_scheduled and f.phase in ("", "Pending")
+            # a pod behind Kueue's gate holds nothing: it is queued (its Workload), not held
+            if f.gpus.total > 0 and not f.is_scheduled and not f.is_gated and f.phase in ("", "Pending")
         )
         queued_workloads, queued_gpus = None, None
         if self.kueue:

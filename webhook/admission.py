@@ -11,6 +11,7 @@ from typing import Any, cast
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
@@ -49,10 +50,24 @@ def is_tenant_update(request: AdmissionRequest) -> bool:
     return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
 
 
+def is_admission_gate_removal(request: AdmissionRequest) -> bool:
+    """A Pod UPDATE that removes Kueue's admission gate: from now on the pod can be scheduled, so its
+    GPUs are judged against the quota and reserved, as at a CREATE (lib.gpu.judged_pod_template)."""
+    return (
+        (request.kind.group, request.kind.kind, request.operation) == ("", "Pod", "UPDATE")
+        and not request.sub_resource
+        and is_behind_admission_gate(request.old_object)
+        and not is_behind_admission_gate(request.object)
+    )
+
+
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created (the
-    quota is checked and reserved), and a workload with pod templates being created (its pods that
-    will wait for GPUs are announced at apply time; on an update its own pods are counted already)."""
+    """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created or let
+    through Kueue's admission gate (the quota is checked and reserved), and a workload with pod
+    templates being created (its pods that will wait for GPUs are announced at apply time; on an
+    update its own pods are counted already)."""
+    if is_admission_gate_removal(request):
+        return True
     return request.operation == "CREATE" and (
         (request.kind.group == "" and request.kind.kind == "Pod") or bool(pod_templates)
     )
@@ -180,6 +195,11 @@ def priority_class_document(priority_class: Object) -> dict[str, Any]:
     }
 
 
+def workload_priority_class_document(priority_class: Object) -> dict[str, Any]:
+    """What policies see of a Kueue WorkloadPriorityClass: its value (queue-priority)."""
+    return {"value": priority_class.get("value", 0)}
+
+
 def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
     (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""
@@ -188,6 +208,17 @@ def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     if not isinstance(held, int) or held <= 0 or not isinstance(pods, list) or not pods:
         return None
     return {"gpus": held, "pods": [str(p) for p in pods]}
+
+
+def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
+    """What the Tenant's status says Kueue holds queued of it: {"workloads", "gpus"}, or None (the
+    reconciler writes status.gpu.queuedWorkloads and queuedGpus from Kueue's Workloads, with Kueue
+    only; rbac.tenant_status)."""
+    gpu = (tenant.get("status") or {}).get("gpu") or {}
+    workloads, gpus = gpu.get("queuedWorkloads"), gpu.get("queuedGpus")
+    if not isinstance(workloads, int) or not isinstance(gpus, int):
+        return None
+    return {"workloads": workloads, "gpus": gpus}
 
 
 def tenant_document(tenant: Object) -> dict[str, Any]:

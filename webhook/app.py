@@ -318,6 +318,7 @@ def cluster_server(
         InventoryStore(resolved.opa_url),
         platform_namespace=resolved.namespace,
         watch_timeout_seconds=watch_timeout,
+        kueue=resolved.kueue,
     )
     ledgers = LedgerCache(
         LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout

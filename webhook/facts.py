@@ -25,7 +25,7 @@ from webhook.references import (
     claim_references,
     pull_credential_references,
 )
-from webhook.reservations import is_pod_create, reservation_key
+from webhook.reservations import is_pod_create, reservation_key, takes_gpus_now
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
@@ -37,6 +37,13 @@ class UnscheduledHolds(Protocol):
     """What a tenant's admitted pods not yet scheduled hold (webhook.inventory.Inventory)."""
 
     def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None: ...
+
+
+@runtime_checkable
+class QueuedWorkloads(Protocol):
+    """What Kueue holds queued of a tenant (webhook.inventory.Inventory)."""
+
+    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None: ...
 
 
 class InventoryState(Protocol):
@@ -155,7 +162,9 @@ class FactGatherer:
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
-            excluding = reservation_key(request) if is_pod_create(request) else None
+            # A pod reserved before (a gate removal retried after its first try failed) is not
+            # counted twice: its reservation is replaced.
+            excluding = reservation_key(request) if takes_gpus_now(request) else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
             held = (
                 self.inventory.held_by_unscheduled(tenant)
@@ -164,6 +173,13 @@ class FactGatherer:
             )
             if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
                 policy_input["gpu_held"] = held
+            queued = (
+                self.inventory.queued_in_kueue(tenant)
+                if isinstance(self.inventory, QueuedWorkloads)
+                else None
+            )
+            if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
+                policy_input["gpu_queued"] = queued
         if is_tenant_update(request) and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
                 policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()

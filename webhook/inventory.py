@@ -13,10 +13,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
+from labgate.core.api_resources import (
+    NAMESPACE,
+    PERSISTENT_VOLUME,
+    PRIORITY_CLASS,
+    SECRET,
+    TENANT,
+    WORKLOAD_PRIORITY_CLASS,
+    Object,
+)
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
-from webhook.admission import namespace_document, priority_class_document, tenant_document, unscheduled_holds
+from webhook.admission import (
+    namespace_document,
+    priority_class_document,
+    queued_in_kueue,
+    tenant_document,
+    unscheduled_holds,
+    workload_priority_class_document,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +95,8 @@ class InventorySnapshot:
 
 
 class InventorySync:
-    """Reflectors (Namespaces, Tenants, PriorityClasses) that write every change into OPA."""
+    """Reflectors (Namespaces, Tenants, PriorityClasses; with Kueue its WorkloadPriorityClasses) that
+    write every change into OPA."""
 
     def __init__(
         self,
@@ -89,7 +105,10 @@ class InventorySync:
         *,
         platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        kueue: bool = False,
     ):
+        """`kueue`: Kueue runs beside labgate (its CRDs are installed), so its WorkloadPriorityClasses
+        are watched too."""
         self._store = store
         self._watch_timeout = watch_timeout_seconds
         # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
@@ -101,6 +120,7 @@ class InventorySync:
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
         self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
+        self._queued: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.queued_in_kueue
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -108,7 +128,12 @@ class InventorySync:
         self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
         # Replaced whole under `_lock`, read without it (one attribute read is atomic).
         self._snapshot = InventorySnapshot(
-            collections={"namespaces": {}, "tenants": {}, "priority_classes": {}},
+            collections={
+                "namespaces": {},
+                "tenants": {},
+                "priority_classes": {},
+                **({"workload_priority_classes": {}} if kueue else {}),
+            },
             revision=0,
             platform_namespace=platform_namespace,
         )
@@ -122,16 +147,32 @@ class InventorySync:
                 "priority_classes", api, self._kube.lister(PRIORITY_CLASS), priority_class_document
             ),
         ]
+        if kueue:  # queue-priority judges a workload's Kueue priority by its class's value
+            self._reflectors.append(
+                self._reflector(
+                    "workload_priority_classes",
+                    api,
+                    self._kube.lister(WORKLOAD_PRIORITY_CLASS),
+                    workload_priority_class_document,
+                )
+            )
 
     def _tenant_document(self, tenant: Object) -> Document:
         """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
-        kept aside, never pushed (it changes often and decides nothing: refusals quote it)."""
-        self._held[str(tenant["metadata"]["name"])] = unscheduled_holds(tenant)
+        kept aside, never pushed (it changes often and decides nothing: refusals quote it); so is what
+        it says Kueue holds queued (queue-wait quotes it)."""
+        name = str(tenant["metadata"]["name"])
+        self._held[name] = unscheduled_holds(tenant)
+        self._queued[name] = queued_in_kueue(tenant)
         return tenant_document(tenant)
 
     def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
         """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
         return self._held.get(tenant)
+
+    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
+        """{"workloads", "gpus"} Kueue holds queued of the tenant, as its status said (with Kueue)."""
+        return self._queued.get(tenant)
 
     @property
     def snapshot(self) -> InventorySnapshot:

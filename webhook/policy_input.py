@@ -51,6 +51,9 @@ class PolicyInput(TypedDict):
     # Of that usage, what admitted pods the scheduler has not bound yet hold, as the Tenant's status
     # last said it: {"gpus", "pods"} (for the refusal's text only; webhook.admission.unscheduled_holds).
     gpu_held: NotRequired[dict[str, Any]]
+    # What Kueue holds queued of the tenant (workloads waiting for quota and the GPUs they ask), as
+    # its status last said it: {"workloads", "gpus"} (queue-wait's text; webhook.admission.queued_in_kueue).
+    gpu_queued: NotRequired[dict[str, Any]]
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.

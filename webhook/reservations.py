@@ -36,7 +36,7 @@ from labgate.gpu_accounting.ledger import (
     with_reservation,
 )
 from webhook import refusals
-from webhook.admission import build_response
+from webhook.admission import build_response, is_admission_gate_removal
 from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest, AdmissionResponse
 
@@ -80,6 +80,13 @@ class DecisionTrace:
 
 def is_pod_create(request: AdmissionRequest) -> bool:
     return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
+
+
+def takes_gpus_now(request: AdmissionRequest) -> bool:
+    """A request after which its pod may hold GPUs: a Pod CREATE, or the removal of Kueue's admission
+    gate (a pod created behind it reserved nothing). What it reserves is the policy's `demand`, which
+    is nothing for a pod created behind the gate."""
+    return is_pod_create(request) or is_admission_gate_removal(request)
 
 
 def reservation_key(request: AdmissionRequest) -> str:

@@ -18,7 +18,13 @@ from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
-from webhook.reservations import DecisionTrace, GpuReservations, LedgerAccess, TenantRequests, is_pod_create
+from webhook.reservations import (
+    DecisionTrace,
+    GpuReservations,
+    LedgerAccess,
+    TenantRequests,
+    takes_gpus_now,
+)
 from webhook.review import AdmissionRequest, AdmissionResponse
 
 __all__ = ["AdmissionServer", "DecisionTrace", "InventoryState"]
@@ -142,7 +148,7 @@ class AdmissionServer:
         decision = await self.reuse.decide(policy_input)
         trace.decision = decision
         reserves = decision.allowed and decision.gpu_demand.total > 0 and not request.dry_run
-        if tenant and reserves and is_pod_create(request):
+        if tenant and reserves and takes_gpus_now(request):
             if self.reservations is None:
                 return refusals.engine_unavailable("no GPU quota ledger to reserve in").response(request)
             return await self.reservations.reserve(request, policy_input, tenant, trace, decision)

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         le=120,
         description="How long a GPU reservation waits for its pod to appear before it is released.",
     )
+    kueue: bool = Field(
+        default=False,
+        description="Kueue runs beside labgate (its CRDs are installed): watch its WorkloadPriorityClasses, "
+        "whose values queue-priority judges against a tenant's priority ceiling.",
+    )
     facts_max_age_seconds: float = Field(
         default=20.0,
         gt=0,

@@ -46,7 +46,7 @@ from labgate.core.tenant import TENANT_LABEL
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import GpuAmount, usage
 from labgate.gpu_accounting.ledger_store import LedgerStore
-from labgate.gpu_accounting.pod_gpus import pod_gpus
+from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate, pod_gpus
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
 Manifest = dict[str, Any]
@@ -302,7 +302,9 @@ def cluster_items(snapshot: Snapshot) -> list[Item]:
             continue
         pod_usage = None
         if obj.get("kind") == "Pod" and tenant in snapshot.gpu_usage:
-            pod_usage = _without(snapshot.gpu_usage[tenant], pod_gpus(obj, _GPU_COUNTING))
+            # A pod behind Kueue's gate holds none of the usage (it is reserved when the gate goes).
+            own = GpuAmount() if is_behind_admission_gate(obj) else pod_gpus(obj, _GPU_COUNTING)
+            pod_usage = _without(snapshot.gpu_usage[tenant], own)
         subject = member_of(facts.inventory["tenants"].get(tenant))
         items.append(Item("cluster", tenant, obj, subject, pod_usage))
     return items

@@ -63,6 +63,10 @@ VALIDATING_CONFIGURATION = Kind(
     is_namespaced=False,
 )
 PRIORITY_CLASS = Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", is_namespaced=False)
+# Kueue's priority of a workload (label kueue.x-k8s.io/priority-class): read where Kueue runs.
+WORKLOAD_PRIORITY_CLASS = Kind(
+    "WorkloadPriorityClass", "kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", is_namespaced=False
+)
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", is_namespaced=True)
 TENANT = Kind("Tenant", TENANT_GROUP, TENANT_VERSION, TENANT_PLURAL, is_namespaced=False)
 # wgpolicyk8s.io PolicyReport (CRD in the chart): `labgate audit --write-reports` keeps one per namespace.

@@ -95,7 +95,9 @@ class Placement(_Spec):
 
 
 class Queue(_Spec):
-    """How the tenant's queue is set up when Kueue runs beside labgate (ignored without it)."""
+    """How the tenant's queue is set up where Kueue runs beside labgate. Its presence also makes the
+    tenant Kueue-managed in the policies (lib.kueue.managed_tenant) where they do not manage every
+    tenant: set it only where Kueue runs (see the CRD's description)."""
 
     cohort: str | None = None
     borrowing_limit: int | None = Field(default=None, alias="borrowingLimit")

@@ -121,6 +121,7 @@ def settle(
     now: float,
     gone_pod_uids: Collection[str] = (),
     unrecorded: dict[str, GpuAmount] | None = None,
+    gated: Collection[str] = (),
 ) -> tuple[Ledger, dict[str, GpuAmount]]:
     """The ledger and the settled pods after the reconciler looked at the pods, all keyed by pod uid.
 
@@ -130,11 +131,18 @@ def settle(
     reservation (their GPUs counted from their specs): they are recorded, so that a store that was
     deleted, or pods created while the webhook was bypassed, are counted again. The ledger's sum is
     recomputed from the settled pods. `pod_phases` maps existing pods' uids to their phase;
-    `gone_pod_uids` holds the uids of pods seen deleted (recently enough to matter)."""
+    `gone_pod_uids` holds the uids of pods seen deleted (recently enough to matter).
+
+    `gated` holds the live pods behind Kueue's admission gate: they hold no GPUs, so none is settled
+    (a record from before the webhook reserved at the gate's removal is dropped). A reservation of
+    one is kept as it is, expired or not: it was made when the gate's removal was admitted, and the
+    pod shown gated is either a watch that lags behind that update (settled once it shows the pod
+    ungated) or an update that failed (Kueue tries again, and the retry replaces it); it goes with
+    the pod."""
     settled = {
         uid: gpus
         for uid, gpus in settled_pods.items()
-        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES
+        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES and uid not in gated
     }
     kept: dict[str, Reservation] = {}
     for key, reservation in ledger.reservations.items():
@@ -144,11 +152,13 @@ def settle(
             if reservation.expires > now and uid not in gone_pod_uids:
                 kept[key] = reservation  # admitted an instant ago; the pod is on its way
             continue
-        if phase not in FINISHED_PHASES:
+        if phase not in FINISHED_PHASES and uid in gated:
+            kept[key] = reservation
+        elif phase not in FINISHED_PHASES:
             # Only the request that created this very pod (its uid) made this reservation.
             settled[uid] = reservation.gpus
     for uid, gpus in (unrecorded or {}).items():
-        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES:
+        if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES and uid not in gated:
             settled.setdefault(uid, gpus)
     updated = ledger.model_copy(update={"reservations": kept, "settled": sum_of(settled.values())})
     return updated, settled

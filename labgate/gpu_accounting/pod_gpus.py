@@ -33,3 +33,16 @@ def is_admitted_preemptible(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
     priority_class = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
     return bool(labels.get(PREEMPTIBLE_LABEL) == "true" and priority_class == PREEMPTIBLE_PRIORITY_CLASS)
+
+
+# Kueue's scheduling gate (lib.gpu.kueue_admission_gate in the policies).
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def is_behind_admission_gate(pod: Mapping[str, Any] | None) -> bool:
+    """The pod carries Kueue's scheduling gate: it cannot be scheduled, so it holds no GPUs until Kueue
+    admits it and removes the gate; the webhook reserves its GPUs then (see docs/architecture.md,
+    "One quota, two enforcers")."""
+    spec = (pod or {}).get("spec")
+    gates = (spec.get("schedulingGates") if isinstance(spec, Mapping) else None) or []
+    return any(isinstance(g, Mapping) and g.get("name") == KUEUE_ADMISSION_GATE for g in gates)

@@ -30,6 +30,9 @@ class PodFacts:
     gpus: GpuAmount
     is_preemptible: bool
     is_scheduled: bool = True  # spec.nodeName is set: the scheduler bound it
+    # Behind Kueue's admission gate: it cannot be scheduled and holds no GPUs (its reservation is
+    # made when the gate is removed; pod_gpus.is_behind_admission_gate).
+    is_gated: bool = False
     # cpu (millicores), memory (bytes), pods (1): what it asks (labgate.gpu_accounting.pod_requests)
     requests: Mapping[str, int] = field(default_factory=dict)
     whole_model: str = UNSPECIFIED_MODEL
@@ -105,6 +108,7 @@ def unrecorded(
         for uid, facts in tenant_pods.items()
         if facts.gpus.total > 0
         and not facts.is_preemptible
+        and not facts.is_gated
         and uid not in settled_pods
         and uid not in reserved
     }
@@ -135,8 +139,15 @@ def settle_tenant(
     phases = {uid: facts.phase for uid, facts in seen.items()}
     phases.update(looked_up)
     phases.update({uid: tenant_pods[uid].phase for uid in found})
+    gated = {uid for uid, facts in (*seen.items(), *tenant_pods.items()) if facts.is_gated}
     updated, settled = settle(
-        ledger, settled_pods, pod_phases=phases, now=now, gone_pod_uids=gone_pod_uids, unrecorded=found
+        ledger,
+        settled_pods,
+        pod_phases=phases,
+        now=now,
+        gone_pod_uids=gone_pod_uids,
+        unrecorded=found,
+        gated=gated,
     )
     if held:
         settled = {uid: at_least(gpus, held[uid]) if uid in held else gpus for uid, gpus in settled.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from typing import Any
 
 import pytest
@@ -241,6 +242,49 @@ def test_a_kueue_priority_above_the_tenants_ceiling_is_refused(
     job = gpu_job("urgent", pods=1, gpus=1)
     job["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": "urgent"}
     refused(waiting.researcher.apply(job, waiting.namespace), "queue-priority")
+
+
+def test_a_listed_workload_priority_class_is_judged_by_its_value(
+    kueue_stack: LabgateStack, kueue_tenants: TenantFactory
+) -> None:
+    """Issue 20: a WorkloadPriorityClass the Tenant lists is refused when its value is above the
+    tenant's priority ceiling (the webhook watches Kueue's classes: LABGATE_KUEUE), as a PriorityClass
+    is; one at the ceiling is admitted."""
+    suffix = uuid.uuid4().hex[:6]
+    hot, calm = f"hot-{suffix}", f"calm-{suffix}"
+    for name, value in ((hot, 1000), (calm, 0)):
+        wpc = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name},
+        }
+        kueue_stack.admin_kubectl("create", "-f", "-", stdin=json.dumps({**wpc, "value": value}))
+    try:
+        tenant = kueue_tenants.create(
+            spec_extra={"gpu": {"total": 8}, "scheduling": {"priorityClasses": [hot, calm]}}
+        )
+        urgent = gpu_job("urgent", pods=1, gpus=1)
+        urgent["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": hot}
+
+        def refused_by_value() -> bool:  # once the webhook's watch has the class (milliseconds)
+            dry = tenant.researcher.kubectl(
+                "create", "--dry-run=server", "-n", tenant.namespace, "-f", "-", stdin=json.dumps(urgent)
+            )
+            return dry.returncode != 0 and "[queue-priority]" in dry.stderr
+
+        eventually(
+            refused_by_value, what="the WorkloadPriorityClass's value reaches the policies", timeout=30
+        )
+        result = tenant.researcher.apply(urgent, tenant.namespace)
+        refused(result, "queue-priority")
+        assert f'priority 1000, above tenant "{tenant.name}"\'s ceiling of 0' in result.stderr, result.stderr
+        calm_job = gpu_job("calm", pods=1, gpus=1)
+        calm_job["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": calm}
+        admitted(tenant.researcher.apply(calm_job, tenant.namespace))
+    finally:
+        kueue_stack.admin_kubectl(
+            "delete", "workloadpriorityclass.kueue.x-k8s.io", hot, calm, "--ignore-not-found"
+        )
 
 
 def _short_gang(name: str) -> dict[str, Any]:

@@ -280,3 +280,60 @@ def test_in_a_cohort_the_owner_reclaims_idle_quota_by_preempting_only_the_borrow
         assert bound_gpus(stack, borrower.namespace) == 8
         time.sleep(0.5)
     assert has_condition(job_workload(stack, owner.namespace, "mine"), "QuotaReserved")
+
+
+def warning_text(stderr: str, rule: str) -> str:
+    """The warning of `rule` as kubectl printed it, its lines (each under 120 characters) joined."""
+    lines = [line.removeprefix("Warning: ") for line in stderr.splitlines() if f"[{rule}]" in line]
+    assert all(len(line) < 120 for line in lines), lines
+    return " ".join(line.split("] ", 1)[1].removeprefix("... ") for line in lines)
+
+
+def test_kubectl_apply_says_where_a_job_waits_and_why(
+    kueue_stack: LabgateStack, kueue_tenants: TenantFactory
+) -> None:
+    """Issue 20: a queued Job is created suspended; `kubectl apply` says in which LocalQueue, what it
+    asks, what the tenant uses, whether it fits now or waits whole, and what is queued ahead."""
+    stack = kueue_stack
+    tenant = tenant_with_pool(stack, kueue_tenants, nodes=2, quota=16)
+    ns = tenant.namespace
+
+    fits = tenant.researcher.apply(gpu_job("busy", pods=1, gpus=8), ns)
+    assert fits.returncode == 0, fits.stderr
+    said = warning_text(fits.stderr, "queue-wait")
+    assert said == (
+        f'Job "busy" is queued in LocalQueue {ns}/default: it runs 1 pod × 8 GPUs = 8; tenant '  # noqa: RUF001 - the message's own sign
+        f'"{tenant.name}" uses 0 of 16 GPUs, so it fits now and starts once Kueue admits it. '
+        f"Fix: none, it starts by itself (watch: kubectl get workloads -n {ns})"
+    ), fits.stderr
+    eventually(lambda: len(bound(job_pods(stack, ns, "busy"))) == 1, what="the busy Job's pod bound")
+
+    waits = tenant.researcher.apply(gpu_job("gang", pods=2, gpus=8), ns)
+    assert waits.returncode == 0, waits.stderr
+    assert warning_text(waits.stderr, "queue-wait") == (
+        f'Job "gang" waits in LocalQueue {ns}/default: it runs 2 pods × 8 GPUs = 16; tenant '  # noqa: RUF001 - the message's own sign
+        f'"{tenant.name}" uses 8 of 16 GPUs, so it waits whole, no pod started, until 16 GPUs are '
+        f"free (8 now). Fix: none, it starts by itself (watch: kubectl get workloads -n {ns})"
+    ), waits.stderr
+    eventually(
+        lambda: _json(stack, f"tenant/{tenant.name}")["status"]["gpu"].get("queuedGpus") == 16,
+        what="the Tenant status shows the gang's 16 GPUs queued",
+    )
+    assert job_pods(stack, ns, "gang") == []
+
+    # The next one (a server-side dry run: nothing is created) is told what waits ahead of it, once
+    # the webhook has seen the Tenant's status.
+    def told_what_is_ahead() -> bool:
+        result = tenant.researcher.kubectl(
+            "apply",
+            "--dry-run=server",
+            "-n",
+            ns,
+            "-f",
+            "-",
+            stdin=json.dumps(gpu_job("next", pods=2, gpus=8)),
+        )
+        assert result.returncode == 0, result.stderr
+        return "; queued ahead: 1 workload asking 16 GPUs. Fix:" in warning_text(result.stderr, "queue-wait")
+
+    eventually(told_what_is_ahead, what="the warning names the gang queued ahead", timeout=30, every=1.0)

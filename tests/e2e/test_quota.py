@@ -249,6 +249,53 @@ def test_a_settled_pod_leaves_the_ledger_as_a_sum_and_its_record_goes_with_the_p
     assert me.apply(gpu_pod("q", 2), team.namespace).returncode == 0
 
 
+def test_a_pod_behind_kueues_gate_holds_no_gpus_until_its_gate_is_removed(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """Issue 20: a pod waiting behind Kueue's admission gate cannot be scheduled, so it reserves
+    nothing when created (it would wait in Kueue's queue, not be refused), and is judged against the
+    quota and reserved when the gate is removed. Here in a tenant Kueue does not manage, where the
+    researcher may remove the gate (where Kueue manages it only Kueue may: queue-gate): the ledger's
+    rule is the same for every tenant. The gated pod is in a second namespace: Kubernetes' own
+    ResourceQuota (labgate-gpu, a per-namespace backstop) counts gated pods too."""
+    team = tenants.create(spec_extra={"gpu": {"total": 4}})
+    me, ns = team.researcher, second_namespace(stack, tenants, team)
+    assert me.apply(gpu_pod("held", 4), team.namespace).returncode == 0
+    refused = me.apply(gpu_pod("plain", 4), ns)
+    assert refused.returncode == 1, "without the gate, the quota is full"
+    assert "[gpu-quota]" in refused.stderr
+
+    gated = gpu_pod("waiting", 4)
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    created = me.apply(gated, ns)
+    assert created.returncode == 0, created.stderr
+    waiting_uid = uid_of(stack, f"{ns}/waiting")
+    assert waiting_uid not in ledger_data(stack, team.name)["reservations"]
+    # The settlement neither recounts it from its spec nor lists it as held by unscheduled pods.
+    eventually(lambda: is_settled(stack, team.name, f"{team.namespace}/held"), what="the held pod settled")
+    eventually(lambda: gpu_used(stack, team.name) == 4, what="the Tenant status shows 4 GPUs used")
+    assert settled_record(stack, team.name, waiting_uid) is None
+    status = (get_json(stack, f"tenant/{team.name}") or {})["status"]["gpu"]
+    assert "waiting" not in (status.get("unscheduledPods") or []), status
+
+    ungate = ["patch", "pod", "waiting", "-n", ns, "--type=json", "-p"]
+    remove = json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}])
+    refused = me.kubectl(*ungate, remove)
+    assert refused.returncode == 1, refused.stdout
+    assert "[gpu-quota]" in refused.stderr
+    assert "uses 4 of 4 h100 GPUs" in refused.stderr or "uses 4 of 4 GPUs" in refused.stderr, refused.stderr
+
+    me.kubectl("delete", "pod", "held", "-n", team.namespace, "--wait=false")
+    eventually(lambda: gpu_used(stack, team.name) == 0, what="the deleted pod's GPUs released")
+    admitted = me.kubectl(*ungate, remove)
+    assert admitted.returncode == 0, admitted.stderr
+    eventually(lambda: is_settled(stack, team.name, f"{ns}/waiting"), what="the ungated pod settled")
+    assert settled_record(stack, team.name, waiting_uid) == {"total": 4, "by_model": {"h100": 4}}
+    eventually(lambda: gpu_used(stack, team.name) == 4, what="the Tenant status shows its 4 GPUs")
+    refused = me.apply(gpu_pod("plain", 1), ns)
+    assert refused.returncode == 1, "the ungated pod counts against the quota"
+
+
 def test_a_reservation_read_after_its_pod_came_and_went_is_released_at_once(
     stack: LabgateStack, tenants: TenantFactory, tmp_path: Path
 ) -> None:

@@ -393,12 +393,23 @@ _priority_changes(template) := [{"rule": "priority-class", "ops": [op], "warning
 
 # --- Beyond GPU quota, as preemptible ---
 
+# A pod that waits behind Kueue's admission gate (it carries it, or this mutation gates it) runs when
+# Kueue admits it, not now: what the tenant uses now says nothing about its quota then, and it holds
+# no GPUs until then (lib.gpu.reserved_pod_template).
+_waits_behind_admission_gate if gpu.is_behind_admission_gate(input.request.object)
+
+_waits_behind_admission_gate if {
+	kueue.is_pod
+	count(_queue_changes) > 0 # a queued pod: gated by _gate_change when it is not already
+}
+
 # A tenant with spec.gpu.overQuota: preemptible gets a GPU pod that would exceed its quota admitted
 # at the preemptible priority (input.gpu_usage is the tenant's usage). The Priority admission plugin
 # has already resolved spec.priority on the Pod, so the class and its value are set together.
 _preemptible_changes(tenant, template) := [{"rule": "gpu-preemptible", "ops": ops, "warning": warning} |
 	gpu.is_pod
 	template.path == "spec"
+	not _waits_behind_admission_gate
 	tenant.spec.gpu.overQuota == "preemptible"
 	d := gpu.template_demand[template.path]
 	d.total > 0

@@ -174,6 +174,35 @@ def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held
     assert unscheduled_holds({"metadata": {"name": "vision"}, "status": status}) == held
 
 
+# Issue 20: queue-wait quotes what Kueue holds queued of the tenant, as its status says it.
+class _QueueingInventory(_Inventory):
+    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
+        return {"workloads": 1, "gpus": 32} if tenant == "vision" else None
+
+
+def test_a_gpu_request_gets_what_kueue_holds_queued() -> None:
+    gatherer = FactGatherer(inventory=_QueueingInventory(), gpu_usage=_Usage())
+    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    assert policy_input.get("gpu_queued") == {"workloads": 1, "gpus": 32}
+    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    assert "gpu_queued" not in plain
+
+
+@pytest.mark.parametrize(
+    ("status", "queued"),
+    [
+        ({"gpu": {"queuedWorkloads": 2, "queuedGpus": 40}}, {"workloads": 2, "gpus": 40}),
+        ({"gpu": {"queuedWorkloads": 0, "queuedGpus": 0}}, {"workloads": 0, "gpus": 0}),
+        ({"gpu": {"used": 4}}, None),  # without Kueue the reconciler writes no queue columns
+        ({}, None),
+    ],
+)
+def test_what_kueue_holds_queued_is_read_from_the_tenants_status(status: dict[str, Any], queued: Any) -> None:
+    from webhook.admission import queued_in_kueue
+
+    assert queued_in_kueue({"metadata": {"name": "vision"}, "status": status}) == queued
+
+
 class _Workloads:
     """The tenant's live pods' requests as the cached ledger holds them (no API call)."""
 

@@ -247,6 +247,48 @@ def test_what_pods_not_yet_scheduled_hold_is_kept_from_the_status_and_not_pushed
     assert sync.sync.held_by_unscheduled("vision") is None  # its pod was bound since
 
 
+# Issue 20: where Kueue runs, its WorkloadPriorityClasses' values reach the policies (queue-priority).
+def test_with_kueue_workload_priority_classes_are_watched_and_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reflectors: dict[str, FakeReflector] = {}
+
+    def make_reflector(name: str, *args: Any, **kwargs: Any) -> FakeReflector:
+        reflectors[name] = FakeReflector(name, *args, **kwargs)
+        return reflectors[name]
+
+    monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
+    monkeypatch.setattr(webhook.inventory, "KubeApi", lambda api, **_: FakeKube())
+    assert "workload_priority_classes" not in reflectors
+    opa = FakeOpa()
+    inventory = InventorySync(None, opa, platform_namespace="labgate-system", kueue=True)
+    inventory.start()
+    try:
+        for name in ("namespaces", "tenants", "priority_classes"):
+            reflectors[name].deliver_list([])
+        assert not inventory.is_synced  # its WorkloadPriorityClasses not listed yet
+        urgent = {"metadata": {"name": "urgent"}, "value": 100000, "description": "x"}
+        reflectors["workload_priority_classes"].deliver_list([urgent])
+        assert inventory.is_synced
+        assert (opa.inventory or {})["workload_priority_classes"] == {"urgent": {"value": 100000}}
+    finally:
+        inventory.stop()
+
+
+def test_without_kueue_no_workload_priority_class_is_watched(sync: Sync) -> None:
+    assert "workload_priority_classes" not in sync.reflectors
+
+
+# Issue 20: queue-wait quotes what Kueue holds queued, from the status too, never pushed.
+def test_what_kueue_holds_queued_is_kept_from_the_status(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
+    assert sync.sync.queued_in_kueue("vision") is None
+    queued = {"gpu": {"queuedWorkloads": 1, "queuedGpus": 32}}
+    sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=queued))
+    assert sync.sync.queued_in_kueue("vision") == {"workloads": 1, "gpus": 32}
+    assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
+
+
 def test_when_opa_lost_the_inventory_the_change_comes_with_the_whole_of_it(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision")])
     sync.opa.lost_inventory = True  # OPA restarted its policies and forgot data.inventory

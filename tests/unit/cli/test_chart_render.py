@@ -886,6 +886,31 @@ def test_kueue_is_opt_in_and_gives_the_reconciler_its_queues(
     } in rules
 
 
+def test_with_kueue_the_webhook_watches_workload_priority_classes(
+    default_manifests: list[Manifest], render: Renderer
+) -> None:
+    """Issue 20: queue-priority judges a WorkloadPriorityClass's value, which the webhook watches
+    (LABGATE_KUEUE) only where Kueue's CRDs exist."""
+
+    def webhook_view(manifests: list[Manifest]) -> tuple[bool, list[Manifest]]:
+        env = container(one(manifests, "Deployment", "labgate-webhook"), "labgate").get("env") or []
+        rules = one(manifests, "ClusterRole", "labgate-webhook")["rules"]
+        told = {"name": "LABGATE_KUEUE", "value": "true"} in env
+        return told, [r for r in rules if "kueue.x-k8s.io" in r["apiGroups"]]
+
+    assert webhook_view(default_manifests) == (False, [])
+    assert webhook_view(render({"kueue": {"enabled": True}})) == (
+        True,
+        [
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["workloadpriorityclasses"],
+                "verbs": ["list", "watch"],
+            }
+        ],
+    )
+
+
 def test_with_kueue_the_shipped_policies_let_kueue_admit_and_judge_every_tenant_as_queued(
     default_manifests: list[Manifest], render: Renderer
 ) -> None:

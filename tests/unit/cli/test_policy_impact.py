@@ -225,3 +225,52 @@ def test_policy_reports_hold_every_finding_per_namespace_and_clear_fixed_ones() 
     assert result["resources"] == [rows[0]["resource"]]
     # A namespace without findings gets an empty report, replacing any earlier findings.
     assert reports["team-a-data"]["results"] == []
+
+
+def test_a_pod_behind_kueues_gate_is_replayed_against_the_whole_usage() -> None:
+    """Issue 20: the ledger holds nothing of a gated pod, so its replay takes none of it away; a pod
+    that runs is replayed against the usage without its own GPUs."""
+    from labgate.cli.policy_impact import Snapshot, cluster_items
+    from labgate.gpu_accounting.ledger import GpuAmount
+
+    tenant = {
+        "apiVersion": "labgate.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": "vision"},
+        "spec": {
+            "members": {"researchers": [{"kind": "User", "name": "vera"}]},
+            "namespaces": {"names": ["vision"]},
+        },
+    }
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "vision", "labels": {"labgate.io/tenant": "vision"}},
+    }
+
+    def pod(name: str, gates: list[dict[str, str]]) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": "4"}
+        spec = {
+            "containers": [{"name": "m", "image": "x", "resources": {"limits": limits}}],
+            "schedulingGates": gates,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "vision"},
+            "spec": spec,
+        }
+
+    used = GpuAmount(total=4, by_model={"unspecified": 4})
+    snapshot = Snapshot(
+        definitions=[tenant, namespace],
+        workloads=[pod("runs", []), pod("waits", [{"name": "kueue.x-k8s.io/admission"}])],
+        gpu_usage={"vision": used},
+    )
+    usages = {
+        item.obj["metadata"]["name"]: item.gpu_usage
+        for item in cluster_items(snapshot)
+        if item.obj["kind"] == "Pod"
+    }
+    assert usages["runs"] == GpuAmount(total=0, by_model={"unspecified": 0})
+    assert usages["waits"] == used

@@ -25,9 +25,16 @@ NOW = 100.0
 
 
 def pod(
-    phase: str = "Running", gpus: GpuAmount = H100x4, *, preemptible: bool = False, name: str = "p"
+    phase: str = "Running",
+    gpus: GpuAmount = H100x4,
+    *,
+    preemptible: bool = False,
+    name: str = "p",
+    gated: bool = False,
 ) -> PodFacts:
-    return PodFacts(namespace="vision", name=name, phase=phase, gpus=gpus, is_preemptible=preemptible)
+    return PodFacts(
+        namespace="vision", name=name, phase=phase, gpus=gpus, is_preemptible=preemptible, is_gated=gated
+    )
 
 
 def book(**reservations: Reservation) -> Ledger:
@@ -64,8 +71,9 @@ def test_expired_reservations_whose_pod_the_watch_does_not_show_are_read(
         (pod(), {}, True, {}),  # has a reservation
         (pod(gpus=NONE), {}, False, {}),  # asks no GPUs
         (pod(preemptible=True), {}, False, {}),  # preemptible pods are never counted
+        (pod("Pending", gated=True), {}, False, {}),  # behind Kueue's gate: holds nothing yet
     ],
-    ids=["unrecorded", "settled", "reserved", "no-gpus", "preemptible"],
+    ids=["unrecorded", "settled", "reserved", "no-gpus", "preemptible", "gated"],
 )
 def test_unrecorded_pods_are_live_gpu_pods_with_neither_record_nor_reservation(
     facts: PodFacts, settled: dict[str, GpuAmount], reserved: bool, expected: dict[str, GpuAmount]
@@ -93,6 +101,13 @@ SETTLING_CASES = {
     "expired and never seen": Case(EXPIRED),
     "expired, read from the API": Case(EXPIRED, looked_up={"u": "Pending"}, settled_after={"u": H100x4}),
     "seen deleted before expiry": Case(COMING, gone=("u",)),
+    # Issue 20: a reservation made when Kueue's gate removal was admitted, its pod still shown gated
+    # (a lagging watch, or an update that failed and that Kueue retries): kept, expired or not,
+    # never settled while the pod cannot be scheduled; settled once it shows ungated.
+    "gate removal not seen yet": Case(COMING, seen={"u": pod("Pending", gated=True)}, kept=("u",)),
+    "gate removal long unseen": Case(EXPIRED, seen={"u": pod("Pending", gated=True)}, kept=("u",)),
+    "gate removed": Case(EXPIRED, seen={"u": pod("Pending")}, settled_after={"u": H100x4}),
+    "gated pod deleted": Case(COMING, seen={"u": pod("Failed", gated=True)}),
 }
 
 
@@ -135,6 +150,25 @@ def test_live_pods_nobody_counted_are_recorded_and_reported_as_recounted() -> No
     assert result.unrecorded == {"lost": H100x4, "done": H100x4}
     assert result.settled == {"lost": H100x4}
     assert recounted(result) == ["lost"]
+
+
+def test_a_pod_behind_kueues_gate_holds_nothing_until_the_webhook_reserves_at_its_removal() -> None:
+    """Issue 20: a gated pod is neither recounted from its spec nor kept in the settled sum (a record
+    made before the webhook reserved at the gate's removal, for a pod reserved at its CREATE)."""
+    gated = pod("Pending", name="queued", gated=True)
+    result = settle_tenant(
+        Ledger(tenant="vision", settled=H100x4 + H100x4),
+        {"old": H100x4, "run": H100x4},
+        seen={"old": gated, "run": pod()},
+        tenant_pods={"old": gated, "run": pod(), "new": gated},
+        looked_up={},
+        gone_pod_uids=(),
+        now=NOW,
+    )
+    assert result.unrecorded == {}
+    assert result.settled == {"run": H100x4}
+    assert result.ledger.settled == H100x4
+    assert recounted(result) == []
 
 
 def test_an_unchanged_tenant_settles_to_itself() -> None:

@@ -272,6 +272,21 @@ def test_gpu_pods_not_yet_scheduled_are_shown_apart_in_the_status() -> None:
     assert gpu["summary"].endswith("; 8 held by 1 pod not yet scheduled: p1")
 
 
+# Issue 20: a GPU pod behind Kueue's admission gate holds nothing: not counted, not listed as held.
+def test_a_gpu_pod_behind_kueues_gate_is_neither_counted_nor_held() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    gated = a_pod(1, gpus=8, phase="Pending")
+    gated["spec"] = {**gated["spec"], "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}
+    reconciler.settlement.pods.on_event("ADDED", gated)
+    reconciler.settlement.pods.on_event("ADDED", a_pod(2, gpus=2))
+    drain(reconciler)
+    gpu = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]["gpu"]
+    assert (gpu["used"], gpu["heldByUnscheduled"]) == (2, 0)
+    assert "unscheduledPods" not in gpu
+    assert [e["message"] for e in kube.events if "p1" in e["message"]] == []  # not recounted either
+
+
 def test_a_tenant_spec_change_reconciles_rbac_but_a_status_change_does_not() -> None:
     reconciler, _ = make()
     drain(reconciler)

@@ -221,6 +221,37 @@ created_pod_template := template if {
 	template.path == "spec"
 }
 
+# Kueue's scheduling gate: a pod behind it cannot be scheduled, so it holds no GPUs until Kueue
+# admits it and removes the gate (lib.kueue names it too; rules.queue lets only Kueue remove it
+# where Kueue queues the tenant's pods).
+kueue_admission_gate := "kueue.x-k8s.io/admission"
+
+is_behind_admission_gate(obj) if {
+	some gate in object.get(obj, ["spec", "schedulingGates"], [])
+	gate.name == kueue_admission_gate
+}
+
+# The request's Pod in a tenant namespace whose GPU demand is judged now: when it is created, and when
+# Kueue's admission gate is removed from it (from then on it can be scheduled).
+judged_pod_template := created_pod_template
+
+judged_pod_template := template if {
+	is_pod
+	input.request.operation == "UPDATE"
+	is_behind_admission_gate(input.request.oldObject)
+	not is_behind_admission_gate(input.request.object)
+	tenancy.namespace_tenant
+	some template in input.pod_templates
+	template.path == "spec"
+}
+
+# Of that Pod, what the webhook reserves when it admits: not while it waits behind Kueue's gate (it
+# is reserved when the gate is removed). One quota, two enforcers: docs/architecture.md.
+reserved_pod_template := template if {
+	template := judged_pod_template
+	not is_behind_admission_gate(input.request.object)
+}
+
 # Pod templates the GPU rules check: a Pod when it is created, whoever creates it (a Job's pods count
 # against the quota too); other workloads when people create or change them, so that what can never
 # run is refused when applied. Workloads that controllers write (a Deployment's ReplicaSets, a

@@ -19,7 +19,7 @@ _config := object.get(data.labgate.config, "queue", {})
 
 queue_label := "kueue.x-k8s.io/queue-name"
 
-admission_gate := "kueue.x-k8s.io/admission"
+admission_gate := gpu.kueue_admission_gate
 
 priority_label := "kueue.x-k8s.io/priority-class"
 
@@ -131,7 +131,4 @@ queue_of(obj) := object.get(obj, ["metadata", "labels", queue_label], "")
 
 is_suspended(obj) if object.get(obj, suspend_paths[_kind], false) == true
 
-is_gated(obj) if {
-	some gate in object.get(obj, ["spec", "schedulingGates"], [])
-	gate.name == admission_gate
-}
+is_gated(obj) if gpu.is_behind_admission_gate(obj)

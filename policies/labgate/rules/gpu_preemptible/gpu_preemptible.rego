@@ -12,7 +12,8 @@ package labgate.rules.gpu_preemptible
 import data.labgate.lib.gpu
 import data.labgate.lib.tenancy
 
-_pod_template := gpu.created_pod_template
+# Judged when created, and again when Kueue lets it through its gate (lib.gpu.judged_pod_template).
+_pod_template := gpu.judged_pod_template
 
 _preemptible_label := data.labgate.config.preemptible_label
 

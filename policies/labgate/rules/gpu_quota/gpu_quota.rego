@@ -10,6 +10,8 @@
 #   refused when applied; one whose pods will wait for GPUs now is announced. A tenant without
 #   spec.gpu.total has no total limit; its per-model limits, when it lists any, still hold.
 #   `demand` is the request's Pod's demand, which the webhook reserves in the ledger when it admits.
+#   A pod behind Kueue's admission gate holds none while it waits in the queue: it is judged against
+#   the usage, and reserved, when the gate is removed (lib.gpu.judged_pod_template).
 #   A pod beyond quota of a tenant with spec.gpu.overQuota: preemptible is admitted instead, and
 #   reserves nothing (rules.gpu_preemptible).
 package labgate.rules.gpu_quota
@@ -34,7 +36,9 @@ _models(tenant) := m if {
 
 _has_total(tenant) if is_number(tenant.spec.gpu.total)
 
-_pod_template := gpu.created_pod_template
+# The Pod the webhook reserves for when it admits (not one behind Kueue's admission gate: it holds
+# nothing until Kueue removes the gate, and is reserved then).
+_pod_template := gpu.reserved_pod_template
 
 default demand := {"total": 0, "by_model": {}}
 
@@ -98,17 +102,28 @@ _in_parentheses(parts) := "" if {
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.containers", [template.path])} if {
 	input.request.kind.kind == "Pod" # first, for rule indexing
 	input.request.kind.group == ""
-	template := _pod_template
+	template := gpu.judged_pod_template
 	not gpu_preemptible.is_admitted
 	tenant := tenancy.namespace_tenant
 	d := gpu.template_demand[template.path]
 	d.total > 0
+	_usage_decides(tenant, d)
 	overrun := overrun_text(tenant, d)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s asks %s; tenant %q uses %s%s. Fix: %s",
 		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text, _quota_fix(tenant, d)],
 	)
+}
+
+# A pod reserved now is judged against the usage. One created behind Kueue's admission gate waits in
+# Kueue's queue instead, whatever the tenant uses now (it is judged against the usage when the gate
+# is removed): refused now only when it alone exceeds a limit, which no wait can help.
+_usage_decides(_, _) if _pod_template
+
+_usage_decides(tenant, d) if {
+	not _pod_template
+	count(_alone_over(tenant, d)) > 0
 }
 
 # Of that usage, what admitted pods the scheduler has not bound yet hold (input.gpu_held, as the

@@ -374,11 +374,13 @@ test_the_waiting_announcement_names_the_limit_that_binds if {
 	[v.message | some v in both] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 29 of 32 GPUs now, so only 3 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
 }
 
-# Under Kueue the Job waits suspended in its queue, not in FailedCreate events (issue 20).
+# Under Kueue the Job waits suspended in its queue, not in FailedCreate events (issue 20): queue-wait
+# says so.
 test_job_queued_in_kueue_is_not_announced if {
 	count(violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}))) == 1
-	count(gpu_violations) == 0 with input as job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})
+	queued := gpu_violations with input as job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})
 		with data.inventory as json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
+	[v.rule | some v in queued] == ["queue-wait"] # where it waits instead (queue_wait_test.rego)
 }
 
 test_job_that_fits_what_is_free_is_not_announced if {
