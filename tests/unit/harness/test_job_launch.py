@@ -21,6 +21,7 @@ from benchmarks.job_launch import (
     is_labgate_reason,
     kueue_rows,
     selector_matches,
+    writes_rows,
 )
 from devcluster.kueue import kueue_configuration
 from labgate.core.tenant import TENANT_LABEL
@@ -222,4 +223,19 @@ def test_the_kueue_table_sets_each_stack_s_labgate_against_that_stack_s_baseline
     assert rows[2:] == [
         "| job | labgate | 3.0 s (1.50) | 3 (2) | 6.00 (1.20) | 20.00 | 8.00 | - |",
         "| job | labgate + Kueue | 5.0 s (1.25) | 3 (2) | 8.00 (2.00) | 30.00 | 1.00 | 2.00 |",
+    ]
+
+
+def test_kueue_s_writes_are_shown_even_when_they_are_not_among_the_most_written() -> None:
+    writes = Counter({"pods": 100, "pods/binding": 100, "workloads.kueue.x-k8s.io/status": 2, "leases": 1})
+    launches = [
+        Launch("baseline", "job", 1, 100, writes=Counter({"pods": 100, "pods/binding": 100})),
+        Launch("labgate", "job", 1, 100, writes=writes),
+    ]
+    rows = writes_rows(launches, top=2, kueue=True)
+    assert rows[0] == "| resource | baseline writes / pod | labgate + Kueue writes / pod |"
+    assert rows[2:] == [
+        "| pods | 1.000 | 1.000 |",
+        "| pods/binding | 1.000 | 1.000 |",
+        "| workloads.kueue.x-k8s.io/status | 0.000 | 0.020 |",
     ]
