@@ -1,39 +1,51 @@
-"""A Job controller launching a large Job through labgate, against the same Job where labgate does not look.
+"""A Job controller launching a large Job through labgate, against the same Job where labgate does not
+look; with `--kueue`, the same again in a second stack where Kueue runs beside labgate (issues 20, 21).
 
-    .venv/bin/python -m benchmarks.job_launch --pods 1000 --rounds 2 --write docs/benchmarks.md
+    .venv/bin/python -m benchmarks.job_launch --pods 1000 --rounds 1 --window 60 --kueue --write docs/benchmarks.md
 
-Starts the local stack with simulated nodes (kube-scheduler, every default controller, KWOK; the
-controller manager at --kube-api-qps=200 --kube-api-burst=400 unless told otherwise), one shared pool
-of untainted 8-GPU nodes with room for every pod, one tenant (`launch`, quota: all the pods) and a
-namespace no Tenant names (`launch-baseline`: labgate's namespaced webhooks select namespaces with the
-tenant label only, which the harness checks before it measures). Then, in rounds, for both shapes (a
-Job of N identical 1-GPU pods, parallelism = completions = N, and an Indexed Job of the same size) and
-both targets (labgate, baseline), interleaved so that the machine's noise hits both alike:
+Each stack (first without Kueue, then, with `--kueue`, one with it) is the local stack with simulated
+nodes (kube-scheduler, every default controller, KWOK; the controller manager at --kube-api-qps=200
+--kube-api-burst=400 unless told otherwise), one shared pool of untainted 8-GPU nodes with room for
+every pod, two tenants (`launch`, quota: all the pods; `gang`, quota 32 GPUs) and a namespace no Tenant
+names (`launch-baseline`: labgate's namespaced webhooks select namespaces with the tenant label only,
+which the harness checks before it measures). In the Kueue stack the policies are told that Kueue runs,
+as the chart's kueue.enabled does (devcluster.kueue.trust_kueue, on a copy): without it labgate refuses
+Kueue's unsuspending of the Jobs it admitted and they never start. The baseline stays outside Kueue too
+(Kueue's managedJobsNamespaceSelector asks for the tenant label; checked, and every baseline launch is
+checked to have made no Workload): it is the same plain cluster in both stacks, so each stack's
+labgate-to-baseline ratios read alike. In rounds, for both shapes (a Job of N identical 1-GPU pods,
+parallelism = completions = N, and an Indexed Job of the same size) and both targets (labgate, or
+labgate with Kueue; baseline), interleaved so that the machine's noise hits both alike:
 
   - apply -> all N pods created and apply -> all N bound, from a cluster-wide pod watch;
   - FailedCreate events on the Job (count and reasons; a reason naming a labgate webhook is labgate's);
   - CPU seconds of each process (/proc utime + stime of it and its children, before and after), RSS;
   - the apiserver's writes by resource (apiserver_request_total, verbs POST/PUT/PATCH/DELETE, before
     and after, from its /metrics);
-  - the truth: GPUs bound in the tenant's namespace never above its quota, at every pod event
-    (tests/cluster_truth.py, independent of labgate).
+  - the truth: GPUs bound in each tenant's namespace never above its quota, at every pod event
+    (benchmarks.cluster_sim.Truth over tests/cluster_truth.py, independent of labgate and Kueue).
 
 Then a second Job beyond the free quota: a first Job holds half the quota, a second Job of N pods
-fits the quota but not what is free, so half its pods wait. Measured over a fixed window against an
-idle window of the same length (the first Job alone): FailedCreate, API writes, the apiserver's and
-labgate's CPU. The baseline does the same under a Kubernetes ResourceQuota of the same size.
+fits the quota but not what is free, so half its pods wait (without Kueue) or all of it waits unmade
+(with Kueue). Measured over a fixed window against an idle window of the same length (the first Job
+alone): pods created, FailedCreate, API writes, the apiserver's and labgate's CPU. The baseline does
+the same under a Kubernetes ResourceQuota of the same size.
 
-`--kueue` runs Kueue beside labgate (Jobs in tenant namespaces queued) when the stack can start it
-(LabgateStack(kueue=True), issue 20); otherwise it says so and stops. Nothing here asserts: the
-figures go into docs/benchmarks.md (`--write`). Every wait is bounded; the stack stops every process it
-started when the run ends, however it ends.
+Then a gang (issue 20): a 4 x 8-GPU Indexed Job (parallelism = completions = 4) in the `gang` tenant,
+first when it fits at once (apply -> all 4 bound), then applied while a blocker Job holds 8 of the 32
+GPUs: watched for --gang-window seconds (pods created and bound at every poll, and from the watch: a
+partial gang bound while blocked is what Kueue must prevent), then the blocker deleted, and the time
+from that to all 4 bound.
+
+Nothing here asserts: the figures go into docs/benchmarks.md (`--write`). Every wait is bounded; each
+stack stops every process it started when its part ends, however it ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
+import functools
 import json
 import math
 import os
@@ -56,14 +68,21 @@ import yaml
 from benchmarks.cluster_sim import Truth, _client, watch_pods
 from benchmarks.report import replace_section
 from devcluster.controlplane import LocalControlPlane
+from devcluster.kueue import kueue_configuration, trust_kueue
 from devcluster.nodes import NodePool
-from devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack, NodeSimulation
+from devcluster.stack import POLICY_DIR, WEBHOOK_CONFIGURATION, LabgateStack, NodeSimulation
 from labgate.core.tenant import TENANT_LABEL
 
 IMAGE = "registry.lab.example/research/trainer:v1"
 GPUS_PER_NODE = 8
 TENANT, BASELINE = "launch", "launch-baseline"
 RESEARCHERS = "launch-researchers"
+# The gang (issue 20): GANG_PODS pods of GANG_GPUS GPUs each, in a tenant of its own whose quota is
+# the gang's size; a blocker of GANG_GPUS GPUs leaves too little free for it.
+GANG_TENANT, GANG_RESEARCHERS = "gang", "gang-researchers"
+GANG_PODS, GANG_GPUS = 4, 8
+GANG_QUOTA = GANG_PODS * GANG_GPUS
+KUEUE_WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 SHAPES = ("job", "indexed")
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -71,6 +90,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Whose CPU is labgate's: the webhook replicas, OPA and the reconciler.
 LABGATE_PROCESSES = ("webhook-", "opa", "reconciler-")
 DEFAULT_TIMEOUT = 600.0  # seconds a launch may take from apply to all bound
+DEFAULT_GANG_WINDOW = 20.0  # seconds the blocked gang is watched
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -158,6 +178,33 @@ def excludes_unlabelled_namespaces(configuration: dict[str, Any]) -> bool:
 
 def ratio(value: float, reference: float) -> float:
     return value / reference if reference else float("nan")
+
+
+def selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Kubernetes LabelSelector (matchLabels and matchExpressions: In, NotIn, Exists,
+    DoesNotExist) selects an object with `labels`, as the apiserver and Kueue read it (an empty
+    selector selects everything)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        held = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }
+        if operator not in held:
+            raise ValueError(f"unknown selector operator {operator!r}")
+        if not held[operator]:
+            return False
+    return True
+
+
+def bound_before(bound_at: Iterable[float], moment: float) -> int:
+    """How many pods the watch saw bound before `moment` (a gang's pods bound while it was blocked)."""
+    return sum(1 for at in bound_at if at < moment)
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -259,8 +306,8 @@ class LaunchTruth(Truth):
             )
 
 
-def job_manifest(name: str, pods: int, *, indexed: bool) -> dict[str, Any]:
-    """N identical 1-GPU pods at once (parallelism = completions = N); they run until deleted."""
+def job_manifest(name: str, pods: int, *, indexed: bool, gpus: int = 1) -> dict[str, Any]:
+    """N identical pods of `gpus` GPUs at once (parallelism = completions = N); they run until deleted."""
     spec: dict[str, Any] = {
         "parallelism": pods,
         "completions": pods,
@@ -269,7 +316,7 @@ def job_manifest(name: str, pods: int, *, indexed: bool) -> dict[str, Any]:
             "spec": {
                 "restartPolicy": "Never",
                 "containers": [
-                    {"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                    {"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
                 ],
             }
         },
@@ -302,8 +349,9 @@ class Sample:
 class Cluster:
     stack: LabgateStack
     admin: httpx.Client
-    researcher: httpx.Client
+    researchers: dict[str, httpx.Client]  # by tenant namespace; the admin elsewhere
     truth: LaunchTruth
+    kueue: bool
     pids: dict[str, list[int]] = field(default_factory=dict)
 
     def sample(self) -> Sample:
@@ -316,7 +364,15 @@ class Cluster:
         )
 
     def client(self, namespace: str) -> httpx.Client:
-        return self.researcher if namespace == TENANT else self.admin
+        return self.researchers.get(namespace, self.admin)
+
+    def workloads(self, namespace: str) -> int:
+        """Kueue's Workloads in `namespace`; -1 without Kueue (its API is not served)."""
+        if not self.kueue:
+            return -1
+        response = self.admin.get(KUEUE_WORKLOADS.format(namespace=namespace))
+        response.raise_for_status()
+        return len(response.json()["items"])
 
     def events(self, namespace: str, uid: str) -> Counter[str]:
         response = self.admin.get(
@@ -332,12 +388,17 @@ class Cluster:
             raise RuntimeError(f"creating Job {manifest['metadata']['name']}: {response.text[:500]}")
         return str(response.json()["metadata"]["uid"])
 
-    def delete_jobs(self, namespace: str, timeout: float) -> bool:
-        """Delete every Job of `namespace` with its pods; whether the pods are gone within `timeout`."""
+    def delete_jobs(self, namespace: str, timeout: float, *, job: str | None = None) -> bool:
+        """Delete every Job of `namespace` (or only `job`) with its pods; whether those pods are gone
+        within `timeout`."""
         deadline = time.monotonic() + timeout
+        jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs" + (f"/{job}" if job else "")
+        pods: dict[str, str] = {"gracePeriodSeconds": "0"}
+        if job:
+            pods["labelSelector"] = f"{JOB_NAME_LABEL}={job}"
         for path, params in (
-            (f"/apis/batch/v1/namespaces/{namespace}/jobs", {"propagationPolicy": "Background"}),
-            (f"/api/v1/namespaces/{namespace}/pods", {"gracePeriodSeconds": "0"}),
+            (jobs, {"propagationPolicy": "Background"}),
+            (f"/api/v1/namespaces/{namespace}/pods", pods),
         ):
             # A collection delete answers when it is done, slowly on a loaded machine; the deletion
             # goes on if the answer is late, and the wait below sees it through.
@@ -346,14 +407,18 @@ class Cluster:
 
         def gone() -> bool:
             with self.truth.lock:
-                return not any(p["metadata"]["namespace"] == namespace for p in self.truth.pods.values())
+                return not any(
+                    p["metadata"]["namespace"] == namespace
+                    and (job is None or (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == job)
+                    for p in self.truth.pods.values()
+                )
 
         return wait_for(gone, timeout=max(0.0, deadline - time.monotonic()), every=0.5)
 
-    def tenant_usage(self) -> int:
+    def tenant_usage(self, name: str = TENANT) -> int:
         """The tenant's status.gpu.used; -1 when the apiserver did not answer."""
         try:
-            tenant = self.admin.get(f"/apis/labgate.io/v1alpha1/tenants/{TENANT}").json()
+            tenant = self.admin.get(f"/apis/labgate.io/v1alpha1/tenants/{name}").json()
         except httpx.HTTPError:
             return -1
         return int(((tenant.get("status") or {}).get("gpu") or {}).get("used") or 0)
@@ -377,6 +442,7 @@ class Launch:
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
+    workloads: int = -1  # Kueue's Workloads for it (1 queued by Kueue, 0 not; -1 without Kueue)
 
 
 def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argparse.Namespace) -> Launch:
@@ -402,10 +468,11 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.failed_create = cluster.events(namespace, uid)
     result.cpu = {n: after.cpu[n] - before.cpu.get(n, 0.0) for n in after.cpu}
     result.writes = after.writes - before.writes
+    result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
-        f"load {result.load:.1f}",
+        f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )
     settle(cluster, namespace, args)
@@ -413,12 +480,20 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
 
 
 def settle(cluster: Cluster, namespace: str, args: argparse.Namespace) -> None:
-    """Remove the namespace's Jobs and pods; for the tenant, wait until labgate reports 0 GPUs used
-    (else the next launch would meet last launch's usage). Bounded; says when it was not enough."""
+    """Remove the namespace's Jobs and pods; for a tenant, wait until labgate reports 0 GPUs used
+    (else the next launch would meet last launch's usage) and, with Kueue, no Workload is left (else
+    Kueue would still count its quota). Bounded; says when it was not enough."""
     if not cluster.delete_jobs(namespace, timeout=args.timeout):
         print(f"warning: pods of {namespace} not gone within {args.timeout:.0f} s", flush=True)
-    if namespace == TENANT and not wait_for(lambda: cluster.tenant_usage() == 0, timeout=60, every=1):
-        print(f"warning: tenant {TENANT} still reports {cluster.tenant_usage()} GPUs used", flush=True)
+    if namespace not in (TENANT, GANG_TENANT):
+        return
+    if not wait_for(lambda: cluster.tenant_usage(namespace) == 0, timeout=60, every=1):
+        print(
+            f"warning: tenant {namespace} still reports {cluster.tenant_usage(namespace)} GPUs used",
+            flush=True,
+        )
+    if cluster.kueue and not wait_for(lambda: cluster.workloads(namespace) == 0, timeout=60, every=1):
+        print(f"warning: {cluster.workloads(namespace)} Kueue Workloads left in {namespace}", flush=True)
 
 
 # --- the second Job beyond the free quota -------------------------------------------------------
@@ -479,39 +554,106 @@ def waiting(cluster: Cluster, target: str, args: argparse.Namespace) -> Waiting:
     return result
 
 
+# --- a gang (issue 20) ------------------------------------------------------------------------
+
+
+@dataclass
+class Gang:
+    """A GANG_PODS x GANG_GPUS Indexed Job: when it fits at once, and when a blocker holds GANG_GPUS."""
+
+    window_s: float
+    fits_to_bound_s: float = float("nan")
+    fits_failed_create: Counter[str] = field(default_factory=Counter)
+    polls: int = 0  # polls while blocked
+    blocked_created_max: int = 0  # the most gang pods that existed at one poll while blocked
+    blocked_bound_max: int = 0  # the most gang pods bound at one poll while blocked
+    bound_before_release: int = 0  # gang pods the watch saw bound before the blocker was deleted
+    blocked_failed_create: Counter[str] = field(default_factory=Counter)
+    release_to_bound_s: float = float("nan")
+    blocked_writes: Counter[str] = field(default_factory=Counter)
+    blocked_cpu: dict[str, float] = field(default_factory=dict)
+
+
+def _bound_pods(cluster: Cluster, job: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.truth.job_pods(GANG_TENANT, job) if p["spec"].get("nodeName")]
+
+
+def _gang_bound_at(cluster: Cluster, job: str, timeout: float, pods: int = GANG_PODS) -> float | None:
+    """When the watch saw the last of the Job's `pods` bound (None: not all within `timeout`)."""
+    if not wait_for(lambda: len(_bound_pods(cluster, job)) >= pods, timeout=timeout):
+        return None
+    _, bound = cluster.truth.times(GANG_TENANT, cluster.truth.job_pods(GANG_TENANT, job))
+    return max(bound)
+
+
+def gang(cluster: Cluster, args: argparse.Namespace) -> Gang:
+    """The gang applied when it fits; then applied beside a blocker, watched, the blocker deleted."""
+    result = Gang(window_s=args.gang_window)
+    manifest = job_manifest("gang-fits", GANG_PODS, indexed=True, gpus=GANG_GPUS)
+    applied = time.monotonic()
+    uid = cluster.create_job(GANG_TENANT, manifest)
+    bound_at = _gang_bound_at(cluster, "gang-fits", args.timeout)
+    if bound_at is not None:
+        result.fits_to_bound_s = bound_at - applied
+    result.fits_failed_create = cluster.events(GANG_TENANT, uid)
+    settle(cluster, GANG_TENANT, args)
+    cluster.create_job(GANG_TENANT, job_manifest("blocker", 1, indexed=False, gpus=GANG_GPUS))
+    if _gang_bound_at(cluster, "blocker", args.timeout, pods=1) is None:
+        print("warning: the gang's blocker was not bound", flush=True)
+    before = cluster.sample()
+    uid = cluster.create_job(GANG_TENANT, job_manifest("gang", GANG_PODS, indexed=True, gpus=GANG_GPUS))
+    while time.monotonic() - before.at < args.gang_window:
+        pods = cluster.truth.job_pods(GANG_TENANT, "gang")
+        result.polls += 1
+        result.blocked_created_max = max(result.blocked_created_max, len(pods))
+        result.blocked_bound_max = max(result.blocked_bound_max, len(_bound_pods(cluster, "gang")))
+        time.sleep(0.2)
+    after = cluster.sample()
+    result.blocked_cpu = {n: after.cpu[n] - before.cpu.get(n, 0.0) for n in after.cpu}
+    result.blocked_writes = after.writes - before.writes
+    result.blocked_failed_create = cluster.events(GANG_TENANT, uid)
+    released = time.monotonic()
+    cluster.delete_jobs(GANG_TENANT, timeout=args.timeout, job="blocker")
+    bound_at = _gang_bound_at(cluster, "gang", args.timeout)
+    _, bound = cluster.truth.times(GANG_TENANT, cluster.truth.job_pods(GANG_TENANT, "gang"))
+    result.bound_before_release = bound_before(bound, released)
+    if bound_at is not None:
+        result.release_to_bound_s = bound_at - released
+    print(
+        f"gang: fits, bound in {result.fits_to_bound_s:.1f} s; blocked: at most {result.blocked_created_max} "
+        f"created, {result.blocked_bound_max} bound over {result.polls} polls ({result.bound_before_release} "
+        f"by the watch), FailedCreate {dict(result.blocked_failed_create)}; all bound "
+        f"{result.release_to_bound_s:.1f} s after the blocker's deletion",
+        flush=True,
+    )
+    settle(cluster, GANG_TENANT, args)
+    return result
+
+
 # --- set-up and the run -------------------------------------------------------------------------
 
 
-def _kueue_supported() -> bool:
-    return "kueue" in inspect.signature(LabgateStack.__init__).parameters
-
-
 def _set_up(stack: LabgateStack, args: argparse.Namespace) -> None:
-    """The pool, the tenant (quota: every pod), the baseline namespace with a ResourceQuota of the
-    same size for the waiting variant; checks that labgate's webhooks do not see the baseline."""
+    """The pool, the tenants (launch: quota every pod; gang: the gang's size), the baseline namespace;
+    checks that labgate's webhooks (and with Kueue, Kueue's Job management) do not see the baseline."""
     assert stack.kwok is not None
-    nodes = -(-args.pods // GPUS_PER_NODE) + 1
+    nodes = max(-(-args.pods // GPUS_PER_NODE) + 1, GANG_PODS + 2)
     stack.kwok.add_pools(
         [NodePool(name="shared", nodes=nodes, gpu_product="h100", gpus=GPUS_PER_NODE, pods=110)],
         timeout=max(120.0, nodes * 0.5),
     )
     documents: list[dict[str, Any]] = [
-        {
-            "apiVersion": "labgate.io/v1alpha1",
-            "kind": "Tenant",
-            "metadata": {"name": TENANT},
-            "spec": {
-                "members": {"researchers": [{"kind": "Group", "name": RESEARCHERS}]},
-                "namespaces": {"names": [TENANT]},
-                "gpu": {"total": args.pods},
-            },
-        },
+        _tenant(TENANT, RESEARCHERS, args.pods),
+        _tenant(GANG_TENANT, GANG_RESEARCHERS, GANG_QUOTA),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BASELINE}},
     ]
     stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
-    stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=180s", f"tenant/{TENANT}")
-    if args.kueue and not wait_for(lambda: _queue_active(stack), timeout=120, every=1):
-        raise SystemExit(f"Kueue's ClusterQueue {TENANT} not Active within 120 s")
+    for tenant in (TENANT, GANG_TENANT):
+        stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=180s", f"tenant/{tenant}")
+        if stack.kueue is not None and not wait_for(
+            functools.partial(_queue_active, stack, tenant), timeout=120, every=1
+        ):
+            raise SystemExit(f"Kueue's ClusterQueue {tenant} not Active within 120 s")
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         configuration = json.loads(stack.admin_kubectl("get", kind, WEBHOOK_CONFIGURATION, "-o", "json"))
         if not excludes_unlabelled_namespaces(configuration):
@@ -521,11 +663,33 @@ def _set_up(stack: LabgateStack, args: argparse.Namespace) -> None:
     labels = json.loads(stack.admin_kubectl("get", "namespace", BASELINE, "-o", "json"))["metadata"]["labels"]
     if TENANT_LABEL in labels:
         raise SystemExit(f"namespace {BASELINE} carries {TENANT_LABEL}")
+    if stack.kueue is not None and selector_matches(_kueue_namespaces(), labels):
+        raise SystemExit(f"Kueue manages the Jobs of {BASELINE}: no baseline to compare with")
 
 
-def _queue_active(stack: LabgateStack) -> bool:
+def _tenant(name: str, researchers: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "labgate.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {
+            "members": {"researchers": [{"kind": "Group", "name": researchers}]},
+            "namespaces": {"names": [name]},
+            "gpu": {"total": gpus},
+        },
+    }
+
+
+def _kueue_namespaces() -> dict[str, Any]:
+    """The namespaces whose Jobs without a queue name the stack's Kueue manages."""
+    configuration = kueue_configuration(webhook_port=0, health_port=0, metrics_port=0, cert_dir=Path())
+    selector: dict[str, Any] = configuration["managedJobsNamespaceSelector"]
+    return selector
+
+
+def _queue_active(stack: LabgateStack, tenant: str) -> bool:
     """The reconciler made the tenant's ClusterQueue and Kueue reports it Active."""
-    found = stack.cluster_kubectl("get", f"clusterqueue.kueue.x-k8s.io/{TENANT}", "-o", "json")
+    found = stack.cluster_kubectl("get", f"clusterqueue.kueue.x-k8s.io/{tenant}", "-o", "json")
     if found.returncode != 0:
         return False
     conditions = json.loads(found.stdout).get("status", {}).get("conditions") or []
@@ -542,45 +706,72 @@ def _baseline_quota(stack: LabgateStack, gpus: int) -> None:
     stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(quota))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.kueue and not _kueue_supported():
-        raise SystemExit(
-            "--kueue is not available yet: this checkout's LabgateStack cannot start Kueue "
-            "(issue 20, branch wip/kueue-stack); run without --kueue"
-        )
+def _policies(workdir: Path, kueue: bool) -> Path:
+    """The shipped policies; with Kueue, a copy told that Kueue runs and every tenant is Kueue's
+    (devcluster.kueue.trust_kueue, as the chart's kueue.enabled): without it labgate refuses Kueue's
+    unsuspending of the Jobs Kueue admits ([tenant-membership]) and they stay suspended."""
+    if not kueue:
+        return POLICY_DIR
+    policy_dir = workdir / "policies"
+    shutil.copytree(POLICY_DIR, policy_dir)
+    trust_kueue(policy_dir)
+    return policy_dir
+
+
+def _measure(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
+    launches = []
+    for round_ in range(1, args.rounds + 1):
+        for shape in SHAPES:
+            targets = ("baseline", "labgate") if round_ % 2 else ("labgate", "baseline")
+            launches += [launch(cluster, t, shape, round_, args) for t in targets]
+    waits = []
+    if not args.without_waiting:
+        _baseline_quota(cluster.stack, args.pods)
+        waits = [waiting(cluster, t, args) for t in ("labgate", "baseline")]
+    gangs = [] if args.without_gang else [gang(cluster, args)]
+    return {"launches": launches, "waits": waits, "gangs": gangs}
+
+
+def run_stack(args: argparse.Namespace, *, kueue: bool) -> dict[str, Any]:
+    """One stack (with or without Kueue) measured from start to end; every process stopped after."""
     workdir = Path(tempfile.mkdtemp(prefix="labgate-job-launch-"))
     simulation = NodeSimulation(controller_api_rate=(args.kube_api_qps, args.kube_api_burst))
-    extra: dict[str, Any] = {"kueue": True} if args.kueue else {}
     facts: dict[str, Any] = {"load_before": os.getloadavg()[0], "started": datetime.now(UTC)}
     stop = threading.Event()
+    policy_dir = _policies(workdir, kueue)
     try:
-        with LabgateStack(workdir, nodes=simulation, webhook_replicas=1, **extra) as stack:
+        with LabgateStack(
+            workdir / "stack", nodes=simulation, webhook_replicas=1, kueue=kueue, policy_dir=policy_dir
+        ) as stack:
             facts["stack_start_s"] = stack.start_seconds
             _set_up(stack, args)
             admin = _client(stack.admin_kubeconfig, stack.cluster.server)
-            researcher = _client(stack.kubeconfig_for("r-launch", (RESEARCHERS,)), stack.cluster.server)
-            truth = LaunchTruth(quotas={TENANT: args.pods})
-            cluster = Cluster(stack, admin, researcher, truth, stack_processes(stack))
+            researchers = {
+                tenant: _client(stack.kubeconfig_for(f"r-{tenant}", (group,)), stack.cluster.server)
+                for tenant, group in ((TENANT, RESEARCHERS), (GANG_TENANT, GANG_RESEARCHERS))
+            }
+            truth = LaunchTruth(quotas={TENANT: args.pods, GANG_TENANT: GANG_QUOTA})
+            cluster = Cluster(stack, admin, researchers, truth, kueue, stack_processes(stack))
             threading.Thread(target=watch_pods, args=(admin, truth, stop), daemon=True).start()
-            launches = []
-            for round_ in range(1, args.rounds + 1):
-                for shape in SHAPES:
-                    targets = ("baseline", "labgate") if round_ % 2 else ("labgate", "baseline")
-                    launches += [launch(cluster, t, shape, round_, args) for t in targets]
-            waits = []
-            if not args.without_waiting:
-                _baseline_quota(stack, args.pods)
-                waits = [waiting(cluster, t, args) for t in ("labgate", "baseline")]
+            results = _measure(cluster, args)
             facts["memory_mb"] = {name: rss_mb(pids) for name, pids in stack_processes(stack).items()}
-            facts["max_overshoot"] = truth.worst_overshoot[TENANT]
-            facts["peak_bound"] = truth.peak_bound[TENANT]
+            facts["max_overshoot"] = dict(truth.worst_overshoot)
+            facts["peak_bound"] = dict(truth.peak_bound)
             stop.set()
     finally:
         stop.set()
         shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs
     facts["load_after"] = os.getloadavg()[0]
     facts["finished"] = datetime.now(UTC)
-    return {"launches": launches, "waits": waits, "facts": facts}
+    return {**results, "facts": facts, "kueue": kueue}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The stack without Kueue, then (`--kueue`) the stack with it, each with its own baseline."""
+    stacks = {"without": run_stack(args, kueue=False)}
+    if args.kueue:
+        stacks["with"] = run_stack(args, kueue=True)
+    return stacks
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -599,12 +790,17 @@ def _per_pod_ms(seconds: float, pods: int) -> float:
     return 1000 * seconds / pods
 
 
-def _launch_rows(launches: list[Launch]) -> list[str]:
+def target_name(target: str, kueue: bool) -> str:
+    return "labgate + Kueue" if kueue and target == "labgate" else target
+
+
+def _launch_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
     lines = [
         "| shape | target | apply → all created | apply → all bound | FailedCreate (labgate's) "
         "| API writes / pod | kube-apiserver CPU ms / pod | labgate CPU ms / pod (webhook, OPA, reconciler) "
-        "| etcd, controller manager, scheduler CPU ms / pod | load (1 min) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| etcd, controller manager, scheduler{', Kueue' if kueue else ''} CPU ms / pod "
+        f"|{' Kueue Workloads |' if kueue else ''} load (1 min) |",
+        f"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |{' ---: |' if kueue else ''} ---: |",
     ]
     for shape in SHAPES:
         for target in ("baseline", "labgate"):
@@ -623,24 +819,26 @@ def _launch_rows(launches: list[Launch]) -> list[str]:
                 sum(n for reason, n in r.failed_create.items() if is_labgate_reason(reason)) for r in runs
             )
             timed_out = sum(r.timed_out for r in runs)
+            kueue_ms = f", {ms('kueue'):.2f}" if kueue else ""
+            workloads = f" {', '.join(str(r.workloads) for r in runs)} |" if kueue else ""
             lines.append(
-                f"| {shape} | {target} | {_median(r.to_created_s for r in runs):.1f} s "
+                f"| {shape} | {target_name(target, kueue)} | {_median(r.to_created_s for r in runs):.1f} s "
                 f"| {_median(r.to_bound_s for r in runs):.1f} s{f' ({timed_out} timed out)' if timed_out else ''} "
                 f"| {failed} ({labgate_failed}) "
                 f"| {_median(sum(r.writes.values()) / pods for r in runs):.2f} "
                 f"| {ms('kube-apiserver'):.2f} "
                 f"| {_median(_per_pod_ms(_labgate_cpu(r.cpu), pods) for r in runs):.2f} "
                 f"({ms('webhook-'):.2f}, {ms('opa'):.2f}, {ms('reconciler-'):.2f}) "
-                f"| {ms('etcd'):.2f}, {ms('kube-controller-manager'):.2f}, {ms('kube-scheduler'):.2f} "
-                f"| {', '.join(f'{r.load:.1f}' for r in runs)} |"
+                f"| {ms('etcd'):.2f}, {ms('kube-controller-manager'):.2f}, {ms('kube-scheduler'):.2f}{kueue_ms} "
+                f"|{workloads} {', '.join(f'{r.load:.1f}' for r in runs)} |"
             )
     return lines
 
 
-def _target_rows(launches: list[Launch]) -> list[str]:
+def _target_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
     """Labgate against the baseline, per shape and round, median over rounds, beside the targets."""
     lines = [
-        "| shape | all bound, labgate / baseline (≤ 1.15) | API writes (≤ 1.1) | kube-apiserver CPU (≤ 1.2) "
+        f"| shape | all bound, {target_name('labgate', kueue)} / baseline (≤ 1.15) | API writes (≤ 1.1) | kube-apiserver CPU (≤ 1.2) "
         "| labgate CPU ms / pod (≤ 3) | FailedCreate caused by labgate (0) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -666,8 +864,10 @@ def _target_rows(launches: list[Launch]) -> list[str]:
     return lines
 
 
-def _writes_rows(launches: list[Launch], top: int = 10) -> list[str]:
-    """API writes per pod by resource, each target summed over its rounds and shapes."""
+def writes_rows(launches: list[Launch], top: int = 10, kueue: bool = False) -> list[str]:
+    """API writes per pod by resource, each target summed over its rounds and shapes: the `top`
+    most written, then every resource of Kueue's API group (few writes a Job, not a pod, but what
+    Kueue adds)."""
     totals: dict[str, Counter[str]] = {"baseline": Counter(), "labgate": Counter()}
     pods: Counter[str] = Counter()
     for r in launches:
@@ -677,14 +877,18 @@ def _writes_rows(launches: list[Launch], top: int = 10) -> list[str]:
         set(totals["baseline"]) | set(totals["labgate"]),
         key=lambda k: -(totals["baseline"][k] + totals["labgate"][k]),
     )
-    lines = ["| resource | baseline writes / pod | labgate writes / pod |", "| --- | ---: | ---: |"]
-    for resource in resources[:top]:
+    lines = [
+        f"| resource | baseline writes / pod | {target_name('labgate', kueue)} writes / pod |",
+        "| --- | ---: | ---: |",
+    ]
+    shown = resources[:top] + [r for r in resources[top:] if r.partition("/")[0].endswith(".kueue.x-k8s.io")]
+    for resource in shown:
         per = [totals[t][resource] / pods[t] if pods[t] else float("nan") for t in ("baseline", "labgate")]
         lines.append(f"| {resource} | {per[0]:.3f} | {per[1]:.3f} |")
     return lines
 
 
-def _waiting_rows(waits: list[Waiting]) -> list[str]:
+def _waiting_rows(waits: list[Waiting], kueue: bool = False) -> list[str]:
     lines = [
         "| target | second Job: created / bound of N | FailedCreate (reasons) | API writes, waiting (idle) "
         "| kube-apiserver CPU s, waiting (idle) | labgate CPU s, waiting (idle) |",
@@ -693,7 +897,7 @@ def _waiting_rows(waits: list[Waiting]) -> list[str]:
     for w in waits:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in w.failed_create.most_common()) or "none"
         lines.append(
-            f"| {w.target}{' (ResourceQuota)' if w.target == 'baseline' else ''} "
+            f"| {target_name(w.target, kueue)}{' (ResourceQuota)' if w.target == 'baseline' else ''} "
             f"| {w.second_created} / {w.second_bound} "
             f"| {sum(w.failed_create.values())} ({reasons}) "
             f"| {sum(w.writes.values())} ({sum(w.idle_writes.values())}) "
@@ -703,21 +907,89 @@ def _waiting_rows(waits: list[Waiting]) -> list[str]:
     return lines
 
 
+def _gang_rows(stacks: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [
+        "| stack | fits at once: apply → all bound | blocked: most created / bound at one poll (polls) "
+        "| blocked: bound by the watch before the blocker's deletion (0) | FailedCreate while blocked "
+        "(reasons) | API writes, kube-apiserver CPU s, labgate CPU s while blocked "
+        "| blocker deleted → all bound |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    for results in stacks.values():
+        for g in results["gangs"]:
+            reasons = ", ".join(f"{r}: {n}" for r, n in g.blocked_failed_create.most_common()) or "none"
+            lines.append(
+                f"| {'labgate + Kueue' if results['kueue'] else 'labgate'} | {g.fits_to_bound_s:.1f} s "
+                f"| {g.blocked_created_max} / {g.blocked_bound_max} ({g.polls}) | {g.bound_before_release} "
+                f"| {sum(g.blocked_failed_create.values())} ({reasons}) "
+                f"| {sum(g.blocked_writes.values())}, {g.blocked_cpu.get('kube-apiserver', 0.0):.2f}, "
+                f"{_labgate_cpu(g.blocked_cpu):.2f} | {g.release_to_bound_s:.1f} s |"
+            )
+    return lines
+
+
+def _summary(launches: list[Launch], shape: str, target: str) -> dict[str, float]:
+    """Medians over rounds of one shape and target (nan when none ran)."""
+    runs = [r for r in launches if r.shape == shape and r.target == target]
+    return {
+        "bound_s": _median(r.to_bound_s for r in runs),
+        "failed": sum(sum(r.failed_create.values()) for r in runs),
+        "labgate_failed": sum(
+            sum(n for reason, n in r.failed_create.items() if is_labgate_reason(reason)) for r in runs
+        ),
+        "writes": _median(sum(r.writes.values()) / r.pods for r in runs),
+        "apiserver_ms": _median(_per_pod_ms(r.cpu.get("kube-apiserver", 0.0), r.pods) for r in runs),
+        "labgate_ms": _median(_per_pod_ms(_labgate_cpu(r.cpu), r.pods) for r in runs),
+        "kueue_ms": _median(_per_pod_ms(r.cpu.get("kueue", 0.0), r.pods) for r in runs),
+    }
+
+
+def kueue_rows(without: list[Launch], with_kueue: list[Launch]) -> list[str]:
+    """Per shape, labgate without and with Kueue, each beside its own stack's baseline."""
+    lines = [
+        "| shape | target | apply → all bound (x its baseline) | FailedCreate (labgate's) "
+        "| API writes / pod (x its baseline) | kube-apiserver CPU ms / pod | labgate CPU ms / pod "
+        "| Kueue CPU ms / pod |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for shape in SHAPES:
+        for kueue, launches in ((False, without), (True, with_kueue)):
+            own, base = _summary(launches, shape, "labgate"), _summary(launches, shape, "baseline")
+            kueue_ms = f"{own['kueue_ms']:.2f}" if kueue else "-"
+            if math.isnan(own["bound_s"]) and math.isnan(own["writes"]):
+                continue
+            lines.append(
+                f"| {shape} | {target_name('labgate', kueue)} "
+                f"| {own['bound_s']:.1f} s ({ratio(own['bound_s'], base['bound_s']):.2f}) "
+                f"| {own['failed']:.0f} ({own['labgate_failed']:.0f}) "
+                f"| {own['writes']:.2f} ({ratio(own['writes'], base['writes']):.2f}) "
+                f"| {own['apiserver_ms']:.2f} | {own['labgate_ms']:.2f} "
+                f"| {kueue_ms} |"
+            )
+    return lines
+
+
 def command(args: argparse.Namespace) -> str:
     parts = [f"--pods {args.pods}", f"--rounds {args.rounds}", f"--window {args.window:g}"]
     if args.timeout != DEFAULT_TIMEOUT:
         parts.append(f"--timeout {args.timeout:g}")
     if (args.kube_api_qps, args.kube_api_burst) != (200, 400):
         parts.append(f"--kube-api-qps {args.kube_api_qps} --kube-api-burst {args.kube_api_burst}")
+    if args.gang_window != DEFAULT_GANG_WINDOW:
+        parts.append(f"--gang-window {args.gang_window:g}")
     if args.kueue:
         parts.append("--kueue")
     if args.without_waiting:
         parts.append("--without-waiting")
+    if args.without_gang:
+        parts.append("--without-gang")
     return ".venv/bin/python -m benchmarks.job_launch " + " ".join(parts) + " --write docs/benchmarks.md"
 
 
-def table(results: dict[str, Any], args: argparse.Namespace) -> str:
-    facts, launches, waits = results["facts"], results["launches"], results["waits"]
+def _stack_lines(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """One stack's tables: the launches against its baseline, writes by resource, the waiting Job,
+    the truth, memory."""
+    facts, launches, waits, kueue = results["facts"], results["launches"], results["waits"], results["kueue"]
     memory = facts["memory_mb"]
 
     def mem(name: str) -> str:
@@ -727,19 +999,19 @@ def table(results: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"{args.pods} pods x 1 GPU, {args.rounds} round(s), "
         f"kube-controller-manager at --kube-api-qps={args.kube_api_qps} --kube-api-burst={args.kube_api_burst}"
-        f"{', Kueue beside labgate' if args.kueue else ', without Kueue'}; medians over rounds. "
+        f"{', Kueue beside labgate' if kueue else ', without Kueue'}; medians over rounds. "
         "Measured "
         f"{facts['started']:%Y-%m-%d %H:%M} to {facts['finished']:%H:%M} UTC on {os.cpu_count()} cores, "
         f"load average (1 min) {facts['load_before']:.1f} before, {facts['load_after']:.1f} after "
         "(the load column: at each launch's start).",
         "",
-        *_target_rows(launches),
+        *_target_rows(launches, kueue),
         "",
-        *_launch_rows(launches),
+        *_launch_rows(launches, kueue),
         "",
         "API writes per pod by resource (every round and shape):",
         "",
-        *_writes_rows(launches),
+        *writes_rows(launches, kueue=kueue),
         "",
     ]
     if waits:
@@ -748,22 +1020,65 @@ def table(results: dict[str, Any], args: argparse.Namespace) -> str:
             f"holds {waits[0].held}), over {args.window:g} s from its apply, against {args.window:g} idle "
             "seconds with the first Job alone:",
             "",
-            *_waiting_rows(waits),
+            *_waiting_rows(waits, kueue),
             "",
         ]
+    overshoot, peak = facts["max_overshoot"], facts["peak_bound"]
     lines += [
-        f"Bound GPUs in the tenant's namespace against its quota of {args.pods}, at every pod event: "
-        f"max overshoot {facts['max_overshoot']} (must be 0), peak {facts['peak_bound']}.",
+        f"Bound GPUs in each tenant's namespace against its quota, at every pod event: {TENANT} (quota "
+        f"{args.pods}) max overshoot {overshoot.get(TENANT, 0)} (must be 0), peak {peak.get(TENANT, 0)}; "
+        f"{GANG_TENANT} (quota {GANG_QUOTA}) max overshoot {overshoot.get(GANG_TENANT, 0)}, peak "
+        f"{peak.get(GANG_TENANT, 0)}.",
         "",
         "Memory MB now / peak at the end: "
         + ", ".join(
             mem(n)
-            for n in ("webhook-0", "opa", "reconciler-0", "kube-apiserver", "etcd", "kube-controller-manager")
+            for n in (
+                "webhook-0",
+                "opa",
+                "reconciler-0",
+                *(["kueue"] if kueue else []),
+                "kube-apiserver",
+                "etcd",
+                "kube-controller-manager",
+            )
         )
         + ".",
         "",
-        f"Reproduce: `{command(args)}`",
     ]
+    return lines
+
+
+def table(stacks: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        "**Without Kueue** (labgate alone against the plain cluster).",
+        "",
+        *_stack_lines(stacks["without"], args),
+    ]
+    if "with" in stacks:
+        lines += [
+            "**With Kueue beside labgate** (a second stack started after the first stopped, its own "
+            "baseline: the same namespace outside both labgate's webhooks and Kueue's "
+            "managedJobsNamespaceSelector; the Kueue Workloads column counts the Workloads Kueue made "
+            "for the launch: 1 when Kueue queued it, 0 when it did not look).",
+            "",
+            *_stack_lines(stacks["with"], args),
+            "labgate without and with Kueue, per shape, each against its own stack's baseline (issues 20, 21):",
+            "",
+            *kueue_rows(stacks["without"]["launches"], stacks["with"]["launches"]),
+            "",
+        ]
+    if any(results["gangs"] for results in stacks.values()):
+        lines += [
+            f"A gang (issue 20): an Indexed Job of {GANG_PODS} pods x {GANG_GPUS} GPUs (parallelism = "
+            f"completions = {GANG_PODS}) in a tenant whose quota is {GANG_QUOTA} GPUs; once when it fits, "
+            f"then applied while a blocker Job holds {GANG_GPUS} of them, watched for {args.gang_window:g} s "
+            "(pods created and bound at every poll; bound pods from the watch), then the blocker deleted:",
+            "",
+            *_gang_rows(stacks),
+            "",
+        ]
+    lines.append(f"Reproduce: `{command(args)}`")
     return "\n".join(lines) + "\n"
 
 
@@ -779,9 +1094,13 @@ def main() -> None:
     parser.add_argument(
         "--window", type=float, default=60.0, help="seconds the waiting second Job is watched"
     )
-    parser.add_argument("--without-waiting", action="store_true", help="skip the second Job beyond the quota")
     parser.add_argument(
-        "--kueue", action="store_true", help="Kueue beside labgate (when the stack can start it)"
+        "--gang-window", type=float, default=DEFAULT_GANG_WINDOW, help="seconds the blocked gang is watched"
+    )
+    parser.add_argument("--without-waiting", action="store_true", help="skip the second Job beyond the quota")
+    parser.add_argument("--without-gang", action="store_true", help="skip the gang")
+    parser.add_argument(
+        "--kueue", action="store_true", help="then the same in a second stack with Kueue beside labgate"
     )
     parser.add_argument("--write", type=Path, help="replace the job-launch section of this Markdown file")
     args = parser.parse_args()

@@ -1,21 +1,30 @@
 """The Job launch benchmark's readings (benchmarks/job_launch.py): the apiserver's writes from its
-metrics, FailedCreate reasons from the Job's events, and the check that the baseline namespace is one
-labgate's webhooks never see."""
+metrics, FailedCreate reasons from the Job's events, the check that the baseline namespace is one
+labgate's webhooks (and Kueue's Job management) never see, a gang's pods bound while blocked, and the
+table of labgate without and with Kueue."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.job_launch import (
+    Launch,
     api_writes,
+    bound_before,
     excludes_unlabelled_namespaces,
     failed_create_reason,
     failed_creates,
     is_labgate_reason,
+    kueue_rows,
+    selector_matches,
+    writes_rows,
 )
+from devcluster.kueue import kueue_configuration
+from labgate.core.tenant import TENANT_LABEL
 from webhook.registration import webhook_configurations
 
 METRICS = """\
@@ -136,3 +145,97 @@ def test_a_labgate_webhook_that_did_not_answer_in_time_is_labgate_s_failed_creat
     assert is_labgate_reason(reason)
     other = message.replace("mutate.labgate.io", "mpod.kb.io")
     assert failed_create_reason(other) == "webhook mpod.kb.io [call failed: context deadline exceeded]"
+
+
+def test_kueue_manages_the_tenant_s_jobs_and_not_the_baseline_s() -> None:
+    selector = kueue_configuration(webhook_port=1, health_port=2, metrics_port=3, cert_dir=Path())[
+        "managedJobsNamespaceSelector"
+    ]
+    baseline = {"kubernetes.io/metadata.name": "launch-baseline"}
+    assert not selector_matches(selector, baseline)
+    assert selector_matches(selector, {**baseline, TENANT_LABEL: "launch"})
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "selected"),
+    [
+        ({}, {}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "a", "x": "y"}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "b"}, False),
+        (
+            {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]},
+            {"team": "b"},
+            True,
+        ),
+        ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, {}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, {}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, {"team": "a"}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, {"team": "a"}, False),
+        (
+            {"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "spot", "operator": "Exists"}]},
+            {"team": "a"},
+            False,
+        ),
+    ],
+)
+def test_a_label_selector_selects_as_the_apiserver_reads_it(
+    selector: dict[str, Any], labels: dict[str, str], selected: bool
+) -> None:
+    assert selector_matches(selector, labels) is selected
+
+
+def test_an_unknown_selector_operator_is_an_error_not_a_match() -> None:
+    with pytest.raises(ValueError, match="Gt"):
+        selector_matches({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1"]}]}, {"n": "2"})
+
+
+def test_a_gang_pod_bound_before_the_blocker_went_counts_and_one_bound_after_does_not() -> None:
+    assert bound_before([10.0, 11.5, 30.0, 31.0], 20.0) == 2
+    assert bound_before([20.0], 20.0) == 0
+    assert bound_before([], 20.0) == 0
+
+
+def _launch(target: str, shape: str, bound_s: float, writes: int, cpu: dict[str, float]) -> Launch:
+    return Launch(
+        target,
+        shape,
+        1,
+        10,
+        to_bound_s=bound_s,
+        writes=Counter({"pods": writes}),
+        cpu=cpu,
+        failed_create=Counter({"labgate [gpu-quota]": 2, "ResourceQuota": 1})
+        if target == "labgate"
+        else Counter(),
+    )
+
+
+def test_the_kueue_table_sets_each_stack_s_labgate_against_that_stack_s_baseline() -> None:
+    without = [
+        _launch("baseline", "job", 2.0, 50, {"kube-apiserver": 0.1}),
+        _launch("labgate", "job", 3.0, 60, {"kube-apiserver": 0.2, "webhook-0": 0.05, "opa": 0.03}),
+    ]
+    with_kueue = [
+        _launch("baseline", "job", 4.0, 40, {"kube-apiserver": 0.1}),
+        _launch("labgate", "job", 5.0, 80, {"kube-apiserver": 0.3, "reconciler-0": 0.01, "kueue": 0.02}),
+    ]
+    rows = kueue_rows(without, with_kueue)
+    assert rows[2:] == [
+        "| job | labgate | 3.0 s (1.50) | 3 (2) | 6.00 (1.20) | 20.00 | 8.00 | - |",
+        "| job | labgate + Kueue | 5.0 s (1.25) | 3 (2) | 8.00 (2.00) | 30.00 | 1.00 | 2.00 |",
+    ]
+
+
+def test_kueue_s_writes_are_shown_even_when_they_are_not_among_the_most_written() -> None:
+    writes = Counter({"pods": 100, "pods/binding": 100, "workloads.kueue.x-k8s.io/status": 2, "leases": 1})
+    launches = [
+        Launch("baseline", "job", 1, 100, writes=Counter({"pods": 100, "pods/binding": 100})),
+        Launch("labgate", "job", 1, 100, writes=writes),
+    ]
+    rows = writes_rows(launches, top=2, kueue=True)
+    assert rows[0] == "| resource | baseline writes / pod | labgate + Kueue writes / pod |"
+    assert rows[2:] == [
+        "| pods | 1.000 | 1.000 |",
+        "| pods/binding | 1.000 | 1.000 |",
+        "| workloads.kueue.x-k8s.io/status | 0.000 | 0.020 |",
+    ]
