@@ -16,7 +16,13 @@ from typing import Any, Protocol
 from labgate.core.api_resources import NAMESPACE, PERSISTENT_VOLUME, PRIORITY_CLASS, SECRET, TENANT, Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflector, WatchFed
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
-from webhook.admission import namespace_document, priority_class_document, tenant_document, unscheduled_holds
+from webhook.admission import (
+    namespace_document,
+    pool_gpus,
+    priority_class_document,
+    tenant_document,
+    unscheduled_holds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +107,7 @@ class InventorySync:
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
         self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
+        self._pools: dict[str, dict[str, dict[str, int]] | None] = {}  # tenant -> webhook.admission.pool_gpus
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -124,14 +131,20 @@ class InventorySync:
         ]
 
     def _tenant_document(self, tenant: Object) -> Document:
-        """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
-        kept aside, never pushed (it changes often and decides nothing: refusals quote it)."""
+        """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled, and
+        of what the nodes of its pools hold, is kept aside, never pushed (it changes often and decides
+        nothing: refusals quote it)."""
         self._held[str(tenant["metadata"]["name"])] = unscheduled_holds(tenant)
+        self._pools[str(tenant["metadata"]["name"])] = pool_gpus(tenant)
         return tenant_document(tenant)
 
     def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
         """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
         return self._held.get(tenant)
+
+    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
+        """What the nodes of the tenant's pools hold per model, as its status said (pool_gpus)."""
+        return self._pools.get(tenant)
 
     @property
     def snapshot(self) -> InventorySnapshot:

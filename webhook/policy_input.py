@@ -51,6 +51,9 @@ class PolicyInput(TypedDict):
     # Of that usage, what admitted pods the scheduler has not bound yet hold, as the Tenant's status
     # last said it: {"gpus", "pods"} (for the refusal's text only; webhook.admission.unscheduled_holds).
     gpu_held: NotRequired[dict[str, Any]]
+    # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
+    # {model: {"gpus", "nodes", "largest_node"}} (for gpu-quota's Fix only; webhook.admission.pool_gpus).
+    gpu_pools: NotRequired[dict[str, dict[str, int]]]
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.

@@ -133,6 +133,12 @@ _alone_over(tenant, d) := array.concat(
 )
 
 _quota_fix(tenant, d) := sprintf(
+	"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting cannot help)",
+	[gpu_text.plural(over.limit, _gpu_word(_node_model(over.model))), over.limit],
+) if {
+	over := _binding_over(tenant, d)
+	over.is_node
+} else := sprintf(
 	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
 	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
@@ -141,10 +147,37 @@ _quota_fix(tenant, d) := sprintf(
 	_held_text != ""
 } else := "lower the request or wait for running pods to finish"
 
+# What the nodes of the tenant's pools hold per model (input.gpu_pools, as the Tenant's status last
+# said it): {model: {"gpus", "nodes", "largest_node"}}; nothing when labgate does not know.
+_pools := object.get(input, "gpu_pools", {})
+
+# The largest node of the pools for a model the pod asks; for a pod that names no model, the largest
+# of any model. Undefined without facts.
+_largest_node(model) := n if {
+	n := _pools[model].largest_node
+} else := n if {
+	model == gpu.unspecified_model
+	sizes := [p.largest_node | some p in _pools]
+	count(sizes) > 0
+	n := max(sizes)
+}
+
+_node_model(model) := "" if {
+	model == gpu.unspecified_model
+} else := model
+
+# The models the pod asks more of than the largest node of its pools has: it is never scheduled.
+_node_over(d) := [{"model": model, "limit": n, "is_node": true} |
+	some model in sort(object.keys(d.by_model))
+	n := _largest_node(model)
+	d.by_model[model] > n
+]
+
 # The limit a request over several must meet first: the smallest (a model's before the total on a
-# tie), so the Fix is the one that fits, not one that leads to the next refusal.
+# tie, a quota's before a node's), so the Fix is the one that fits, not one that leads to the next
+# refusal (32 asked of 24 GPUs, 16 h100 and nodes of 8: "ask at most 8", not 16, then wait forever).
 _binding_over(tenant, d) := overs[min(ranked)[2]] if {
-	overs := _alone_over(tenant, d)
+	overs := array.concat(_alone_over(tenant, d), _node_over(d))
 	ranked := {[o.limit, _total_last(o.model), i] | some i, o in overs}
 	count(ranked) > 0
 }
