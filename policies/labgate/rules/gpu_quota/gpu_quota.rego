@@ -194,13 +194,29 @@ _replicas(template) := object.get(template, "replicas", 1)
 
 # What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
 # model: [{"pods", "each"}] for the templates that ask any.
-_terms(model) := [{"pods": _replicas(t), "each": each} |
+_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
 	some t in input.pod_templates
 	d := gpu.template_demand[t.path]
 	each := _per_pod(d, model)
 	each > 0
 	_replicas(t) > 0
 ]
+
+# The largest node of the pools for a workload's one template, when it asks more than that node has:
+# its pods are never scheduled, whatever the quota. The model's node, or for the total the node of
+# the one model its pods ask. Undefined without facts, with several templates, or when it fits.
+_node_cap(terms, model) := n if {
+	count(terms) == 1
+	n := _term_largest_node(terms[0], model)
+	terms[0].each > n
+}
+
+_term_largest_node(_, model) := _largest_node(model) if model != ""
+
+_term_largest_node(term, "") := _largest_node(m) if {
+	count(term.models) == 1
+	some m in term.models
+}
 
 _per_pod(d, "") := d.total
 
@@ -255,7 +271,23 @@ _pod_count(terms) := sum([t.pods | some t in terms])
 
 # The Fix of gpu-quota-unfit. A gang: its pods cannot wait for each other, they can only ask less
 # each or get more quota.
-_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together, so ask at most %s per pod, or %s", [
+_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and the largest node of your pools has %v, so ask at most %s per pod", [
+	gpu_text.plural(_pod_count(terms), "pod"),
+	n,
+	gpu_text.plural(n, _gpu_word(model)),
+]) if {
+	is_gang
+	n := _node_cap(terms, model)
+	n < floor(limit / _pod_count(terms))
+} else := sprintf("ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled)%s", [
+	gpu_text.plural(n, _gpu_word(model)),
+	n,
+	_at_once_text(terms, limit, n),
+]) if {
+	not is_gang
+	n := _node_cap(terms, model)
+	n < limit
+} else := sprintf("its %s start together, so ask at most %s per pod, or %s", [
 	gpu_text.plural(_pod_count(terms), "pod"),
 	gpu_text.plural(floor(limit / _pod_count(terms)), _gpu_word(model)),
 	_raise_text(model, tenant),
@@ -269,6 +301,14 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together, so as
 ]) if {
 	is_gang
 } else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
+
+# With pods of `each` GPUs, how many may run at once under `limit`, when fewer than the workload runs.
+_at_once_text(terms, limit, each) := sprintf(", and run at most %s at once (%s)", [
+	gpu_text.plural(floor(limit / each), "pod"),
+	object.get(_replica_field, input.request.kind.kind, "its replica count"),
+]) if {
+	terms[0].pods * each > limit
+} else := ""
 
 _raise_text(model, tenant) := sprintf("ask the infra team to raise %s of Tenant %q", [_limit_field(model), tenant.metadata.name])
 

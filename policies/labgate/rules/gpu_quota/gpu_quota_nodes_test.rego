@@ -48,3 +48,35 @@ test_a_pod_that_fits_a_node_and_the_quota_is_admitted if {
 	larger := object.union(input_doc, {"gpu_pools": {"h100": {"gpus": 4, "nodes": 1, "largest_node": 4}}})
 	count(gpu_violations) == 0 with input as larger with data.inventory as _inventory
 }
+
+# The same for a workload refused as a whole (gpu-quota-unfit): pods larger than any node are told
+# the node first, with how many of that size fit at once.
+_pools_of_8 := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}}
+
+_sweep(parallelism, gpus) := testdata.job("sweep", parallelism, {}, {
+	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": gpus})],
+})
+
+test_a_job_of_pods_larger_than_any_node_is_told_the_node_and_how_many_fit if {
+	input_doc := object.union(testdata.workload_input("Job", "vision", testdata.vera, _sweep(4, "16")), _pools_of_8)
+	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "vision" has 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled), and run at most 2 pods at once (spec.parallelism)`]
+
+	# Without the nodes, as before.
+	without := testdata.workload_input("Job", "vision", testdata.vera, _sweep(4, "16"))
+	[v.message | some v in gpu_violations with input as without with data.inventory as _inventory] == [`[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "vision" has 16 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+}
+
+test_a_gang_of_pods_larger_than_any_node_is_told_the_node if {
+	large := json.patch(_inventory, [
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 64},
+		{"op": "replace", "path": "/tenants/vision/spec/gpu/models/h100", "value": 64},
+	])
+	input_doc := object.union(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 4, "32")), _pools_of_8)
+	[v.message | some v in gpu_violations with input as input_doc with data.inventory as large] == [`[gpu-quota-unfit] Job "ring" runs 4 pods × 32 h100 GPUs = 128; tenant "vision" has 64 h100 GPUs. Fix: its 4 pods start together and the largest node of your pools has 8, so ask at most 8 h100 GPUs per pod`]
+}
+
+test_a_job_of_pods_that_fit_a_node_and_the_quota_is_admitted if {
+	input_doc := object.union(testdata.workload_input("Job", "vision", testdata.vera, _sweep(2, "8")), _pools_of_8)
+	count(gpu_violations) == 0 with input as input_doc with data.inventory as _inventory
+}
