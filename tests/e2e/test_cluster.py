@@ -1042,6 +1042,18 @@ def test_a_quota_beyond_the_pools_nodes_is_said_and_the_fix_names_the_largest_no
     eventually(refused_naming_the_node, what="the Fix naming the largest node", timeout=20)
     refused = refusals[-1]
     print(refused.stderr)  # the real output, for docs/researchers.md
+    # A Job of such pods, refused as a whole: the node first, then how many of that size fit.
+    sweep = team.researcher.apply(
+        job("sweep", 16, parallelism=4, completions=4, shard=0, run_for=None), team.namespace
+    )
+    assert sweep.returncode != 0
+    assert (
+        f'[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "{team.name}" '  # noqa: RUF001
+        "has 16 h100 GPUs. "
+        "Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never "
+        "scheduled), and run at most 2 pods at once (spec.parallelism)"
+    ) in sweep.stderr, sweep.stderr
+    print(sweep.stderr)  # the real output, for docs/researchers.md
     # What it says to ask is admitted and bound.
     fits = team.researcher.apply(pod("fits", 8), team.namespace)
     assert fits.returncode == 0, fits.stderr
