@@ -26,6 +26,9 @@ class NodeIndex:
         self._on_changed = on_changed
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeGpus] = {}
+        # The last capacities by pools' nodeSelectors, until a node changes: a tenant's status is
+        # written after every settlement of its pods, and the nodes rarely change meanwhile.
+        self._capacities: dict[tuple[tuple[tuple[str, str], ...], ...], dict[str, ModelCapacity] | None] = {}
         self.is_synced = False
 
     def on_list(self, objects: list[Object]) -> None:
@@ -33,6 +36,8 @@ class NodeIndex:
         with self._lock:
             changed = nodes != self._nodes or not self.is_synced
             self._nodes, self.is_synced = nodes, True
+            if changed:
+                self._capacities = {}
         if changed:
             self._on_changed()
 
@@ -46,6 +51,7 @@ class NodeIndex:
                 del self._nodes[name]
             else:
                 self._nodes[name] = node
+            self._capacities = {}
         self._on_changed()
 
     def capacity_of(self, tenant: Tenant) -> dict[str, ModelCapacity] | None:
@@ -53,6 +59,9 @@ class NodeIndex:
         or labgate cannot tell: see pool_capacity)."""
         if not self.is_synced:
             return None
+        pools = tenant.spec.placement.node_pools
+        key = tuple(tuple(sorted(pool.node_selector.items())) for pool in pools)
         with self._lock:
-            nodes = list(self._nodes.values())
-        return pool_capacity(tenant.spec.placement.node_pools, nodes)
+            if key not in self._capacities:
+                self._capacities[key] = pool_capacity(pools, list(self._nodes.values()))
+            return self._capacities[key]
