@@ -875,7 +875,7 @@ def writes_rows(launches: list[Launch], top: int = 10, kueue: bool = False) -> l
         pods[r.target] += r.pods
     resources = sorted(
         set(totals["baseline"]) | set(totals["labgate"]),
-        key=lambda k: -(totals["baseline"][k] + totals["labgate"][k]),
+        key=lambda k: (-(totals["baseline"][k] + totals["labgate"][k]), k),  # ties by name: stable
     )
     lines = [
         f"| resource | baseline writes / pod | {target_name('labgate', kueue)} writes / pod |",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from labgate.core.api_resources import (
     NAMESPACE,
+    NODE,
     RESOURCE_CLAIM,
     RESOURCE_FLAVOR,
     TENANT,
@@ -210,6 +211,7 @@ class Reconciler:
             provisioned_generation=self.tenants.provisioned_generation,
             queue=status_queue,
             kueue=self.kueue,
+            gpu_counting=gpu_counting,
         )
 
     def _wire(self) -> None:
@@ -231,15 +233,18 @@ class Reconciler:
                 on_event=self.settlement.pods.on_event,
             ),
         ]
-        # What the scheduler allocated to claims (the settlement's truth for DRA GPUs). Not part of
-        # readiness: a cluster that does not serve resource.k8s.io/v1 has no claims to count.
-        self.claim_reflector = Reflector(
-            "resourceclaims",
-            self.kube.api,
-            self.kube.lister(RESOURCE_CLAIM),
-            on_list=self.settlement.claims.on_list,
-            on_event=self.settlement.claims.on_event,
-        )
+        # Not part of readiness: what the scheduler allocated to claims (the settlement's truth for
+        # DRA GPUs; a cluster that does not serve resource.k8s.io/v1 has no claims to count), and
+        # what the nodes of each tenant's pools hold (its status; statuses go on without it).
+        self.optional_reflectors = [
+            Reflector(
+                name, self.kube.api, self.kube.lister(kind), on_list=index.on_list, on_event=index.on_event
+            )
+            for name, kind, index in (
+                ("resourceclaims", RESOURCE_CLAIM, self.settlement.claims),
+                ("nodes", NODE, self.status.nodes),
+            )
+        ]
 
     def _periodic_tasks(
         self, resync_seconds: float, certificates: CertificateManager | None, certificate_check_seconds: float
@@ -338,9 +343,8 @@ class Reconciler:
     def start(self) -> None:
         self.ledgers.start()
         self.settled.start()
-        for reflector in self.reflectors:
+        for reflector in [*self.reflectors, *self.optional_reflectors]:
             reflector.start()
-        self.claim_reflector.start()
         self.leader.start()
         self.start_workers()
 
@@ -353,9 +357,8 @@ class Reconciler:
     def stop(self) -> None:
         self._stop.set()
         self.leader.stop()
-        for reflector in self.reflectors:
+        for reflector in [*self.reflectors, *self.optional_reflectors]:
             reflector.stop()
-        self.claim_reflector.stop()
         self.ledgers.stop()
         self.settled.stop()
         self.stop_workers()

@@ -35,6 +35,7 @@ from labgate.core.api_resources import (
 from labgate.core.kube import KubeApi
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
 from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant, TenantLimits
+from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import (
     FINISHED_PHASES,
     GpuAmount,
@@ -43,6 +44,7 @@ from labgate.gpu_accounting.ledger import (
     usage,
 )
 from labgate.gpu_accounting.ledger_store import LedgerCache
+from labgate.gpu_accounting.pool_capacity import QUOTA_CONDITION, capacity_document, quota_condition
 from rbac.desired import (
     Manifest,
     desired_objects,
@@ -52,11 +54,19 @@ from rbac.desired import (
     shared_priority_classes,
     tenant_namespaces,
 )
+from rbac.node_index import NodeIndex
 from rbac.queues import FLAVOR_LABEL, queued, shared_flavors, tenant_queues
 from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.settlement_controller import PodIndex, labelled_namespaces
 from rbac.tenant_events import TenantEvents, now_timestamp, tenant_key
-from rbac.tenant_status import PodCounts, is_unchanged, shown_usage, tenant_status, with_transition_time
+from rbac.tenant_status import (
+    PodCounts,
+    is_unchanged,
+    old_condition,
+    shown_usage,
+    tenant_status,
+    with_transition_time,
+)
 from rbac.tenant_view import pending_pods
 
 MANAGED_KINDS = (
@@ -272,9 +282,13 @@ class TenantStatusController:
         provisioned_generation: Callable[[str], int | None],
         queue: WorkQueue | None = None,
         kueue: bool = False,
+        gpu_counting: GpuCounting | None = None,
     ):
-        """`kueue`: the status also shows what the tenant has queued in Kueue."""
+        """`kueue`: the status also shows what the tenant has queued in Kueue. `nodes`, fed by the
+        reconciler's Node watch, is what the nodes of its pools hold (status.gpu.pools, the
+        QuotaFitsPools condition); a change there asks for every tenant's status."""
         self.kueue = kueue
+        self.gpu_counting = gpu_counting or GpuCounting()
         self.kube = kube
         self.cache = cache
         self.ledgers = ledgers
@@ -282,6 +296,7 @@ class TenantStatusController:
         self.queue = queue if queue is not None else WorkQueue()
         self._gate = gate
         self._provisioned_generation = provisioned_generation
+        self.nodes = NodeIndex(self.gpu_counting, on_changed=self.enqueue_all)
 
     def handle(self, name: str) -> None:
         live = self.cache.get(tenant_key(name))
@@ -295,11 +310,13 @@ class TenantStatusController:
         namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
         gpus, counts = self._usage(live, namespaces)
         record_gpu_metrics(tenant, gpus)
-        status, condition = tenant_status(
-            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts
-        )
         old = live.get("status") or {}
-        if is_unchanged(status, condition, old):
+        pools, quota = self._pools(tenant, old)
+        status, ready = tenant_status(
+            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts, pools=pools
+        )
+        conditions = [ready, *quota]
+        if is_unchanged(status, conditions, old):
             return
         self._gate.check()
         result = self.kube.apply(
@@ -307,12 +324,32 @@ class TenantStatusController:
                 "apiVersion": "labgate.io/v1alpha1",
                 "kind": "Tenant",
                 "metadata": {"name": tenant.name},
-                "status": {**status, "conditions": [with_transition_time(condition, old, now_timestamp())]},
+                "status": {
+                    **status,
+                    "conditions": [with_transition_time(c, old, now_timestamp()) for c in conditions],
+                },
             },
             subresource="status",
         )
         WRITES.labels("status").inc()
         self.cache.upsert(TENANT, result)
+
+    def enqueue_all(self) -> None:
+        """Every tenant's status (a node's GPUs or labels changed what its pools may hold)."""
+        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
+            self.queue.add(key[3])
+
+    def _pools(self, tenant: Tenant, old: Object) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """status.gpu.pools and the QuotaFitsPools condition: from the nodes once they are listed,
+        until then as the live status says them (a restart does not blank them); neither when
+        labgate cannot tell what the pools hold."""
+        if not self.nodes.is_synced:
+            kept = {k: v for k, v in old_condition(old, QUOTA_CONDITION).items() if k != "lastTransitionTime"}
+            return (old.get("gpu") or {}).get("pools"), [kept] if kept else []
+        capacity = self.nodes.capacity_of(tenant)
+        if capacity is None:
+            return None, []
+        return capacity_document(capacity), [quota_condition(tenant, capacity, self.gpu_counting)]
 
     def _namespace_phases(self, namespaces: list[str]) -> dict[str, str]:
         phases = {}

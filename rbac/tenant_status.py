@@ -1,9 +1,10 @@
-"""Pure: a Tenant's status as the reconciler writes it (namespaces, the Ready condition, GPU usage),
-and whether the live status already says it."""
+"""Pure: a Tenant's status as the reconciler writes it (namespaces, the Ready condition, GPU usage,
+what the nodes of its pools hold and the QuotaFitsPools condition), and whether the live status
+already says it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,10 @@ def ready_condition(tenant: Tenant, namespaces: list[str], states: list[dict[str
 MAX_UNSCHEDULED_NAMES = 10
 
 
-def gpu_status(tenant: Tenant, gpus: GpuAmount, counts: PodCounts) -> dict[str, Any]:
+def gpu_status(
+    tenant: Tenant, gpus: GpuAmount, counts: PodCounts, pools: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """status.gpu; `pools`: what the nodes of its pools hold per model (status.gpu.pools), if known."""
     # An empty map or list is left out: server-side apply turns one emptied of the keys it owned
     # into null, which the schema refuses, and the status would stay stuck at its old usage.
     held = sum(n for _, n in counts.unscheduled)
@@ -73,6 +77,7 @@ def gpu_status(tenant: Tenant, gpus: GpuAmount, counts: PodCounts) -> dict[str, 
         "pendingPods": counts.pending,
         "heldByUnscheduled": held,
         **({"unscheduledPods": names[:MAX_UNSCHEDULED_NAMES]} if names else {}),
+        **({"pools": dict(pools)} if pools else {}),
         # With Kueue only: without it nothing is ever queued, and the columns stay empty.
         **(
             {"queuedWorkloads": counts.queued_workloads, "queuedGpus": counts.queued_gpus or 0}
@@ -88,27 +93,48 @@ def tenant_status(
     phases: Mapping[str, str],
     gpus: GpuAmount,
     counts: PodCounts,
+    *,
+    pools: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The status (without conditions) and the Ready condition (without its transition time)."""
+    """The status (without conditions) and the Ready condition (without its transition time);
+    `pools`: status.gpu.pools (rbac.tenant_controller, from labgate.gpu_accounting.pool_capacity)."""
     states = namespace_states(namespaces, phases)
     status = {
         "observedGeneration": tenant.generation,
         "namespaceList": ",".join(namespaces),
         "namespaces": states,
-        "gpu": gpu_status(tenant, gpus, counts),
+        "gpu": gpu_status(tenant, gpus, counts, pools),
     }
     return status, ready_condition(tenant, namespaces, states)
 
 
+def old_condition(old_status: Mapping[str, Any], kind: str = "Ready") -> dict[str, Any]:
+    """The live status's condition of type `kind` ({} when it has none)."""
+    return next((c for c in old_status.get("conditions") or [] if c.get("type") == kind), {})
+
+
 def old_ready_condition(old_status: Mapping[str, Any]) -> dict[str, Any]:
-    return next((c for c in old_status.get("conditions", []) if c.get("type") == "Ready"), {})
+    return old_condition(old_status, "Ready")
 
 
-def is_unchanged(status: dict[str, Any], condition: dict[str, Any], old_status: Mapping[str, Any]) -> bool:
-    """True if the live status already says all of `status` and `condition`."""
+def are_conditions_unchanged(conditions: Sequence[Mapping[str, Any]], old_status: Mapping[str, Any]) -> bool:
+    """True if the live status has exactly these conditions' types, each saying what it says."""
+    old_types = {c.get("type") for c in old_status.get("conditions") or []}
+    return old_types == {c["type"] for c in conditions} and all(
+        all(old_condition(old_status, c["type"]).get(k) == v for k, v in c.items()) for c in conditions
+    )
+
+
+def is_unchanged(
+    status: dict[str, Any],
+    condition: dict[str, Any] | Sequence[dict[str, Any]],
+    old_status: Mapping[str, Any],
+) -> bool:
+    """True if the live status already says all of `status` and the condition(s) (Ready, and
+    QuotaFitsPools when labgate knows the pools' nodes)."""
     old_gpu = old_status.get("gpu") or {}
     gpu = status["gpu"]
-    old_ready = old_ready_condition(old_status)
+    conditions = [condition] if isinstance(condition, dict) else list(condition)
     return (
         is_subset({k: v for k, v in status.items() if k != "gpu"}, old_status)
         and (old_gpu.get("used"), old_gpu.get("usedByModel") or {})
@@ -125,7 +151,8 @@ def is_unchanged(status: dict[str, Any], condition: dict[str, Any], old_status: 
             )
         )
         and (old_gpu.get("unscheduledPods") or []) == gpu.get("unscheduledPods", [])
-        and all(old_ready.get(k) == v for k, v in condition.items())
+        and (old_gpu.get("pools") or {}) == gpu.get("pools", {})
+        and are_conditions_unchanged(conditions, old_status)
     )
 
 
@@ -133,6 +160,6 @@ def with_transition_time(
     condition: dict[str, Any], old_status: Mapping[str, Any], now: str
 ) -> dict[str, Any]:
     """The condition with its lastTransitionTime: kept while its status stays the same, else `now`."""
-    old_ready = old_ready_condition(old_status)
-    kept = old_ready.get("status") == condition["status"] and "lastTransitionTime" in old_ready
-    return {**condition, "lastTransitionTime": old_ready["lastTransitionTime"] if kept else now}
+    old = old_condition(old_status, condition["type"])
+    kept = old.get("status") == condition["status"] and "lastTransitionTime" in old
+    return {**condition, "lastTransitionTime": old["lastTransitionTime"] if kept else now}

@@ -221,6 +221,27 @@ def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
     return {"workloads": workloads, "gpus": gpus}
 
 
+def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
+    """What the Tenant's status says the nodes of its pools hold, per model: {"gpus", "nodes",
+    "largest_node"}, or None (the reconciler writes status.gpu.pools; rbac.tenant_status). Only a
+    status of the current spec counts: pools just changed are not judged by the old ones' nodes."""
+    metadata, status = tenant.get("metadata") or {}, tenant.get("status") or {}
+    pools = (status.get("gpu") or {}).get("pools")
+    if (
+        not isinstance(pools, dict)
+        or not pools
+        or status.get("observedGeneration") != metadata.get("generation")
+    ):
+        return None
+    facts: dict[str, dict[str, int]] = {}
+    for model, held in pools.items():
+        numbers = [held.get(k) if isinstance(held, dict) else None for k in ("gpus", "nodes", "largestNode")]
+        counts = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+        if len(counts) == len(numbers):
+            facts[str(model)] = dict(zip(("gpus", "nodes", "largest_node"), counts, strict=True))
+    return facts or None
+
+
 def tenant_document(tenant: Object) -> dict[str, Any]:
     """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
     metadata = tenant.get("metadata", {})

@@ -46,6 +46,13 @@ class QueuedWorkloads(Protocol):
     def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None: ...
 
 
+@runtime_checkable
+class PoolGpus(Protocol):
+    """What the nodes of a tenant's pools hold per model (webhook.inventory.Inventory)."""
+
+    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None: ...
+
+
 class InventoryState(Protocol):
     @property
     def is_synced(self) -> bool: ...
@@ -180,6 +187,9 @@ class FactGatherer:
             )
             if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
                 policy_input["gpu_queued"] = queued
+            pools = self.inventory.pool_gpus(tenant) if isinstance(self.inventory, PoolGpus) else None
+            if pools is not None:  # a refusal's Fix names the largest node of its pools
+                policy_input["gpu_pools"] = pools
         if is_tenant_update(request) and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
                 policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()

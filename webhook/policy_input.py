@@ -54,6 +54,9 @@ class PolicyInput(TypedDict):
     # What Kueue holds queued of the tenant (workloads waiting for quota and the GPUs they ask), as
     # its status last said it: {"workloads", "gpus"} (queue-wait's text; webhook.admission.queued_in_kueue).
     gpu_queued: NotRequired[dict[str, Any]]
+    # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
+    # {model: {"gpus", "nodes", "largest_node"}} (for gpu-quota's Fix only; webhook.admission.pool_gpus).
+    gpu_pools: NotRequired[dict[str, dict[str, int]]]
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.

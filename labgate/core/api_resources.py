@@ -37,6 +37,7 @@ class Kind:
 POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
 SECRET = Kind("Secret", "", "v1", "secrets", is_namespaced=True)
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", is_namespaced=False)
+NODE = Kind("Node", "", "v1", "nodes", is_namespaced=False)
 PERSISTENT_VOLUME = Kind("PersistentVolume", "", "v1", "persistentvolumes", is_namespaced=False)
 SERVICE_ACCOUNT = Kind("ServiceAccount", "", "v1", "serviceaccounts", is_namespaced=True)
 RESOURCE_QUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas", is_namespaced=True)

@@ -64,6 +64,10 @@ class GpuCounting(BaseModel):
     def is_mig(self, resource: str) -> bool:
         return bool(self.mig_resource_prefix) and resource.startswith(self.mig_resource_prefix)
 
+    def is_mig_model(self, model: str) -> bool:
+        """Whether a model name (`mig-1g.10gb`) is a MIG profile's, not a whole GPU's."""
+        return self.is_mig(f"{self._mig_domain}{model}")
+
     def is_counted(self, resource: str) -> bool:
         return resource in self.gpu_resources or self.is_mig(resource)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import yaml
 
 from devcluster.nodes import RUN_FOR_ANNOTATION, NodePool, tenant_placement
 from devcluster.stack import LABGATE_NAMESPACE, POLICY_DIR, LabgateStack, NodeSimulation
@@ -990,3 +991,100 @@ def test_dra_gpus_are_settled_from_what_the_scheduler_allocated(
     )
     # What the cluster allocated is what the Tenant shows (judged: 1).
     eventually(lambda: reported_usage(sim, team.name) == 6, what="reported usage follows the allocation")
+
+
+# Issue 22 item 6: on nodes of 8, a pod of 32 was walked down 32 -> 24 -> 16 -> "wait" (forever), and a
+# quota the pools could never hold was said nowhere.
+def _tenant_manifest(stack: LabgateStack, name: str, h100: int) -> dict[str, Any]:
+    """The live Tenant as the infra team would apply it, its h100 quota set to `h100`."""
+    tenant = _json(stack, f"tenant/{name}")
+    tenant["metadata"] = {"name": name}
+    tenant.pop("status", None)
+    tenant["spec"]["gpu"]["models"]["h100"] = h100
+    return tenant
+
+
+def _quota_condition(stack: LabgateStack, name: str) -> dict[str, Any]:
+    conditions = _json(stack, f"tenant/{name}").get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "QuotaFitsPools"), {})
+
+
+def test_a_quota_beyond_the_pools_nodes_is_said_and_the_fix_names_the_largest_node(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    team, _ = tenant_with_pools(
+        sim, tenants, lambda n: _spot_pools(n, nodes=2), gpu={"total": 24, "models": {"h100": 16}}
+    )
+    # The legitimate quota: the pools' 2 nodes of 8 hold 16 h100; the condition says so.
+    eventually(lambda: _quota_condition(sim, team.name).get("status") == "True", what="QuotaFitsPools True")
+    shown = sim.cluster_kubectl("get", "tenant", team.name, "-o", "yaml")
+    assert shown.returncode == 0, shown.stderr
+    status = yaml.safe_load(shown.stdout)["status"]
+    assert status["gpu"]["pools"] == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
+    kept = sim.cluster_kubectl("apply", "-f", "-", manifest=_tenant_manifest(sim, team.name, 16))
+    assert kept.returncode == 0, kept.stderr
+    assert "[tenant-quota-beyond-pools]" not in kept.stderr
+
+    # A pod larger than any node of its pools: the first Fix names the node, not the quota of 16 (once
+    # the webhook's Tenant watch has brought it the status the reconciler wrote).
+    expected = (
+        f'[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "{team.name}" uses 0 of 24 GPUs '
+        "(h100: 0 of 16). Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 "
+        "(a larger pod is never scheduled, so waiting cannot help)"
+    )
+    refusals: list[Any] = []
+
+    def refused_naming_the_node() -> bool:
+        refusals.append(team.researcher.apply(pod("big", 32), team.namespace))
+        assert refusals[-1].returncode != 0, "a pod of 32 GPUs admitted"
+        return expected in refusals[-1].stderr
+
+    eventually(refused_naming_the_node, what="the Fix naming the largest node", timeout=20)
+    refused = refusals[-1]
+    print(refused.stderr)  # the real output, for docs/researchers.md
+    # A Job of such pods, refused as a whole: the node first, then how many of that size fit.
+    sweep = team.researcher.apply(
+        job("sweep", 16, parallelism=4, completions=4, shard=0, run_for=None), team.namespace
+    )
+    assert sweep.returncode != 0
+    assert (
+        f'[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "{team.name}" '  # noqa: RUF001
+        "has 16 h100 GPUs. "
+        "Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never "
+        "scheduled), and run at most 2 pods at once (spec.parallelism)"
+    ) in sweep.stderr, sweep.stderr
+    print(sweep.stderr)  # the real output, for docs/researchers.md
+    # What it says to ask is admitted and bound.
+    fits = team.researcher.apply(pod("fits", 8), team.namespace)
+    assert fits.returncode == 0, fits.stderr
+    eventually(
+        lambda: bool(_json(sim, "pod/fits", "-n", team.namespace)["spec"].get("nodeName")), what="bound"
+    )
+
+    # The infra team raises the h100 quota beyond the pools' nodes: told when applying it, and the
+    # condition turns False.
+    raised = sim.cluster_kubectl("apply", "-f", "-", manifest=_tenant_manifest(sim, team.name, 24))
+    assert raised.returncode == 0, raised.stderr
+    said = " ".join(
+        raised.stderr.replace("Warning: ", "").replace("[tenant-quota-beyond-pools] ...", "").split()
+    )
+    assert (
+        f'[tenant-quota-beyond-pools] Tenant "{team.name}" spec.gpu.models[h100] is 24, but the nodes of its '
+        "pools hold 16 h100 (2 nodes, the largest 8): its pods beyond 16 wait for a node."
+    ) in said, raised.stderr
+    assert "Fix: lower spec.gpu.models[h100] to 16, or add h100 nodes to its pools" in said
+    print(raised.stderr)  # the real output, for docs/infra.md
+    eventually(lambda: _quota_condition(sim, team.name).get("status") == "False", what="QuotaFitsPools False")
+    condition = _quota_condition(sim, team.name)
+    assert condition["reason"] == "QuotaBeyondPools"
+    assert condition["message"] == "h100: quota 24, its pools' nodes hold 16 (2 nodes, the largest 8)"
+    shown = sim.cluster_kubectl("get", "tenant", team.name, "-o", "yaml")
+    print(shown.stdout)  # the real output, for docs/infra.md
+    assert "type: QuotaFitsPools" in shown.stdout
+    # Back to what the nodes hold: nothing said, and the condition turns True again.
+    lowered = sim.cluster_kubectl("apply", "-f", "-", manifest=_tenant_manifest(sim, team.name, 16))
+    assert lowered.returncode == 0, lowered.stderr
+    assert "[tenant-quota-beyond-pools]" not in lowered.stderr
+    eventually(
+        lambda: _quota_condition(sim, team.name).get("status") == "True", what="QuotaFitsPools True again"
+    )

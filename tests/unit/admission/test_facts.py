@@ -159,6 +159,37 @@ def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
     assert "gpu_held" not in plain
 
 
+class _PoolsInventory(_Inventory):
+    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
+        return {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}} if tenant == "vision" else None
+
+
+def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
+    gatherer = FactGatherer(inventory=_PoolsInventory(), gpu_usage=_Usage())
+    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
+    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
+
+
+@pytest.mark.parametrize(
+    ("status", "pools"),
+    [
+        ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}},
+         {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}),
+        ({"observedGeneration": 1, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}}, None),
+        ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": "16", "nodes": 2, "largestNode": 8}}}}, None),
+        ({"observedGeneration": 2, "gpu": {}}, None),
+        ({}, None),
+    ],
+    ids=["current", "stale", "not-a-number", "unknown", "no-status"],
+)  # fmt: skip
+def test_the_pools_are_read_from_a_current_status_only(status: dict[str, Any], pools: Any) -> None:
+    from webhook.admission import pool_gpus
+
+    assert pool_gpus({"metadata": {"name": "vision", "generation": 2}, "status": status}) == pools
+
+
 @pytest.mark.parametrize(
     ("status", "held"),
     [

@@ -395,3 +395,22 @@ def test_a_snapshot_stays_as_it_was_while_the_watches_change_the_inventory(sync:
     assert after.namespaces["team-a"]["labels"][TENANT_LABEL] == "speech"
     assert set(after.tenants) == set()
     assert sync.sync.tenant_of("team-a") == "speech"
+
+
+# Issue 22 item 6: gpu-quota's Fix names the largest node of the tenant's pools, as its status says.
+def test_what_the_pools_nodes_hold_is_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
+    assert sync.sync.pool_gpus("vision") is None
+    measured = {
+        "observedGeneration": 2,
+        "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}},
+    }
+    current = {**tenant("vision", "alice", status=measured), "metadata": {"name": "vision", "generation": 2}}
+    sync.reflectors["tenants"].on_event("MODIFIED", current)
+    assert sync.sync.pool_gpus("vision") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
+    # A spec the status has not caught up with (its pools may be others): not its nodes.
+    newer = {**current, "metadata": {"name": "vision", "generation": 3}}
+    sync.reflectors["tenants"].on_event("MODIFIED", newer)
+    assert sync.sync.pool_gpus("vision") is None
+    sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
+    assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]

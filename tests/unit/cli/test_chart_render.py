@@ -671,6 +671,8 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
     # what the scheduler allocated to claims settles a pod's DRA GPUs
     assert {("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch")} <= cluster
+    # what the nodes of each tenant's pools hold (status.gpu.pools, QuotaFitsPools): read only
+    assert {g for g in cluster if g[1] == "nodes"} == {("", "nodes", "list"), ("", "nodes", "watch")}
     assert not {g for g in cluster if g[1] in ("secrets", "pods") and g[2] not in ("get", "list", "watch")}
     assert not {g for g in cluster if g[1] == "secrets"}, "no Secret anywhere but its own one (a Role)"
     own = _grants(default_manifests, "Role", "labgate-reconciler")

@@ -362,3 +362,58 @@ def test_cpu_pods_coming_and_going_keep_the_ledgers_workloads_current() -> None:
     reconciler.settlement.pods.on_event("DELETED", a_pod(1))
     drain(reconciler)
     assert ledgers.cached("vision").workloads == {"cpu": 500, "memory": 1 << 30, "pods": 1}
+
+
+# Issue 22 item 6: a quota the nodes of the tenant's pools can never hold was said nowhere.
+def _gpu_node(name: str, gpus: int, pool: str = "h100-spot") -> Object:
+    return {
+        "metadata": {"name": name, "labels": {"labgate.io/pool": pool, "nvidia.com/gpu.product": "h100"}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready"}]},
+    }
+
+
+def test_what_the_pools_nodes_hold_is_in_the_status_with_a_condition() -> None:
+    reconciler, kube = make()
+    key = ("labgate.io/v1alpha1", "Tenant", "", "vision")
+    pools = {"nodePools": [{"name": "h100-spot", "nodeSelector": {"labgate.io/pool": "h100-spot"}}]}
+    spec = {**TENANT_OBJECT["spec"], "gpu": {"total": 24, "models": {"h100": 24}}, "placement": pools}
+    kube.objects[key]["spec"] = spec  # as the infra team applied it
+    reconciler.observe(TENANT, "MODIFIED", copy.deepcopy(kube.objects[key]))
+    drain(reconciler)
+    assert [c["type"] for c in kube.objects[key]["status"]["conditions"]] == ["Ready"]  # nodes not listed yet
+    reconciler.status.nodes.on_list(
+        [_gpu_node("spot-0", 8), _gpu_node("spot-1", 8), _gpu_node("theirs", 8, "speech")]
+    )
+    drain(reconciler)
+    status = kube.objects[key]["status"]
+    assert status["gpu"]["pools"] == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
+    quota = status["conditions"][1]
+    assert (quota["type"], quota["status"], quota["reason"]) == (
+        "QuotaFitsPools",
+        "False",
+        "QuotaBeyondPools",
+    )
+    assert quota["message"] == "h100: quota 24, its pools' nodes hold 16 (2 nodes, the largest 8)"
+    # A kubelet's heartbeat changes nothing of a node's GPUs: nothing is written.
+    applied = len(kube.applies)
+    reconciler.status.nodes.on_event(
+        "MODIFIED", {**_gpu_node("spot-0", 8), "status": {"allocatable": {"nvidia.com/gpu": 8}}}
+    )
+    reconciler.observe(TENANT, "MODIFIED", kube.objects[key])
+    drain(reconciler)
+    assert len(kube.applies) == applied
+    # A third node: the pools hold the quota.
+    reconciler.status.nodes.on_event("ADDED", _gpu_node("spot-2", 8))
+    drain(reconciler)
+    status = kube.objects[key]["status"]
+    assert status["gpu"]["pools"]["h100"] == {"gpus": 24, "nodes": 3, "largestNode": 8}
+    assert status["conditions"][1]["status"] == "True"
+
+
+def test_a_tenant_without_pools_gets_no_quota_condition() -> None:
+    reconciler, kube = make()
+    reconciler.status.nodes.on_list([_gpu_node("spot-0", 8)])
+    drain(reconciler)
+    status = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]
+    assert [c["type"] for c in status["conditions"]] == ["Ready"]
+    assert "pools" not in status["gpu"]

@@ -100,3 +100,25 @@ def test_many_waiting_pods_are_counted_and_the_first_named() -> None:
 
     assert held_text(16, ["a", "b", "c", "d"]) == "16 held by 4 pods not yet scheduled: a, b, c, ..."
     assert held_text(0, []) == ""
+
+
+# Issue 22 item 6: what the nodes of the pools hold, and QuotaFitsPools, written when they change.
+def test_the_pools_and_their_condition_are_written_when_they_change() -> None:
+    pools = {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
+    fits = {"type": "QuotaFitsPools", "status": "True", "observedGeneration": 4, "reason": "PoolsHoldQuota"}
+    status, ready = tenant_status(
+        TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0), pools=pools
+    )
+    assert status["gpu"]["pools"] == pools
+    old = {**status, "conditions": [with_transition_time(c, {}, "t0") for c in (ready, fits)]}
+    assert is_unchanged(status, [ready, fits], old)
+    # The quota now beyond the pools: the condition flips, with a new transition time.
+    beyond = {**fits, "status": "False", "reason": "QuotaBeyondPools"}
+    assert not is_unchanged(status, [ready, beyond], old)
+    assert with_transition_time(beyond, old, "t1")["lastTransitionTime"] == "t1"
+    assert with_transition_time(ready, old, "t1")["lastTransitionTime"] == "t0"
+    # labgate can no longer tell (the pools were removed): the pools and the condition go.
+    unknown, _ = tenant_status(TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0))
+    assert "pools" not in unknown["gpu"]
+    assert not is_unchanged(unknown, [ready], old)
+    assert not is_unchanged(status, [ready], old)  # the condition alone gone is a change too

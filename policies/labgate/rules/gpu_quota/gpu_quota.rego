@@ -148,6 +148,12 @@ _alone_over(tenant, d) := array.concat(
 )
 
 _quota_fix(tenant, d) := sprintf(
+	"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting cannot help)",
+	[gpu_text.plural(over.limit, _gpu_word(_node_model(over.model))), over.limit],
+) if {
+	over := _binding_over(tenant, d)
+	over.is_node
+} else := sprintf(
 	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
 	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
@@ -156,10 +162,37 @@ _quota_fix(tenant, d) := sprintf(
 	_held_text != ""
 } else := "lower the request or wait for running pods to finish"
 
+# What the nodes of the tenant's pools hold per model (input.gpu_pools, as the Tenant's status last
+# said it): {model: {"gpus", "nodes", "largest_node"}}; nothing when labgate does not know.
+_pools := object.get(input, "gpu_pools", {})
+
+# The largest node of the pools for a model the pod asks; for a pod that names no model, the largest
+# of any model. Undefined without facts.
+_largest_node(model) := n if {
+	n := _pools[model].largest_node
+} else := n if {
+	model == gpu.unspecified_model
+	sizes := [p.largest_node | some p in _pools]
+	count(sizes) > 0
+	n := max(sizes)
+}
+
+_node_model(model) := "" if {
+	model == gpu.unspecified_model
+} else := model
+
+# The models the pod asks more of than the largest node of its pools has: it is never scheduled.
+_node_over(d) := [{"model": model, "limit": n, "is_node": true} |
+	some model in sort(object.keys(d.by_model))
+	n := _largest_node(model)
+	d.by_model[model] > n
+]
+
 # The limit a request over several must meet first: the smallest (a model's before the total on a
-# tie), so the Fix is the one that fits, not one that leads to the next refusal.
+# tie, a quota's before a node's), so the Fix is the one that fits, not one that leads to the next
+# refusal (32 asked of 24 GPUs, 16 h100 and nodes of 8: "ask at most 8", not 16, then wait forever).
 _binding_over(tenant, d) := overs[min(ranked)[2]] if {
-	overs := _alone_over(tenant, d)
+	overs := array.concat(_alone_over(tenant, d), _node_over(d))
 	ranked := {[o.limit, _total_last(o.model), i] | some i, o in overs}
 	count(ranked) > 0
 }
@@ -176,13 +209,29 @@ _replicas(template) := object.get(template, "replicas", 1)
 
 # What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
 # model: [{"pods", "each"}] for the templates that ask any.
-_terms(model) := [{"pods": _replicas(t), "each": each} |
+_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
 	some t in input.pod_templates
 	d := gpu.template_demand[t.path]
 	each := _per_pod(d, model)
 	each > 0
 	_replicas(t) > 0
 ]
+
+# The largest node of the pools for a workload's one template, when it asks more than that node has:
+# its pods are never scheduled, whatever the quota. The model's node, or for the total the node of
+# the one model its pods ask. Undefined without facts, with several templates, or when it fits.
+_node_cap(terms, model) := n if {
+	count(terms) == 1
+	n := _term_largest_node(terms[0], model)
+	terms[0].each > n
+}
+
+_term_largest_node(_, model) := _largest_node(model) if model != ""
+
+_term_largest_node(term, "") := _largest_node(m) if {
+	count(term.models) == 1
+	some m in term.models
+}
 
 _per_pod(d, "") := d.total
 
@@ -237,7 +286,23 @@ _pod_count(terms) := sum([t.pods | some t in terms])
 
 # The Fix of gpu-quota-unfit. A gang: its pods cannot wait for each other, they can only ask less
 # each or get more quota.
-_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together, so ask at most %s per pod, or %s", [
+_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and the largest node of your pools has %v, so ask at most %s per pod", [
+	gpu_text.plural(_pod_count(terms), "pod"),
+	n,
+	gpu_text.plural(n, _gpu_word(model)),
+]) if {
+	is_gang
+	n := _node_cap(terms, model)
+	n < floor(limit / _pod_count(terms))
+} else := sprintf("ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled)%s", [
+	gpu_text.plural(n, _gpu_word(model)),
+	n,
+	_at_once_text(terms, limit, n),
+]) if {
+	not is_gang
+	n := _node_cap(terms, model)
+	n < limit
+} else := sprintf("its %s start together, so ask at most %s per pod, or %s", [
 	gpu_text.plural(_pod_count(terms), "pod"),
 	gpu_text.plural(floor(limit / _pod_count(terms)), _gpu_word(model)),
 	_raise_text(model, tenant),
@@ -251,6 +316,14 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together, so as
 ]) if {
 	is_gang
 } else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
+
+# With pods of `each` GPUs, how many may run at once under `limit`, when fewer than the workload runs.
+_at_once_text(terms, limit, each) := sprintf(", and run at most %s at once (%s)", [
+	gpu_text.plural(floor(limit / each), "pod"),
+	object.get(_replica_field, input.request.kind.kind, "its replica count"),
+]) if {
+	terms[0].pods * each > limit
+} else := ""
 
 _raise_text(model, tenant) := sprintf("ask the infra team to raise %s of Tenant %q", [_limit_field(model), tenant.metadata.name])
 

@@ -6,6 +6,8 @@
 #   Applies to everyone, the infra team included: a collision is a mistake, not a permission.
 package labgate.rules.tenant_spec
 
+import data.labgate.lib.gpu
+
 _is_tenant_write if {
 	input.request.kind.group == "labgate.io"
 	input.request.kind.kind == "Tenant"
@@ -111,5 +113,64 @@ violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
 	msg := sprintf(
 		"[%s] Tenant %q uses %v %s, above the new limit %v (%s): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods",
 		[rule_id, _name, over.used, over.word, over.limit, over.field],
+	)
+}
+
+# --- A quota the nodes of the tenant's pools can never hold ---
+
+# What the nodes of the Tenant's pools hold per model, as its status says it (the reconciler writes
+# status.gpu.pools from the nodes it watches), when that status is of the pools the update keeps:
+# the old object's status, of its current generation, with the same nodeSelectors. Undefined else.
+_pool_capacity := capacity if {
+	old := input.request.oldObject
+	old.status.observedGeneration == old.metadata.generation
+	_pool_selectors(old) == _pool_selectors(input.request.object)
+	capacity := old.status.gpu.pools
+	is_object(capacity)
+	count(capacity) > 0
+}
+
+_pool_selectors(tenant) := [object.get(pool, "nodeSelector", {}) |
+	some pool in object.get(tenant, ["spec", "placement", "nodePools"], [])
+]
+
+_pool_gpus(model) := object.get(_pool_capacity, [model, "gpus"], 0)
+
+_pool_text(model) := sprintf("%v %s (%v %s, the largest %v)", [
+	held.gpus, model, held.nodes, _nodes_word(held.nodes), held.largestNode,
+]) if {
+	held := _pool_capacity[model]
+} else := sprintf("no %s", [model])
+
+_waiting_text(model) := sprintf("its pods beyond %v", [_pool_gpus(model)]) if {
+	_pool_gpus(model) > 0
+} else := sprintf("its %s pods", [model])
+
+_nodes_word(1) := "node"
+
+_nodes_word(n) := "nodes" if n != 1
+
+# METADATA
+# title: A quota the nodes of the tenant's pools can never hold says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): the nodes may be on their way. Pods
+#   beyond what the pools' nodes hold wait for a node, and the reconciler's QuotaFitsPools condition
+#   says the same. Judged on an update whose pools are the ones the status measured; a new Tenant
+#   has no status yet (its condition says it within seconds).
+# custom:
+#   rule_id: tenant-quota-beyond-pools
+violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.gpu.models[%s]", [model])} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
+	input.request.operation == "UPDATE"
+	object.get(input.request, "subResource", "") == ""
+	_pool_capacity
+	some model, quota in object.get(input.request.object, ["spec", "gpu", "models"], {})
+	not gpu.is_mig_model(model)
+	quota > _pool_gpus(model)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] Tenant %q spec.gpu.models[%s] is %v, but the nodes of its pools hold %s: %s wait for a node. Fix: lower spec.gpu.models[%s] to %v, or add %s nodes to its pools",
+		[rule_id, _name, model, quota, _pool_text(model), _waiting_text(model), model, _pool_gpus(model), model],
 	)
 }

@@ -146,3 +146,65 @@ test_a_quota_below_the_usage_is_a_warning_not_a_refusal if {
 	d.allowed
 	[w.message | some w in d.warnings] == [`[tenant-quota-below-usage] Tenant "team-a" uses 5 GPUs, above the new limit 4 (spec.gpu.total): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods`]
 }
+
+# Issue 22 item 6: a quota the nodes of the tenant's pools can never hold was silent.
+_pools := [{"name": "h100-spot", "spot": true, "nodeSelector": {"labgate.io/pool": "h100-spot", "nvidia.com/gpu.product": "h100"}}]
+
+_tenant(generation, models, pools) := {
+	"metadata": {"name": "team-a", "generation": generation},
+	"spec": {"members": {}, "namespaces": {"names": ["team-a"]}, "gpu": {"models": models}, "placement": {"nodePools": pools}},
+}
+
+# An update of team-a from an h100 quota of 16 to `models`, its status saying its pools hold 16 h100
+# on 2 nodes of 8.
+_update_pools(models, pools) := {"request": {
+	"operation": "UPDATE",
+	"kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
+	"name": "team-a",
+	"userInfo": {"username": "infra", "groups": ["system:masters"]},
+	"oldObject": object.union(_tenant(3, {"h100": 16}, _pools), {"status": {
+		"observedGeneration": 3,
+		"gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}},
+	}}),
+	"object": _tenant(3, models, pools),
+}}
+
+test_a_quota_beyond_what_the_pools_hold_says_so if {
+	violations := tenant_spec.violation with input as _update_pools({"h100": 24, "a100": 4, "mig-1g.10gb": 8}, _pools)
+		with data.inventory as inventory
+	violations == {
+		{
+			"rule": "tenant-quota-beyond-pools",
+			"field": "spec.gpu.models[h100]",
+			"message": `[tenant-quota-beyond-pools] Tenant "team-a" spec.gpu.models[h100] is 24, but the nodes of its pools hold 16 h100 (2 nodes, the largest 8): its pods beyond 16 wait for a node. Fix: lower spec.gpu.models[h100] to 16, or add h100 nodes to its pools`,
+		},
+		{
+			"rule": "tenant-quota-beyond-pools",
+			"field": "spec.gpu.models[a100]",
+			"message": `[tenant-quota-beyond-pools] Tenant "team-a" spec.gpu.models[a100] is 4, but the nodes of its pools hold no a100: its a100 pods wait for a node. Fix: lower spec.gpu.models[a100] to 0, or add a100 nodes to its pools`,
+		},
+	}
+	d := data.labgate.admission.decision with input as _update_pools({"h100": 24}, _pools) with data.inventory as inventory
+	d.allowed # a warning: the nodes may be on their way
+	count(d.warnings) == 1
+}
+
+test_a_quota_the_pools_hold_says_nothing if {
+	count(tenant_spec.violation) == 0 with input as _update_pools({"h100": 16}, _pools) with data.inventory as inventory
+}
+
+test_pools_the_status_did_not_measure_say_nothing if {
+	# Other pools in the update: the status's nodes are not theirs.
+	other := [json.patch(_pools[0], [{"op": "replace", "path": "/nodeSelector/labgate.io~1pool", "value": "h100-big"}])]
+	count(tenant_spec.violation) == 0 with input as _update_pools({"h100": 24}, other) with data.inventory as inventory
+
+	# A status of an older generation (the reconciler has not caught up), or without pools.
+	stale := json.patch(_update_pools({"h100": 24}, _pools), [{"op": "replace", "path": "/request/oldObject/status/observedGeneration", "value": 2}])
+	count(tenant_spec.violation) == 0 with input as stale with data.inventory as inventory
+	unknown := json.remove(_update_pools({"h100": 24}, _pools), ["/request/oldObject/status/gpu/pools"])
+	count(tenant_spec.violation) == 0 with input as unknown with data.inventory as inventory
+
+	# The reconciler's own status write says nothing.
+	status_write := json.patch(_update_pools({"h100": 24}, _pools), [{"op": "add", "path": "/request/subResource", "value": "status"}])
+	count(tenant_spec.violation) == 0 with input as status_write with data.inventory as inventory
+}
