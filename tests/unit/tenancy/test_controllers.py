@@ -16,7 +16,7 @@ from labgate.core.api_resources import NAMESPACE, ROLE_BINDING, TENANT, Kind, Ob
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
 from rbac.desired import object_key
-from rbac.reconciler import Doors, Reconciler
+from rbac.reconciler import Doors, Pacing, Reconciler
 from rbac.runtime import WorkQueue
 
 Key = tuple[str, str, str, str]
@@ -187,9 +187,7 @@ def make(
         namespace="labgate-system",
         identity="test",
         doors=doors,
-        settle_interval_seconds=intervals,
-        status_interval_seconds=2 * intervals,
-        clock=clock,
+        pacing=Pacing(settle_seconds=intervals, status_seconds=2 * intervals, clock=clock),
     )
     for reflector in reconciler.reflectors:
         reflector.has_synced.set()
