@@ -80,7 +80,16 @@ class Pacing:
 
 PACING = Pacing()
 
-__all__ = ["FIELD_MANAGER", "PACING", "Doors", "Pacing", "Reconciler", "connect", "finalizer_added", "finalizer_removed"]
+__all__ = [
+    "FIELD_MANAGER",
+    "PACING",
+    "Doors",
+    "Pacing",
+    "Reconciler",
+    "connect",
+    "finalizer_added",
+    "finalizer_removed",
+]
 
 # Tenants holding reservations are looked at this often, so that one whose pod never came is released
 # within seconds of its expiry.
