@@ -162,6 +162,8 @@ def test_usage_is_released_when_pods_are_deleted_or_finish(
     me.kubectl("delete", "pod", "a", "-n", team.namespace, "--wait=false")
     eventually(lambda: gpu_used(stack, team.name) == 2, what="deleted pod's GPUs released")
     assert me.apply(gpu_pod("c", 2), team.namespace).returncode == 0
+    # The status is written at most every 2 s (issue 21): it shows c before b's finish is awaited.
+    eventually(lambda: gpu_used(stack, team.name) == 4, what="c's GPUs shown")
     # A pod that finished (the kubelet would write this status) no longer holds its GPUs.
     stack.admin_kubectl(
         "patch",
