@@ -120,6 +120,8 @@ class WorkQueue:
 
     def add(self, name: str) -> None:
         with self._cond:
+            if name in self._pending:
+                return  # a worker was woken when it was queued: a burst of events wakes none again
             self._pending[name] = None
             self._cond.notify()
 

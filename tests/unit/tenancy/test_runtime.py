@@ -158,3 +158,25 @@ def test_certificate_rotation_is_a_periodic_task_of_its_own_that_starts_at_once(
     periodic.run_due(30.0)
     periodic.run_due(45.0)
     assert manager.steps == 1
+
+
+class CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_a_burst_of_adds_of_a_queued_name_wakes_a_worker_once() -> None:
+    """Issue 21: every pod event woke a settlement worker to find its tenant already queued."""
+    queue = WorkQueue(min_interval=1.0)
+    counting = CountingCondition()
+    queue._cond = counting  # the queue's one lock and condition, counted
+    for _ in range(100):
+        queue.add("vision")
+    queue.add("audio")
+    assert counting.notified == 2
+    assert {queue.get(timeout=0), queue.get(timeout=0)} == {"vision", "audio"}
