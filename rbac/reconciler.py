@@ -19,6 +19,7 @@ in, and the reflectors whose events reach them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,7 +59,38 @@ from rbac.tenant_controller import (
 )
 from rbac.tenant_events import TenantEvents
 
-__all__ = ["FIELD_MANAGER", "Doors", "Reconciler", "connect", "finalizer_added", "finalizer_removed"]
+
+@dataclass(frozen=True)
+class Pacing:
+    """How often a tenant is settled and its status written, at most (seconds, by `clock`): a Job's
+    burst of pod events costs a few ledger and status writes rather than one per event (issue 21).
+    A pod's GPUs count all along (as its reservation until it is settled), so only how soon a
+    finished pod's GPUs are free again, and the status shows it, waits for the interval."""
+
+    settle_seconds: float = 1.0
+    status_seconds: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+
+    def queues(self) -> tuple[WorkQueue, WorkQueue]:
+        """The settlement's queue and the status's."""
+        return (
+            WorkQueue(min_interval=self.settle_seconds, clock=self.clock),
+            WorkQueue(min_interval=self.status_seconds, clock=self.clock),
+        )
+
+
+PACING = Pacing()
+
+__all__ = [
+    "FIELD_MANAGER",
+    "PACING",
+    "Doors",
+    "Pacing",
+    "Reconciler",
+    "connect",
+    "finalizer_added",
+    "finalizer_removed",
+]
 
 # Tenants holding reservations are looked at this often, so that one whose pod never came is released
 # within seconds of its expiry.
@@ -136,14 +168,15 @@ class Reconciler:
         doors: Doors | None = None,
         limit_defaults: TenantLimits | None = None,
         kueue: bool = False,
+        pacing: Pacing = PACING,
     ):
         """`doors` replaces the connections made from `api` (tests pass fakes); `limit_defaults`:
         the infra team's default tenant limits (policy config tenant_limits); `kueue`: Kueue is
-        installed, and each tenant gets its queues (rbac/queues.py)."""
+        installed, and each tenant gets its queues (rbac/queues.py); `pacing`: see `Pacing`."""
         self.limit_defaults = limit_defaults or TenantLimits()
         self.kueue = kueue
         # The queues first: the doors and the controllers hand each other's work to them.
-        settle_queue, status_queue = WorkQueue(), WorkQueue()
+        settle_queue, status_queue = pacing.queues()
         if doors is None:
             assert api is not None, "an API client or the doors"
             doors = connect(

@@ -103,28 +103,55 @@ class ObjectCache:
 
 class WorkQueue:
     """Tenant names to work on. A name queued twice is handled once, and never by two workers at
-    once: queued again while in progress, it is handed out again after `done`."""
+    once: queued again while in progress, it is handed out again after `done`.
 
-    def __init__(self) -> None:
+    With `min_interval` (seconds), a name is handed out at most once per interval: queued again
+    sooner, it waits out the rest of the interval, and everything queued meanwhile is one pass. A
+    burst of a thousand pod events then costs a tenant a few passes (and their writes) rather than
+    one each; the last one queued is always handed out, so the last state is always written."""
+
+    def __init__(self, *, min_interval: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_interval = min_interval
+        self._clock = clock
         self._cond = threading.Condition()
         self._pending: dict[str, None] = {}  # insertion-ordered set
         self._active: set[str] = set()
+        self._not_before: dict[str, float] = {}  # name -> when it may be handed out again
 
     def add(self, name: str) -> None:
         with self._cond:
+            if name in self._pending:
+                return  # a worker was woken when it was queued: a burst of events wakes none again
             self._pending[name] = None
             self._cond.notify()
 
     def get(self, timeout: float) -> str | None:
+        """The next name that is neither in progress nor within its interval; None after `timeout`."""
         with self._cond:
-            for _ in range(2):
+            deadline = self._clock() + timeout
+            while True:
+                now = self._clock()
+                wait = deadline - now
                 for name in self._pending:
-                    if name not in self._active:
-                        del self._pending[name]
-                        self._active.add(name)
-                        return name
-                self._cond.wait(timeout)
-            return None
+                    if name in self._active:
+                        continue
+                    ready_at = self._not_before.get(name, now)
+                    if ready_at <= now:
+                        return self._hand_out(name, now)
+                    wait = min(wait, ready_at - now)
+                if wait <= 0:
+                    return None
+                self._cond.wait(wait)
+
+    def _hand_out(self, name: str, now: float) -> str:
+        del self._pending[name]
+        self._active.add(name)
+        if self.min_interval > 0:
+            self._not_before[name] = now + self.min_interval
+            # Names whose interval is over need no entry (a tenant that went away leaves none).
+            for done in [n for n, at in self._not_before.items() if at <= now]:
+                del self._not_before[done]
+        return name
 
     def done(self, name: str) -> None:
         with self._cond:
@@ -132,7 +159,7 @@ class WorkQueue:
             self._cond.notify_all()
 
     def __len__(self) -> int:
-        """Names waiting or in progress."""
+        """Names waiting (within their interval, too) or in progress."""
         with self._cond:
             return len(self._pending) + len(self._active)
 

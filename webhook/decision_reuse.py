@@ -1,7 +1,8 @@
 """Reusing a decision for an identical pod (pure: no I/O; the evaluation door and the clock are given).
 
 A Job of a thousand copies arrives as a thousand Pod CREATEs that differ only in the pod's name, uid
-and timestamps. labgate's rules never decide on those (they only quote the name in messages; the
+and timestamps (an Indexed Job's also in their index: a label, an annotation, the hostname).
+labgate's rules never decide on those (they only quote the name in messages; the
 unit tests check the shipped rules for it, and docs/infra.md asks the same of new ones), so one
 policy evaluation serves the burst: the answer for the first pod is reused for the next identical
 one, for a few seconds.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -38,10 +39,15 @@ from labgate.core.metrics import DECISIONS_REUSED
 from webhook.policy_input import PolicyInput
 from webhook.reservations import holds_at, input_usage
 
-# Metadata fields that differ between the copies of one pod and that no rule decides on.
+# Metadata fields that differ between the copies of one pod and that no rule decides on
+# (generateName too: an Indexed Job's pods are "<job>-<index>-...").
 IDENTITY_FIELDS = frozenset(
-    {"name", "uid", "creationTimestamp", "managedFields", "resourceVersion", "generation"}
+    {"name", "generateName", "uid", "creationTimestamp", "managedFields", "resourceVersion", "generation"}
 )
+# An Indexed Job's pods differ by their index too: in this label and annotation, and in the spec's
+# hostname ("<job>-<index>"). No rule decides on them either (tests/unit/policies/test_reuse_identity.py).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+INDEX_SPEC_FIELDS = frozenset({"hostname"})
 
 DEFAULT_MAX_ENTRIES = 4096
 
@@ -51,7 +57,21 @@ Value = TypeVar("Value")
 def _without_identity(metadata: Any) -> Any:
     if not isinstance(metadata, dict):
         return metadata
-    return {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
+    kept = {k: v for k, v in metadata.items() if k not in IDENTITY_FIELDS}
+    for field in ("labels", "annotations"):
+        if isinstance(found := kept.get(field), dict) and COMPLETION_INDEX in found:
+            kept[field] = {k: v for k, v in found.items() if k != COMPLETION_INDEX}
+    return kept
+
+
+def _without_index(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod (or pod template document) without its identity and index: its metadata stripped of
+    them, its spec of the fields an Indexed Job sets per index."""
+    stripped = {**pod, "metadata": _without_identity(pod.get("metadata"))}
+    spec = pod.get("spec")
+    if isinstance(spec, dict) and not INDEX_SPEC_FIELDS.isdisjoint(spec):
+        stripped["spec"] = {k: v for k, v in spec.items() if k not in INDEX_SPEC_FIELDS}
+    return stripped
 
 
 def pod_create_key(policy_input: PolicyInput, facts_version: Hashable) -> bytes | None:
@@ -69,10 +89,9 @@ def pod_create_key(policy_input: PolicyInput, facts_version: Hashable) -> bytes 
     if not isinstance(obj, dict):
         return None
     stripped_request = {k: v for k, v in request.items() if k not in ("uid", "name", "object", "oldObject")}
-    stripped_request["object"] = {**obj, "metadata": _without_identity(obj.get("metadata"))}
+    stripped_request["object"] = _without_index(obj)
     templates = [
-        {**t, "metadata": _without_identity(t.get("metadata"))} if isinstance(t, dict) else t
-        for t in policy_input.get("pod_templates") or []
+        _without_index(t) if isinstance(t, dict) else t for t in policy_input.get("pod_templates") or []
     ]
     document = {
         **{k: v for k, v in policy_input.items() if k not in ("request", "pod_templates", "gpu_usage")},

@@ -1,6 +1,10 @@
 """Limits on slow clients, below the app: uvicorn's h11 protocol with a deadline for each request's
 head (request line and headers). uvicorn closes idle keep-alive connections, but a connection that
-sends part of a request head and stalls would otherwise be held open forever (slowloris)."""
+sends part of a request head and stalls would otherwise be held open forever (slowloris).
+
+The same protocol sends each response in one piece (`CorkedTransport`): uvicorn writes a response's
+head and body separately, which over TLS were two records and two socket sends per admission
+request, for the webhook and for the apiserver that reads them."""
 
 from __future__ import annotations
 
@@ -25,14 +29,47 @@ APISERVER_IDLE_CONNECTION_SECONDS = 90
 KEEP_ALIVE_SECONDS = APISERVER_IDLE_CONNECTION_SECONDS + 30
 
 
+class CorkedTransport:
+    """A transport whose writes of one turn of the event loop go out as one write at the end of it
+    (a response's head and body: one TLS record, one send). Everything else is the transport's own;
+    closing sends what is held first."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(bytes(data))
+
+    def flush(self) -> None:
+        """Send what is held (at the end of the turn that wrote it, or before closing)."""
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedH11Protocol(H11Protocol):
     """Closes a connection whose request head is not complete within HEAD_TIMEOUT_SECONDS of its
-    first byte (or of the connection, for a client that sends nothing)."""
+    first byte (or of the connection, for a client that sends nothing); sends each response in one
+    piece (`CorkedTransport`)."""
 
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        corked: Any = CorkedTransport(transport, asyncio.get_running_loop())
+        super().connection_made(corked)
         self._arm()
 
     def _arm(self) -> None:

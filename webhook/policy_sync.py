@@ -70,6 +70,25 @@ def policy_files(directory: Path) -> dict[str, bytes]:
     return files
 
 
+def policy_stamp(directory: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """What `policy_files` would read, told apart without reading it: each file's path, size,
+    modification time and inode (following links, so the kubelet's swap of a ConfigMap's `..data`
+    link changes them). Polling reads the files only when this changed."""
+    stamp = []
+    for root, dirs, names in os.walk(directory, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRECTORIES)
+        for name in sorted(names):
+            is_module = name.endswith(".rego") and not name.endswith("_test.rego")
+            if name.startswith(".") or not (is_module or name == DATA_FILE):
+                continue
+            path = Path(root) / name
+            found = path.stat()
+            stamp.append(
+                (path.relative_to(directory).as_posix(), found.st_size, found.st_mtime_ns, found.st_ino)
+            )
+    return tuple(stamp)
+
+
 def load_order(path: str) -> tuple[int, str]:
     """Shared helpers (lib/) before the rules that import them, rules before the entry points that
     collect them; OPA compiles every module as it is put, so this order costs no failed attempts."""
@@ -122,6 +141,8 @@ class PolicySync:
         self.writer = writer
         self.interval = interval
         self._pushed: dict[str, bytes] = {}
+        # The directory as last read: its stamp, files and revision (read again when the stamp changes).
+        self._read: tuple[tuple[tuple[str, int, int, int], ...], dict[str, bytes], str] | None = None
         # Module ids are the files' paths as `opa run <directory>` names them (without the leading
         # "/"), so modules OPA loaded itself at start are the same modules, replaced in place.
         self._id_prefix = directory.absolute().as_posix().lstrip("/") + "/"
@@ -136,10 +157,9 @@ class PolicySync:
     def sync_once(self) -> PolicyStatus:
         """Load what changed since the last pass; the resulting status."""
         try:
-            files = policy_files(self.directory)
+            files, current = self._files()
         except OSError as err:
             return self._record(self._status.attempted, f"cannot read {self.directory}: {err}")
-        current = revision(files)
         try:
             if self._pushed and self.writer.get_marker() != self._status.revision:
                 log.warning("OPA lost the policies (restarted?); loading them all again")
@@ -155,6 +175,15 @@ class PolicySync:
             return self._record(None, f"cannot reach OPA: {err}")
         error = "; ".join(f"{path}: {message}" for path, message in sorted(errors.items())) or None
         return self._record(current, error)
+
+    def _files(self) -> tuple[dict[str, bytes], str]:
+        """The policy files and their revision; read and digested again only when their stamp
+        changed (a pass a second otherwise read and hashed every module)."""
+        stamp = policy_stamp(self.directory)
+        if self._read is None or self._read[0] != stamp:
+            files = policy_files(self.directory)
+            self._read = (stamp, files, revision(files))
+        return self._read[1], self._read[2]
 
     def _adopt(self, files: dict[str, bytes]) -> None:
         """On the first pass (or after OPA restarted): what OPA already holds of this directory, as

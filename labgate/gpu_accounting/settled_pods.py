@@ -5,8 +5,10 @@ The ledger (`labgate.gpu_accounting.ledger`) holds only their sum, so that admit
 rewrites a record per running pod. The reconciler needs the per-pod record to take a pod's GPUs off
 the sum when it is deleted or finishes: the GPU demand was decided by the policy at admission, and
 is not recomputed from the pod. The records are spread over `SETTLED_SHARDS` ConfigMaps per tenant
-in labgate's namespace (`labgate-gpu-settled.<tenant>.<shard>`), so that settling a burst of pods
-rewrites a fraction of them and a tenant can hold far more pods than one ConfigMap's 1 MiB.
+in labgate's namespace (`labgate-gpu-settled.<tenant>.<shard>`), so that a tenant can hold far more
+pods than one ConfigMap's 1 MiB. A record stays in the shard that holds it, and new records fill one
+shard at a time (the first with room), so that settling a burst of pods rewrites one shard, not all
+of them (`placed_in_shards`); a shard is rewritten again only when one of its pods ends.
 
 Only the reconciler's leader writes them. The webhook never watches them (its ledger watch selects
 another label), so their size costs admissions nothing. Deleting them loses nothing for good: the
@@ -16,6 +18,7 @@ from its spec, and says so (an Event `GpuUsageRecounted` on the Tenant).
 
 from __future__ import annotations
 
+import functools
 import threading
 import zlib
 from collections.abc import Callable
@@ -29,7 +32,10 @@ from labgate.gpu_accounting.ledger import CONFIG_MAP, GpuAmount, LedgerConflictE
 
 SETTLED_LABEL = "labgate.io/gpu-settled"
 SETTLED_SHARDS = 8
+# What one shard's records may take (a ConfigMap holds 1 MiB, with its metadata).
+SHARD_MAX_BYTES = 900_000
 _PODS: TypeAdapter[dict[str, GpuAmount]] = TypeAdapter(dict[str, GpuAmount])
+_AMOUNT: TypeAdapter[GpuAmount] = TypeAdapter(GpuAmount)
 
 
 def settled_name(tenant: str, shard: int) -> str:
@@ -41,10 +47,48 @@ def shard_of(pod_uid: str) -> int:
 
 
 def split_into_shards(pods: dict[str, GpuAmount]) -> dict[int, dict[str, GpuAmount]]:
+    """`pods` spread over the shards by a hash of their keys (the placement before records stayed
+    put; stores written so then are read and kept as they are)."""
     shards: dict[int, dict[str, GpuAmount]] = {shard: {} for shard in range(SETTLED_SHARDS)}
     for key, gpus in pods.items():
         shards[shard_of(key)][key] = gpus
     return shards
+
+
+def record_size(key: str, gpus: GpuAmount) -> int:
+    """The bytes one record adds to its shard's stored form (an estimate within a few bytes)."""
+    return len(key) + _amount_size(gpus) + 4
+
+
+@functools.lru_cache(maxsize=1024)
+def _amount_size(gpus: GpuAmount) -> int:
+    return len(_AMOUNT.dump_json(gpus))
+
+
+def placed_in_shards(
+    pods: dict[str, GpuAmount], current: dict[int, dict[str, GpuAmount]], *, capacity: int = SHARD_MAX_BYTES
+) -> dict[int, dict[str, GpuAmount]]:
+    """`pods` by shard: a pod `current` holds stays in its shard; a new pod goes to the first shard
+    with room for it (within `capacity` bytes), so new pods fill one shard at a time. With no room
+    anywhere, the least full shard takes it (its write then fails, as a full ConfigMap does)."""
+    placed: dict[int, dict[str, GpuAmount]] = {shard: {} for shard in range(SETTLED_SHARDS)}
+    sizes = dict.fromkeys(range(SETTLED_SHARDS), 0)
+    where = {key: shard for shard in sorted(current, reverse=True) for key in current[shard]}
+    new: list[str] = []
+    for key, gpus in pods.items():
+        if (shard := where.get(key)) is None or shard not in placed:
+            new.append(key)
+            continue
+        placed[shard][key] = gpus
+        sizes[shard] += record_size(key, gpus)
+    for key in sorted(new):
+        size = record_size(key, pods[key])
+        shard = next((s for s in range(SETTLED_SHARDS) if sizes[s] + size <= capacity), None)
+        if shard is None:
+            shard = min(sizes, key=lambda s: sizes[s])
+        placed[shard][key] = pods[key]
+        sizes[shard] += size
+    return placed
 
 
 class _Shard:
@@ -157,7 +201,13 @@ class SettledPods(WatchFed):
     def write(self, tenant: str, pods: dict[str, GpuAmount]) -> dict[str, str]:
         """Store `pods` as the tenant's settled pods, rewriting only the shards that change; return
         the versions of all of the tenant's shards."""
-        for shard, wanted in split_into_shards(pods).items():
+        with self._lock:
+            current = {
+                shard: found.pods
+                for shard in range(SETTLED_SHARDS)
+                if (found := self._shards.get((tenant, shard))) is not None
+            }
+        for shard, wanted in placed_in_shards(pods, current).items():
             address = (tenant, shard)
             with self._lock:
                 cached = self._shards.get(address)

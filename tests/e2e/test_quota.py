@@ -18,6 +18,7 @@ import kubernetes
 import pytest
 
 from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
+from labgate.core.tenant import TENANT_LABEL
 from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
     GpuAmount,
@@ -26,7 +27,7 @@ from labgate.gpu_accounting.ledger import (
     encoded_size,
     ledger_name,
 )
-from labgate.gpu_accounting.settled_pods import settled_name, shard_of
+from labgate.gpu_accounting.settled_pods import SETTLED_LABEL
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import eventually, get_json
 
@@ -161,6 +162,8 @@ def test_usage_is_released_when_pods_are_deleted_or_finish(
     me.kubectl("delete", "pod", "a", "-n", team.namespace, "--wait=false")
     eventually(lambda: gpu_used(stack, team.name) == 2, what="deleted pod's GPUs released")
     assert me.apply(gpu_pod("c", 2), team.namespace).returncode == 0
+    # The status is written at most every 2 s (issue 21): it shows c before b's finish is awaited.
+    eventually(lambda: gpu_used(stack, team.name) == 4, what="c's GPUs shown")
     # A pod that finished (the kubelet would write this status) no longer holds its GPUs.
     stack.admin_kubectl(
         "patch",
@@ -197,9 +200,14 @@ def uid_of(stack: LabgateStack, key: str) -> str:
 
 
 def settled_record(stack: LabgateStack, tenant: str, uid: str) -> Any:
-    """The reconciler's record of one settled pod's GPUs (by the pod's uid), or None."""
-    shard = get_json(stack, "configmap", settled_name(tenant, shard_of(uid)), "-n", LABGATE_NAMESPACE)
-    return None if shard is None else json.loads(shard["data"]["pods"]).get(uid)
+    """The reconciler's record of one settled pod's GPUs (by the pod's uid), or None (a record is in
+    whichever of the tenant's shards it was placed in)."""
+    selector = f"{SETTLED_LABEL}=true,{TENANT_LABEL}={tenant}"
+    shards = get_json(stack, "configmaps", "-l", selector, "-n", LABGATE_NAMESPACE) or {}
+    for shard in shards.get("items", []):
+        if uid in (records := json.loads(shard["data"]["pods"])):
+            return records[uid]
+    return None
 
 
 def is_settled(stack: LabgateStack, tenant: str, key: str) -> bool:

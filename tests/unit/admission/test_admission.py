@@ -11,6 +11,7 @@ from webhook.admission import (
     MAX_WARNING_LENGTH,
     build_policy_input,
     build_response,
+    request_document,
     warning_lines,
 )
 from webhook.refusals import engine_unavailable
@@ -111,6 +112,26 @@ def test_policy_input_keeps_the_wire_form_and_lists_pod_templates() -> None:
             "synthesized": False,
         }
     ]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"operation": "UPDATE", "oldObject": {"metadata": {"name": "sweep", "labels": None}}},
+        {"name": None, "subResource": "status", "dryRun": True, "object": None},
+        {"object": {"metadata": {"annotations": {"a": None}}, "spec": {"x": [None, {"y": None}]}}},
+    ],
+    ids=["create", "update", "no-object", "nulls-inside"],
+)
+def test_the_request_document_is_the_wire_form_model_dump_gives(overrides: dict[str, Any]) -> None:
+    """The same document, key order too, as `model_dump` (issue 21: without copying the object)."""
+    request = _request(**overrides)
+    expected = request.model_dump(by_alias=True, exclude_none=True)
+    document = request_document(request)
+    assert document == expected
+    assert list(document) == list(expected)
+    assert document.get("object") is request.object
 
 
 def test_policy_input_says_where_every_image_comes_from_without_asking_a_registry() -> None:

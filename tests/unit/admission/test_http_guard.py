@@ -4,6 +4,7 @@ is cut off, an oversized body gets 413."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
@@ -159,3 +160,43 @@ def test_idle_connections_are_closed_by_the_apiserver_first(tmp_path: Path) -> N
     config = admission_server_config(app_without_cluster(settings), settings)
     go_transport_idle_conn_timeout = 90
     assert config.timeout_keep_alive > go_transport_idle_conn_timeout
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+def test_a_responses_head_and_body_leave_in_one_write_and_closing_sends_what_is_held() -> None:
+    """Issue 21: uvicorn writes a response's head and body apart; over TLS that was two records and
+    two sends per admission request."""
+
+    async def scenario() -> RecordingTransport:
+        inner = RecordingTransport()
+        corked = http_guard.CorkedTransport(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
+        corked.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        corked.write(memoryview(b'{"response": {}}'))
+        assert inner.writes == []  # held until the end of this turn
+        await asyncio.sleep(0)
+        assert inner.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"response": {}}']
+        corked.write(b"last")
+        corked.close()  # a Connection: close response: written, then closed
+        assert corked.get_extra_info("peername") == "info:peername"
+        return inner
+
+    inner = asyncio.run(scenario())
+    assert inner.writes[1:] == [b"last"]
+    assert inner.closed

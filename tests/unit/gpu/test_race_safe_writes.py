@@ -11,7 +11,7 @@ from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from labgate.core.tenant import FINALIZER
 from labgate.gpu_accounting.ledger import GpuAmount, LedgerConflictError
-from labgate.gpu_accounting.settled_pods import SettledPods, shard_of
+from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.reconciler import finalizer_added, finalizer_removed
 
 
@@ -57,11 +57,12 @@ def _store(fake: FakeConfigMaps) -> SettledPods:
 
 
 def _same_shard_keys() -> tuple[str, str]:
-    first = "team-a/train-0"
-    second = next(
-        f"team-a/train-{i}" for i in range(1, 1000) if shard_of(f"team-a/train-{i}") == shard_of(first)
-    )
-    return first, second
+    """Two pods whose records share a shard (new records fill one shard at a time)."""
+    return "team-a/train-0", "team-a/train-1"
+
+
+def _shard_holding(fake: FakeConfigMaps, key: str) -> dict[str, Any]:
+    return next(obj for obj in fake.objects.values() if key in obj["data"]["pods"])
 
 
 def test_a_deposed_leader_with_a_stale_shard_cannot_undo_the_new_leaders_write() -> None:
@@ -75,7 +76,7 @@ def test_a_deposed_leader_with_a_stale_shard_cannot_undo_the_new_leaders_write()
     with pytest.raises(LedgerConflictError):
         old_leader.write("team-a", {})  # it saw `one` end; its view predates the new leader's write
     # What the apiserver holds still counts both pods, and the loser now knows it.
-    shard = fake.objects[f"labgate-gpu-settled.team-a.{shard_of(one)}"]
+    shard = _shard_holding(fake, one)
     assert two in shard["data"]["pods"]
     assert set(old_leader.pods("team-a")) == {one, two}
 

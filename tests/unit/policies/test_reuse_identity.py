@@ -3,8 +3,8 @@ copies sound (webhook/decision_reuse.py).
 
 Every pod spec of the policy samples (bare Pods, and the pod templates of their Jobs, Deployments and
 training jobs, made into Pods) is mutated and decided by the real policies (`opa eval`) twice: as
-two copies differing only in the fields reuse leaves out (name, uid, creation time, resource
-version, managed fields). Both copies must get the same verdict, the same rule findings, the same
+two copies differing only in the fields reuse leaves out (name, generated name, uid, creation time,
+resource version, managed fields, and an Indexed Job's completion index: label, annotation, hostname). Both copies must get the same verdict, the same rule findings, the same
 patch, and the same text but for the pod's name."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from devcluster.stack import POLICY_DIR
 from devcluster.tools import binary, ensure_tools
 from labgate.cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
 from labgate.cli.policy_samples import Sample, find_samples, inventory_path, load_sample
-from webhook.decision_reuse import IDENTITY_FIELDS
+from webhook.decision_reuse import COMPLETION_INDEX, IDENTITY_FIELDS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, find_pod_templates
 
 
@@ -172,10 +172,14 @@ CASES = _cases() + _extra_cases()
 def _copy(pod: dict[str, Any], n: int) -> dict[str, Any]:
     made = copy.deepcopy(pod)
     metadata = made.setdefault("metadata", {})
+    # As an Indexed Job's pods differ: by their index, in a label, an annotation and the hostname.
+    for field in ("labels", "annotations"):
+        metadata[field] = {**(metadata.get(field) or {}), COMPLETION_INDEX: str(n)}
+    made["spec"] = {**(made.get("spec") or {}), "hostname": f"sweep-{n}"}
     metadata.update(
         {
             "name": f"sweep-copy{n}x",
-            "generateName": "sweep-",
+            "generateName": f"sweep-{n}-",
             "uid": f"0000000{n}-aaaa-bbbb-cccc-00000000000{n}",
             "creationTimestamp": f"2026-11-30T20:0{n}:00Z",
             "resourceVersion": str(4000 + n),

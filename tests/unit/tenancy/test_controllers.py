@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from labgate.core.api_resources import NAMESPACE, ROLE_BINDING, TENANT, Kind, Ob
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
 from rbac.desired import object_key
-from rbac.reconciler import Doors, Reconciler
+from rbac.reconciler import Doors, Pacing, Reconciler
 from rbac.runtime import WorkQueue
 
 Key = tuple[str, str, str, str]
@@ -99,6 +100,7 @@ class FakeLedgers:
         self.conflicting = conflicting
         self.storm_over = threading.Event()
         self.in_conflict = threading.Event()
+        self.writes = 0
 
     def cached(self, tenant: str) -> Ledger:
         return self.ledgers.get(tenant) or Ledger(tenant=tenant)
@@ -112,6 +114,7 @@ class FakeLedgers:
     def write(self, ledger: Ledger) -> Ledger:
         if self.conflicting:
             raise LedgerConflictError(ledger.tenant)
+        self.writes += 1
         self.ledgers[ledger.tenant] = ledger
         return ledger
 
@@ -167,7 +170,9 @@ def a_pod(i: int, *, gpus: int = 0, phase: str = "Running") -> Object:
     }
 
 
-def make(ledgers: FakeLedgers | None = None) -> tuple[Reconciler, FakeKube]:
+def make(
+    ledgers: FakeLedgers | None = None, *, intervals: float = 0.0, clock: Callable[[], float] = time.monotonic
+) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()
     for obj in (TENANT_OBJECT, NAMESPACE_OBJECT):
         kube.objects[object_key(obj)] = copy.deepcopy(obj)
@@ -177,7 +182,13 @@ def make(ledgers: FakeLedgers | None = None) -> tuple[Reconciler, FakeKube]:
         ledgers=ledgers or FakeLedgers(),  # type: ignore[arg-type]
         settled=FakeSettled(),  # type: ignore[arg-type]
     )
-    reconciler = Reconciler(None, namespace="labgate-system", identity="test", doors=doors)
+    reconciler = Reconciler(
+        None,
+        namespace="labgate-system",
+        identity="test",
+        doors=doors,
+        pacing=Pacing(settle_seconds=intervals, status_seconds=2 * intervals, clock=clock),
+    )
     for reflector in reconciler.reflectors:
         reflector.has_synced.set()
     reconciler.observe(NAMESPACE, "ADDED", NAMESPACE_OBJECT)
@@ -245,6 +256,55 @@ def test_a_burst_of_pod_events_reconciles_no_tenant_rbac_and_applies_nothing(gpu
     if gpus:
         used = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]["gpu"]["used"]
         assert used == 0  # counted while they ran, released once they went
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_burst_of_gpu_pods_costs_a_few_ledger_and_status_writes_and_ends_exact() -> None:
+    """100 GPU pods bind over 5 s (issue 21): settled at most once a second and the status written at
+    most once per 2 s, not once per pod; once the burst is over, the ledger and status are exact."""
+    clock = Clock()
+    ledgers = FakeLedgers()
+    reconciler, kube = make(ledgers, intervals=1.0, clock=clock)
+    drain(reconciler)
+    tenant = ("labgate.io/v1alpha1", "Tenant", "", "vision")
+    writes, statuses = ledgers.writes, kube.applies.count(tenant)
+    for i in range(100):
+        clock.now = 10.0 + i * 0.05
+        reconciler.settlement.pods.on_event("ADDED", a_pod(i, gpus=1))
+        drain_ready(reconciler)
+    assert ledgers.writes - writes <= 6  # one a second at most (before: one per pod)
+    assert kube.applies.count(tenant) - statuses <= 3
+    clock.now += 2.0
+    drain_ready(reconciler)
+    assert len(reconciler.settlement.queue) == len(reconciler.status.queue) == 0
+    assert ledgers.ledgers["vision"].settled.total == 100  # every pod counted: the last state written
+    assert kube.objects[tenant]["status"]["gpu"]["used"] == 100
+
+
+def drain_ready(reconciler: Reconciler) -> None:
+    """Run the work each queue hands out now (names within their interval wait)."""
+    queues = [
+        (reconciler.tenants.queue, reconciler.tenants.handle),
+        (reconciler.settlement.queue, reconciler.settlement.handle),
+        (reconciler.status.queue, reconciler.status.handle),
+    ]
+    handed = True
+    while handed:
+        handed = False
+        for queue, handle in queues:
+            if (name := queue.get(timeout=0)) is not None:
+                handed = True
+                try:
+                    handle(name)
+                finally:
+                    queue.done(name)
 
 
 def test_gpu_pods_that_nobody_counted_are_settled_and_shown_in_the_status() -> None:

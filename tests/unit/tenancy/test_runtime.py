@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -33,6 +34,47 @@ def test_a_name_queued_twice_is_handed_out_once_and_never_to_two_workers() -> No
     assert queue.get(timeout=0) is None
     queue.done("vision")
     assert queue.get(timeout=0) == "vision"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_with_an_interval_a_burst_of_adds_is_a_few_passes_and_the_last_add_is_handed_out() -> None:
+    """100 adds over 5 s with a 1 s interval: at most one pass a second, and one after the last add."""
+    clock = Clock()
+    queue = WorkQueue(min_interval=1.0, clock=clock)
+    handed: list[float] = []
+    for i in range(100):
+        clock.now = i * 0.05
+        queue.add("vision")
+        if (name := queue.get(timeout=0)) is not None:
+            handed.append(clock.now)
+            queue.done(name)
+    assert len(handed) == 5  # at 0, 1, 2, 3, 4 s: not one per add
+    assert all(b - a >= 1.0 for a, b in itertools.pairwise(handed))
+    assert queue.get(timeout=0) is None
+    assert len(queue) == 1
+    clock.now = 5.0
+    assert queue.get(timeout=0) == "vision"  # the last state is always handled
+    queue.done("vision")
+    assert len(queue) == 0
+
+
+def test_an_interval_holds_back_only_its_own_name() -> None:
+    clock = Clock()
+    queue = WorkQueue(min_interval=1.0, clock=clock)
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    queue.done("vision")
+    queue.add("vision")
+    queue.add("audio")
+    assert queue.get(timeout=0) == "audio"
+    assert queue.get(timeout=0) is None
 
 
 class Leadership:
@@ -116,3 +158,25 @@ def test_certificate_rotation_is_a_periodic_task_of_its_own_that_starts_at_once(
     periodic.run_due(30.0)
     periodic.run_due(45.0)
     assert manager.steps == 1
+
+
+class CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_a_burst_of_adds_of_a_queued_name_wakes_a_worker_once() -> None:
+    """Issue 21: every pod event woke a settlement worker to find its tenant already queued."""
+    queue = WorkQueue(min_interval=1.0)
+    counting = CountingCondition()
+    queue._cond = counting  # the queue's one lock and condition, counted
+    for _ in range(100):
+        queue.add("vision")
+    queue.add("audio")
+    assert counting.notified == 2
+    assert {queue.get(timeout=0), queue.get(timeout=0)} == {"vision", "audio"}
