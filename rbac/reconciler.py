@@ -251,7 +251,7 @@ class Reconciler:
         """Who hears of what: the reflectors of Tenants, Namespaces and managed objects enqueue
         provisioning; pods (like ledgers and settled-pods shards, see `connect`) only settlement."""
         self.leader.on_elected = self.enqueue_all
-        managed = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        managed, pods = f"{MANAGED_BY_LABEL}={MANAGED_BY}", self.settlement.pods
         self.reflectors = [
             self._reflector(TENANT, None),
             self._reflector(NAMESPACE, None),
@@ -259,11 +259,7 @@ class Reconciler:
             # With Kueue, its Workloads: what each tenant has queued (its status).
             *([self._reflector(WORKLOAD, None)] if self.kueue else []),
             Reflector(
-                "pods",
-                self.kube.api,
-                self.kube.lister(POD),
-                on_list=self.settlement.pods.on_list,
-                on_event=self.settlement.pods.on_event,
+                "pods", self.kube.api, self.kube.lister(POD), on_list=pods.on_list, on_event=pods.on_event
             ),
         ]
         # Not part of readiness: what the scheduler allocated to claims (the settlement's truth for
