@@ -67,6 +67,16 @@ def is_tenant_update(request: AdmissionRequest) -> bool:
     return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
 
 
+def is_tenant_write(request: AdmissionRequest) -> bool:
+    """A Tenant created or changed (not its status): the policies get what the nodes of its pools
+    hold, read live, so a quota beyond them is said when applied (tenant-quota-beyond-pools)."""
+    return (
+        (request.kind.group, request.kind.kind) == ("labgate.io", "Tenant")
+        and request.operation in ("CREATE", "UPDATE")
+        and not request.sub_resource
+    )
+
+
 def is_admission_gate_removal(request: AdmissionRequest) -> bool:
     """A Pod UPDATE that removes Kueue's admission gate: from now on the pod can be scheduled, so its
     GPUs are judged against the quota and reserved, as at a CREATE (lib.gpu.judged_pod_template)."""

@@ -43,6 +43,7 @@ from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyStore
 from webhook.policy_events import PolicyEvents
 from webhook.policy_reports import AdmissionReports, KubeReportStore
 from webhook.policy_sync import PolicyStatus, PolicySync
+from webhook.pool_nodes import PoolNodes, gpu_counting
 from webhook.provenance.admission import ImageGatherer
 from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
@@ -344,6 +345,8 @@ def cluster_server(
         decision_reuse_seconds=resolved.decision_reuse_seconds,
         facts_version=lambda: inventory.writes,
         max_references=resolved.max_references_per_request,
+        # Which resources are GPUs: the policies' config, read once at start (defaults without a dir).
+        pool_nodes=PoolNodes(kube, gpu_counting(resolved.policy_dir)),
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable

@@ -2,7 +2,8 @@
 
 Nothing here waits for the API in the common case: namespaces, tenants and restricted secrets come
 from watch-fed caches, the GPU usage from the ledger cache. What is read through (a namespace not
-seen yet, a claimed PersistentVolume, DRA claims, image facts) is rare or cached behind its source;
+seen yet, a claimed PersistentVolume, DRA claims, image facts, the nodes of a Tenant's pools when a
+Tenant is written) is rare or cached behind its source;
 claims and images, the two that may each take a round trip, are fetched at the same time.
 The sources are given (the Protocols below): this room imports no door.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
-from webhook.admission import build_policy_input, is_tenant_update, needs_gpu_usage
+from webhook.admission import build_policy_input, is_tenant_update, is_tenant_write, needs_gpu_usage
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.read_shares import Read, ReadShares
@@ -30,6 +32,9 @@ from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
 log = logging.getLogger("labgate.webhook")
+
+# The most a Tenant write waits for the nodes of its pools (only a warning depends on them).
+POOL_NODES_SECONDS = 2.0
 
 
 @runtime_checkable
@@ -98,6 +103,13 @@ class VolumeFacts(Protocol):
     def volume(self, name: str) -> dict[str, Any]: ...
 
 
+class PoolNodeFacts(Protocol):
+    """What the nodes a Tenant object's pools select hold per model, read live
+    (webhook.pool_nodes.PoolNodes); None when labgate cannot tell; raises when the API cannot say."""
+
+    def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None: ...
+
+
 class GpuUsageSource(Protocol):
     """A tenant's GPU usage (webhook.reservations.GpuReservations)."""
 
@@ -146,8 +158,10 @@ class FactGatherer:
         claims: ClaimSource | None = None,
         workload_usage: WorkloadUsageSource | None = None,
         max_references: int = DEFAULT_MAX_REFERENCES,
+        pool_nodes: PoolNodeFacts | None = None,
     ):
         self.inventory = inventory
+        self.pool_nodes = pool_nodes
         self.workload_usage = workload_usage
         self.secrets = secrets
         self.gpu_usage = gpu_usage
@@ -227,6 +241,7 @@ class FactGatherer:
                 template_names, self.volumes, read=self.reads.of(tenant)
             )
         self._add_gpu_usage(request, policy_input, tenant)
+        await self._add_tenant_pool_gpus(request, policy_input)
         if tenant and self.workload_usage is not None and is_pod_create(request):
             # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
             # (no round trip); nothing when it has none.
@@ -240,6 +255,24 @@ class FactGatherer:
             if images is not None:
                 policy_input["images"] = images
         return policy_input, tenant
+
+    async def _add_tenant_pool_gpus(self, request: AdmissionRequest, policy_input: PolicyInput) -> None:
+        """On a Tenant write, what the nodes of its pools hold (tenant-quota-beyond-pools), read live
+        within POOL_NODES_SECONDS. Only for a warning: a slow or failed read leaves it out, never refuses."""
+        if self.pool_nodes is None or not is_tenant_write(request):
+            return
+        pool_nodes = self.pool_nodes
+        try:
+            capacity = await asyncio.wait_for(
+                asyncio.to_thread(pool_nodes.capacity_of, request.object or {}), timeout=POOL_NODES_SECONDS
+            )
+        except Exception:
+            log.warning(
+                "no nodes of the pools of Tenant %s: its quota is not compared", request.name, exc_info=True
+            )
+            return
+        if capacity is not None:
+            policy_input["tenant_pool_gpus"] = capacity
 
     @staticmethod
     def _add_tenant_usage(policy_input: PolicyInput, workloads: dict[str, int]) -> None:

@@ -57,6 +57,10 @@ class PolicyInput(TypedDict):
     # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
     # {model: {"gpus", "nodes", "largest_node"}} (for gpu-quota's Fix only; webhook.admission.pool_gpus).
     gpu_pools: NotRequired[dict[str, dict[str, int]]]
+    # On a Tenant CREATE or UPDATE: what the nodes its pools select hold per model, read live,
+    # {model: {"gpus", "nodes", "largestNode"}} (pool_capacity.capacity_document; absent when labgate
+    # cannot tell or the read failed: tenant-quota-beyond-pools then reads the old object's status).
+    tenant_pool_gpus: NotRequired[dict[str, dict[str, int]]]
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.

@@ -14,7 +14,15 @@ from webhook import refusals
 from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
 from webhook.evaluation import DecisionSource, Evaluator
-from webhook.facts import ClaimSource, FactGatherer, ImageFactSource, InventoryState, SecretFacts, VolumeFacts
+from webhook.facts import (
+    ClaimSource,
+    FactGatherer,
+    ImageFactSource,
+    InventoryState,
+    PoolNodeFacts,
+    SecretFacts,
+    VolumeFacts,
+)
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
@@ -50,7 +58,8 @@ class AdmissionServer:
     moments before, but for the pod's name and uid, gets that decision again without a policy
     evaluation (webhook/decision_reuse.py), for as long as `facts_version()` (what OPA holds: the
     inventory writes, the policy revision) stays the same, and at most that many seconds. A request
-    naming more than `max_references` objects to read is refused before any is read."""
+    naming more than `max_references` objects to read is refused before any is read. `pool_nodes` reads
+    the nodes a Tenant's pools select when a Tenant is written (tenant-quota-beyond-pools)."""
 
     def __init__(
         self,
@@ -70,6 +79,7 @@ class AdmissionServer:
         decision_reuse_seconds: float = 0.0,
         facts_version: Callable[[], Hashable] | None = None,
         max_references: int = DEFAULT_MAX_REFERENCES,
+        pool_nodes: PoolNodeFacts | None = None,
     ):
         self.engine, self.inventory, self.ledgers, self.secrets = engine, inventory, ledgers, secrets
         self.facts_age, self.facts_max_age, self.facts_version = facts_age, facts_max_age, facts_version
@@ -92,6 +102,7 @@ class AdmissionServer:
             volumes=volumes,
             claims=claims,
             max_references=max_references,
+            pool_nodes=pool_nodes,
         )
         # Read at each use: the app adds the policy revision to the version after construction.
         version = lambda: self.facts_version() if self.facts_version is not None else None  # noqa: E731

@@ -299,14 +299,22 @@ class KubeApi:
                 return None
             raise
 
-    def list(self, kind: Kind, *, namespace: str | None = None, label_selector: str | None = None) -> Object:
-        """Every object of `kind`, read page by page (a Reflector is for what must stay current)."""
+    def list(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout: float = 10,
+    ) -> Object:
+        """Every object of `kind`, read page by page (a Reflector is for what must stay current);
+        `timeout` bounds each page's request."""
         base = [("labelSelector", label_selector)] if label_selector else []
         items: list[Object] = []
         token: str | None = None
         while True:
             query = [*base, ("limit", LIST_PAGE_SIZE), *([("continue", token)] if token else [])]
-            page = self._call("GET", kind.path(namespace=namespace), query=query)
+            page = self._call("GET", kind.path(namespace=namespace), query=query, timeout=timeout)
             items.extend(page.get("items") or [])
             token = page.get("metadata", {}).get("continue") or None
             if token is None:

@@ -118,10 +118,14 @@ violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
 
 # --- A quota the nodes of the tenant's pools can never hold ---
 
-# What the nodes of the Tenant's pools hold per model, as its status says it (the reconciler writes
-# status.gpu.pools from the nodes it watches), when that status is of the pools the update keeps:
-# the old object's status, of its current generation, with the same nodeSelectors. Undefined else.
-_pool_capacity := capacity if {
+# What the nodes of the Tenant's pools hold per model: as the webhook read them when the Tenant was
+# applied (input.tenant_pool_gpus, on CREATE and UPDATE, of the pools the object names), else as its
+# status says it (the reconciler writes status.gpu.pools from the nodes it watches) when that status is
+# of the pools the update keeps: the old object's status, of its current generation, with the same
+# nodeSelectors. Undefined else.
+_pool_capacity := input.tenant_pool_gpus if {
+	is_object(input.tenant_pool_gpus)
+} else := capacity if {
 	old := input.request.oldObject
 	old.status.observedGeneration == old.metadata.generation
 	_pool_selectors(old) == _pool_selectors(input.request.object)
@@ -155,14 +159,15 @@ _nodes_word(n) := "nodes" if n != 1
 # description: |
 #   Announced, not refused (config rule_modes gives it warn): the nodes may be on their way. Pods
 #   beyond what the pools' nodes hold wait for a node, and the reconciler's QuotaFitsPools condition
-#   says the same. Judged on an update whose pools are the ones the status measured; a new Tenant
-#   has no status yet (its condition says it within seconds).
+#   says the same. Judged on a create or an update, against the nodes the object's pools select as
+#   the webhook reads them then; when it could not read them, on an update whose pools are the ones
+#   the old status measured. Nothing is said when labgate cannot tell.
 # custom:
 #   rule_id: tenant-quota-beyond-pools
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.gpu.models[%s]", [model])} if {
 	input.request.kind.kind == "Tenant" # first, for rule indexing
 	input.request.kind.group == "labgate.io"
-	input.request.operation == "UPDATE"
+	input.request.operation in {"CREATE", "UPDATE"}
 	object.get(input.request, "subResource", "") == ""
 	_pool_capacity
 	some model, quota in object.get(input.request.object, ["spec", "gpu", "models"], {})

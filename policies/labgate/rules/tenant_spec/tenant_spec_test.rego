@@ -208,3 +208,57 @@ test_pools_the_status_did_not_measure_say_nothing if {
 	status_write := json.patch(_update_pools({"h100": 24}, _pools), [{"op": "add", "path": "/request/subResource", "value": "status"}])
 	count(tenant_spec.violation) == 0 with input as status_write with data.inventory as inventory
 }
+
+# A new Tenant has no status: the webhook reads the nodes its pools select (input.tenant_pool_gpus).
+_create_pools(models, capacity) := object.union(
+	{"request": {
+		"operation": "CREATE",
+		"kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
+		"name": "team-n",
+		"userInfo": {"username": "infra", "groups": ["system:masters"]},
+		"object": json.patch(_tenant(1, models, _pools), [
+			{"op": "replace", "path": "/metadata/name", "value": "team-n"},
+			{"op": "replace", "path": "/spec/namespaces/names", "value": ["team-n"]},
+		]),
+	}},
+	capacity,
+)
+
+_read := {"tenant_pool_gpus": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}
+
+test_a_new_tenant_beyond_what_its_pools_nodes_hold_says_so if {
+	violations := tenant_spec.violation with input as _create_pools({"h100": 24}, _read) with data.inventory as inventory
+	violations == {{
+		"rule": "tenant-quota-beyond-pools",
+		"field": "spec.gpu.models[h100]",
+		"message": `[tenant-quota-beyond-pools] Tenant "team-n" spec.gpu.models[h100] is 24, but the nodes of its pools hold 16 h100 (2 nodes, the largest 8): its pods beyond 16 wait for a node. Fix: lower spec.gpu.models[h100] to 16, or add h100 nodes to its pools`,
+	}}
+	d := data.labgate.admission.decision with input as _create_pools({"h100": 24}, _read) with data.inventory as inventory
+	d.allowed
+	count(d.warnings) == 1
+
+	# Pools whose nodes hold no GPUs at all (none yet): every whole-GPU model is said.
+	none := tenant_spec.violation with input as _create_pools({"h100": 8}, {"tenant_pool_gpus": {}}) with data.inventory as inventory
+	[v.message | some v in none] == [`[tenant-quota-beyond-pools] Tenant "team-n" spec.gpu.models[h100] is 8, but the nodes of its pools hold no h100: its h100 pods wait for a node. Fix: lower spec.gpu.models[h100] to 0, or add h100 nodes to its pools`]
+}
+
+test_a_new_tenant_its_pools_nodes_hold_says_nothing if {
+	count(tenant_spec.violation) == 0 with input as _create_pools({"h100": 16}, _read) with data.inventory as inventory
+}
+
+test_a_new_tenant_whose_nodes_were_not_read_says_nothing if {
+	# The webhook could not read them, or cannot tell (a pool selecting any node): no key, no warning.
+	count(tenant_spec.violation) == 0 with input as _create_pools({"h100": 24}, {}) with data.inventory as inventory
+}
+
+test_an_update_to_other_pools_is_judged_by_the_nodes_read_then if {
+	# The status measured the old pools (16 h100); the new pools' nodes, read live, hold 8.
+	other := [json.patch(_pools[0], [{"op": "replace", "path": "/nodeSelector/labgate.io~1pool", "value": "h100-small"}])]
+	live := object.union(_update_pools({"h100": 16}, other), {"tenant_pool_gpus": {"h100": {"gpus": 8, "nodes": 1, "largestNode": 8}}})
+	[v.message | some v in tenant_spec.violation] == [`[tenant-quota-beyond-pools] Tenant "team-a" spec.gpu.models[h100] is 16, but the nodes of its pools hold 8 h100 (1 node, the largest 8): its pods beyond 8 wait for a node. Fix: lower spec.gpu.models[h100] to 8, or add h100 nodes to its pools`] with input as live
+		with data.inventory as inventory
+
+	# What was read live wins over the old status, both ways.
+	fits := object.union(_update_pools({"h100": 24}, _pools), {"tenant_pool_gpus": {"h100": {"gpus": 32, "nodes": 4, "largestNode": 8}}})
+	count(tenant_spec.violation) == 0 with input as fits with data.inventory as inventory
+}
