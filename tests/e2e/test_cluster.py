@@ -1088,3 +1088,66 @@ def test_a_quota_beyond_the_pools_nodes_is_said_and_the_fix_names_the_largest_no
     eventually(
         lambda: _quota_condition(sim, team.name).get("status") == "True", what="QuotaFitsPools True again"
     )
+
+
+def _beyond_pools_said(stderr: str) -> str:
+    """What kubectl printed of tenant-quota-beyond-pools, on one line."""
+    return " ".join(stderr.replace("Warning: ", "").replace("[tenant-quota-beyond-pools] ...", "").split())
+
+
+def test_a_new_tenant_beyond_its_pools_nodes_is_told_when_applied_and_so_is_a_change_of_pools(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A new Tenant has no status yet, and new pools outgrow the status a Tenant has: the webhook reads
+    the nodes the applied Tenant's pools select (issue 22 item 6)."""
+    beyond, fits = (f"sim-{uuid.uuid4().hex[:5]}" for _ in range(2))
+    pools = {name: _spot_pools(name, nodes=2) for name in (beyond, fits)}
+    small = NodePool(name=f"{fits}-small", tenant=fits, spot=True, nodes=1, gpu_product="h100")
+    assert sim.kwok is not None
+    sim.kwok.add_pools([*pools[beyond], *pools[fits], small])
+
+    def apply(name: str, h100: int, own: list[NodePool]) -> Any:
+        tenant = {
+            "apiVersion": "labgate.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name},
+            "spec": {
+                "members": {"researchers": [{"kind": "Group", "name": f"{name}-researchers"}]},
+                "namespaces": {"names": [name]},
+                "gpu": {"total": h100, "models": {"h100": h100}},
+                "placement": tenant_placement(own, name),
+            },
+        }
+        return sim.cluster_kubectl("apply", "-f", "-", manifest=tenant)
+
+    for name in (beyond, fits):  # as TenantFactory does: the namespace first, both deleted after
+        namespace = {
+            "metadata": {"name": name, "labels": {"labgate.io/tenant": name, "labgate.io/e2e": "true"}}
+        }
+        sim.admin_kubectl(
+            "apply", "-f", "-", stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", **namespace})
+        )
+        tenants.created += [("namespace", name), ("tenant", name)]
+
+    # A new Tenant whose h100 quota its pools' 2 nodes of 8 cannot hold: told at once, by real kubectl.
+    created = apply(beyond, 24, pools[beyond])
+    assert created.returncode == 0, created.stderr
+    assert (
+        f'[tenant-quota-beyond-pools] Tenant "{beyond}" spec.gpu.models[h100] is 24, but the nodes of its '
+        "pools hold 16 h100 (2 nodes, the largest 8): its pods beyond 16 wait for a node. "
+        "Fix: lower spec.gpu.models[h100] to 16, or add h100 nodes to its pools"
+    ) in _beyond_pools_said(created.stderr), created.stderr
+    print(created.stderr)  # the real output, for docs/infra.md
+    # The legitimate one: a new Tenant whose quota its pools' nodes hold is created without a word.
+    kept = apply(fits, 16, pools[fits])
+    assert kept.returncode == 0, kept.stderr
+    assert "[tenant-quota-beyond-pools]" not in kept.stderr, kept.stderr
+    # Its pools changed to one of a single node: judged by that node, not by the status of the old pools.
+    moved = apply(fits, 16, [small])
+    assert moved.returncode == 0, moved.stderr
+    assert (
+        f'[tenant-quota-beyond-pools] Tenant "{fits}" spec.gpu.models[h100] is 16, but the nodes of its '
+        "pools hold 8 h100 (1 node, the largest 8): its pods beyond 8 wait for a node."
+    ) in _beyond_pools_said(moved.stderr), moved.stderr
+    # And the reconciler's condition says the same of the new Tenant.
+    eventually(lambda: _quota_condition(sim, beyond).get("status") == "False", what="QuotaFitsPools False")
