@@ -33,6 +33,7 @@ from webhook.admission import (
     build_policy_input,
     build_response,
     is_tenant_update,
+    is_tenant_write,
     namespace_document,
     needs_gpu_usage,
     tenant_document,
@@ -477,13 +478,15 @@ class OfflineOpa:
         claim_users: dict[str, Any] | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
+        tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
         A namespace the facts do not hold but that starts with one tenant's prefix counts as that
         tenant's (see `with_namespace`). No registry is asked: `images` are the image facts
         (input.images, as webhook.provenance.facts gathers them) when the caller has any; likewise
-        `claim_users` (input.claim_users, the pods naming a claim being created or deleted)."""
+        `claim_users` (input.claim_users, the pods naming a claim being created or deleted) and
+        `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed)."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -496,6 +499,8 @@ class OfflineOpa:
                 built["images"] = images
             if claim_users is not None:
                 built["claim_users"] = claim_users
+            if tenant_pool_gpus is not None and is_tenant_write(req):
+                built["tenant_pool_gpus"] = tenant_pool_gpus
             return built
 
         mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request), facts=facts))
