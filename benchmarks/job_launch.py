@@ -19,6 +19,8 @@ labgate with Kueue; baseline), interleaved so that the machine's noise hits both
 
   - apply -> all N pods created and apply -> all N bound, from a cluster-wide pod watch;
   - FailedCreate events on the Job (count and reasons; a reason naming a labgate webhook is labgate's);
+  - the creates labgate's webhooks refused, from the apiserver's apiserver_admission_webhook_rejection_count
+    (the events stop at 25 a Job: client-go's event spam filter);
   - CPU seconds of each process (/proc utime + stime of it and its children, before and after), RSS;
   - the apiserver's writes by resource (apiserver_request_total, verbs POST/PUT/PATCH/DELETE, before
     and after, from its /metrics);
@@ -94,6 +96,9 @@ DEFAULT_GANG_WINDOW = 20.0  # seconds the blocked gang is watched
 
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_WEBHOOK_REJECTIONS = re.compile(
+    r"^apiserver_admission_webhook_rejection_count\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE
+)
 _WEBHOOK_CALL_FAILED = re.compile(r'failed calling webhook "(?P<webhook>[^"]+)"')
 _WEBHOOK_DENIAL = re.compile(
     r'admission webhook "(?P<webhook>[^"]+)" denied the request:\s*(?:\[(?P<rule>[\w.-]+)\])?'
@@ -119,6 +124,18 @@ def api_writes(metrics_text: str) -> Counter[str]:
             key += f"/{labels['subresource']}"
         writes[key] += round(float(sample["value"]))
     return writes
+
+
+def refused_creates(metrics_text: str, webhook_part: str = "labgate") -> int:
+    """Creates the apiserver says webhooks whose name holds `webhook_part` refused so far (its
+    apiserver_admission_webhook_rejection_count, operation CREATE, every type and error). Unlike
+    FailedCreate events, which client-go's spam filter stops at 25 per object, this counts every one."""
+    refused = 0
+    for sample in _WEBHOOK_REJECTIONS.finditer(metrics_text):
+        labels = dict(_LABEL.findall(sample["labels"]))
+        if labels.get("operation") == "CREATE" and webhook_part in labels.get("name", ""):
+            refused += round(float(sample["value"]))
+    return refused
 
 
 def failed_create_reason(message: str) -> str:
@@ -343,6 +360,7 @@ class Sample:
     at: float
     cpu: dict[str, float]
     writes: Counter[str]
+    refused: int = 0  # creates labgate's webhooks refused so far (refused_creates)
 
 
 @dataclass
@@ -361,6 +379,7 @@ class Cluster:
             time.monotonic(),
             {name: cpu_seconds(pids) for name, pids in self.pids.items()},
             api_writes(metrics.text),
+            refused_creates(metrics.text),
         )
 
     def client(self, namespace: str) -> httpx.Client:
@@ -439,6 +458,7 @@ class Launch:
     to_bound_s: float = float("nan")
     timed_out: bool = False
     failed_create: Counter[str] = field(default_factory=Counter)
+    refused: int = 0  # creates labgate refused, as the apiserver counted them (not capped as events are)
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
@@ -468,10 +488,12 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.failed_create = cluster.events(namespace, uid)
     result.cpu = {n: after.cpu[n] - before.cpu.get(n, 0.0) for n in after.cpu}
     result.writes = after.writes - before.writes
+    result.refused = after.refused - before.refused
     result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
+        f"refused by labgate {result.refused}, "
         f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )
@@ -796,7 +818,7 @@ def target_name(target: str, kueue: bool) -> str:
 
 def _launch_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
     lines = [
-        "| shape | target | apply → all created | apply → all bound | FailedCreate (labgate's) "
+        "| shape | target | apply → all created | apply → all bound | FailedCreate events (labgate's) / creates labgate refused "
         "| API writes / pod | kube-apiserver CPU ms / pod | labgate CPU ms / pod (webhook, OPA, reconciler) "
         f"| etcd, controller manager, scheduler{', Kueue' if kueue else ''} CPU ms / pod "
         f"|{' Kueue Workloads |' if kueue else ''} load (1 min) |",
@@ -824,7 +846,7 @@ def _launch_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
             lines.append(
                 f"| {shape} | {target_name(target, kueue)} | {_median(r.to_created_s for r in runs):.1f} s "
                 f"| {_median(r.to_bound_s for r in runs):.1f} s{f' ({timed_out} timed out)' if timed_out else ''} "
-                f"| {failed} ({labgate_failed}) "
+                f"| {failed} ({labgate_failed}) / {sum(r.refused for r in runs)} "
                 f"| {_median(sum(r.writes.values()) / pods for r in runs):.2f} "
                 f"| {ms('kube-apiserver'):.2f} "
                 f"| {_median(_per_pod_ms(_labgate_cpu(r.cpu), pods) for r in runs):.2f} "
@@ -839,7 +861,7 @@ def _target_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
     """Labgate against the baseline, per shape and round, median over rounds, beside the targets."""
     lines = [
         f"| shape | all bound, {target_name('labgate', kueue)} / baseline (≤ 1.15) | API writes (≤ 1.1) | kube-apiserver CPU (≤ 1.2) "
-        "| labgate CPU ms / pod (≤ 3) | FailedCreate caused by labgate (0) |",
+        "| labgate CPU ms / pod (≤ 3) | creates labgate refused (0) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for shape in SHAPES:
@@ -857,9 +879,7 @@ def _target_rows(launches: list[Launch], kueue: bool = False) -> list[str]:
             for lg, base in pairs
         )
         cpu = _median(_per_pod_ms(_labgate_cpu(lg.cpu), lg.pods) for lg, _ in pairs)
-        caused = sum(
-            sum(n for reason, n in lg.failed_create.items() if is_labgate_reason(reason)) for lg, _ in pairs
-        )
+        caused = sum(lg.refused for lg, _ in pairs)
         lines.append(f"| {shape} | {bound:.2f} | {writes:.2f} | {apiserver:.2f} | {cpu:.2f} | {caused} |")
     return lines
 
@@ -937,6 +957,7 @@ def _summary(launches: list[Launch], shape: str, target: str) -> dict[str, float
         "labgate_failed": sum(
             sum(n for reason, n in r.failed_create.items() if is_labgate_reason(reason)) for r in runs
         ),
+        "refused": sum(r.refused for r in runs),
         "writes": _median(sum(r.writes.values()) / r.pods for r in runs),
         "apiserver_ms": _median(_per_pod_ms(r.cpu.get("kube-apiserver", 0.0), r.pods) for r in runs),
         "labgate_ms": _median(_per_pod_ms(_labgate_cpu(r.cpu), r.pods) for r in runs),
@@ -947,7 +968,7 @@ def _summary(launches: list[Launch], shape: str, target: str) -> dict[str, float
 def kueue_rows(without: list[Launch], with_kueue: list[Launch]) -> list[str]:
     """Per shape, labgate without and with Kueue, each beside its own stack's baseline."""
     lines = [
-        "| shape | target | apply → all bound (x its baseline) | FailedCreate (labgate's) "
+        "| shape | target | apply → all bound (x its baseline) | FailedCreate events (labgate's) / creates labgate refused "
         "| API writes / pod (x its baseline) | kube-apiserver CPU ms / pod | labgate CPU ms / pod "
         "| Kueue CPU ms / pod |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -961,7 +982,7 @@ def kueue_rows(without: list[Launch], with_kueue: list[Launch]) -> list[str]:
             lines.append(
                 f"| {shape} | {target_name('labgate', kueue)} "
                 f"| {own['bound_s']:.1f} s ({ratio(own['bound_s'], base['bound_s']):.2f}) "
-                f"| {own['failed']:.0f} ({own['labgate_failed']:.0f}) "
+                f"| {own['failed']:.0f} ({own['labgate_failed']:.0f}) / {own['refused']:.0f} "
                 f"| {own['writes']:.2f} ({ratio(own['writes'], base['writes']):.2f}) "
                 f"| {own['apiserver_ms']:.2f} | {own['labgate_ms']:.2f} "
                 f"| {kueue_ms} |"

@@ -88,8 +88,10 @@ def admin_kubectl(stack: LabgateStack, *args: str, stdin: str) -> subprocess.Com
 
 
 def dry_run_apply(stack: LabgateStack, manifests: list[Manifest]) -> subprocess.CompletedProcess[str]:
+    """Server-side: the policies ConfigMap (about 250 KB of Rego) is past the 256 KiB annotation a
+    client-side apply would write (`kubectl.kubernetes.io/last-applied-configuration`)."""
     return admin_kubectl(
-        stack, "apply", "--dry-run=server", "-o", "name", "-f", "-", stdin=as_list(manifests)
+        stack, "apply", "--server-side", "--dry-run=server", "-o", "name", "-f", "-", stdin=as_list(manifests)
     )
 
 

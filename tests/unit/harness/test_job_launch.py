@@ -20,6 +20,7 @@ from benchmarks.job_launch import (
     failed_creates,
     is_labgate_reason,
     kueue_rows,
+    refused_creates,
     selector_matches,
     writes_rows,
 )
@@ -207,6 +208,7 @@ def _launch(target: str, shape: str, bound_s: float, writes: int, cpu: dict[str,
         failed_create=Counter({"labgate [gpu-quota]": 2, "ResourceQuota": 1})
         if target == "labgate"
         else Counter(),
+        refused=30 if target == "labgate" else 0,
     )
 
 
@@ -221,8 +223,8 @@ def test_the_kueue_table_sets_each_stack_s_labgate_against_that_stack_s_baseline
     ]
     rows = kueue_rows(without, with_kueue)
     assert rows[2:] == [
-        "| job | labgate | 3.0 s (1.50) | 3 (2) | 6.00 (1.20) | 20.00 | 8.00 | - |",
-        "| job | labgate + Kueue | 5.0 s (1.25) | 3 (2) | 8.00 (2.00) | 30.00 | 1.00 | 2.00 |",
+        "| job | labgate | 3.0 s (1.50) | 3 (2) / 30 | 6.00 (1.20) | 20.00 | 8.00 | - |",
+        "| job | labgate + Kueue | 5.0 s (1.25) | 3 (2) / 30 | 8.00 (2.00) | 30.00 | 1.00 | 2.00 |",
     ]
 
 
@@ -239,3 +241,23 @@ def test_kueue_s_writes_are_shown_even_when_they_are_not_among_the_most_written(
         "| pods/binding | 1.000 | 1.000 |",
         "| workloads.kueue.x-k8s.io/status | 0.000 | 0.020 |",
     ]
+
+
+def test_refused_creates_are_the_apiservers_count_of_labgates_webhook_rejections_of_creates() -> None:
+    """FailedCreate events stop at 25 an object (client-go's spam filter); the apiserver's own
+    counter of webhook rejections does not."""
+    metrics = "\n".join(
+        [
+            "# TYPE apiserver_admission_webhook_rejection_count counter",
+            'apiserver_admission_webhook_rejection_count{error_type="no_error",name="validate.labgate.io",'
+            'operation="CREATE",rejection_code="403",type="validating"} 41',
+            'apiserver_admission_webhook_rejection_count{error_type="calling_webhook_error",'
+            'name="validate.labgate.io",operation="CREATE",rejection_code="0",type="validating"} 2',
+            'apiserver_admission_webhook_rejection_count{error_type="no_error",name="validate.labgate.io",'
+            'operation="UPDATE",rejection_code="403",type="validating"} 7',
+            'apiserver_admission_webhook_rejection_count{error_type="no_error",name="mpod.kueue.x-k8s.io",'
+            'operation="CREATE",rejection_code="403",type="admit"} 5',
+        ]
+    )
+    assert refused_creates(metrics) == 43
+    assert refused_creates("") == 0
