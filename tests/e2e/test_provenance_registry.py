@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from devcluster.processes import free_port
 from devcluster.registry import ImageTools, LocalRegistry, TokenServer
 from labgate.core.certificates import issue_serving_cert, make_ca
+from tests.manual_clock import ManualClock
 from webhook.provenance.credentials import PullCredentials, pull_credentials
 from webhook.provenance.facts import ImageFact, ImageFacts, SigningKey
 from webhook.provenance.oci import OCI_INDEX, referrers_tag
@@ -27,16 +28,6 @@ from webhook.provenance.registry import RegistryClient, Repository
 from webhook.provenance.settings import ProvenanceSettings
 
 pytestmark = pytest.mark.provenance
-
-
-class Clock:
-    """A monotonic clock the test moves by hand (cache expiry without sleeping)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def settings_for(*registries: LocalRegistry, **overrides: Any) -> ProvenanceSettings:
@@ -261,7 +252,7 @@ def test_a_tag_moved_after_signing_names_a_new_unsigned_digest(
     signed = tools.push_random_image(reference)
     tools.sign("v2", release_key[0], f"{registry.host}/lab/moving@{signed}")
     settings = settings_for(registry, tag_ttl_seconds=30)
-    clock = Clock()
+    clock = ManualClock(1000.0)
 
     async def run() -> list[ImageFact]:
         client = RegistryClient(settings, clock=clock)
@@ -292,7 +283,7 @@ def test_an_image_signed_after_a_first_look_is_seen_once_unsigned_ttl_passes(
     reference = f"{registry.host}/lab/late:v1"
     digest = tools.push_random_image(reference)
     settings = settings_for(registry, unsigned_ttl_seconds=10)
-    clock = Clock()
+    clock = ManualClock(1000.0)
 
     async def run() -> list[list[str]]:
         client = RegistryClient(settings, clock=clock)

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from labgate.core.expiring_cache import ExpiringCache, Held
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import ManualClock
 
 
 def test_entries_expire_at_their_time_to_live_and_the_least_recently_used_go_first() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     cache: ExpiringCache[str, int] = ExpiringCache(2, clock)
     cache.put("a", 1, ttl=10)
     cache.put("b", 2, ttl=10)
@@ -35,7 +28,7 @@ def test_entries_expire_at_their_time_to_live_and_the_least_recently_used_go_fir
 
 
 def test_a_new_value_restarts_the_time_to_live() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     cache: ExpiringCache[str, str] = ExpiringCache(4, clock)
     cache.put("k", "old", ttl=2)
     clock.now += 1.5
@@ -47,7 +40,7 @@ def test_a_new_value_restarts_the_time_to_live() -> None:
 def test_expired_answers_are_not_held_until_the_bound_pushes_them_out() -> None:
     """A burst of answers that are never asked for again (pods all unlike each other) is let go as
     new answers come once it has expired, not kept up to `max_entries` (issue 21's memory target)."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     cache: ExpiringCache[int, bytes] = ExpiringCache(4096, clock)
     for i in range(1000):
         cache.put(i, b"decision", ttl=2)

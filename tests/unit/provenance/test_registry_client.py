@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.manual_clock import ManualClock
 from webhook.provenance import cosign
 from webhook.provenance.credentials import PullCredentials, from_docker_config, pull_credentials
 from webhook.provenance.facts import ImageFacts, SigningKey, images_input
@@ -32,14 +33,6 @@ from webhook.provenance.registry import (
 from webhook.provenance.settings import ProvenanceSettings
 
 Handler = Callable[[httpx.Request], httpx.Response]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run_with(handler: Handler, work: Callable[[RegistryClient], Any], **settings: Any) -> Any:
@@ -200,7 +193,7 @@ def test_docker_hub_is_reached_at_its_api_host() -> None:
 
 
 def test_bearer_tokens_are_fetched_once_and_again_when_they_expire() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     issued: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:

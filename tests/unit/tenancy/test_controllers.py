@@ -18,6 +18,7 @@ from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
 from rbac.desired import object_key
 from rbac.reconciler import Doors, Pacing, Reconciler
 from rbac.runtime import WorkQueue
+from tests.manual_clock import ManualClock
 
 Key = tuple[str, str, str, str]
 
@@ -258,18 +259,10 @@ def test_a_burst_of_pod_events_reconciles_no_tenant_rbac_and_applies_nothing(gpu
         assert used == 0  # counted while they ran, released once they went
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_burst_of_gpu_pods_costs_a_few_ledger_and_status_writes_and_ends_exact() -> None:
     """100 GPU pods bind over 5 s (issue 21): settled at most once a second and the status written at
     most once per 2 s, not once per pod; once the burst is over, the ledger and status are exact."""
-    clock = Clock()
+    clock = ManualClock()
     ledgers = FakeLedgers()
     reconciler, kube = make(ledgers, intervals=1.0, clock=clock)
     drain(reconciler)

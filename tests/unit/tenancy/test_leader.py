@@ -11,6 +11,7 @@ import pytest
 from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from rbac.leader import LeaderElector
+from tests.manual_clock import ManualClock
 
 
 class FakeLeases:
@@ -41,15 +42,9 @@ class FakeLeases:
         return copy.deepcopy(self.lease)
 
 
-class Clock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def elector(leases: FakeLeases, identity: str, monotonic: Clock, wall_offset_hours: float) -> LeaderElector:
+def elector(
+    leases: FakeLeases, identity: str, monotonic: ManualClock, wall_offset_hours: float
+) -> LeaderElector:
     base = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 
     def wall() -> dt.datetime:  # this machine's wall clock: skewed by the offset, ticking with monotonic
@@ -69,7 +64,7 @@ def elector(leases: FakeLeases, identity: str, monotonic: Clock, wall_offset_hou
 
 @pytest.mark.parametrize("holder_skew_hours", [-5.0, 5.0])
 def test_a_live_holder_keeps_the_lease_whatever_its_clock_says(holder_skew_hours: float) -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), ManualClock(1000.0)
     holder = elector(leases, "a", clock, holder_skew_hours)
     candidate = elector(leases, "b", clock, 0.0)
     assert holder._try_acquire_or_renew()
@@ -85,7 +80,7 @@ def test_a_live_holder_keeps_the_lease_whatever_its_clock_says(holder_skew_hours
 def test_a_dead_holder_loses_the_lease_after_one_duration_whatever_its_clock_said(
     holder_skew_hours: float,
 ) -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), ManualClock(1000.0)
     holder = elector(leases, "a", clock, holder_skew_hours)
     candidate = elector(leases, "b", clock, 0.0)
     assert holder._try_acquire_or_renew()
@@ -100,7 +95,7 @@ def test_a_dead_holder_loses_the_lease_after_one_duration_whatever_its_clock_sai
 
 
 def test_two_candidates_never_both_win_one_expired_lease() -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), ManualClock(1000.0)
     assert elector(leases, "a", clock, 0.0)._try_acquire_or_renew()
     b, c = elector(leases, "b", clock, 1.0), elector(leases, "c", clock, -1.0)
     assert not b._try_acquire_or_renew()

@@ -10,6 +10,7 @@ import pytest
 from labgate.core.api_resources import NAMESPACE, ROLE_BINDING
 from rbac.cert_rotation import rotation_task
 from rbac.runtime import LeaderGate, NotLeaderError, ObjectCache, PeriodicTask, PeriodicTasks, WorkQueue
+from tests.manual_clock import ManualClock
 
 
 def test_object_cache_indexes_by_tenant_and_follows_relabels() -> None:
@@ -36,17 +37,9 @@ def test_a_name_queued_twice_is_handed_out_once_and_never_to_two_workers() -> No
     assert queue.get(timeout=0) == "vision"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_with_an_interval_a_burst_of_adds_is_a_few_passes_and_the_last_add_is_handed_out() -> None:
     """100 adds over 5 s with a 1 s interval: at most one pass a second, and one after the last add."""
-    clock = Clock()
+    clock = ManualClock()
     queue = WorkQueue(min_interval=1.0, clock=clock)
     handed: list[float] = []
     for i in range(100):
@@ -66,7 +59,7 @@ def test_with_an_interval_a_burst_of_adds_is_a_few_passes_and_the_last_add_is_ha
 
 
 def test_an_interval_holds_back_only_its_own_name() -> None:
-    clock = Clock()
+    clock = ManualClock()
     queue = WorkQueue(min_interval=1.0, clock=clock)
     queue.add("vision")
     assert queue.get(timeout=0) == "vision"
