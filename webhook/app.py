@@ -51,6 +51,7 @@ from webhook.provenance.settings import ProvenanceSettings, get_provenance_setti
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
 from webhook.serving import AdmissionServer, DecisionTrace, InventoryState
 from webhook.settings import Settings, get_settings
+from webhook.usage_recount import UsageRecount
 
 log = logging.getLogger("labgate.webhook")
 
@@ -329,6 +330,12 @@ def cluster_server(
     for part in stoppable:
         part.start()
     parts = tuple(stoppable)
+    # Which resources are GPUs: the policies' config, read once at start (defaults without a dir).
+    counting = gpu_counting(resolved.policy_dir)
+
+    def tenant_namespaces(tenant: str) -> list[str]:
+        return inventory.snapshot.namespaces_of(tenant)
+
     server = AdmissionServer(
         engine=engine,
         inventory=inventory,
@@ -345,8 +352,9 @@ def cluster_server(
         decision_reuse_seconds=resolved.decision_reuse_seconds,
         facts_version=lambda: inventory.writes,
         max_references=resolved.max_references_per_request,
-        # Which resources are GPUs: the policies' config, read once at start (defaults without a dir).
-        pool_nodes=PoolNodes(kube, gpu_counting(resolved.policy_dir)),
+        pool_nodes=PoolNodes(kube, counting),
+        # Before a gpu-quota refusal stands: the usage counted from the live pods.
+        usage_recount=UsageRecount(kube, ledgers.fresh, tenant_namespaces, counting),
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable

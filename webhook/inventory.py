@@ -73,6 +73,12 @@ class InventorySnapshot:
     def tenants(self) -> Mapping[str, Document]:
         return self.collections["tenants"]
 
+    def namespaces_of(self, tenant: str) -> list[str]:
+        """The namespaces that carry the tenant's label."""
+        return [
+            name for name, ns in self.namespaces.items() if ns.get("labels", {}).get(TENANT_LABEL) == tenant
+        ]
+
     def with_collection(self, name: str, documents: Mapping[str, Document]) -> InventorySnapshot:
         """This snapshot with collection `name` replaced by `documents`."""
         return replace(self, collections={**self.collections, name: documents})

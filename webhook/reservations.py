@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from labgate.core.decisions import Decision
-from labgate.core.gpu_amount import GpuDocument
 from labgate.core.metrics import LEDGER_CONFLICTS, LEDGER_FULL
 from labgate.gpu_accounting.ledger import (
     LEDGER_MAX_BYTES,
@@ -31,12 +30,11 @@ from labgate.gpu_accounting.ledger import (
     encoded_size,
     now,
     pod_key,
-    stored_size,
-    usage,
     with_reservation,
 )
 from webhook import refusals
 from webhook.admission import build_response, is_admission_gate_removal
+from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest, AdmissionResponse
 
@@ -46,20 +44,6 @@ log = logging.getLogger("labgate.webhook")
 MAX_LEDGER_ATTEMPTS = 8
 
 GPU_QUOTA_RULE = "gpu-quota"
-
-
-class LedgerAccess(Protocol):
-    """The ledgers (labgate.gpu_accounting.ledger_store.LedgerCache): the cached copy, and the
-    compare-and-swap and re-read, which run in the ledger's own threads."""
-
-    @property
-    def is_synced(self) -> bool: ...
-
-    def cached(self, tenant: str) -> Ledger: ...
-
-    async def fresh_async(self, tenant: str) -> Ledger: ...
-
-    async def write_async(self, ledger: Ledger) -> Ledger: ...
 
 
 class Evaluations(Protocol):
@@ -96,11 +80,6 @@ def reservation_key(request: AdmissionRequest) -> str:
     which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
     uid = (request.object or {}).get("metadata", {}).get("uid")
     return str(uid) if uid else f"no-pod-uid/{request.uid}"
-
-
-def usage_document(at: GpuAmount) -> GpuDocument:
-    """input.gpu_usage for a usage."""
-    return at.to_document()
 
 
 def decides_alike(decision: Decision, at: GpuAmount) -> bool:
@@ -144,7 +123,7 @@ class _PendingReservation:
 
 def _at_usage(item: _PendingReservation, at: GpuAmount) -> PolicyInput:
     """`item`'s policy input at GPU usage `at`."""
-    return {**item.policy_input, "gpu_usage": usage_document(at)}
+    return {**item.policy_input, "gpu_usage": at.to_document()}
 
 
 def _asks_beyond_headroom(
@@ -232,30 +211,8 @@ class GpuReservations:
         self.on_decided = on_decided
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
-        self._usage_memo: dict[str, tuple[Ledger, GpuAmount]] = {}
-        self._size_memo: dict[str, tuple[Ledger, int]] = {}
+        self.sums = LedgerSums(ledgers)
         self._tasks: set[asyncio.Task[None]] = set()
-
-    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount:
-        """The tenant's GPU usage from the cached ledger, less the reservation `excluding` holds."""
-        return self._usage(self.ledgers.cached(tenant), excluding)
-
-    def _usage(self, ledger: Ledger, excluding: str | None = None) -> GpuAmount:
-        """The ledger's usage, summed once per version of the ledger (not once per request)."""
-        memo = self._usage_memo.get(ledger.tenant)
-        if memo is None or memo[0] is not ledger:
-            memo = (ledger, usage(ledger))
-            self._usage_memo[ledger.tenant] = memo
-        held = ledger.reservations.get(excluding) if excluding is not None else None
-        return memo[1] if held is None else memo[1] - held.gpus
-
-    def _size(self, ledger: Ledger) -> int:
-        """The stored size of the ledger's reservations, encoded once per version of the ledger."""
-        memo = self._size_memo.get(ledger.tenant)
-        if memo is None or memo[0] is not ledger:
-            memo = (ledger, stored_size(ledger))
-            self._size_memo[ledger.tenant] = memo
-        return memo[1]
 
     async def reserve(
         self,
@@ -307,8 +264,8 @@ class GpuReservations:
         ones in a working copy of the ledger. Returns that copy, the responses, its usage and size."""
         tenant = ledger.tenant
         working = ledger
-        size = self._size(ledger)
-        running = self._usage(ledger)
+        size = self.sums.size(ledger)
+        running = self.sums.usage(ledger)
         known: list[dict[GpuAmount, Decision]] = [{item.decided_usage: item.decision} for item in batch]
         responses: list[AdmissionResponse] = []
         refused = False  # at the quota's edge: rounds also ask what is left if no earlier pod is admitted
@@ -437,8 +394,7 @@ class GpuReservations:
                 try:
                     working = await ledgers.write_async(working)
                     # The next batch starts from the written ledger: its sums are known already.
-                    self._usage_memo[tenant] = (working, running)
-                    self._size_memo[tenant] = (working, size)
+                    self.sums.written(working, at=running, size=size)
                 except LedgerConflictError:
                     LEDGER_CONFLICTS.labels(tenant).inc()
                     log.info(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable
+from typing import Protocol
 
 from labgate.core.decisions import Decision
+from labgate.core.gpu_amount import GpuAmount
 from labgate.core.metrics import RULE_FINDINGS
-from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS
+from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS, Ledger
 from webhook import refusals
 from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
@@ -23,13 +25,14 @@ from webhook.facts import (
     SecretFacts,
     VolumeFacts,
 )
+from webhook.ledger_sums import LedgerAccess
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
 from webhook.reservations import (
+    GPU_QUOTA_RULE,
     DecisionTrace,
     GpuReservations,
-    LedgerAccess,
     TenantRequests,
     takes_gpus_now,
 )
@@ -47,6 +50,18 @@ def count_findings(decision: Decision) -> None:
         RULE_FINDINGS.labels(finding.rule, finding.mode, tenant).inc()
     for finding in decision.dry_run:
         log.info("dry-run finding for tenant %s: %s", tenant, finding.message)
+
+
+class UsageRecountSource(Protocol):
+    """A tenant's GPU usage counted from the API (webhook.usage_recount.UsageRecount)."""
+
+    async def recount(self, tenant: str) -> tuple[Ledger, GpuAmount] | None: ...
+
+
+def _is_refused_for_quota_alone(decision: Decision) -> bool:
+    """Refused, and by the GPU quota only: a lower usage could admit it."""
+    rules = {finding.rule for finding in decision.denials}
+    return not decision.allowed and rules == {GPU_QUOTA_RULE}
 
 
 class AdmissionServer:
@@ -80,9 +95,11 @@ class AdmissionServer:
         facts_version: Callable[[], Hashable] | None = None,
         max_references: int = DEFAULT_MAX_REFERENCES,
         pool_nodes: PoolNodeFacts | None = None,
+        usage_recount: UsageRecountSource | None = None,
     ):
         self.engine, self.inventory, self.ledgers, self.secrets = engine, inventory, ledgers, secrets
         self.facts_age, self.facts_max_age, self.facts_version = facts_age, facts_max_age, facts_version
+        self.usage_recount = usage_recount
         self.evaluator = Evaluator(engine, inventory)
         self.reservations = (
             GpuReservations(
@@ -94,7 +111,7 @@ class AdmissionServer:
         self.facts = FactGatherer(
             inventory=inventory,
             secrets=secrets,
-            gpu_usage=self.reservations,
+            gpu_usage=self.reservations.sums if self.reservations is not None else None,
             workload_usage=TenantRequests(ledgers) if ledgers is not None else None,
             workload_kinds=workload_kinds,
             images=images,
@@ -157,6 +174,8 @@ class AdmissionServer:
         # Every request is decided at once against the cached usage, side by side with the others;
         # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
         decision = await self.reuse.decide(policy_input)
+        if tenant and _is_refused_for_quota_alone(decision) and takes_gpus_now(request):
+            policy_input, decision = await self._decide_at_live_count(tenant, policy_input, decision)
         trace.decision = decision
         reserves = decision.allowed and decision.gpu_demand.total > 0 and not request.dry_run
         if tenant and reserves and takes_gpus_now(request):
@@ -165,6 +184,30 @@ class AdmissionServer:
             return await self.reservations.reserve(request, policy_input, tenant, trace, decision)
         count_findings(decision)
         return build_response(request=request, decision=decision)
+
+    async def _decide_at_live_count(
+        self, tenant: str, policy_input: PolicyInput, decision: Decision
+    ) -> tuple[PolicyInput, Decision]:
+        """A pod refused for the quota alone, decided again at the usage counted from the API: the
+        ledger may still count pods whose deletion the API has finished (webhook.usage_recount).
+        Its reservation, if admitted now, is a compare-and-swap on the ledger version counted at."""
+        if self.usage_recount is None or self.reservations is None:
+            return policy_input, decision
+        recount = await self.usage_recount.recount(tenant)
+        if recount is None:
+            return policy_input, decision
+        ledger, counted = recount
+        if counted.to_document() == policy_input.get("gpu_usage"):
+            return policy_input, decision
+        self.reservations.sums.correct(ledger, counted)
+        log.info(
+            "tenant %s: the ledger counts %s, its live pods %s",
+            tenant,
+            policy_input.get("gpu_usage"),
+            counted,
+        )
+        at_count: PolicyInput = {**policy_input, "gpu_usage": counted.to_document()}
+        return at_count, await self.evaluator.decide(at_count)
 
     async def mutate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None

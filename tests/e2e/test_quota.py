@@ -515,6 +515,51 @@ def test_concurrent_creations_through_two_replicas_never_exceed_the_quota(
     assert sum(1 for code, _ in again if code == 0) == 3, again
 
 
+def pods_gpus(stack: LabgateStack, namespace: str) -> int:
+    """The GPUs the pods that exist in `namespace` ask, from their specs (the test's own count)."""
+    pods = get_json(stack, "pods", "-n", namespace)
+    assert pods is not None
+    return sum(
+        int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+        for pod in pods["items"]
+        if pod["status"].get("phase") not in ("Succeeded", "Failed")
+        for c in pod["spec"]["containers"]
+    )
+
+
+@pytest.mark.usefixtures("two_replicas")
+def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A researcher who deletes a pod (kubectl waits until the API has removed it) and at once creates
+    another is not refused by the count of the one that is gone, through either replica; and the
+    quota still holds: with the pods that exist asking all of it, a further pod is refused, and two
+    created at once in the room one deletion leaves are one admitted, one refused."""
+    limit = 4
+    team = tenants.create(spec_extra={"gpu": {"total": limit}})
+    me, namespace = team.researcher, team.namespace
+    assert me.apply(gpu_pod("keep", 2), namespace).returncode == 0
+    assert me.apply(gpu_pod("again", 2), namespace).returncode == 0
+    refused = me.apply(gpu_pod("third", 1), namespace)
+    assert refused.returncode == 1
+    assert f"uses 4 of {limit} h100 GPUs" in refused.stderr, refused.stderr
+    for attempt in range(10):
+        me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
+        created = me.apply(gpu_pod("again", 2, labels={SHARD_LABEL: str(attempt % 2)}), namespace)
+        assert created.returncode == 0, f"attempt {attempt}: {created.stderr}"
+        assert pods_gpus(stack, namespace) == limit
+    me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(
+            pool.map(
+                lambda i: me.apply(gpu_pod(f"both-{i}", 2, labels={SHARD_LABEL: str(i)}), namespace), (0, 1)
+            )
+        )
+    assert sorted(r.returncode for r in results) == [0, 1], [r.stderr for r in results]
+    assert "[gpu-quota]" in next(r.stderr for r in results if r.returncode == 1)
+    assert pods_gpus(stack, namespace) == limit
+
+
 def test_beyond_quota_pods_run_as_preemptible_when_the_tenant_allows_it(
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
