@@ -40,7 +40,6 @@ from labgate.gpu_accounting.ledger import (
     FINISHED_PHASES,
     GpuAmount,
     LedgerCorruptError,
-    reservation_uid,
     usage,
 )
 from labgate.gpu_accounting.ledger_store import LedgerCache
@@ -367,7 +366,7 @@ class TenantStatusController:
             gpus, reserved = shown_usage(live), []
         else:
             gpus = usage(ledger)
-            reserved = [reservation_uid(k, r) for k, r in ledger.reservations.items()]
+            reserved = list(ledger.reservations)
         facts = self.pods.in_namespaces(namespaces).values()
         seen = self.pods.known(set(reserved))
         unseen = sum(1 for uid in reserved if uid not in seen)

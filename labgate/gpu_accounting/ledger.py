@@ -60,11 +60,6 @@ class Reservation(BaseModel):
     pod: str = ""  # "<namespace>/<name>" of the pod the request would create, for people and checks
 
 
-def reservation_uid(key: str, reservation: Reservation) -> str:
-    """The uid of the pod a reservation waits for: its key."""
-    return key
-
-
 class Ledger(BaseModel):
     """One tenant's GPU usage: its settled pods' sum and its reservations, keyed by the uid of the
     pod each was made for."""
@@ -145,15 +140,14 @@ def settle(
         if (phase := pod_phases.get(uid)) is not None and phase not in FINISHED_PHASES and uid not in gated
     }
     kept: dict[str, Reservation] = {}
-    for key, reservation in ledger.reservations.items():
-        uid = reservation_uid(key, reservation)
+    for uid, reservation in ledger.reservations.items():
         phase = pod_phases.get(uid)
         if phase is None:
             if reservation.expires > now and uid not in gone_pod_uids:
-                kept[key] = reservation  # admitted an instant ago; the pod is on its way
+                kept[uid] = reservation  # admitted an instant ago; the pod is on its way
             continue
         if phase not in FINISHED_PHASES and uid in gated:
-            kept[key] = reservation
+            kept[uid] = reservation
         elif phase not in FINISHED_PHASES:
             # Only the request that created this very pod (its uid) made this reservation.
             settled[uid] = reservation.gpus

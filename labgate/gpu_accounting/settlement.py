@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from labgate.core.gpu_amount import sum_of
 from labgate.gpu_accounting.claim_allocations import AllocatedDevices, allocated_amount, at_least
 from labgate.gpu_accounting.demand import UNSPECIFIED_MODEL
-from labgate.gpu_accounting.ledger import GpuAmount, Ledger, reservation_uid, settle
+from labgate.gpu_accounting.ledger import GpuAmount, Ledger, settle
 from labgate.gpu_accounting.pod_requests import tenant_usage
 
 
@@ -74,7 +74,7 @@ class PodAddress:
 
 def reserved_uids(ledger: Ledger) -> set[str]:
     """The uids of the pods the ledger holds reservations for."""
-    return {reservation_uid(key, r) for key, r in ledger.reservations.items()}
+    return set(ledger.reservations)
 
 
 def uids_to_watch(ledger: Ledger, settled_pods: Mapping[str, GpuAmount]) -> set[str]:
@@ -86,8 +86,7 @@ def expired_unseen(ledger: Ledger, seen: Collection[str], *, now: float) -> list
     """Pods of expired reservations that the watch does not show: the watch may lag, and a
     reservation must never be dropped while its pod exists, so these are read from the API."""
     found = []
-    for key, reservation in ledger.reservations.items():
-        uid = reservation_uid(key, reservation)
+    for uid, reservation in ledger.reservations.items():
         if uid in seen or reservation.expires > now or "/" not in reservation.pod:
             continue
         namespace, name = reservation.pod.split("/", 1)
