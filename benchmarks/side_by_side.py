@@ -44,7 +44,7 @@ import yaml
 from benchmarks.report import replace_section
 from devcluster.processes import ManagedProcess, free_port, recorded_pids, spawn, wait_until
 from devcluster.stack import EXEMPT_NAMESPACES, LABGATE_NAMESPACE, WEBHOOK_CONFIGURATION, LabgateStack
-from devcluster.tools import REPO_ROOT, binary, pinned_versions, tool
+from devcluster.tools import REPO_ROOT, binary, go_module_dir, pinned_versions, tool
 from webhook.admission import build_policy_input
 from webhook.registration import webhook_configurations
 from webhook.review import AdmissionRequest
@@ -384,14 +384,9 @@ def webhook_entry(name: str, url: str, ca: bytes, namespace: str, *, mutating: b
 
 
 def gatekeeper_module_dir() -> Path:
-    version = pinned_versions()["GATEKEEPER_VERSION"]
-    modcache = subprocess.run(
-        ["go", "env", "GOMODCACHE"],  # noqa: S607 - the Go that built the tools
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    return Path(modcache) / "github.com" / "open-policy-agent" / "gatekeeper" / f"v3@{version}"
+    return go_module_dir(
+        "github.com/open-policy-agent/gatekeeper/v3", pinned_versions()["GATEKEEPER_VERSION"]
+    )
 
 
 def gatekeeper_crds() -> list[Path]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +108,28 @@ def binary(name: str) -> str:
                 raise ToolMissingError(f"{name} is not built: run toolchain/build.sh {tool_name}")
             return str(found.binary(name))
     raise KeyError(name)
+
+
+def go_module_cache() -> Path:
+    """Go's module cache, where toolchain/build.sh's `go get` leaves the modules it builds from:
+    $GOMODCACHE, else what the `go` on PATH says, else Go's default ($GOPATH/pkg/mod, ~/go/pkg/mod)."""
+    if env := os.environ.get("GOMODCACHE"):
+        return Path(env)
+    if go := shutil.which("go"):
+        found = subprocess.run(
+            [go, "env", "GOMODCACHE"], capture_output=True, text=True, check=False, timeout=60
+        )
+        if found.returncode == 0 and found.stdout.strip():
+            return Path(found.stdout.strip())
+    gopath = os.environ.get("GOPATH", "").split(os.pathsep)[0] or str(Path.home() / "go")
+    return Path(gopath) / "pkg" / "mod"
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """Where the Go module cache holds `module`@`version` (present or not). The cache escapes capital
+    letters as '!' and the lower-case letter (github.com/!azure/...)."""
+
+    def escaped(text: str) -> str:
+        return re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), text)
+
+    return go_module_cache() / f"{escaped(module)}@{escaped(version)}"

@@ -29,11 +29,13 @@ k8s_staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime clie
   kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
   mount-utils pod-security-admission sample-apiserver)
 
-# tool_spec NAME sets: version, module, packages, binaries, ldflags, replaces.
+# tool_spec NAME sets: version, module, packages, binaries, ldflags, replaces, and the modules a
+# tool's tests read files from (go_modules, downloaded into Go's module cache beside the build).
 tool_spec() {
   ldflags="-s -w"
   replaces=""
   crd_dir=""
+  go_modules=""
   case "$1" in
     kubernetes)
       version=$KUBERNETES_VERSION module=k8s.io/kubernetes
@@ -46,6 +48,10 @@ tool_spec() {
         ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
       done
       for m in "${k8s_staging[@]}"; do replaces+="	k8s.io/$m => k8s.io/$m $KUBERNETES_STAGING_VERSION"$'\n'; done
+      # Pod Security's own fixtures (test/testdata/<level>/v1.<minor>), which
+      # tests/unit/policies/test_pod_security_fixtures.py runs through pod-hardening. Building
+      # kube-apiserver downloads it already; named here so the tests do not rest on that.
+      go_modules="k8s.io/pod-security-admission@$KUBERNETES_STAGING_VERSION"
       ;;
     etcd)
       version=$ETCD_VERSION module=go.etcd.io/etcd/server/v3
@@ -172,6 +178,11 @@ build_one() {  # runs in a subshell; output goes to the tool's log
     src="$(go list -mod=mod -m -f '{{.Dir}}' "$module")/$crd_dir"
     echo "+ copy CRDs from $src"
     mkdir -p "$dir/crds" && cp "$src"/*.yaml "$dir/crds/"
+  fi
+  if [ -n "$go_modules" ]; then
+    echo "+ go mod download $go_modules"
+    # shellcheck disable=SC2086
+    go mod download $go_modules
   fi
   echo "$version built by $go_version on $(date -u +%FT%TZ)" >"$dir/.complete"
   rm -rf "$work"

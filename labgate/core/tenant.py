@@ -137,8 +137,8 @@ class Network(_Spec):
 
 
 class Exceptions(_Spec):
-    """Pod-hardening exceptions: one per Pod Security baseline control (the admission policy
-    relaxes exactly the control named)."""
+    """Pod-hardening exceptions: one per Pod Security baseline control but the hosts of probes and
+    lifecycle handlers, which none relaxes (the admission policy relaxes exactly the control named)."""
 
     host_path: bool = Field(default=False, alias="hostPath")
     host_network: bool = Field(default=False, alias="hostNetwork")

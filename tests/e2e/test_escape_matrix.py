@@ -571,8 +571,9 @@ _SAFE_SYSCTLS = {
     "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
     "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
 }  # fmt: skip
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
 def baseline_gaps(spec: dict[str, Any]) -> set[str]:
@@ -596,6 +597,13 @@ def baseline_gaps(spec: dict[str, Any]) -> set[str]:
             if context.get("procMount") not in (None, "Default"):
                 gaps.add("procMount")
             gaps |= {f"hostPort {p['hostPort']}" for p in container.get("ports") or [] if p.get("hostPort")}
+            lifecycle = container.get("lifecycle") or {}
+            handlers = [container.get(p) for p in _PROBES] + [
+                lifecycle.get("postStart"),
+                lifecycle.get("preStop"),
+            ]
+            actions = [h.get(a) for h in handlers if h for a in ("httpGet", "tcpSocket")]
+            gaps |= {f"probe host {a['host']}" for a in actions if a and a.get("host")}
     for context in contexts:
         if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
             gaps.add("seccomp Unconfined")
@@ -1128,6 +1136,25 @@ ATTEMPTS: list[Attempt] = [
         "pod-hardening",
         lambda _, n: pod(n, hostUsers=False, containers=[_container(procMount="Unmasked")]),
         lambda _, n: pod(n, hostUsers=False, containers=[_container(procMount="Default")]),
+        admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
+    ),
+    *_both(
+        "pod-probe-host",
+        "pod-hardening",
+        # The kubelet connects to a probe's host from the node: past NetworkPolicies, to the API.
+        lambda _, n: pod(
+            n,
+            containers=[
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "readinessProbe": {"tcpSocket": {"host": "10.96.0.1", "port": 443}},
+                }
+            ],
+        ),
+        lambda _, n: pod(
+            n, containers=[{"name": "main", "image": IMAGE, "readinessProbe": {"tcpSocket": {"port": 8080}}}]
+        ),
         admitted=lambda _, obj: _assert_baseline(obj, allowed=set()),
     ),
     *_both(

@@ -5,12 +5,13 @@
 #   by labgate field by field: no host namespaces (hostNetwork, hostPID, hostIPC), hostPath volumes,
 #   privileged containers, capabilities beyond the baseline set, hostPorts, Unconfined seccomp or
 #   AppArmor profiles, SELinux types, users or roles beyond the container ones, an Unmasked /proc,
-#   unsafe sysctls or Windows hostProcess containers (containers, initContainers and
-#   ephemeralContainers). Each control has its own exception in the Tenant's spec.exceptions
-#   (hostNetwork, hostPID, hostIPC, hostPath, privileged, hostPorts, seccompUnconfined,
-#   appArmorUnconfined, seLinux, procMount, windowsHostProcess: true; capabilities and sysctls: the
-#   names allowed), and an exception relaxes exactly its control and nothing else. The lists
-#   (baseline capabilities, safe sysctls, SELinux types) are data.labgate.config.pod_security.
+#   unsafe sysctls, Windows hostProcess containers or a host in a probe or lifecycle handler
+#   (containers, initContainers and ephemeralContainers). Each control but the last has its own
+#   exception in the Tenant's spec.exceptions (hostNetwork, hostPID, hostIPC, hostPath, privileged,
+#   hostPorts, seccompUnconfined, appArmorUnconfined, seLinux, procMount, windowsHostProcess: true;
+#   capabilities and sysctls: the names allowed), and an exception relaxes exactly its control and
+#   nothing else. The lists (baseline capabilities, safe sysctls, SELinux types) are
+#   data.labgate.config.pod_security.
 #   Pods the platform creates (a Job's or ReplicaSet's controller) are not checked again: their
 #   templates were checked when the workload was applied.
 package labgate.rules.pod_hardening
@@ -21,8 +22,9 @@ _or_exception := "or ask the infra team for an exception in the Tenant"
 
 _config := data.labgate.config.pod_security
 
-# An ask: where (for the message), the field, what it asks, the exception that covers it, its value
-# for list exceptions (capabilities, sysctls; null for the others) and how to fix it.
+# An ask: where (for the message), the field, what it asks, the exception that covers it (null for a
+# control no exception relaxes), its value for list exceptions (capabilities, sysctls; null for the
+# others) and how to fix it.
 _ask(where, field, asks, exception, value, fix) := {
 	"where": where,
 	"field": field,
@@ -255,6 +257,38 @@ _asks contains _ask(
 	not sysctl.name in {s | some s in _config.safe_sysctls}
 }
 
+# --- Hosts in probes and lifecycle handlers: no exception ---
+
+# A host in an httpGet or tcpSocket probe or lifecycle handler makes the kubelet connect there from
+# the node, past the tenant's NetworkPolicies: to another tenant's pods, node-local services, the
+# metadata address. Pod Security's baseline refuses it from Kubernetes 1.34 (an empty host is
+# allowed). No exception relaxes it: no workload needs it, since without a host the kubelet connects
+# to the pod's own IP, and a check of another address belongs in the container (an exec probe).
+_handlers := [
+	["livenessProbe"],
+	["readinessProbe"],
+	["startupProbe"],
+	["lifecycle", "postStart"],
+	["lifecycle", "preStop"],
+]
+
+_asks contains _ask(
+	_container_where(template, c),
+	_container_field(template, c, field),
+	sprintf("%s %q", [field, host]),
+	null,
+	null,
+	sprintf("remove %s (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)", [field]),
+) if {
+	some template in input.pod_templates
+	some c in tenancy.containers(template.spec)
+	some handler in _handlers
+	some action in ["httpGet", "tcpSocket"]
+	host := object.get(c.container, array.concat(handler, [action, "host"]), "")
+	not host in {"", null}
+	field := concat(".", array.concat(handler, [action, "host"]))
+}
+
 # --- Exceptions ---
 
 _exceptions(tenant) := _object(object.get(tenant, ["spec", "exceptions"], {}))
@@ -279,8 +313,17 @@ _exception_text(ask) := sprintf("%s exception", [ask.exception]) if {
 	ask.value == null
 } else := sprintf("%s exception for %q", [ask.exception, ask.value])
 
+# Why the ask is refused, and its fix: the exception the tenant lacks and how to ask for it, or, for
+# a control no exception relaxes, only the fix.
+_refusal(tenant, ask) := sprintf(
+	"tenant %q has no %s. Fix: %s, %s",
+	[tenant.metadata.name, _exception_text(ask), ask.fix, _or_exception],
+) if {
+	ask.exception != null
+} else := sprintf("no Tenant exception allows it. Fix: %s", [ask.fix])
+
 # METADATA
-# title: Pod Security baseline, control by control, each relaxed only by its own exception
+# title: Pod Security baseline, control by control, each relaxed only by its own exception (hosts in probes and lifecycle handlers by none)
 # custom:
 #   rule_id: pod-hardening
 violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
@@ -291,10 +334,7 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	not _is_excepted(tenant, ask)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %s; tenant %q has no %s. Fix: %s, %s",
-		[
-			rule_id, tenancy.object_ref, ask.where, ask.asks, tenant.metadata.name, _exception_text(ask),
-			ask.fix, _or_exception,
-		],
+		"[%s] %s %s asks %s; %s",
+		[rule_id, tenancy.object_ref, ask.where, ask.asks, _refusal(tenant, ask)],
 	)
 }

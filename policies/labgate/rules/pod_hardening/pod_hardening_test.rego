@@ -234,7 +234,19 @@ test_unsafe_sysctls_are_refused_unless_excepted_by_name if {
 		]},
 		"containers": [testdata.main_container],
 	})
-	messages_with({"sysctls": ["net.core.somaxconn"]}, pod) == {`[pod-hardening] Pod "x" spec asks sysctl "kernel.msgmax"; tenant "team-a" has no sysctls exception for "kernel.msgmax". Fix: remove the sysctl (the baseline allows kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes), or ask the infra team for an exception in the Tenant`}
+	messages_with({"sysctls": ["net.core.somaxconn"]}, pod) == {`[pod-hardening] Pod "x" spec asks sysctl "kernel.msgmax"; tenant "team-a" has no sysctls exception for "kernel.msgmax". Fix: remove the sysctl (the baseline allows kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, net.ipv4.tcp_wmem), or ask the infra team for an exception in the Tenant`}
+}
+
+# Kubernetes 1.32 added the TCP buffer sizes to the baseline's safe sysctls.
+test_tcp_buffer_sysctls_are_safe if {
+	pod := testdata.pod("x", {
+		"securityContext": {"sysctls": [
+			{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 16777216"},
+			{"name": "net.ipv4.tcp_wmem", "value": "4096 65536 16777216"},
+		]},
+		"containers": [testdata.main_container],
+	})
+	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
 }
 
 test_windows_host_process_is_refused if {
@@ -254,4 +266,69 @@ test_ephemeral_container_added_to_a_running_pod_is_checked if {
 	violations := pod_hardening.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
 		with data.inventory as testdata.inventory
 	{v.field | some v in violations} == {"spec.ephemeralContainers[0].securityContext.privileged"}
+}
+
+# --- Hosts in probes and lifecycle handlers ---
+
+test_probes_and_handlers_without_a_host_are_allowed if {
+	container := object.union(testdata.main_container, {
+		"livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+		"readinessProbe": {"tcpSocket": {"port": 8080, "host": ""}},
+		"startupProbe": {"exec": {"command": ["cat", "/tmp/ready"]}},
+		"lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": 8080, "host": null}}, "postStart": {"sleep": {"seconds": 1}}},
+	})
+	count(violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container]}))) == 0
+}
+
+test_probe_host_is_refused if {
+	container := object.union(testdata.main_container, {"livenessProbe": {"httpGet": {"host": "10.96.0.1", "port": 443}}})
+	violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container]})) == {{
+		"rule": "pod-hardening",
+		"field": "spec.containers[0].livenessProbe.httpGet.host",
+		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks livenessProbe.httpGet.host "10.96.0.1"; no Tenant exception allows it. Fix: remove livenessProbe.httpGet.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+	}}
+}
+
+test_every_probe_and_handler_host_is_refused_in_every_container if {
+	sidecar := {
+		"name": "proxy",
+		"image": "registry.lab.example/research/proxy:v1",
+		"restartPolicy": "Always",
+		"readinessProbe": {"tcpSocket": {"host": "169.254.169.254", "port": 80}},
+		"startupProbe": {"httpGet": {"host": "node.local", "port": 10250}},
+	}
+	main := object.union(testdata.main_container, {"lifecycle": {
+		"postStart": {"httpGet": {"host": "team-b.svc", "port": 80}},
+		"preStop": {"tcpSocket": {"host": "::1", "port": 2379}},
+	}})
+	debug := {"name": "debug", "image": "busybox", "targetContainerName": "main", "livenessProbe": {"tcpSocket": {"host": "127.0.0.1", "port": 10255}}}
+	deployment := testdata.deployment("web", {}, {"containers": [main], "initContainers": [sidecar], "ephemeralContainers": [debug]})
+	{v.field | some v in violations_for("Deployment", "team-a", testdata.alice, deployment)} == {
+		"spec.template.spec.initContainers[0].readinessProbe.tcpSocket.host",
+		"spec.template.spec.initContainers[0].startupProbe.httpGet.host",
+		"spec.template.spec.containers[0].lifecycle.postStart.httpGet.host",
+		"spec.template.spec.containers[0].lifecycle.preStop.tcpSocket.host",
+		"spec.template.spec.ephemeralContainers[0].livenessProbe.tcpSocket.host",
+	}
+}
+
+test_lifecycle_host_is_refused_with_its_fix if {
+	container := object.union(testdata.main_container, {"lifecycle": {"preStop": {"tcpSocket": {"host": "::1", "port": 2379}}}})
+	violations_for("Pod", "team-b", testdata.bob, testdata.pod("x", {"containers": [container]})) == {{
+		"rule": "pod-hardening",
+		"field": "spec.containers[0].lifecycle.preStop.tcpSocket.host",
+		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks lifecycle.preStop.tcpSocket.host "::1"; no Tenant exception allows it. Fix: remove lifecycle.preStop.tcpSocket.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+	}}
+}
+
+test_no_exception_relaxes_probe_hosts if {
+	every_exception := {
+		"hostPath": true, "hostNetwork": true, "hostPID": true, "hostIPC": true, "privileged": true,
+		"hostPorts": true, "capabilities": ["NET_ADMIN"], "sysctls": ["net.core.somaxconn"],
+		"seccompUnconfined": true, "appArmorUnconfined": true, "seLinux": true, "procMount": true,
+		"windowsHostProcess": true,
+	}
+	container := object.union(testdata.main_container, {"readinessProbe": {"httpGet": {"host": "10.0.0.7", "port": 8080}}})
+	pod := testdata.pod("x", {"hostNetwork": true, "containers": [container]})
+	messages_with(every_exception, pod) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks readinessProbe.httpGet.host "10.0.0.7"; no Tenant exception allows it. Fix: remove readinessProbe.httpGet.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`}
 }
