@@ -542,7 +542,7 @@ def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
     assert me.apply(gpu_pod("again", 2), namespace).returncode == 0
     refused = me.apply(gpu_pod("third", 1), namespace)
     assert refused.returncode == 1
-    assert f"uses 4 of {limit} h100 GPUs" in refused.stderr, refused.stderr
+    assert f"uses 4 of {limit} GPUs" in refused.stderr, refused.stderr
     for attempt in range(10):
         me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
         created = me.apply(gpu_pod("again", 2, labels={SHARD_LABEL: str(attempt % 2)}), namespace)
