@@ -49,6 +49,7 @@ from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
+from webhook.scaled_workloads import ScaledWorkloads
 from webhook.serving import AdmissionServer, DecisionTrace, InventoryState
 from webhook.settings import Settings, get_settings
 
@@ -347,6 +348,7 @@ def cluster_server(
         max_references=resolved.max_references_per_request,
         # Which resources are GPUs: the policies' config, read once at start (defaults without a dir).
         pool_nodes=PoolNodes(kube, gpu_counting(resolved.policy_dir)),
+        scaled_workloads=ScaledWorkloads(kube),
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable
