@@ -150,13 +150,29 @@ _template_text(g) := sprintf("%s ", [trim_suffix(g.path, ".spec")]) if {
 } else := ""
 
 _scale_fix(tenant, model) := sprintf("scale to at most %v replicas (what fits now), or wait for running pods to finish", [
-	_single_growth.before + room,
+	_single_growth.before + _scale_room(tenant, model),
 ]) if {
-	room := _scale_room(tenant, model)
-	_single_growth
-	room > 0
+	_fits_the_limit(tenant, model)
+	_scale_room(tenant, model) > 0
 } else := "wait for running pods to finish before scaling up (no replica more fits now)" if {
-	_single_growth
+	_fits_the_limit(tenant, model)
+} else := sprintf("scale to at most %v replicas (what fits now; at most %v ever fit %s), or %s", [
+	_single_growth.before + _scale_room(tenant, model), _most_ever(tenant, model), _limit_field(model), _raise_text(model, tenant),
+]) if {
+	_scale_room(tenant, model) > 0
+} else := sprintf("no replica more fits now and at most %v ever fit %s: wait for running pods to finish, or %s", [
+	_most_ever(tenant, model), _limit_field(model), _raise_text(model, tenant),
+]) if {
+	_most_ever(tenant, model)
 } else := sprintf("raise the replica counts by at most %s in all, or wait for running pods to finish", [
 	gpu_text.plural(_free(tenant, model), _gpu_word(model)),
 ])
+
+# The most replicas of the one growing template the limit could ever hold (nothing else running).
+_most_ever(tenant, model) := floor(_limit(tenant, model) / each) if {
+	each := _per_pod(gpu.demand(_single_growth.spec), model)
+	each > 0
+}
+
+# The new count fits the limit once other pods finish: waiting can help.
+_fits_the_limit(tenant, model) if _single_growth.after <= _most_ever(tenant, model)

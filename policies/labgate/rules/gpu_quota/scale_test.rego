@@ -56,6 +56,12 @@ test_a_scale_up_past_what_is_free_names_how_far_it_may_scale if {
 	messages(_deployment_scale(1, 5, _three_h100_free)) == [`[gpu-quota-scale] Deployment "serve" scales from 1 to 5 replicas of 1 nvidia.com/gpu (h100) each, which asks 4 h100 GPUs more; tenant "vision" uses 5 of 8 h100 GPUs (3 free). Fix: scale to at most 4 replicas (what fits now), or wait for running pods to finish`]
 }
 
+test_a_scale_up_the_limit_can_never_hold_says_so if {
+	# vision has 8 h100: 12 replicas of 1 never fit, whatever finishes.
+	messages(_deployment_scale(0, 12, _h100_full)) == [`[gpu-quota-scale] Deployment "serve" scales from 0 to 12 replicas of 1 nvidia.com/gpu (h100) each, which asks 12 h100 GPUs more; tenant "vision" uses 8 of 8 h100 GPUs (0 free). Fix: no replica more fits now and at most 8 ever fit spec.gpu.models[h100]: wait for running pods to finish, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+	messages(_deployment_scale(1, 12, _three_h100_free)) == [`[gpu-quota-scale] Deployment "serve" scales from 1 to 12 replicas of 1 nvidia.com/gpu (h100) each, which asks 11 h100 GPUs more; tenant "vision" uses 5 of 8 h100 GPUs (3 free). Fix: scale to at most 4 replicas (what fits now; at most 8 ever fit spec.gpu.models[h100]), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+}
+
 test_a_scale_up_within_what_is_free_is_admitted if {
 	count(violations(_deployment_scale(1, 4, _three_h100_free))) == 0
 	count(violations(_deployment_scale(0, 3, _three_h100_free))) == 0
