@@ -34,11 +34,58 @@ def build_policy_input(
         request.object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
     )
     pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
-    return {
+    document: PolicyInput = {
         "request": request_document(request),
         "pod_templates": pod_templates,
         "image_references": image_references(pod_templates),
     }
+    if templates and (before := replicas_before(request, kinds)) is not None:
+        document["replicas_before"] = before
+    return document
+
+
+def replicas_before(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> dict[str, int] | None:
+    """`input.replicas_before`: on an UPDATE of a workload, how many pods each pod template of the old
+    object makes at once, by path, so that a raised replica count is judged against what the tenant
+    has free (gpu-quota-scale); None for anything else."""
+    if request.operation != "UPDATE" or request.sub_resource or request.old_object is None:
+        return None
+    if (request.kind.group, request.kind.kind) == ("", "Pod"):
+        return None
+    old = find_pod_templates(
+        request.old_object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
+    )
+    return {t.path: t.replicas for t in old}
+
+
+def _scale_replicas(scale: Mapping[str, Any] | None) -> int:
+    spec = (scale or {}).get("spec")
+    replicas = spec.get("replicas") if isinstance(spec, Mapping) else None
+    return replicas if isinstance(replicas, int) else 0
+
+
+def is_scale_up(request: AdmissionRequest) -> bool:
+    """A scale call (the Scale subresource, `kubectl scale`) that raises the replica count: the
+    policies get the workload's pod templates (`input.scaled_workload`) and the tenant's GPU usage,
+    to judge the growth (gpu-quota-scale). A scale down needs neither."""
+    if request.sub_resource != "scale" or request.operation != "UPDATE":
+        return False
+    return _scale_replicas(request.object) > _scale_replicas(request.old_object)
+
+
+def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> WorkloadKind | None:
+    """The workload kind whose Scale the request writes (its resource among `kinds`), or None."""
+    for kind in kinds:
+        if (kind.group, kind.resource) == (request.resource.group, request.resource.resource):
+            return kind
+    return None
+
+
+def scaled_workload_document(kind: WorkloadKind, workload: Object) -> dict[str, Any]:
+    """`input.scaled_workload`: the kind and pod templates of the workload a scale call resizes, as
+    read from the API ({"kind", "error"} says instead why it could not be read)."""
+    templates = find_pod_templates(workload, group=kind.group, kind=kind.kind, kinds=(kind,))
+    return {"kind": kind.kind, "pod_templates": [t.model_dump() for t in templates]}
 
 
 def request_document(request: AdmissionRequest) -> dict[str, Any]:
@@ -90,11 +137,14 @@ def is_admission_gate_removal(request: AdmissionRequest) -> bool:
 
 def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created or let
-    through Kueue's admission gate (the quota is checked and reserved), and a workload with pod
-    templates being created (its pods that will wait for GPUs are announced at apply time; on an
-    update its own pods are counted already)."""
-    if is_admission_gate_removal(request):
+    through Kueue's admission gate (the quota is checked and reserved), a workload with pod
+    templates being created (its pods that will wait for GPUs are announced at apply time), and a
+    workload's replica count changed, by an UPDATE or a scale up (what it adds is judged against
+    what is free: gpu-quota-scale; its own pods are counted already)."""
+    if is_admission_gate_removal(request) or is_scale_up(request):
         return True
+    if request.operation == "UPDATE" and not request.sub_resource:
+        return bool(pod_templates) and (request.kind.group, request.kind.kind) != ("", "Pod")
     return request.operation == "CREATE" and (
         (request.kind.group == "" and request.kind.kind == "Pod") or bool(pod_templates)
     )

@@ -49,6 +49,7 @@ from webhook.provenance.facts import ImageFacts
 from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
+from webhook.scaled_workloads import ScaledWorkloads
 from webhook.serving import AdmissionServer, DecisionTrace, InventoryState
 from webhook.settings import Settings, get_settings
 from webhook.usage_recount import UsageRecount
@@ -355,6 +356,7 @@ def cluster_server(
         pool_nodes=PoolNodes(kube, counting),
         # Before a gpu-quota refusal stands: the usage counted from the live pods.
         usage_recount=UsageRecount(kube, ledgers.fresh, tenant_namespaces, counting),
+        scaled_workloads=ScaledWorkloads(kube),
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
     return server, stoppable

@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
-from webhook.admission import build_policy_input, is_tenant_update, is_tenant_write, needs_gpu_usage
+from webhook.admission import (
+    build_policy_input,
+    is_scale_up,
+    is_tenant_update,
+    is_tenant_write,
+    needs_gpu_usage,
+    scaled_kind,
+)
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.read_shares import Read, ReadShares
@@ -35,6 +42,8 @@ log = logging.getLogger("labgate.webhook")
 
 # The most a Tenant write waits for the nodes of its pools (only a warning depends on them).
 POOL_NODES_SECONDS = 2.0
+# The most a scale up waits for the workload it resizes (then it is refused: gpu-quota-scale).
+SCALED_WORKLOAD_SECONDS = 1.5
 
 
 @runtime_checkable
@@ -110,6 +119,13 @@ class PoolNodeFacts(Protocol):
     def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None: ...
 
 
+class ScaledWorkloadFacts(Protocol):
+    """The pod templates of a workload being scaled, read live (webhook.scaled_workloads.ScaledWorkloads):
+    {"kind", "pod_templates"}, or {"kind", "error"} when it could not be read."""
+
+    def fact(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]: ...
+
+
 class GpuUsageSource(Protocol):
     """A tenant's GPU usage (webhook.reservations.GpuReservations)."""
 
@@ -159,8 +175,10 @@ class FactGatherer:
         workload_usage: WorkloadUsageSource | None = None,
         max_references: int = DEFAULT_MAX_REFERENCES,
         pool_nodes: PoolNodeFacts | None = None,
+        scaled_workloads: ScaledWorkloadFacts | None = None,
     ):
         self.inventory = inventory
+        self.scaled_workloads = scaled_workloads
         self.pool_nodes = pool_nodes
         self.workload_usage = workload_usage
         self.secrets = secrets
@@ -242,6 +260,7 @@ class FactGatherer:
             )
         self._add_gpu_usage(request, policy_input, tenant)
         await self._add_tenant_pool_gpus(request, policy_input)
+        await self._add_scaled_workload(request, policy_input, tenant)
         if tenant and self.workload_usage is not None and is_pod_create(request):
             # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
             # (no round trip); nothing when it has none.
@@ -273,6 +292,29 @@ class FactGatherer:
             return
         if capacity is not None:
             policy_input["tenant_pool_gpus"] = capacity
+
+    async def _add_scaled_workload(
+        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
+    ) -> None:
+        """On a scale up in a tenant namespace, the workload's pod templates (gpu-quota-scale), read
+        live within SCALED_WORKLOAD_SECONDS; a slow read is said in the fact, and the policy refuses."""
+        kind = scaled_kind(request, self.workload_kinds)
+        if self.scaled_workloads is None or kind is None or not is_scale_up(request):
+            return
+        if not tenant or not request.namespace or not request.name:
+            return
+        reader = self.scaled_workloads
+        try:
+            policy_input["scaled_workload"] = await asyncio.wait_for(
+                asyncio.to_thread(reader.fact, kind, request.namespace, request.name),
+                timeout=SCALED_WORKLOAD_SECONDS,
+            )
+        except TimeoutError:
+            log.warning(
+                "no %s %s/%s within the bound to judge its scale", kind.kind, request.namespace, request.name
+            )
+            error = f"the API did not answer within {SCALED_WORKLOAD_SECONDS:g} s"
+            policy_input["scaled_workload"] = {"kind": kind.kind, "error": error}
 
     @staticmethod
     def _add_tenant_usage(policy_input: PolicyInput, workloads: dict[str, int]) -> None:

@@ -40,6 +40,13 @@ class PolicyInput(TypedDict):
     request: dict[str, Any]
     pod_templates: list[PodTemplateDocument]
     image_references: dict[str, ImageReferenceDocument]
+    # On an UPDATE of a workload: how many pods each of the old object's pod templates makes at once,
+    # by path (gpu-quota-scale judges a raised count; webhook.admission.replicas_before).
+    replicas_before: NotRequired[dict[str, int]]
+    # On a scale up (the Scale subresource) in a tenant namespace: the workload it resizes, read live,
+    # {"kind", "pod_templates"}, or {"kind", "error"} when it could not be read (gpu-quota-scale then
+    # refuses; webhook.scaled_workloads).
+    scaled_workload: NotRequired[dict[str, Any]]
     # The namespace's Secrets restricted to a service account: name -> {"annotations": {...}}.
     secrets: NotRequired[dict[str, dict[str, Any]]]
     # A claim's spec.volumeName: {name, exists, labels, claimRef} (webhook.inventory.volume_document).

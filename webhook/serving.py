@@ -22,6 +22,7 @@ from webhook.facts import (
     ImageFactSource,
     InventoryState,
     PoolNodeFacts,
+    ScaledWorkloadFacts,
     SecretFacts,
     VolumeFacts,
 )
@@ -74,7 +75,8 @@ class AdmissionServer:
     evaluation (webhook/decision_reuse.py), for as long as `facts_version()` (what OPA holds: the
     inventory writes, the policy revision) stays the same, and at most that many seconds. A request
     naming more than `max_references` objects to read is refused before any is read. `pool_nodes` reads
-    the nodes a Tenant's pools select when a Tenant is written (tenant-quota-beyond-pools)."""
+    the nodes a Tenant's pools select when a Tenant is written (tenant-quota-beyond-pools);
+    `scaled_workloads` the workload a scale up resizes (gpu-quota-scale)."""
 
     def __init__(
         self,
@@ -96,6 +98,7 @@ class AdmissionServer:
         max_references: int = DEFAULT_MAX_REFERENCES,
         pool_nodes: PoolNodeFacts | None = None,
         usage_recount: UsageRecountSource | None = None,
+        scaled_workloads: ScaledWorkloadFacts | None = None,
     ):
         self.engine, self.inventory, self.ledgers, self.secrets = engine, inventory, ledgers, secrets
         self.facts_age, self.facts_max_age, self.facts_version = facts_age, facts_max_age, facts_version
@@ -120,6 +123,7 @@ class AdmissionServer:
             claims=claims,
             max_references=max_references,
             pool_nodes=pool_nodes,
+            scaled_workloads=scaled_workloads,
         )
         # Read at each use: the app adds the policy revision to the version after construction.
         version = lambda: self.facts_version() if self.facts_version is not None else None  # noqa: E731

@@ -32,17 +32,20 @@ from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
     build_policy_input,
     build_response,
+    is_scale_up,
     is_tenant_update,
     is_tenant_write,
     namespace_document,
     needs_gpu_usage,
+    scaled_kind,
+    scaled_workload_document,
     tenant_document,
     warning_lines,
 )
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.registration import VALIDATING_WEBHOOK_NAME
-from webhook.review import AdmissionRequest, AdmissionResponse, Operation
+from webhook.review import AdmissionRequest, AdmissionResponse, GroupVersionResource, Operation
 
 # What the OPA server leaves out of policies/ (webhook/devcluster/stack.py, the chart): so must we.
 OPA_IGNORES = ("*_test.rego", "samples", "testdata")
@@ -251,6 +254,19 @@ def admission_request(
             "oldObject": fill(old_object),
         }
     )
+
+
+def scale_request(
+    request: AdmissionRequest,
+    workload: dict[str, Any],
+    kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
+) -> AdmissionRequest:
+    """`request`, an UPDATE of a Scale, as the apiserver sends a scale call of `workload`: the
+    workload's resource, subresource "scale"."""
+    group, version = _group_version(str(workload.get("apiVersion", "")))
+    resource = resource_of(group, str(workload.get("kind", "")), kinds)
+    gvr = GroupVersionResource(group=group, version=version, resource=resource)
+    return request.model_copy(update={"resource": gvr, "sub_resource": "scale"})
 
 
 def _request_namespace(group: str, kind: str, given: str | None, own: str | None) -> str | None:
@@ -479,6 +495,7 @@ class OfflineOpa:
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
         tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
+        scaled_workload: dict[str, Any] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
@@ -486,7 +503,8 @@ class OfflineOpa:
         tenant's (see `with_namespace`). No registry is asked: `images` are the image facts
         (input.images, as webhook.provenance.facts gathers them) when the caller has any; likewise
         `claim_users` (input.claim_users, the pods naming a claim being created or deleted) and
-        `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed)."""
+        `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed) and
+        `scaled_workload` (the workload a scale call resizes, as the webhook would read it)."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -501,6 +519,8 @@ class OfflineOpa:
                 built["claim_users"] = claim_users
             if tenant_pool_gpus is not None and is_tenant_write(req):
                 built["tenant_pool_gpus"] = tenant_pool_gpus
+            if scaled_workload is not None and is_scale_up(req) and (kind := scaled_kind(req, kinds)):
+                built["scaled_workload"] = scaled_workload_document(kind, scaled_workload)
             return built
 
         mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request), facts=facts))

@@ -17,6 +17,10 @@ A sample is one YAML file in a directory named `samples` beside a policy
                                    # optional: the pods naming a claim being created or deleted
     tenant_pool_gpus: {h100: {gpus: 16, nodes: 2, largestNode: 8}}
                                    # optional: what the nodes of a written Tenant's pools hold
+    scaled_workload: {apiVersion: apps/v1, kind: Deployment, ...}
+                                   # a scale call (`kubectl scale`): object and old_object are the
+                                   # Scale (autoscaling/v1, operation UPDATE) of this workload, as
+                                   # the webhook reads it
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -41,7 +45,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from labgate.cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request
+from labgate.cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request, scale_request
 from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.review import Operation
 
@@ -81,6 +85,7 @@ class Sample(_Config):
     images: dict[str, dict[str, Any]] | None = None
     claim_users: dict[str, Any] | None = None
     tenant_pool_gpus: dict[str, dict[str, int]] | None = None
+    scaled_workload: dict[str, Any] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -169,6 +174,8 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             old_object=sample.old_object,
             uid=f"sample-{path.stem}",
         )
+        if sample.scaled_workload is not None:
+            request = scale_request(request, sample.scaled_workload)
         result = opa.check(
             request,
             gpu_usage=sample.gpu_usage,
@@ -176,6 +183,7 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             tenant_usage=sample.tenant_usage,
             claim_users=sample.claim_users,
             tenant_pool_gpus=sample.tenant_pool_gpus,
+            scaled_workload=sample.scaled_workload,
         )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])

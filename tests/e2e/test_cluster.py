@@ -736,6 +736,134 @@ def test_completed_pods_return_their_gpus_and_the_next_pods_bind(
     )
 
 
+# -- scale is demand (gpu-quota-scale) -----------------------------------------------------------------
+
+H100 = {"nvidia.com/gpu.product": "h100"}
+
+
+def replicated(kind: str, name: str, gpus: int, *, replicas: int) -> dict[str, Any]:
+    """A Deployment or StatefulSet of `replicas` pods of `gpus` h100 GPUs each."""
+    labels = {"app": name}
+    spec = pod("x", gpus, nodeSelector=H100)["spec"] | {"restartPolicy": "Always"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            **({"serviceName": name} if kind == "StatefulSet" else {}),
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+NO_ROOM = "wait for running pods to finish before scaling up (no replica more fits now)"
+
+
+def _scale_refusal(
+    kind: str, name: str, tenant: str, *, before: int, after: int, used: int, fix: str = NO_ROOM
+) -> str:
+    free = 4 - used
+    return (
+        f'[gpu-quota-scale] {kind} "{name}" scales from {before} to {after} replicas of 1 nvidia.com/gpu '
+        f'(h100) each, which asks {after - before} GPUs more; tenant "{tenant}" uses {used} of 4 GPUs '
+        f"({free} free). Fix: {fix}"
+    )
+
+
+@pytest.mark.parametrize("actor", ["researcher", "admin"])
+def test_a_scale_past_what_is_free_is_refused_at_the_call_and_one_within_binds(
+    sim: LabgateStack, tenants: TenantFactory, actor: str
+) -> None:
+    """Scale is demand: `kubectl scale` and `kubectl patch` of spec.replicas, as a researcher and as a
+    tenant admin, of a Deployment and a StatefulSet of 1-GPU pods in a tenant of 4 GPUs whose pool
+    holds 8. Past what is free the call is refused with the numbers (no FailedCreate loop); within
+    it the pods bind; a scale down is admitted at the quota. Graded by what the scheduler bound."""
+    quota = {"total": 4}
+    team, _ = tenant_with_pools(sim, tenants, lambda n: _spot_pools(n, nodes=1), gpu=quota)
+    who = team.researcher if actor == "researcher" else team.admin
+    ns = team.namespace
+
+    def run(*args: str, stdin: dict[str, Any] | None = None) -> tuple[int, str]:
+        result = who.kubectl(
+            *args, "-n", ns, *(["-f", "-"] if stdin else []), stdin=json.dumps(stdin) if stdin else None
+        )
+        return result.returncode, result.stderr
+
+    def bound(prefix: str) -> list[str]:
+        return sorted(n for n in _bound_pods(sim, ns) if n.startswith(prefix))
+
+    with OvershootWatch(sim, {team.name: quota}) as watch:
+        for manifest in (
+            replicated("Deployment", "serve", 1, replicas=0),
+            replicated("StatefulSet", "db", 1, replicas=0),
+            pod("hog-a", 2, nodeSelector=H100),
+            pod("hog-b", 2, nodeSelector=H100),
+        ):
+            code, err = run("create", stdin=manifest)
+            assert code == 0, err
+        eventually(lambda: bound("hog-") == ["hog-a", "hog-b"], what="the hogs bound: 4 of 4 GPUs used")
+
+        # No GPU free: a scale up is refused at the call, through the Scale and through an UPDATE.
+        code, err = run("scale", "deployment/serve", "--replicas=5")
+        assert code == 1, "a scale 0 -> 5 admitted with 0 GPUs free"
+        never = (
+            "no replica more fits now and at most 4 ever fit spec.gpu.total: wait for running pods to "
+            f'finish, or ask the infra team to raise spec.gpu.total of Tenant "{team.name}"'
+        )
+        expected = _scale_refusal("Deployment", "serve", team.name, before=0, after=5, used=4, fix=never)
+        assert expected in err, err
+        code, err = run("patch", "deployment/serve", "--type=merge", "-p", '{"spec":{"replicas":3}}')
+        assert code == 1, "a patch of replicas 0 -> 3 admitted with 0 GPUs free"
+        assert _scale_refusal("Deployment", "serve", team.name, before=0, after=3, used=4) in err, err
+        code, err = run("scale", "statefulset/db", "--replicas=2")
+        assert code == 1, "a StatefulSet scale 0 -> 2 admitted with 0 GPUs free"
+        assert _scale_refusal("StatefulSet", "db", team.name, before=0, after=2, used=4) in err, err
+
+        # Two GPUs free: the refusal names how far it may scale; within that it binds.
+        code, err = run("delete", "pod", "hog-b", "--timeout=60s")
+        assert code == 0, err
+        fits_two = "scale to at most 2 replicas (what fits now), or wait for running pods to finish"
+        two_free = _scale_refusal("Deployment", "serve", team.name, before=0, after=3, used=2, fix=fits_two)
+        said: list[str] = []
+
+        def refused_with_two_free() -> bool:
+            code, err = run("scale", "deployment/serve", "--replicas=3")
+            said[:] = [err]
+            assert code == 1, "a scale 0 -> 3 admitted with 2 GPUs free"
+            return two_free in err
+
+        eventually(refused_with_two_free, what=f"hog-b's GPUs released: {said}")
+        code, err = run("scale", "deployment/serve", "--replicas=2")
+        assert code == 0, f"a scale 0 -> 2 refused with 2 GPUs free: {err}"
+        eventually(lambda: len(bound("serve-")) == 2, what="serve's two pods bound")
+
+        # At the quota again: a scale down is admitted, and what it frees lets the StatefulSet grow.
+        code, err = run("patch", "deployment/serve", "--type=merge", "-p", '{"spec":{"replicas":1}}')
+        assert code == 0, f"a scale down refused at the quota: {err}"
+        eventually(lambda: len(bound("serve-")) == 1, what="serve down to one pod")
+
+        def db_admitted() -> bool:
+            code, err = run("scale", "statefulset/db", "--replicas=1")
+            assert code == 0 or "[gpu-quota-scale]" in err, err
+            return code == 0
+
+        eventually(db_admitted, what="a StatefulSet scale 0 -> 1 admitted once serve's pod is gone")
+        eventually(lambda: bound("db-") == ["db-0"], what="db-0 bound")
+        _wait_quiet(sim, [ns])
+    refused = [
+        e["message"]
+        for e in _json(sim, "events", "-n", ns)["items"]
+        if e.get("reason") == "FailedCreate" and "[gpu-quota]" in e.get("message", "")
+    ]
+    assert refused == [], f"pods refused one by one after an admitted scale: {refused}"
+    assert watch.worst[team.name] == 0, f"max overshoot {watch.worst[team.name]} over quota 4"
+    gpus = snapshot(sim).gpus()[team.name]
+    assert gpus.bound_total == 4, f"{gpus.bound_total} GPUs bound, expected hog-a 2 + serve 1 + db 1"
+    print(f"\ntruth ({actor}): {sorted(_bound_pods(sim, ns).items())}")
+
+
 # -- tenant-wide CPU and pod-count limits (tenant-quota) ---------------------------------------------
 
 

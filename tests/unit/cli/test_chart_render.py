@@ -631,6 +631,10 @@ def test_webhook_rbac_reads_what_it_watches_and_writes_only_ledgers(
         ("", "serviceaccounts", "get"),  # their imagePullSecrets
         ("", "persistentvolumes", "get"),  # the volume a claim names (volume-claim)
         ("", "nodes", "list"),  # the nodes of a written Tenant's pools (tenant-quota-beyond-pools)
+        # the workload a scale up resizes: its pod template (gpu-quota-scale)
+        ("apps", "deployments", "get"),
+        ("apps", "statefulsets", "get"),
+        ("apps", "replicasets", "get"),
         ("resource.k8s.io", "resourceclaims", "get"),  # a pod's claims count against its GPU quota
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
         ("", "pods", "list"),  # the pods that name a claim being created or deleted (dra-claim-in-use)
