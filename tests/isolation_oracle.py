@@ -17,6 +17,12 @@ mistake in labgate cannot hide in the tests that check it. For every tenant it a
 - GPUs: in-quota GPUs bound on nodes (tests.cluster_truth, which follows the scheduler's rules) plus
   the GPU devices its ResourceClaims hold (status.allocation) never exceed `spec.gpu.total`; no
   claim of the tenant holds a device with admin access.
+- limits: in each of its namespaces, the cpu, memory and pods bound on nodes (tests.cluster_truth:
+  the scheduler's count, pod-level spec.resources included) never exceed the Tenant's `spec.limits`.
+  That is the bound the namespaces' ResourceQuotas hold race-free; across namespaces a burst faster
+  than labgate's counting may bind up to the limit in each (docs/architecture.md, "Tenant-wide CPU,
+  memory and pod limits"), so the tenant-wide limit is judged by the tests that create the pods, not
+  here. Limits from labgate's policy config (`tenant_limits`) are not in the API state: not judged.
 - devices: no container (init, ephemeral) carries a device-selection variable (env, or envFrom of a
   ConfigMap holding one) or mounts the NVIDIA toolkit's device-list path.
 - identities: no pod runs as a service account that another tenant lists among its members.
@@ -31,12 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.cluster_truth import (
+    LIMITED_RESOURCES,
     POOL_LABEL,
     TENANT_LABEL,
     TenantGpus,
+    bound_requests,
     node_models,
     quota_overshoot,
     tenant_gpus,
+    units,
 )
 
 Json = Mapping[str, Any]
@@ -232,6 +241,27 @@ def _gpus(state: ApiState, tenants: Mapping[str, str]) -> list[str]:
     return found
 
 
+def _limits(state: ApiState, tenants: Mapping[str, str]) -> list[str]:
+    found = []
+    for tenant_obj in state.tenants:
+        tenant = _name(tenant_obj)
+        limits = (tenant_obj.get("spec") or {}).get("limits") or {}
+        for namespace in sorted(ns for ns, owner in tenants.items() if owner == tenant):
+            bound = bound_requests(state.pods, namespaces=[namespace])
+            for resource in LIMITED_RESOURCES:
+                limit = limits.get(resource)
+                if limit is not None and bound[resource] > units(resource, limit):
+                    found.append(
+                        f'namespace "{namespace}" of tenant "{tenant}" has {bound[resource]} {_unit(resource)} '
+                        f"bound on nodes, beyond its spec.limits.{resource} {limit}"
+                    )
+    return found
+
+
+def _unit(resource: str) -> str:
+    return {"cpu": "millicores of cpu", "memory": "bytes of memory"}.get(resource, resource)
+
+
 def _config_map_keys(state: ApiState) -> dict[tuple[str, str], set[str]]:
     return {
         (_namespace(c), _name(c)): set(c.get("data") or {}) | set(c.get("binaryData") or {})
@@ -306,6 +336,7 @@ def violations(state: ApiState) -> list[str]:
         *_placement(state, tenants),
         *_volumes(state, tenants),
         *_gpus(state, tenants),
+        *_limits(state, tenants),
         *_devices(state, tenants),
         *_identities(state, tenants),
     ]

@@ -11,6 +11,10 @@ Per resource r that labgate counts (config `gpu_resources`, and MIG resources st
     + spec.overhead[r]
 
 which is what `PodRequests` in Kubernetes' component-helpers computes and the scheduler reserves.
+It has no pod-level term: pod-level resources (`spec.resources`, Kubernetes 1.34) support cpu,
+memory and hugepages only, and the apiserver refuses a pod (or a built-in workload's template)
+naming any other resource there (`Unsupported value`) before a webhook sees it; only CPU and memory
+follow the pod-level request (`labgate.gpu_accounting.pod_requests`).
 Whole GPUs are of the model `nodeSelector[gpu_model_label]` names (else "unspecified"); a MIG
 resource is its own model (`nvidia.com/mig-1g.10gb` is `mig-1g.10gb`). `by_model` counts units; the
 total counts each unit times its weight (`gpu_resource_weights`, 1 when unset). GPUs asked through

@@ -4,13 +4,19 @@ tenant's `spec.limits`.
 
 Per resource r (cpu, memory) a container asks `requests[r]`, else `limits[r]` (the apiserver
 defaults a missing request to the limit), and the pod asks Kubernetes' effective request
+(`PodRequests` in k8s.io/component-helpers/resource)
 
+    pod-level request of r, where the pod sets one (spec.resources), else
     max(sum over containers and native sidecars, max over each plain init container i of
-        (i + the sidecars started before it)) + spec.overhead[r]
+        (i + the sidecars started before it))
+    + spec.overhead[r]
 
-in millicores and bytes, each container's quantity rounded up (as the Rego rule counts); every pod
-is one pod. The reconciler sums the live (not finished) pods of a tenant's namespaces and writes the
-sum into the tenant's ledger (`Ledger.workloads`), which the webhook reads from its cache.
+in millicores and bytes, each quantity rounded up (as the Rego rule counts); every pod is one pod.
+The pod-level request is `spec.resources.requests[r]`, else `spec.resources.limits[r]` when no
+container names r (the apiserver's defaulting; when one does, it defaults to the containers' sum,
+which changes nothing). The reconciler sums the live (not finished) pods of a tenant's namespaces
+and writes the sum into the tenant's ledger (`Ledger.workloads`), which the webhook reads from its
+cache.
 """
 
 from __future__ import annotations
@@ -43,8 +49,46 @@ def _requested(container: Mapping[str, Any], resource: str) -> int:
     return _units(resource, asked[resource]) if resource in asked else 0
 
 
+def _names(container: Mapping[str, Any], resource: str) -> bool:
+    resources = _mapping(container.get("resources"))
+    return any(resource in _mapping(resources.get(where)) for where in ("requests", "limits"))
+
+
+def _all_containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    found: list[Mapping[str, Any]] = []
+    for group in ("containers", "initContainers"):
+        items = spec.get(group)
+        found.extend(_mapping(c) for c in (items if isinstance(items, list) else []))
+    return found
+
+
+def _pod_level_request(spec: Mapping[str, Any], resource: str) -> int | None:
+    """The pod-level request of `resource` (spec.resources, Kubernetes' PodLevelResources: cpu and
+    memory) in counting units, or None when the pod leaves it to its containers. A pod-level limit
+    without a request is the request when no container names the resource, as the apiserver
+    defaults it."""
+    pod_level = _mapping(spec.get("resources"))
+    requests = _mapping(pod_level.get("requests"))
+    if resource in requests:
+        return _units(resource, requests[resource])
+    limits = _mapping(pod_level.get("limits"))
+    if resource in limits and not any(_names(c, resource) for c in _all_containers(spec)):
+        return _units(resource, limits[resource])
+    return None
+
+
 def effective_request(spec: Mapping[str, Any], resource: str) -> int:
-    """What the scheduler reserves of `resource` (cpu: millicores, memory: bytes) for this spec."""
+    """What the scheduler reserves of `resource` (cpu: millicores, memory: bytes) for this spec: its
+    pod-level request where set, else its containers', plus the overhead."""
+    overhead = _mapping(spec.get("overhead"))
+    extra = _units(resource, overhead[resource]) if resource in overhead else 0
+    pod_level = _pod_level_request(spec, resource)
+    return (_containers_request(spec, resource) if pod_level is None else pod_level) + extra
+
+
+def _containers_request(spec: Mapping[str, Any], resource: str) -> int:
+    """What a spec's containers ask of `resource` together: app containers and native sidecars, or
+    the largest plain init container with the sidecars started before it, whichever is larger."""
     containers = spec.get("containers")
     running = sum(
         _requested(_mapping(c), resource) for c in (containers if isinstance(containers, list) else [])
@@ -60,8 +104,7 @@ def effective_request(spec: Mapping[str, Any], resource: str) -> int:
             running += own
         else:
             init_peak = max(init_peak, own + sidecars)
-    overhead = _mapping(spec.get("overhead"))
-    return max(running, init_peak) + (_units(resource, overhead[resource]) if resource in overhead else 0)
+    return max(running, init_peak)
 
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:

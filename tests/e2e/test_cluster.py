@@ -29,6 +29,7 @@ from labgate.gpu_accounting.ledger import ledger_name
 from tests.cluster_truth import (
     POOL_LABEL,
     TenantGpus,
+    bound_requests,
     holds_gpus,
     node_models,
     quota_overshoot,
@@ -874,23 +875,17 @@ def cpu_pod(name: str, cpu: str, *, shard: int = 0) -> dict[str, Any]:
     return manifest
 
 
-def _millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+def bound(sim: LabgateStack, namespaces: list[str]) -> dict[str, int]:
+    """What the scheduler bound for these namespaces, summed by the tests (tests/cluster_truth.py, not
+    labgate): the CPU (millicores) and memory (bytes) requests of the pods on nodes that have not
+    finished, as the scheduler counts them (pod-level spec.resources included), and how many pods."""
+    pods = [p for ns in namespaces for p in _json(sim, "pods", "-n", ns)["items"]]
+    return bound_requests(pods, namespaces=namespaces)
 
 
 def bound_cpu_and_pods(sim: LabgateStack, namespaces: list[str]) -> tuple[int, int]:
-    """What the scheduler bound for these namespaces, summed by this test (not by labgate): the CPU
-    requests (millicores) of the pods on nodes that have not finished, and how many there are. The
-    test's pods have app containers only, so a pod's request is the sum of its containers'."""
-    cpu = pods = 0
-    for ns in namespaces:
-        for p in _json(sim, "pods", "-n", ns)["items"]:
-            if not p["spec"].get("nodeName") or p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            pods += 1
-            for c in p["spec"]["containers"]:
-                cpu += _millicores(str(c.get("resources", {}).get("requests", {}).get("cpu", "0")))
-    return cpu, pods
+    held = bound(sim, namespaces)
+    return held["cpu"], held["pods"]
 
 
 def counted_workloads(sim: LabgateStack, tenant: str) -> dict[str, int]:
@@ -914,11 +909,17 @@ def _wait_all_bound(sim: LabgateStack, namespaces: list[str]) -> None:
 
 
 def limited_tenant_in_two_namespaces(
-    sim: LabgateStack, tenants: TenantFactory, limits: dict[str, Any]
+    sim: LabgateStack, tenants: TenantFactory, limits: dict[str, Any], *, node_memory: str = "1Ti"
 ) -> tuple[TenantUnderTest, TenantUnderTest]:
     """A tenant with spec.limits and two namespaces, and an untainted node for its CPU pods."""
     assert sim.kwok is not None
-    sim.kwok.add_pools([NodePool(name=f"cpu-{uuid.uuid4().hex[:4]}", nodes=1, gpu_product="h100", gpus=0)])
+    sim.kwok.add_pools(
+        [
+            NodePool(
+                name=f"cpu-{uuid.uuid4().hex[:4]}", nodes=1, gpu_product="h100", gpus=0, memory=node_memory
+            )
+        ]
+    )
     team = tenants.create(spec_extra={"limits": limits})
     other = f"{team.name}-b"
     sim.admin_kubectl(
@@ -1029,6 +1030,68 @@ def test_a_burst_across_namespaces_is_bounded_by_each_namespaces_native_quota(
     assert code != 0
     assert "[tenant-quota]" in stderr, stderr
     print(f"\nburst: {admitted} of 8 admitted, {cpu}m bound (limit {limit_cpu}m, bound {2 * limit_cpu}m)")
+
+
+GI = 1 << 30
+
+
+def pod_level_pod(name: str, memory: str, *, shard: int = 0) -> dict[str, Any]:
+    """A pod whose container asks 256Mi of memory and whose pod-level spec.resources asks `memory`:
+    the scheduler reserves `memory` (Kubernetes 1.34's PodLevelResources)."""
+    manifest = cpu_pod(name, "100m", shard=shard)
+    manifest["spec"]["containers"][0]["resources"]["requests"]["memory"] = "256Mi"
+    manifest["spec"]["resources"] = {"requests": {"memory": memory}}
+    return manifest
+
+
+def test_pod_level_resources_count_as_the_scheduler_binds_them_across_two_namespaces(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """spec.limits {memory: 1Ti} across two namespaces; pods whose containers ask 256Mi but whose
+    spec.resources asks 900Gi. The scheduler binds 900Gi for each (each namespace's ResourceQuota counts
+    900Gi too, and alone would allow one in each: 1,800Gi), so labgate counts the pod-level value:
+    the second such pod, in the other namespace, is refused with tenant-quota's numbers, and a pod
+    with pod-level resources within the limit is admitted and bound. Graded on what the scheduler
+    bound, counted by the tests' own rules (tests/cluster_truth.py)."""
+    a, b = limited_tenant_in_two_namespaces(sim, tenants, {"memory": "1Ti"}, node_memory="4Ti")
+    namespaces = [a.namespace, b.namespace]
+    assert create(a, pod_level_pod("a1", "900Gi"))()[0] == 0
+    eventually(lambda: bound(sim, namespaces)["pods"] == 1, what="a1 bound")
+    assert bound(sim, namespaces)["memory"] == 900 * GI  # the scheduler's count: pod-level, not 256Mi
+    eventually(lambda: counted_workloads(sim, a.name).get("pods") == 1, what="labgate counted a1")
+
+    code, stderr = create(b, pod_level_pod("b1", "900Gi", shard=1))()
+    assert code != 0, "a second 900Gi pod-level pod was admitted: 1,800Gi for a 1Ti limit"
+    assert (
+        f'[tenant-quota] Pod "b1" asks 900Gi memory (spec.resources); tenant "{a.name}" uses 900Gi of '
+        "1024Gi memory across its namespaces. Fix:"
+    ) in stderr, stderr
+
+    assert create(b, pod_level_pod("b2", "100Gi", shard=1))()[0] == 0  # within the limit: it runs
+    _wait_all_bound(sim, namespaces)
+    assert bound(sim, namespaces) == {"cpu": 200, "memory": 1000 * GI, "pods": 2}
+    eventually(
+        lambda: counted_workloads(sim, a.name).get("memory") == 1000 * GI,
+        what="labgate counted 1000Gi (the pods' pod-level requests)",
+    )
+
+
+def test_gpus_cannot_be_asked_at_pod_level_the_apiserver_refuses_them(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """Pod-level resources support cpu, memory and hugepages only: the apiserver itself refuses a pod
+    whose spec.resources names nvidia.com/gpu (before any webhook judges it), so labgate's GPU counting
+    has no pod-level term. The same GPUs asked by the container are admitted and bound."""
+    team, _ = tenant_with_pools(sim, tenants, lambda n: _spot_pools(n, nodes=1), gpu={"total": 8})
+    gpus = {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    code, stderr = create(team, pod("pod-level-gpus", 0, resources=gpus))()
+    assert code != 0
+    assert 'spec.resources.limits[nvidia.com/gpu]: Unsupported value: "nvidia.com/gpu"' in stderr, stderr
+    assert "admission webhook" not in stderr, stderr
+
+    assert create(team, pod("container-gpus", 2))()[0] == 0
+    _wait_quiet(sim, [team.namespace])
+    assert snapshot(sim).gpus().get(team.name, TenantGpus()).bound_total == 2
 
 
 def _dra_gpus_on(sim: LabgateStack, nodes: list[str], tenants: TenantFactory) -> None:

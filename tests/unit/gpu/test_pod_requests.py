@@ -72,6 +72,62 @@ def test_cpu_is_the_effective_request_in_millicores(spec: dict[str, Any], cpu: i
     assert effective_request(spec, "cpu") == cpu
 
 
+# Pod-level resources (spec.resources, Kubernetes 1.34's PodLevelResources): the scheduler's count is
+# the pod-level request where one is set, whatever the containers ask; the overhead comes on top.
+TINY = [container("main", {"cpu": "250m", "memory": "256Mi"})]
+
+
+@pytest.mark.parametrize(
+    ("spec", "memory"),
+    [
+        # The pod-level request replaces the containers' sum.
+        ({"containers": TINY, "resources": {"requests": {"memory": "900Gi"}}}, 900 << 30),
+        # ...also below it (the apiserver refuses that shape; the scheduler's rule is a replacement).
+        ({"containers": TINY, "resources": {"requests": {"memory": "128Mi"}}}, 128 << 20),
+        # A pod-level limit alone is the request when no container names the resource (the apiserver's
+        # defaulting of pod-level requests) ...
+        (
+            {"containers": [container("main", {"cpu": "1"})], "resources": {"limits": {"memory": "8Gi"}}},
+            8 << 30,
+        ),
+        # ... and the containers' sum when one does.
+        ({"containers": TINY, "resources": {"limits": {"memory": "8Gi"}}}, 256 << 20),
+        (
+            {
+                "containers": [container("main", limits={"memory": "1Gi"})],
+                "resources": {"limits": {"memory": "8Gi"}},
+            },
+            1 << 30,
+        ),
+        # A request wins over the limit at pod level too.
+        (
+            {"containers": TINY, "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "8Gi"}}},
+            2 << 30,
+        ),
+        # Init containers, sidecars and their peak are replaced as well; the overhead is added.
+        (
+            {
+                "initContainers": [container("warmup", {"memory": "64Gi"})],
+                "containers": TINY,
+                "resources": {"requests": {"memory": "100Gi"}},
+                "overhead": {"memory": "1Gi"},
+            },
+            101 << 30,
+        ),
+        # A pod-level request of another resource leaves memory to the containers.
+        ({"containers": TINY, "resources": {"requests": {"cpu": "64", "hugepages-2Mi": "1Gi"}}}, 256 << 20),
+    ],
+)
+def test_pod_level_resources_are_the_request_where_set(spec: dict[str, Any], memory: int) -> None:
+    assert effective_request(spec, "memory") == memory
+
+
+def test_pod_level_cpu_counts_in_millicores() -> None:
+    spec = {"containers": TINY, "resources": {"requests": {"cpu": "1500m"}}, "overhead": {"cpu": "250m"}}
+    assert effective_request(spec, "cpu") == 1750
+    assert pod_requests({"spec": spec}) == {"cpu": 1750, "memory": 256 << 20, "pods": 1}
+
+
 def test_a_pod_asks_its_cpu_memory_and_one_pod() -> None:
     pod = {"spec": {"containers": [container("a", {"cpu": "2", "memory": "1Gi"})]}}
     assert pod_requests(pod) == {"cpu": 2000, "memory": 1 << 30, "pods": 1}
@@ -139,9 +195,38 @@ def _reference_asked(container: dict[str, Any], resource: str) -> int:
     return 0
 
 
+def _reference_pod_level(spec: dict[str, Any], resource: str) -> int | None:
+    """KEP-2837: a pod-level request replaces what the containers ask. Where spec.resources has only a
+    limit, the apiserver defaults the pod-level request to it when no container names the resource
+    (and to the containers' own sum when one does, which changes nothing)."""
+    pod_level = spec.get("resources") or {}
+    if resource in (pod_level.get("requests") or {}):
+        return _reference_asked({"resources": {"requests": pod_level["requests"]}}, resource)
+    named = any(
+        resource in ((c.get("resources") or {}).get(where) or {})
+        for c in [*spec["containers"], *(spec.get("initContainers") or [])]
+        for where in ("requests", "limits")
+    )
+    if resource in (pod_level.get("limits") or {}) and not named:
+        return _reference_asked({"resources": {"limits": pod_level["limits"]}}, resource)
+    return None
+
+
 def reference_request(spec: dict[str, Any], resource: str) -> int:
     """The peak over a pod's phases (KEP-753): while plain init container i runs, the sidecars declared
-    before it run too; then every sidecar and app container together; overhead on top."""
+    before it run too; then every sidecar and app container together. A pod-level request (KEP-2837)
+    stands for all of them. Overhead on top."""
+    overhead = (spec.get("overhead") or {}).get(resource)
+    extra = (
+        0
+        if overhead is None
+        else _reference_asked({"resources": {"requests": {resource: overhead}}}, resource)
+    )
+    pod_level = _reference_pod_level(spec, resource)
+    return (_reference_containers(spec, resource) if pod_level is None else pod_level) + extra
+
+
+def _reference_containers(spec: dict[str, Any], resource: str) -> int:
     phases: list[int] = []
     sidecars: list[int] = []
     for container in spec.get("initContainers") or []:
@@ -150,13 +235,7 @@ def reference_request(spec: dict[str, Any], resource: str) -> int:
         else:
             phases.append(sum(sidecars) + _reference_asked(container, resource))
     phases.append(sum(sidecars) + sum(_reference_asked(c, resource) for c in spec["containers"]))
-    overhead = (spec.get("overhead") or {}).get(resource)
-    extra = (
-        0
-        if overhead is None
-        else _reference_asked({"resources": {"requests": {resource: overhead}}}, resource)
-    )
-    return max(phases) + extra
+    return max(phases)
 
 
 @st.composite
@@ -185,7 +264,27 @@ def pod_specs(draw: st.DrawFn) -> dict[str, Any]:
         spec["initContainers"] = inits
     if draw(st.integers(0, 3)) == 0:
         spec["overhead"] = {"cpu": draw(st.sampled_from(CPU_TEXTS)), "memory": "64Mi"}
+    if draw(st.booleans()):
+        spec["resources"] = draw(_pod_level())
     return spec
+
+
+@st.composite
+def _pod_level(draw: st.DrawFn) -> dict[str, Any]:
+    """spec.resources: requests and limits of cpu, memory (in any relation to the containers') and
+    hugepages, which the pod's cpu and memory ignore."""
+    resources: dict[str, Any] = {}
+    for where in ("requests", "limits"):
+        asked: dict[str, Any] = {}
+        if draw(st.booleans()):
+            asked["cpu"] = draw(st.sampled_from([*CPU_TEXTS, "64"]))
+        if draw(st.booleans()):
+            asked["memory"] = draw(st.sampled_from([*MEMORY_TEXTS, "900Gi"]))
+        if draw(st.integers(0, 3)) == 0:
+            asked["hugepages-2Mi"] = "1Gi"
+        if asked:
+            resources[where] = asked
+    return resources
 
 
 @given(pod_specs())

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_truth import TenantGpus, effective_gpu_request, quota_overshoot, tenant_gpus
+from tests.cluster_truth import (
+    TenantGpus,
+    bound_requests,
+    effective_gpu_request,
+    effective_request,
+    parse_quantity,
+    quota_overshoot,
+    tenant_gpus,
+)
 
 
 def c(
@@ -83,3 +91,87 @@ def test_overshoot_per_total_listed_model_and_unlisted_model() -> None:
     assert quota_overshoot(gpus, {"total": 8}) == 2
     assert quota_overshoot(gpus, {"total": 16, "models": {"h100": 4, "a100": 8}}) == 2
     assert quota_overshoot(gpus, {"total": 16, "models": {"h100": 8}}) == 4  # a100 is not listed
+
+
+# -- CPU, memory and pods, with pod-level resources (KEP-2837) -----------------------------------------
+
+
+def m(memory: str | None = None, *, limit: str | None = None, sidecar: bool = False) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if memory is not None:
+        resources["requests"] = {"memory": memory, "cpu": "100m"}
+    if limit is not None:
+        resources["limits"] = {"memory": limit}
+    container: dict[str, Any] = {"name": "x", "image": "i", "resources": resources}
+    if sidecar:
+        container["restartPolicy"] = "Always"
+    return container
+
+
+GI = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("spec", "memory"),
+    [
+        ({"containers": [m("1Gi"), m("2Gi")]}, 3 * GI),
+        ({"containers": [m("1Gi")], "initContainers": [m("1Gi", sidecar=True), m("4Gi")]}, 5 * GI),
+        ({"containers": [m(limit="2Gi")]}, 2 * GI),  # a limit alone is the request
+        ({"containers": [m("1Gi")], "overhead": {"memory": "512Mi"}}, GI + GI // 2),
+        # The pod-level request replaces the containers' count; the overhead comes on top.
+        ({"containers": [m("256Mi")], "resources": {"requests": {"memory": "900Gi"}}}, 900 * GI),
+        (
+            {
+                "containers": [m("256Mi")],
+                "initContainers": [m("8Gi")],
+                "resources": {"requests": {"memory": "4Gi"}},
+                "overhead": {"memory": "1Gi"},
+            },
+            5 * GI,
+        ),
+        # A pod-level limit alone is defaulted into the request only when no container names memory.
+        ({"containers": [{"name": "x"}], "resources": {"limits": {"memory": "8Gi"}}}, 8 * GI),
+        ({"containers": [m("1Gi")], "resources": {"limits": {"memory": "8Gi"}}}, GI),
+        # A pod-level request of another resource leaves memory to the containers.
+        ({"containers": [m("1Gi")], "resources": {"requests": {"cpu": "8"}}}, GI),
+    ],
+)
+def test_memory_as_the_scheduler_counts_with_pod_level_resources(spec: dict[str, Any], memory: int) -> None:
+    assert effective_request(spec, "memory") == memory
+
+
+def test_cpu_in_millicores_rounded_up_once_per_pod_and_a_pod_is_one_pod() -> None:
+    spec = {"containers": [m("1Gi"), m("1Gi")], "resources": {"requests": {"cpu": "1.5"}}}
+    assert effective_request(spec, "cpu") == 1500
+    assert effective_request({"containers": [m("1Gi"), m("1Gi")]}, "cpu") == 200
+    half = {"name": "x", "resources": {"requests": {"cpu": "0.0005"}}}
+    assert effective_request({"containers": [half, half]}, "cpu") == 1
+    assert effective_request(spec, "pods") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1Ti", 1 << 40),
+        ("500m", 0.5),
+        ("1e3", 1000),
+        ("1.5Gi", 3 << 29),
+        ("2k", 2000),
+        (8, 8),
+        ("100u", 1e-4),
+    ],
+)
+def test_quantities(text: Any, value: float) -> None:
+    assert parse_quantity(text) == pytest.approx(value)
+
+
+def test_bound_requests_count_bound_live_pods_of_the_namespaces() -> None:
+    spec = {"containers": [m("256Mi")], "resources": {"requests": {"memory": "900Gi"}}}
+    pods = [
+        _pod("a", spec, node="n1"),
+        _pod("b", spec, node="n2"),
+        _pod("a", spec, node=None),  # pending: not bound
+        _pod("a", spec, node="n1", phase="Failed"),
+        _pod("c", spec, node="n1"),  # another namespace
+    ]
+    assert bound_requests(pods, namespaces=["a", "b"]) == {"cpu": 200, "memory": 1800 * GI, "pods": 2}

@@ -269,6 +269,31 @@ def test_a_pod_running_as_another_tenants_identity_is_caught() -> None:
     ]
 
 
+def _memory_pod(namespace: str, name: str, node: str | None, pod_level: str) -> dict[str, Any]:
+    """Containers asking 256Mi, spec.resources asking `pod_level` (the scheduler's count)."""
+    return _pod(
+        namespace,
+        name,
+        node,
+        container={"resources": {"requests": {"memory": "256Mi"}}},
+        resources={"requests": {"memory": pod_level}},
+    )
+
+
+def test_a_namespace_binding_beyond_its_tenants_limits_is_caught_with_pod_level_resources() -> None:
+    state = clean_state()
+    state.tenants[0]["spec"]["limits"] = {"memory": "1Ti", "pods": 4}
+    state.pods.append(_memory_pod("vision", "big-1", "h100-0", "600Gi"))
+    state.pods.append(_memory_pod("vision-exp", "big-2", "mig-0", "600Gi"))
+    state.pods.append(_memory_pod("vision", "waiting", None, "600Gi"))  # not bound: holds nothing
+    assert violations(state) == []  # 600Gi in each namespace: within what each namespace may bind
+    state.pods.append(_memory_pod("vision", "big-3", "h100-0", "600Gi"))
+    assert violations(state) == [
+        f'namespace "vision" of tenant "vision" has {1200 << 30} bytes of memory bound on nodes, '
+        "beyond its spec.limits.memory 1Ti"
+    ]
+
+
 def test_collect_lists_every_resource_the_oracle_reads() -> None:
     asked: list[str] = []
 

@@ -11,7 +11,10 @@
 #         max over each plain init container i of (i + the sidecars started before it))
 #     + spec.overhead[r]
 #   where a container asks limits[r], or requests[r] when there is no limit (for extended resources
-#   the apiserver requires both to be equal). Whole GPUs are of the model the pod's
+#   the apiserver requires both to be equal). No pod-level term: spec.resources (Kubernetes 1.34's
+#   pod-level resources) supports cpu, memory and hugepages only, and the apiserver refuses a pod
+#   (or a built-in workload's template) naming a GPU there before any webhook sees it.
+#   Whole GPUs are of the model the pod's
 #   nodeSelector[gpu_model_label] names, else "unspecified"; a MIG resource is its own model:
 #   "nvidia.com/mig-1g.10gb" is model "mig-1g.10gb". by_model counts units of each model; the total
 #   counts each unit times its weight (config gpu_resource_weights, 1 when unset).

@@ -7,11 +7,16 @@
 #   (by anyone: a Job's pods count too, and so do pods admitted as preemptible beyond the GPU quota)
 #   is refused when what it asks plus what the tenant's live pods already ask (input.tenant_usage,
 #   which the reconciler sums from the pods it watches and writes into the tenant's ledger) exceeds
-#   a limit. What a pod asks is the scheduler's count: per resource, the effective request
+#   a limit. What a pod asks is the scheduler's count (Kubernetes' PodRequests): per resource, the
+#   effective request
+#     the pod-level request (spec.resources), where the pod sets one, else
 #     max(sum over containers and native sidecars, max over each plain init container i of
-#         (i + the sidecars started before it)) + spec.overhead
+#         (i + the sidecars started before it))
+#     + spec.overhead
 #   where a container asks requests[r], or limits[r] when it has no request (the apiserver's
-#   defaulting), CPU in millicores and memory in bytes; every pod counts one against pods.
+#   defaulting), and the pod-level request is spec.resources.requests[r], or spec.resources.limits[r]
+#   when no container names r (the apiserver's defaulting; when one does, the containers' count
+#   stands); CPU in millicores and memory in bytes; every pod counts one against pods.
 #   The usage lags the pods by the reconciler's settling (a pod event, then a ledger write): pods created in
 #   that window are each checked against the same usage, and the native ResourceQuota the reconciler
 #   puts in every namespace (the same limits) bounds what such a burst can take (docs/architecture.md).
@@ -93,10 +98,43 @@ _overhead(spec, resource) := _units(resource, q) if {
 	q := _object(object.get(spec, "overhead", {}))[resource]
 } else := 0
 
+_pod_level(spec, part) := _object(object.get(_object(object.get(spec, "resources", {})), part, {}))
+
+_names(container, resource) if {
+	resources_doc := _object(object.get(container, "resources", {}))
+	some part in ["requests", "limits"]
+	resource in object.keys(_object(object.get(resources_doc, part, {})))
+}
+
+# The pod-level request of `resource` (spec.resources: Kubernetes' PodLevelResources, cpu and
+# memory), undefined when the pod leaves it to its containers. A pod-level limit without a request
+# is the request when no container names the resource, as the apiserver defaults it.
+pod_level_request(spec, resource) := _units(resource, q) if {
+	q := _pod_level(spec, "requests")[resource]
+} else := _units(resource, q) if {
+	q := _pod_level(spec, "limits")[resource]
+	not _containers_name(spec, resource)
+}
+
+_containers_name(spec, resource) if {
+	some c in array.concat(_containers(spec), _init_containers(spec))
+	_names(c, resource)
+}
+
+_has_pod_level_request(spec, resource) if {
+	resource != "pods"
+	pod_level_request(spec, resource) >= 0
+}
+
+# Before the overhead: the pod-level request where set, else what the containers ask together.
+_request(spec, resource) := n if {
+	n := pod_level_request(spec, resource)
+} else := max([_running(spec, resource), _init_peak(spec, resource)])
+
 # What a pod spec asks of `resource` in counting units (a pod is one pod).
 asks(_, "pods") := 1
 
-asks(spec, resource) := max([_running(spec, resource), _init_peak(spec, resource)]) + _overhead(spec, resource) if {
+asks(spec, resource) := _request(spec, resource) + _overhead(spec, resource) if {
 	resource != "pods"
 }
 
@@ -145,7 +183,7 @@ _fix(tenant, resource, asked, lim) := sprintf(
 # title: A tenant's pods fit its CPU, memory and pod-count limits across all its namespaces
 # custom:
 #   rule_id: tenant-quota
-violation contains {"rule": rule_id, "message": msg, "field": _field(resource)} if {
+violation contains {"rule": rule_id, "message": msg, "field": _field(template.spec, resource)} if {
 	input.request.kind.kind == "Pod" # first, for rule indexing
 	template := gpu.created_pod_template
 	tenant := tenancy.namespace_tenant
@@ -157,14 +195,25 @@ violation contains {"rule": rule_id, "message": msg, "field": _field(resource)} 
 	used + asked > lim
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s; tenant %q uses %s of %s across its namespaces. Fix: %s",
+		"[%s] %s asks %s%s; tenant %q uses %s of %s across its namespaces. Fix: %s",
 		[
-			rule_id, tenancy.object_ref, text(resource, asked), tenant.metadata.name,
-			quantity_text(resource, used), text(resource, lim), _fix(tenant, resource, asked, lim),
+			rule_id, tenancy.object_ref, text(resource, asked), _where(template.spec, resource),
+			tenant.metadata.name, quantity_text(resource, used), text(resource, lim),
+			_fix(tenant, resource, asked, lim),
 		],
 	)
 }
 
-_field("pods") := "spec"
+# Where the count comes from, when it is not the containers: the pod-level request.
+_where(spec, resource) := " (spec.resources)" if {
+	_has_pod_level_request(spec, resource)
+} else := ""
 
-_field(resource) := "spec.containers" if resource != "pods"
+_field(_, "pods") := "spec"
+
+_field(spec, resource) := "spec.resources" if _has_pod_level_request(spec, resource)
+
+_field(spec, resource) := "spec.containers" if {
+	resource != "pods"
+	not _has_pod_level_request(spec, resource)
+}

@@ -101,3 +101,39 @@ test_pod_update_and_workloads_are_not_counted if {
 	job := testdata.job("sweep", 4, {}, {"containers": [_container("main", {"cpu": "4"})]})
 	count(violations(object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"tenant_usage": {"pods": 10}}))) == 0
 }
+
+# Pod-level resources (spec.resources): the scheduler counts the pod-level request where one is
+# set, whatever the containers ask, and the refusal says so.
+_pod_level_pod(name, memory) := _pod(name, {
+	"containers": [_container("main", {"cpu": "250m", "memory": "256Mi"})],
+	"resources": {"requests": {"memory": memory}},
+})
+
+test_a_pod_level_request_is_what_the_pod_asks if {
+	tenant_quota.asks(_pod_level_pod("big", "900Gi").spec, "memory") == 966367641600
+	tenant_quota.asks(_pod_level_pod("big", "900Gi").spec, "cpu") == 250
+}
+
+test_a_pod_level_request_beyond_the_limit_is_refused if {
+	violations(_pod_input("vision", _pod_level_pod("big", "12Gi"), {"memory": 5368709120})) == {{
+		"rule": "tenant-quota",
+		"field": "spec.resources",
+		"message": `[tenant-quota] Pod "big" asks 12Gi memory (spec.resources); tenant "vision" uses 5Gi of 16Gi memory across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise the default tenant_limits.memory (or set spec.limits.memory of Tenant "vision")`,
+	}}
+}
+
+test_a_pod_level_request_within_the_limit_is_allowed if {
+	count(violations(_pod_input("vision", _pod_level_pod("fits", "10Gi"), {"memory": 5368709120}))) == 0
+}
+
+# A pod-level limit alone: the request when no container names the resource (the apiserver's
+# defaulting), else the containers' count stands; the overhead comes on top either way.
+test_a_pod_level_limit_is_the_request_when_no_container_names_the_resource if {
+	spec := {
+		"containers": [_container("main", {"cpu": "1"})],
+		"resources": {"limits": {"memory": "8Gi", "cpu": "4"}},
+		"overhead": {"memory": "1Gi"},
+	}
+	tenant_quota.asks(spec, "memory") == 9663676416
+	tenant_quota.asks(spec, "cpu") == 1000
+}
