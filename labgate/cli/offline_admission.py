@@ -36,6 +36,7 @@ from webhook.admission import (
     is_tenant_write,
     namespace_document,
     needs_gpu_usage,
+    status_pool_gpus,
     tenant_document,
     warning_lines,
 )
@@ -479,6 +480,7 @@ class OfflineOpa:
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
         tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
+        gpu_pools: dict[str, dict[str, int]] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
@@ -486,7 +488,9 @@ class OfflineOpa:
         tenant's (see `with_namespace`). No registry is asked: `images` are the image facts
         (input.images, as webhook.provenance.facts gathers them) when the caller has any; likewise
         `claim_users` (input.claim_users, the pods naming a claim being created or deleted) and
-        `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed)."""
+        `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed) and
+        `gpu_pools` (what the namespace's Tenant's status says its pools' nodes hold, as
+        status.gpu.pools: {model: {gpus, nodes, largestNode}})."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -513,6 +517,9 @@ class OfflineOpa:
         ):
             # the webhook adds the tenant's usage from the quota ledger
             decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
+            pools = None if gpu_pools is None else status_pool_gpus(gpu_pools)
+            if pools is not None:  # the webhook's, from the Tenant's status
+                decision_input["gpu_pools"] = pools
         is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
         if tenant and tenant_usage and is_pod_create:
             decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum

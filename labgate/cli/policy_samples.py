@@ -17,6 +17,9 @@ A sample is one YAML file in a directory named `samples` beside a policy
                                    # optional: the pods naming a claim being created or deleted
     tenant_pool_gpus: {h100: {gpus: 16, nodes: 2, largestNode: 8}}
                                    # optional: what the nodes of a written Tenant's pools hold
+    gpu_pools: {h100: {gpus: 16, nodes: 2, largestNode: 8}}
+                                   # optional: what the namespace's Tenant's status says the nodes
+                                   # of its pools hold (status.gpu.pools), for its workloads
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -81,6 +84,7 @@ class Sample(_Config):
     images: dict[str, dict[str, Any]] | None = None
     claim_users: dict[str, Any] | None = None
     tenant_pool_gpus: dict[str, dict[str, int]] | None = None
+    gpu_pools: dict[str, dict[str, int]] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -176,6 +180,7 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             tenant_usage=sample.tenant_usage,
             claim_users=sample.claim_users,
             tenant_pool_gpus=sample.tenant_pool_gpus,
+            gpu_pools=sample.gpu_pools,
         )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])
