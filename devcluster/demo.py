@@ -48,6 +48,22 @@ def _describe_events(alice: Path, namespace: str, name: str) -> str:
     return "\n".join([*keep, "...", *events])
 
 
+def _show_bound(stack: LabgateStack, member: Path, namespace: str, name: str) -> None:
+    """Where the scheduler bound a pod without GPUs (the lab's untainted CPU pool)."""
+    wait_until(
+        lambda: bool(_pod_spec(stack, namespace, name).get("nodeName")),
+        what=f"pod {name} bound to a node",
+        timeout=60,
+    )
+    print(f"$ kubectl get pod {name} -n {namespace} -o wide")
+    print(kubectl(member, "get", "pod", name, "-n", namespace, "-o", "wide").stdout.rstrip())
+
+
+def _pod_spec(stack: LabgateStack, namespace: str, name: str) -> dict[str, Any]:
+    pod = json.loads(stack.admin_kubectl("get", "pod", name, "-n", namespace, "-o", "json"))
+    return dict(pod.get("spec") or {})
+
+
 def _run_gpu_steps(stack: LabgateStack, alice: Path) -> None:
     ns = "team-a"
     print(
@@ -173,7 +189,10 @@ def run_demo(stack: LabgateStack) -> None:
     alice = stack.kubeconfig_for("alice", ("team-a",))
     print("\n# alice applies her first experiment, in her team's namespace:")
     print(f"$ kubectl --kubeconfig {alice} apply -n team-a -f examples/experiment-pod.yaml")
-    _show(kubectl(alice, "apply", "-n", "team-a", "-f", str(EXAMPLES / "experiment-pod.yaml")))
+    first = kubectl(alice, "apply", "-n", "team-a", "-f", str(EXAMPLES / "experiment-pod.yaml"))
+    _show(first)
+    if stack.kwok is not None and first.returncode == 0:
+        _show_bound(stack, alice, "team-a", "hello-experiment")
     if stack.kwok is not None:
         _run_gpu_steps(stack, alice)
     if stack.kwok is not None and stack.kueue is not None:

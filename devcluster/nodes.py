@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from devcluster.kubectl import kubectl
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
@@ -48,12 +48,25 @@ class NodePool(BaseModel):
     )
     spot: bool = False
     nodes: int = Field(default=1, ge=0)
-    gpu_product: str = Field(alias="gpuProduct")
+    gpu_product: str | None = Field(
+        default=None, alias="gpuProduct", description="The GPU model label; none: a pool without GPUs"
+    )
     gpus: int = Field(default=8, ge=0, description="nvidia.com/gpu per node")
     mig: dict[str, int] = Field(default_factory=dict, description="MIG resources per node")
     cpu: str = "96"
     memory: str = "1Ti"
     pods: int = 110
+
+    @model_validator(mode="after")
+    def _gpus_have_a_model(self) -> NodePool:
+        # A GPU node without a model label is one labgate cannot count for a tenant's pools.
+        if self.gpu_product is None and (self.gpus or self.mig):
+            raise ValueError(f"pool {self.name!r} has GPUs but no gpuProduct (write gpus: 0 for CPU nodes)")
+        return self
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpu_product is not None
 
     def taints(self) -> list[dict[str, str]]:
         taints = []
@@ -66,9 +79,10 @@ class NodePool(BaseModel):
     def tenant_pool(self) -> dict[str, Any]:
         """This pool as an entry of a Tenant's spec.placement.nodePools: select it (and its GPU model, so
         that a pod labgate places there names its model too), tolerate its taints."""
+        model = {MODEL_LABEL: self.gpu_product} if self.gpu_product is not None else {}
         return {
             "name": self.name,
-            "nodeSelector": {POOL_LABEL: self.name, MODEL_LABEL: self.gpu_product},
+            "nodeSelector": {POOL_LABEL: self.name, **model},
             "tolerations": [{**t, "operator": "Equal"} for t in self.taints()],
             "spot": self.spot,
         }
@@ -78,9 +92,10 @@ class NodePool(BaseModel):
             "cpu": self.cpu,
             "memory": self.memory,
             "pods": str(self.pods),
-            GPU_RESOURCE: str(self.gpus),
+            **({GPU_RESOURCE: str(self.gpus)} if self.has_gpus else {}),
             **{r: str(n) for r, n in self.mig.items()},
         }
+        model = {MODEL_LABEL: self.gpu_product} if self.gpu_product is not None else {}
         return [
             {
                 "apiVersion": "v1",
@@ -94,7 +109,7 @@ class NodePool(BaseModel):
                         "type": "kwok",
                         KWOK_NODE_LABEL: "fake",
                         POOL_LABEL: self.name,
-                        MODEL_LABEL: self.gpu_product,
+                        **model,
                         CAPACITY_TYPE_LABEL: "spot" if self.spot else "on-demand",
                     },
                     "annotations": {KWOK_NODE_LABEL: "fake", "node.alpha.kubernetes.io/ttl": "0"},

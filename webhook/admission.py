@@ -304,12 +304,15 @@ def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
     status of the current spec counts: pools just changed are not judged by the old ones' nodes."""
     metadata, status = tenant.get("metadata") or {}, tenant.get("status") or {}
     pools = (status.get("gpu") or {}).get("pools")
-    if (
-        not isinstance(pools, dict)
-        or not pools
-        or status.get("observedGeneration") != metadata.get("generation")
-    ):
+    if not isinstance(pools, dict) or status.get("observedGeneration") != metadata.get("generation"):
         return None
+    return status_pool_gpus(pools)
+
+
+def status_pool_gpus(pools: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
+    """status.gpu.pools ({model: {gpus, nodes, largestNode}}) as the policies read it (input.gpu_pools:
+    {model: {"gpus", "nodes", "largest_node"}}); None when it says nothing (models whose numbers are not
+    positive integers are left out)."""
     facts: dict[str, dict[str, int]] = {}
     for model, held in pools.items():
         numbers = [held.get(k) if isinstance(held, dict) else None for k in ("gpus", "nodes", "largestNode")]

@@ -220,7 +220,7 @@ class FactGatherer:
             if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
                 policy_input["gpu_queued"] = queued
             pools = self.inventory.pool_gpus(tenant) if isinstance(self.inventory, PoolGpus) else None
-            if pools is not None:  # a refusal's Fix names the largest node of its pools
+            if pools is not None:  # gpu-quota-node refuses by it; a refusal's Fix names the largest node
                 policy_input["gpu_pools"] = pools
         if is_tenant_update(request) and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change

@@ -62,7 +62,7 @@ class PolicyInput(TypedDict):
     # its status last said it: {"workloads", "gpus"} (queue-wait's text; webhook.admission.queued_in_kueue).
     gpu_queued: NotRequired[dict[str, Any]]
     # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
-    # {model: {"gpus", "nodes", "largest_node"}} (for gpu-quota's Fix only; webhook.admission.pool_gpus).
+    # {model: {"gpus", "nodes", "largest_node"}} (gpu-quota-node; gpu-quota's Fix; webhook.admission.pool_gpus).
     gpu_pools: NotRequired[dict[str, dict[str, int]]]
     # On a Tenant CREATE or UPDATE: what the nodes its pools select hold per model, read live,
     # {model: {"gpus", "nodes", "largestNode"}} (pool_capacity.capacity_document; absent when labgate

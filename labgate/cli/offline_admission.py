@@ -39,6 +39,7 @@ from webhook.admission import (
     needs_gpu_usage,
     scaled_kind,
     scaled_workload_document,
+    status_pool_gpus,
     tenant_document,
     warning_lines,
 )
@@ -496,6 +497,7 @@ class OfflineOpa:
         tenant_usage: dict[str, int] | None = None,
         tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
         scaled_workload: dict[str, Any] | None = None,
+        gpu_pools: dict[str, dict[str, int]] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
@@ -504,7 +506,9 @@ class OfflineOpa:
         (input.images, as webhook.provenance.facts gathers them) when the caller has any; likewise
         `claim_users` (input.claim_users, the pods naming a claim being created or deleted) and
         `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed) and
-        `scaled_workload` (the workload a scale call resizes, as the webhook would read it)."""
+        `scaled_workload` (the workload a scale call resizes, as the webhook would read it) and
+        `gpu_pools` (what the namespace's Tenant's status says its pools' nodes hold, as
+        status.gpu.pools: {model: {gpus, nodes, largestNode}})."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -533,6 +537,9 @@ class OfflineOpa:
         ):
             # the webhook adds the tenant's usage from the quota ledger
             decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
+            pools = None if gpu_pools is None else status_pool_gpus(gpu_pools)
+            if pools is not None:  # the webhook's, from the Tenant's status
+                decision_input["gpu_pools"] = pools
         is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
         if tenant and tenant_usage and is_pod_create:
             decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum

@@ -21,6 +21,9 @@ A sample is one YAML file in a directory named `samples` beside a policy
                                    # a scale call (`kubectl scale`): object and old_object are the
                                    # Scale (autoscaling/v1, operation UPDATE) of this workload, as
                                    # the webhook reads it
+    gpu_pools: {h100: {gpus: 16, nodes: 2, largestNode: 8}}
+                                   # optional: what the namespace's Tenant's status says the nodes
+                                   # of its pools hold (status.gpu.pools), for its workloads
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -86,6 +89,7 @@ class Sample(_Config):
     claim_users: dict[str, Any] | None = None
     tenant_pool_gpus: dict[str, dict[str, int]] | None = None
     scaled_workload: dict[str, Any] | None = None
+    gpu_pools: dict[str, dict[str, int]] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -184,6 +188,7 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             claim_users=sample.claim_users,
             tenant_pool_gpus=sample.tenant_pool_gpus,
             scaled_workload=sample.scaled_workload,
+            gpu_pools=sample.gpu_pools,
         )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])

@@ -1281,6 +1281,73 @@ def test_a_quota_beyond_the_pools_nodes_is_said_and_the_fix_names_the_largest_no
     )
 
 
+def _indexed(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A Job whose pods all start together: Indexed, as many at once as completions (a gang)."""
+    manifest["spec"]["completionMode"] = "Indexed"
+    return manifest
+
+
+def test_a_pod_no_node_of_its_pools_can_hold_is_refused_within_its_quota_and_one_node_of_it_is_bound(
+    sim: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A quota of 24 h100 on pools of 2 nodes of 8: a pod of 16 fits the quota and no node, and a gang
+    of 3 x 8 that starts together fits the quota and not the 2 nodes; both would pend for ever, so
+    both are refused when applied (gpu-quota-node). A pod of one node's 8 is admitted and bound."""
+    team, own = tenant_with_pools(
+        sim, tenants, lambda n: _spot_pools(n, nodes=2), gpu={"total": 24, "models": {"h100": 24}}
+    )
+    eventually(
+        lambda: (
+            _json(sim, f"tenant/{team.name}").get("status", {}).get("gpu", {}).get("pools")
+            == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
+        ),
+        what="status.gpu.pools",
+    )
+    expected = (
+        '[gpu-quota-node] Pod "big" asks 16 nvidia.com/gpu (h100); the largest node of your pools has 8 '
+        "h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more "
+        "GPUs), or ask the infra team for larger h100 nodes in your pools"
+    )
+    refusals: list[Any] = []
+
+    def refused_naming_the_node() -> bool:  # once the webhook's Tenant watch has brought the status
+        refusals.append(team.researcher.apply(pod("big", 16), team.namespace))
+        if refusals[-1].returncode == 0:  # admitted before the status reached the webhook: try again
+            team.researcher.kubectl("delete", "pod", "big", "-n", team.namespace, "--wait=false")
+            return False
+        return expected in refusals[-1].stderr
+
+    eventually(refused_naming_the_node, what="a pod of 16 refused naming the largest node", timeout=30)
+    assert "[gpu-quota]" not in refusals[-1].stderr, refusals[-1].stderr  # within the quota
+    print(refusals[-1].stderr)  # the real output, for docs/researchers.md
+
+    gang = team.researcher.apply(
+        _indexed(job("ring", 8, parallelism=3, completions=3, shard=0, run_for=None)), team.namespace
+    )
+    assert gang.returncode != 0, "a gang of 3 x 8 h100 admitted on 2 nodes of 8"
+    assert (
+        '[gpu-quota-node] Job "ring" runs 3 pods × 8 h100 GPUs = 24, which start together; the nodes of '  # noqa: RUF001
+        "your pools hold 16 h100 GPUs (2 nodes, the largest 8), room for 2 of its pods at once, so it would "
+        "wait for ever. Fix: run at most 2 pods together (fewer replicas, or fewer GPUs per pod), or ask "
+        "the infra team for more h100 nodes in your pools"
+    ) in gang.stderr, gang.stderr
+    assert "[gpu-quota-unfit]" not in gang.stderr  # within the quota
+
+    # The legitimate ones: a pod of one node's GPUs, bound by the scheduler to a node of its pool; a
+    # gang that the two nodes hold.
+    fits = team.researcher.apply(pod("fits", 8), team.namespace)
+    assert fits.returncode == 0, fits.stderr
+    pool_nodes = {name for p in own for name in (n["metadata"]["name"] for n in p.node_manifests())}
+    eventually(
+        lambda: _json(sim, "pod/fits", "-n", team.namespace)["spec"].get("nodeName") in pool_nodes,
+        what="the pod of 8 bound to a node of its pool",
+    )
+    pair = team.researcher.apply(
+        _indexed(job("pair", 8, parallelism=2, completions=2, shard=0, run_for=None)), team.namespace
+    )
+    assert pair.returncode == 0, pair.stderr
+
+
 def _beyond_pools_said(stderr: str) -> str:
     """What kubectl printed of tenant-quota-beyond-pools, on one line."""
     return " ".join(stderr.replace("Warning: ", "").replace("[tenant-quota-beyond-pools] ...", "").split())

@@ -134,6 +134,8 @@ def test_the_make_run_demo_shows_an_accepted_and_two_refused_applies(
     assert len(steps) == 3, shown
     assert "pod/hello-experiment created" in steps[0], steps[0]
     assert "(exit code 0: accepted)" in steps[0]
+    # The first example, a pod without GPUs, is bound: to the lab's untainted CPU pool.
+    assert "shared-cpu-0" in steps[0].split("-o wide")[1], steps[0]
     assert "[gpu-quota-unfit]" in steps[1], steps[1]
     assert "Fix:" in steps[1]
     assert "(exit code 1: refused)" in steps[1]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from devcluster.nodes import (
     KWOK_CONFIG,
@@ -61,3 +63,27 @@ def test_shipped_pool_files_and_kwok_configuration_are_valid() -> None:
         "pod-delete",
     } <= stages
     assert KWOK_CONFIG.is_file()
+
+
+def test_a_pool_without_gpus_is_untainted_cpu_nodes_without_a_model() -> None:
+    pool = NodePool(name="shared-cpu", gpus=0)
+    [node] = pool.node_manifests()
+    assert node["spec"]["taints"] == []
+    assert "nvidia.com/gpu.product" not in node["metadata"]["labels"]
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+    assert pool.tenant_pool()["nodeSelector"] == {"labgate.io/node-pool": "shared-cpu"}
+
+
+def test_a_pool_with_gpus_but_no_model_is_refused() -> None:
+    with pytest.raises(ValidationError, match="no gpuProduct"):
+        NodePool(name="gpus-of-no-model", gpus=8)
+
+
+def test_the_demo_lab_has_an_untainted_pool_for_pods_without_gpus() -> None:
+    """make run's first example is a CPU pod: labgate places no pod without GPUs on a tenant's pool,
+    so the lab must have a node with no taint, or that pod never runs."""
+    pools = load_pools(POOLS_DIR / "lab.yaml")
+    open_pools = [p for p in pools if not p.taints() and p.nodes > 0]
+    assert [p.name for p in open_pools] == ["shared-cpu"]
+    assert not open_pools[0].has_gpus
+    assert all(p.tenant for p in pools if p.has_gpus)  # every GPU pool is kept for its tenant

@@ -16,7 +16,7 @@ _inventory := json.patch(testdata.gpu_inventory, [
 
 test_a_pod_larger_than_any_node_of_its_pools_is_told_the_largest_node if {
 	pools := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}}
-	[v.message | some v in gpu_violations with input as _big_pod_input(pools) with data.inventory as _inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
+	[v.message | some v in gpu_violations with input as _big_pod_input(pools) with data.inventory as _inventory] == [`[gpu-quota-node] Pod "big" asks 32 nvidia.com/gpu (h100); the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`, `[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
 }
 
 test_a_quota_smaller_than_the_largest_node_still_binds_first if {
@@ -35,10 +35,11 @@ test_a_pod_over_the_free_quota_and_larger_than_any_node_is_told_the_node_not_to_
 		pod_input("vision", testdata.vera, gpu_pod("train-16", "h100", {"nvidia.com/gpu": "16"}), {"total": 8, "by_model": {"h100": 8}}),
 		{"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}},
 	)
-	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota] Pod "train-16" asks 16 nvidia.com/gpu (h100); tenant "vision" uses 8 of 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
+	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota-node] Pod "train-16" asks 16 nvidia.com/gpu (h100); the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`, `[gpu-quota] Pod "train-16" asks 16 nvidia.com/gpu (h100); tenant "vision" uses 8 of 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
 }
 
-# The legitimate pod: one node's worth is admitted, and no node fact ever refuses on its own.
+# The legitimate pod: one node's worth is admitted; within the quota, only a pod larger than every
+# node of its pools is refused, by gpu-quota-node (node_fit_test.rego).
 test_a_pod_that_fits_a_node_and_the_quota_is_admitted if {
 	input_doc := object.union(
 		pod_input("vision", testdata.vera, gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"}), {"total": 0, "by_model": {}}),
@@ -46,7 +47,7 @@ test_a_pod_that_fits_a_node_and_the_quota_is_admitted if {
 	)
 	count(gpu_violations) == 0 with input as input_doc with data.inventory as _inventory
 	larger := object.union(input_doc, {"gpu_pools": {"h100": {"gpus": 4, "nodes": 1, "largest_node": 4}}})
-	count(gpu_violations) == 0 with input as larger with data.inventory as _inventory
+	{v.rule | some v in gpu_violations with input as larger with data.inventory as _inventory} == {"gpu-quota-node"}
 }
 
 # The same for a workload refused as a whole (gpu-quota-unfit): pods larger than any node are told
@@ -60,7 +61,7 @@ _sweep(parallelism, gpus) := testdata.job("sweep", parallelism, {}, {
 
 test_a_job_of_pods_larger_than_any_node_is_told_the_node_and_how_many_fit if {
 	input_doc := object.union(testdata.workload_input("Job", "vision", testdata.vera, _sweep(4, "16")), _pools_of_8)
-	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "vision" has 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled), and run at most 2 pods at once (spec.parallelism)`]
+	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota-unfit] Job "sweep" runs 4 pods × 16 h100 GPUs = 64; tenant "vision" has 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled), and run at most 2 pods at once (spec.parallelism)`, `[gpu-quota-node] Job "sweep" spec.template.spec asks 16 nvidia.com/gpu (h100) per pod; the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`]
 
 	# Without the nodes, as before.
 	without := testdata.workload_input("Job", "vision", testdata.vera, _sweep(4, "16"))
@@ -73,7 +74,7 @@ test_a_gang_of_pods_larger_than_any_node_is_told_the_node if {
 		{"op": "replace", "path": "/tenants/vision/spec/gpu/models/h100", "value": 64},
 	])
 	input_doc := object.union(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 4, "32")), _pools_of_8)
-	[v.message | some v in gpu_violations with input as input_doc with data.inventory as large] == [`[gpu-quota-unfit] Job "ring" runs 4 pods × 32 h100 GPUs = 128; tenant "vision" has 64 h100 GPUs. Fix: its 4 pods start together and the largest node of your pools has 8, so ask at most 8 h100 GPUs per pod`]
+	[v.message | some v in gpu_violations with input as input_doc with data.inventory as large] == [`[gpu-quota-node] Job "ring" spec.template.spec asks 32 nvidia.com/gpu (h100) per pod; the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`, `[gpu-quota-unfit] Job "ring" runs 4 pods × 32 h100 GPUs = 128; tenant "vision" has 64 h100 GPUs. Fix: its 4 pods start together and the largest node of your pools has 8, so ask at most 8 h100 GPUs per pod`]
 }
 
 test_a_job_of_pods_that_fit_a_node_and_the_quota_is_admitted if {
