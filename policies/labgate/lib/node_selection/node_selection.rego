@@ -116,7 +116,7 @@ _upper(requirements) := min({_bound(r) | some r in requirements; r.operator == "
 
 _some_integer_between(_, null)
 
-_some_integer_between(lower, upper) if floor(lower) + 1 < upper
+_some_integer_between(low, high) if floor(low) + 1 < high
 
 _holds(r, value) if {
 	r.operator == "In"
@@ -164,6 +164,14 @@ _one_selects(requirements, pools, key, value) if {
 	selector := pool_selector(pool)
 	selector[key] == value
 	every other_key, other_value in object.remove(selector, [key]) {
-		_allowed_values(requirements, other_key) - {other_value} == set()
+		_fixes(requirements, other_key, other_value)
 	}
+}
+
+# An In (or the nodeSelector) on the key allows that value alone (or none).
+_fixes(requirements, key, value) if {
+	some r in requirements
+	r.key == key
+	r.operator == "In"
+	_allowed_values(requirements, key) - {value} == set()
 }
