@@ -7,7 +7,10 @@
 #   label), nor tolerate the taints that keep pools for their tenants (any key some tenant's pool
 #   tolerates) beyond what its own tenant's pools carry; wildcard tolerations (operator Exists
 #   without a key, which tolerates every taint, or Exists on a pool taint key, which tolerates
-#   every tenant's pool) are refused unless a pool of the tenant carries exactly that.
+#   every tenant's pool) are refused unless a pool of the tenant carries exactly that. A required
+#   node selection (nodeSelector, required nodeAffinity terms) is judged by what it can ever select
+#   (lib.node_selection): no term may select a node of another tenant's pool whose taints the pod
+#   tolerates or that has none, unless the term is confined to the tenant's own pools.
 #   A tenant that lists node pools runs its GPU pods (lib.gpu demand above zero) on them only: such
 #   a pod selects one of them, or none (the mutation package places it), and the pool must have the
 #   GPU model the pod asks (lib.node_pools.pool_models); where no pool labgate may place it on has
