@@ -1053,3 +1053,150 @@ def test_the_pool_owner_keeps_its_node(pools_checked: PoolArena) -> None:
             if ar.pool("b-h100") in str(p["spec"].get("nodeName"))
         ]
         assert on_b == [], f"pods of {other.name} on B's pool: {on_b}"
+
+
+# -- an untainted pool of another tenant: kept by the pod's own required node selection ------------
+#
+# B gets a pool whose nodes carry no taint (the infra team configured it so): nothing but a pod's
+# required node selection keeps A's pods off it. A pod of A whose required nodeAffinity can select
+# it is refused, as researcher and admin, on CREATE and on the UPDATE of a gated pod (the node
+# selection a gated pod may still gain); without the rule the scheduler binds it there (the test
+# then fails naming where it was bound and what the isolation oracle found). Selecting its own pool,
+# or excluding B's, is admitted and bound where it must be; a gate removed binds in A's own pool.
+
+_GATE = "example.com/hold"
+
+
+def _required(*expressions: dict[str, Any]) -> dict[str, Any]:
+    terms = [{"matchExpressions": list(expressions)}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _expression(operator: str, *values: str) -> dict[str, Any]:
+    return {"key": POOL_LABEL, "operator": operator, "values": list(values)}
+
+
+@pytest.fixture
+def open_pool(pools_checked: PoolArena) -> Iterator[str]:
+    """An untainted pool of B (one CPU node), listed in B's Tenant, for the test's duration."""
+    ar = pools_checked
+    pool = NodePool(name=f"{ar.b.name}-open", gpu_product="none", gpus=0)  # no tenant: no taint
+    assert pool.taints() == []
+    assert ar.stack.kwok is not None
+    ar.stack.kwok.add_pools([pool])
+    ar.pools["b-open"] = pool
+    entry = {**pool.tenant_pool(), "tolerations": []}
+    ar.stack.admin_kubectl(
+        "patch", "tenant", ar.b.name, "--type=json",
+        "-p", json.dumps([{"op": "add", "path": "/spec/placement/nodePools/-", "value": entry}]),
+    )  # fmt: skip
+    try:
+        _wait_for_the_webhook_to_know(ar, pool.name)
+        yield pool.name
+    finally:
+        for tenant in (ar.a, ar.b):
+            ar.stack.cluster_kubectl(
+                "delete", "pods", "-n", tenant.namespace, "-l", "e2e-open", "--wait=false"
+            )
+        ar.stack.admin_kubectl("patch", "tenant", ar.b.name, "--type=json", "-p", json.dumps([
+            {"op": "remove", "path": "/spec/placement/nodePools/1"},
+        ]))  # fmt: skip
+        ar.stack.cluster_kubectl("delete", "node", *pool.node_manifests()[0]["metadata"]["name"].split())
+        del ar.pools["b-open"]
+
+
+def _wait_for_the_webhook_to_know(ar: PoolArena, pool: str) -> None:
+    """Until a pod of A naming the pool by its label is refused (a rule older than this one's)."""
+    probe = _workload("Pod", "probe-open", nodeSelector={POOL_LABEL: pool})
+    deadline = time.monotonic() + 60
+    while True:
+        tried = ar.a.researcher.kubectl("apply", "--dry-run=server", "-n", ar.a.namespace, "-f", "-",
+                                        stdin=json.dumps(probe))  # fmt: skip
+        if tried.returncode == 1 and "[placement-pool]" in tried.stderr:
+            return
+        assert time.monotonic() < deadline, f"the webhook never learnt pool {pool}: {tried.stderr}"
+        time.sleep(0.5)
+
+
+def _open_workload(name: str, **spec: Any) -> dict[str, Any]:
+    made = _workload("Pod", name, **spec)
+    made["metadata"]["labels"]["e2e-open"] = "1"
+    return made
+
+
+def _fail_with_binding(ar: PoolArena, namespace: str, name: str) -> None:
+    """The attempt was admitted: say where the scheduler bound it and what the oracle found."""
+    deadline = time.monotonic() + 60
+    bound = _bound_pools(ar, namespace, name)
+    while not (bound and all(bound)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        bound = _bound_pools(ar, namespace, name)
+    found = [v for v in isolation_violations(ar.stack) if name in v]
+    pytest.fail(f"admitted; the scheduler bound it on pool {bound}; the isolation oracle: {found}")
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("who", _WHO)
+def test_required_affinity_into_an_untainted_pool_is_refused_and_own_selection_lands(
+    pools_checked: PoolArena, open_pool: str, who: str
+) -> None:
+    ar = pools_checked
+    actor = ar.a.researcher if who == "researcher" else ar.a.admin
+    ns = ar.a.namespace
+    attempt = f"into-open-{who[0]}"
+    refused = actor.apply(_open_workload(attempt, affinity=_required(_expression("In", open_pool))), ns)
+    if refused.returncode == 0:
+        _fail_with_binding(ar, ns, attempt)
+    assert "[placement-pool]" in refused.stderr, refused.stderr
+    assert f'node pool "{open_pool}" of tenant "{ar.b.name}"' in refused.stderr, refused.stderr
+    assert f'{POOL_LABEL} NotIn ["{open_pool}"]' in refused.stderr, refused.stderr
+    own = f"own-pool-{who[0]}"
+    selecting_own = _open_workload(
+        own,
+        affinity=_required(_expression("In", ar.pool("a-h100"))),
+        tolerations=_taints_of(ar.pools["a-h100"]),
+    )
+    admitted = actor.apply(selecting_own, ns)
+    assert admitted.returncode == 0, admitted.stderr
+    _lands_on(ar, ns, own, "a-h100")
+    excluding = f"not-open-{who[0]}"
+    admitted = actor.apply(_open_workload(excluding, affinity=_required(_expression("NotIn", open_pool))), ns)
+    assert admitted.returncode == 0, admitted.stderr
+    _lands_on(ar, ns, excluding, "shared")
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("who", _WHO)
+def test_a_gated_pods_node_selection_is_judged_when_it_changes(
+    pools_checked: PoolArena, open_pool: str, who: str
+) -> None:
+    """While gated, a pod may gain a nodeSelector and a required node affinity (and tolerations):
+    each such UPDATE is judged. Into B's untainted pool: refused; into A's own pool: admitted; the
+    gate removed, the pod binds in A's pool."""
+    ar = pools_checked
+    actor = ar.a.researcher if who == "researcher" else ar.a.admin
+    ns = ar.a.namespace
+    name = f"gated-{who[0]}"
+    created = actor.apply(_open_workload(name, schedulingGates=[{"name": _GATE}]), ns)
+    assert created.returncode == 0, created.stderr
+
+    def patch(*ops: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return actor.kubectl("patch", "pod", name, "-n", ns, "--type=json", "-p", json.dumps(list(ops)))
+
+    into_b = patch({"op": "add", "path": "/spec/affinity", "value": _required(_expression("In", open_pool))})
+    if into_b.returncode == 0:
+        patch({"op": "remove", "path": "/spec/schedulingGates"})
+        _fail_with_binding(ar, ns, name)
+    assert "[placement-pool]" in into_b.stderr, into_b.stderr
+    assert f'node pool "{open_pool}" of tenant "{ar.b.name}"' in into_b.stderr, into_b.stderr
+    into_own = patch(
+        {"op": "add", "path": "/spec/nodeSelector", "value": {POOL_LABEL: ar.pool("a-h100")}},
+        {"op": "add", "path": "/spec/tolerations/-", "value": _taints_of(ar.pools["a-h100"])[0]},
+        {"op": "add", "path": "/spec/tolerations/-", "value": _taints_of(ar.pools["a-h100"])[1]},
+    )
+    assert into_own.returncode == 0, into_own.stderr
+    ungated = patch({"op": "remove", "path": "/spec/schedulingGates"})
+    assert ungated.returncode == 0, ungated.stderr
+    _lands_on(ar, ns, name, "a-h100")

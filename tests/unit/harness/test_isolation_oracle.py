@@ -158,6 +158,15 @@ def test_a_pod_on_another_tenants_pool_is_caught() -> None:
     ]
 
 
+def test_a_pod_on_an_untainted_pool_of_another_tenant_is_caught() -> None:
+    """A pool is its tenant's because the Tenant lists it, not because a taint says so."""
+    state = clean_state()
+    state.pods.append(_pod("nlp", "squat", "h100-0"))
+    assert violations(state) == [
+        'pod nlp/squat of tenant "nlp" runs on node "h100-0" of pool "vision-h100", which belongs to vision'
+    ]
+
+
 def test_a_pool_is_owned_by_its_tenants_entries_and_by_the_nodes_that_name_a_tenant() -> None:
     state = clean_state()
     state.nodes.append(_node("x-0", "unlisted", taint_tenant="vision"))

@@ -7,7 +7,10 @@
 #   label), nor tolerate the taints that keep pools for their tenants (any key some tenant's pool
 #   tolerates) beyond what its own tenant's pools carry; wildcard tolerations (operator Exists
 #   without a key, which tolerates every taint, or Exists on a pool taint key, which tolerates
-#   every tenant's pool) are refused unless a pool of the tenant carries exactly that.
+#   every tenant's pool) are refused unless a pool of the tenant carries exactly that. A required
+#   node selection (nodeSelector, required nodeAffinity terms) is judged by what it can ever select
+#   (lib.node_selection): no term may select a node of another tenant's pool whose taints the pod
+#   tolerates or that has none, unless the term is confined to the tenant's own pools.
 #   A tenant that lists node pools runs its GPU pods (lib.gpu demand above zero) on them only: such
 #   a pod selects one of them, or none (the mutation package places it), and the pool must have the
 #   GPU model the pod asks (lib.node_pools.pool_models); where no pool labgate may place it on has
@@ -19,6 +22,7 @@ package labgate.rules.placement
 
 import data.labgate.lib.gpu
 import data.labgate.lib.node_pools
+import data.labgate.lib.node_selection
 import data.labgate.lib.tenancy
 
 # Every template of the request in a tenant namespace, GPU or not: none may reach another tenant's pool.
@@ -224,6 +228,90 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 		[
 			rule_id, tenancy.object_ref, field, node_pools.capacity_annotation, "on-demand",
 			placed.tenant.metadata.name, _spot_hint(placed.tenant), placed.tenant.metadata.name,
+		],
+	)
+}
+
+# --- Required node selection into another tenant's pool ---
+#
+# A pool's taints keep out the pods that do not tolerate them (the rules above guard tolerations);
+# a pool whose taints a pod tolerates, or a pool without taints, is kept from it by the pod's own
+# required node selection alone. So that selection is judged by what it can ever select
+# (lib.node_selection), against every other tenant's pool the pod tolerates: the taints each pool
+# stands for are the ones its tolerations tolerate (PreferNoSchedule keeps no pod out). A pool the
+# tenant lists too (the same selector) is its own, and so is every node of its own pools: a selection
+# confined to them is never refused, whatever other pools' selectors could also match those nodes.
+
+_foreign_pools(tenant) := [{"tenant": name, "pool": pool} |
+	some name, other in data.inventory.tenants
+	name != tenant.metadata.name
+	some pool in node_pools.pools(other)
+	not node_selection.pool_selector(pool) in _own_selectors(tenant)
+]
+
+_own_selectors(tenant) := {node_selection.pool_selector(pool) | some pool in node_pools.pools(tenant)}
+
+# The pod tolerates every taint the pool stands for with tolerations the rules above let it keep
+# (its own pools carry them too): a pool it could enter only with a refused toleration is refused
+# as such already.
+_tolerates_pool(judged, pool) if {
+	every carried in object.get(pool, "tolerations", []) {
+		_tolerated(judged, carried)
+	}
+}
+
+_keeps_nothing_out(carried) if object.get(carried, "effect", "") == "PreferNoSchedule"
+
+_tolerated(_, carried) if _keeps_nothing_out(carried)
+
+_tolerated(judged, carried) if {
+	some toleration in object.get(judged.template.spec, "tolerations", [])
+	not _is_wildcard(toleration)
+	_carried(judged.tenant, toleration)
+	node_pools.covered_by(carried, toleration)
+}
+
+# The nodeSelector rules above already refuse a pool label naming a pool that is not the tenant's.
+_refused_by_pool_label(judged) if {
+	value := judged.template.spec.nodeSelector[node_pools.node_pool_label]
+	not value in node_pools.pool_label_values(judged.tenant)
+	_is_confined(judged)
+}
+
+_refused_by_pool_label(judged) if {
+	value := judged.template.spec.nodeSelector[node_pools.node_pool_label]
+	count(node_pools.foreign_pool_owners(judged.tenant, value)) > 0
+}
+
+# `labgate.io/node-pool NotIn ["b-spot"]`: a requirement that keeps the pod off the pool.
+_exclusion(pool) := sprintf("%s NotIn [%q]", [key, node_selection.pool_selector(pool)[key]]) if {
+	key := node_pools.node_pool_label
+	node_selection.pool_selector(pool)[key]
+} else := sprintf("%s NotIn [%q]", [key, node_selection.pool_selector(pool)[key]]) if {
+	key := sort(object.keys(node_selection.pool_selector(pool)))[0]
+}
+
+# METADATA
+# title: A pod's required node selection reaches no other tenant's pool
+# custom:
+#   rule_id: placement-pool
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	some judged in _judged
+	template := judged.template
+	node_selection.has_required_selection(template)
+	not _refused_by_pool_label(judged)
+	some alternative in node_selection.alternatives(template)
+	not node_selection.confined_to(alternative.requirements, node_pools.pools(judged.tenant))
+	some foreign in _foreign_pools(judged.tenant)
+	_tolerates_pool(judged, foreign.pool)
+	node_selection.can_select(alternative.requirements, foreign.pool)
+	field := alternative.field
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s can select nodes of node pool %q of tenant %q (nodeSelector %s), and no taint of that pool keeps this pod out: node pools belong to their tenants. Fix: %s, or add the requirement %s",
+		[
+			rule_id, tenancy.object_ref, field, foreign.pool.name, foreign.tenant,
+			json.marshal(node_selection.pool_selector(foreign.pool)), _own_pools_fix(judged.tenant), _exclusion(foreign.pool),
 		],
 	)
 }
