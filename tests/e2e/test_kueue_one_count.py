@@ -41,8 +41,12 @@ pytestmark = [pytest.mark.kueue, pytest.mark.cluster, pytest.mark.timeout(420)]
 APPS_KINDS = ("Deployment", "StatefulSet", "ReplicaSet")
 
 
-def apps_workload(kind: str, name: str, *, replicas: int, gpus: int) -> dict[str, Any]:
-    """A Deployment, StatefulSet or ReplicaSet of `replicas` pods asking `gpus` GPUs each (0: none)."""
+def apps_workload(
+    kind: str, name: str, *, replicas: int, gpus: int, pool: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Deployment, StatefulSet or ReplicaSet of `replicas` pods asking `gpus` GPUs each (0: none),
+    on `pool` (an entry of the Tenant's spec.placement.nodePools) when given: labgate places only GPU
+    pods on the tenant's pool, and the test cluster has no other nodes."""
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     container = {
         "name": "main",
@@ -55,6 +59,8 @@ def apps_workload(kind: str, name: str, *, replicas: int, gpus: int) -> dict[str
         "selector": {"matchLabels": {"app": name}},
         "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
     }
+    if pool is not None:
+        spec["template"]["spec"] |= {"nodeSelector": pool["nodeSelector"], "tolerations": pool["tolerations"]}
     if kind == "StatefulSet":
         spec["serviceName"] = name
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec}
@@ -64,6 +70,10 @@ def refused_outside_kueue(result: subprocess.CompletedProcess[str], rule: str, k
     assert result.returncode != 0, f"admitted, expected [{rule}]: {result.stdout}"
     assert f'[{rule}] {kind} "{name}" asks' in result.stderr, result.stderr
     assert 'waits in LocalQueue "default", which takes Jobs' in result.stderr, result.stderr
+
+
+def own_pool(stack: LabgateStack, tenant: TenantUnderTest) -> dict[str, Any]:
+    return dict(_json(stack, f"tenant/{tenant.name}")["spec"]["placement"]["nodePools"][0])
 
 
 def pods_of(stack: LabgateStack, ns: str, app: str) -> list[dict[str, Any]]:
@@ -109,7 +119,7 @@ def test_gpu_work_outside_kueue_is_refused_and_the_same_kinds_without_gpus_run(
             actor.apply(apps_workload(kind, name, replicas=6, gpus=1), ns), "queue-unmanaged-kind", kind, name
         )
         cpu = f"cpu-{kind.lower()}"
-        result = actor.apply(apps_workload(kind, cpu, replicas=1, gpus=0), ns)
+        result = actor.apply(apps_workload(kind, cpu, replicas=1, gpus=0, pool=own_pool(stack, tenant)), ns)
         assert result.returncode == 0, result.stderr
     # A StatefulSet at 0 replicas asking GPUs is refused too: raising its replicas is a scale away.
     refused_outside_kueue(
@@ -123,7 +133,10 @@ def test_gpu_work_outside_kueue_is_refused_and_the_same_kinds_without_gpus_run(
         eventually(partial(running_on_nodes, stack, ns, app, 1), what=f"{app}'s pod bound")
     # An UPDATE that gives a template GPUs is refused; scaling down or deleting is not.
     refused_outside_kueue(
-        actor.apply(apps_workload("Deployment", "cpu-deployment", replicas=1, gpus=1), ns),
+        actor.apply(
+            apps_workload("Deployment", "cpu-deployment", replicas=1, gpus=1, pool=own_pool(stack, tenant)),
+            ns,
+        ),
         "queue-unmanaged-kind",
         "Deployment",
         "cpu-deployment",
@@ -195,7 +208,7 @@ def test_after_a_mixed_workload_labgate_kueue_and_the_scheduler_count_the_same_g
         "Deployment",
         "serve",
     )
-    run(tenant, apps_workload("Deployment", "notebook", replicas=2, gpus=0))
+    run(tenant, apps_workload("Deployment", "notebook", replicas=2, gpus=0, pool=own_pool(stack, tenant)))
     run(tenant, gpu_job("train", pods=2, gpus=4))
     eventually(lambda: len(bound(job_pods(stack, ns, "train"))) == 2, what="the GPU Job's pods bound")
     assert has_condition(job_workload(stack, ns, "train"), "QuotaReserved")
