@@ -111,3 +111,29 @@ _old_replicas(t) := object.get(_old, _parts(field), 1) if {
 	[k.group, k.kind] == _kind
 	field := k.replica_field
 } else := t.replicas
+
+# METADATA
+# title: A scale call does not grow GPU work of a managed tenant outside Kueue
+# description: |
+#   `kubectl scale` up of a workload of a kind Kueue does not queue whose pods ask GPUs (one made
+#   before the tenant was managed: a new one is refused when it is applied). The Scale carries only
+#   the replica count, so the templates are the workload's, which the webhook reads
+#   (input.scaled_workload). Scaling down, or to the same count, and workloads without GPUs pass.
+# custom:
+#   rule_id: queue-unmanaged-scale
+violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} if {
+	input.request.subResource == "scale"
+	input.request.operation == "UPDATE"
+	not kueue.has_pod_integration
+	tenant := kueue.managed_tenant
+	before := object.get(input.request.oldObject, ["spec", "replicas"], 0)
+	after := object.get(input.request.object, ["spec", "replicas"], 0)
+	after > before
+	some t in object.get(input, ["scaled_workload", "pod_templates"], [])
+	gpu.demand(t.spec).total > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %q scaled from %d to %d pods of %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs. Fix: scale it to 0 and run the work as a Job with label %s: %s",
+		[rule_id, input.scaled_workload.kind, input.request.name, before, after, gpu_text.describe_asks(t.spec), tenant.metadata.name, kueue.default_queue, kueue.queue_label, kueue.default_queue],
+	)
+}

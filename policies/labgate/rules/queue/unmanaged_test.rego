@@ -122,3 +122,41 @@ test_with_kueues_pod_integration_a_replicasets_gpu_pod_waits_behind_the_gate if 
 	pod := object.union(owned_pod("web-5d8-x2", "ReplicaSet", "web-5d8", gpu_spec), {"metadata": {"labels": queued}})
 	count(violations(testdata.workload_input("Pod", "vision", rs_controller, pod))) == 0
 }
+
+# --- queue-unmanaged-scale ---
+
+# `kubectl scale <kind>/<name> --replicas=<after>` from <before>, the workload's template as the
+# webhook reads it.
+scale_input(kind, name, before, after, spec) := {
+	"request": {
+		"uid": "test-uid",
+		"operation": "UPDATE",
+		"kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+		"resource": {"group": "apps", "version": "v1", "resource": lower(sprintf("%ss", [kind]))},
+		"subResource": "scale",
+		"namespace": "vision",
+		"name": name,
+		"userInfo": testdata.vera,
+		"object": {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name}, "spec": {"replicas": after}},
+		"oldObject": {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name}, "spec": {"replicas": before}},
+	},
+	"pod_templates": [],
+	"scaled_workload": {"kind": kind, "pod_templates": [{"path": "spec.template.spec", "spec": spec, "metadata": {}, "replicas": before}]},
+}
+
+test_scaling_up_a_gpu_deployment_outside_kueue_is_refused_and_down_is_not if {
+	refusals(scale_input("Deployment", "web", 0, 5, gpu_spec)) == {{
+		"rule": "queue-unmanaged-scale",
+		"field": "spec.replicas",
+		"message": `[queue-unmanaged-scale] Deployment "web" scaled from 0 to 5 pods of 1 nvidia.com/gpu (h100) outside Kueue; tenant "vision"'s GPU work waits in LocalQueue "default", which takes Jobs. Fix: scale it to 0 and run the work as a Job with label kueue.x-k8s.io/queue-name: default`,
+	}}
+	count(refusals(scale_input("Deployment", "web", 5, 0, gpu_spec))) == 0
+	count(refusals(scale_input("StatefulSet", "db", 2, 2, gpu_spec))) == 0
+	count(refusals(scale_input("StatefulSet", "db", 0, 12, cpu_spec))) == 0
+}
+
+test_with_kueues_pod_integration_a_scale_up_queues_its_pods if {
+	count(queue.violation) == 0 with input as scale_input("StatefulSet", "db", 0, 12, gpu_spec)
+		with data.inventory as kueue_inventory
+		with data.labgate.config.queue as kueue_config
+}
