@@ -9,7 +9,7 @@ nodes (kube-scheduler, every default controller, KWOK; the controller manager at
 every pod, two tenants (`launch`, quota: all the pods; `gang`, quota 32 GPUs) and a namespace no Tenant
 names (`launch-baseline`: labgate's namespaced webhooks select namespaces with the tenant label only,
 which the harness checks before it measures). In the Kueue stack the policies are told that Kueue runs,
-as the chart's kueue.enabled does (devcluster.kueue.trust_kueue, on a copy): without it labgate refuses
+as the chart's kueue.enabled does (LabgateStack(kueue=True) serves a copy that trusts Kueue): without it labgate refuses
 Kueue's unsuspending of the Jobs it admitted and they never start. The baseline stays outside Kueue too
 (Kueue's managedJobsNamespaceSelector asks for the tenant label; checked, and every baseline launch is
 checked to have made no Workload): it is the same plain cluster in both stacks, so each stack's
@@ -70,9 +70,9 @@ import yaml
 from benchmarks.cluster_sim import Truth, _client, watch_pods
 from benchmarks.report import replace_section
 from devcluster.controlplane import LocalControlPlane
-from devcluster.kueue import kueue_configuration, trust_kueue
+from devcluster.kueue import kueue_configuration
 from devcluster.nodes import NodePool
-from devcluster.stack import POLICY_DIR, WEBHOOK_CONFIGURATION, LabgateStack, NodeSimulation
+from devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack, NodeSimulation
 from labgate.core.tenant import TENANT_LABEL
 
 IMAGE = "registry.lab.example/research/trainer:v1"
@@ -728,18 +728,6 @@ def _baseline_quota(stack: LabgateStack, gpus: int) -> None:
     stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump(quota))
 
 
-def _policies(workdir: Path, kueue: bool) -> Path:
-    """The shipped policies; with Kueue, a copy told that Kueue runs and every tenant is Kueue's
-    (devcluster.kueue.trust_kueue, as the chart's kueue.enabled): without it labgate refuses Kueue's
-    unsuspending of the Jobs Kueue admits ([tenant-membership]) and they stay suspended."""
-    if not kueue:
-        return POLICY_DIR
-    policy_dir = workdir / "policies"
-    shutil.copytree(POLICY_DIR, policy_dir)
-    trust_kueue(policy_dir)
-    return policy_dir
-
-
 def _measure(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
     launches = []
     for round_ in range(1, args.rounds + 1):
@@ -760,11 +748,8 @@ def run_stack(args: argparse.Namespace, *, kueue: bool) -> dict[str, Any]:
     simulation = NodeSimulation(controller_api_rate=(args.kube_api_qps, args.kube_api_burst))
     facts: dict[str, Any] = {"load_before": os.getloadavg()[0], "started": datetime.now(UTC)}
     stop = threading.Event()
-    policy_dir = _policies(workdir, kueue)
     try:
-        with LabgateStack(
-            workdir / "stack", nodes=simulation, webhook_replicas=1, kueue=kueue, policy_dir=policy_dir
-        ) as stack:
+        with LabgateStack(workdir / "stack", nodes=simulation, webhook_replicas=1, kueue=kueue) as stack:
             facts["stack_start_s"] = stack.start_seconds
             _set_up(stack, args)
             admin = _client(stack.admin_kubeconfig, stack.cluster.server)

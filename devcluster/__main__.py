@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 from devcluster.demo import run_demo
-from devcluster.kueue import trust_kueue
 from devcluster.nodes import load_pools
 from devcluster.processes import recorded_pids, stop_recorded
-from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
+from devcluster.stack import LabgateStack, NodeSimulation
 
 DEV_WORKDIR = Path(".labgate-dev")
 
@@ -34,15 +33,9 @@ def _up(args: argparse.Namespace) -> int:
     shutil.rmtree(workdir / "etcd", ignore_errors=True)
     (workdir / "pids.json").unlink(missing_ok=True)
     nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
-    policy_dir = POLICY_DIR
-    if args.kueue:
-        # The policies learn that Kueue runs, as with the chart's kueue.enabled (devcluster.kueue.
-        # trust_kueue), on a copy: without it labgate refuses Kueue's unsuspending of the Jobs it admits.
-        policy_dir = workdir / "policies"
-        shutil.rmtree(policy_dir, ignore_errors=True)
-        shutil.copytree(POLICY_DIR, policy_dir)
-        trust_kueue(policy_dir, every_tenant=False)  # team-b's spec.queue: Kueue's; team-a: not
-    stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue, policy_dir=policy_dir)
+    # With Kueue the stack serves policies that trust it (as the chart's kueue.enabled); each Tenant
+    # opts in (team-b's spec.queue: Kueue's; team-a: not), so team-a's bare GPU pods still run.
+    stack = LabgateStack(workdir, detached=True, nodes=nodes, kueue=args.kueue, kueue_every_tenant=False)
     stack.start()
     with_nodes = "" if nodes is None else f", scheduler and {sum(p.nodes for p in nodes.pools)} KWOK nodes"
     with_nodes += ", Kueue" if args.kueue else ""

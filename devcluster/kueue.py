@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+import shutil
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,16 @@ def trust_kueue(policy_dir: Path, *, every_tenant: bool = True) -> None:
     queue = json.loads(queue_config.read_text())
     queue.update(managed_by_kueue=every_tenant, kueue_users=[KUEUE_USER])
     queue_config.write_text(json.dumps(queue, indent=2) + "\n")
+
+
+def trusting_kueue(policy_dir: Path, copy: Path, *, every_tenant: bool = True) -> Path:
+    """A copy of the policies at `policy_dir`, made at `copy` (replaced), that trust Kueue
+    (trust_kueue); what LabgateStack(kueue=True) serves, so that no caller has to remember it."""
+    if policy_dir.resolve() != copy.resolve():  # a restarted stack serves its copy already
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(policy_dir, copy)
+    trust_kueue(copy, every_tenant=every_tenant)
+    return copy
 
 
 class KueueError(RuntimeError):

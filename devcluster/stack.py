@@ -21,7 +21,7 @@ import yaml
 
 from devcluster.controlplane import CONTROLLERS, DEFAULT_CONTROLLERS, ControlPlane, LocalControlPlane
 from devcluster.kubectl import kubectl
-from devcluster.kueue import KUEUE_GROUPS, KUEUE_USER, KueueController
+from devcluster.kueue import KUEUE_GROUPS, KUEUE_USER, KueueController, trusting_kueue
 from devcluster.nodes import KwokNodes, NodePool
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
@@ -124,6 +124,7 @@ class LabgateStack:
         nodes: NodeSimulation | None = None,
         launcher: LabgateLauncher | None = None,
         kueue: bool = False,
+        kueue_every_tenant: bool = True,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster).
@@ -131,7 +132,10 @@ class LabgateStack:
         opt-in, since most tests need no node and startup time matters. `launcher` starts the webhook
         and reconciler (host processes by default). `kueue` runs Kueue beside labgate (devcluster/kueue.py:
         its CRDs, webhooks by URL, Jobs in tenant namespaces queued) and tells the reconciler so (it
-        then provisions each tenant's queues); local control plane only."""
+        then provisions each tenant's queues) and the policies, as the chart's kueue.enabled does: at
+        start they are served from a copy of `policy_dir` that trusts Kueue's controller
+        (devcluster.kueue.trusting_kueue); `kueue_every_tenant` False leaves each Tenant to opt in
+        (its spec.queue) instead of every tenant being Kueue's. Local control plane only."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
@@ -142,6 +146,7 @@ class LabgateStack:
         self.nodes = nodes
         self.kwok: KwokNodes | None = None
         self.with_kueue = kueue
+        self.kueue_every_tenant = kueue_every_tenant
         self.kueue: KueueController | None = None
         if (nodes is not None or kueue) and control_plane is not None:
             raise ValueError("simulated nodes and Kueue need the local control plane")
@@ -203,6 +208,11 @@ class LabgateStack:
         try:
             self.cluster.start()
             if self.with_kueue:
+                # The policies learn that Kueue runs before OPA loads them (without it labgate refuses
+                # Kueue's unsuspending of the Jobs it admits: [tenant-membership]).
+                self.policy_dir = trusting_kueue(
+                    self.policy_dir, self.workdir / "policies-kueue", every_tenant=self.kueue_every_tenant
+                )
                 # Before the reconciler: it provisions queues, so Kueue's CRDs must be served.
                 self.kueue = KueueController(
                     self.workdir,

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from devcluster.kubectl import kubectl
-from devcluster.kueue import trust_kueue
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
@@ -69,20 +68,16 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
     """A cluster with simulated nodes (kube-scheduler, every controller, KWOK; no pools yet: tests add
     their own through `kueue_stack.kwok`) and Kueue beside labgate (devcluster/kueue.py): its CRDs,
     its webhooks, Jobs in tenant namespaces queued, and the reconciler provisioning each tenant's
-    queues. For tests marked `kueue`; the other tests run without Kueue. labgate trusts Kueue's
-    service accounts for the whole-requester rules (devcluster.kueue.trust_kueue: Kueue is no
-    tenant's member), and its queue rules know Kueue manages every tenant and exempt Kueue's
-    controller (KUEUE_USER) for the fields it sets at admission only; two webhook replicas share the
+    queues. For tests marked `kueue`; the other tests run without Kueue. The stack's policies trust
+    Kueue's service accounts for the whole-requester rules (Kueue is no tenant's member), and its
+    queue rules know Kueue manages every tenant and exempt Kueue's controller (KUEUE_USER) for the
+    fields it sets at admission only, as LabgateStack(kueue=True) sets them itself; two webhook replicas share the
     quota ledger (issue 20: one quota, two enforcers that agree)."""
-    policy_dir = tmp_path_factory.mktemp("kueue-policies") / "policies"
-    shutil.copytree(POLICY_DIR, policy_dir)
-    trust_kueue(policy_dir)  # trusted, every tenant Kueue's, its controller KUEUE_USER (as kueue.enabled)
     with LabgateStack(
         tmp_path_factory.mktemp("kueue-cluster"),
         reconciler_lease_seconds=4,
         nodes=NodeSimulation(),
         kueue=True,
-        policy_dir=policy_dir,
         webhook_replicas=2,
     ) as started:
         yield started

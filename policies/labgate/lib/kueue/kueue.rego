@@ -95,8 +95,10 @@ _has_controller(obj) if {
 }
 
 # The request's object must wait in the tenant's queue: a kind Kueue suspends (not one its queued
-# owner made), or a bare pod that asks GPUs or names a queue (Kueue's pod integration); a pod a
-# member creates is bare whatever owner it names.
+# owner made), or, with Kueue's pod integration, a pod that asks GPUs or names a queue and that no
+# queued owner made: a bare pod (a pod a member creates is bare whatever owner it names) and the pod
+# of a kind Kueue does not queue (a ReplicaSet's, a StatefulSet's), which Kueue's pod webhook gates
+# as it gates a bare one (pkg/controller/jobs/pod: every pod whose controller is no integration of it).
 is_queued(obj) if {
 	is_suspendable
 	not _owned_by_queued_kind(obj)
@@ -104,13 +106,38 @@ is_queued(obj) if {
 
 is_queued(obj) if {
 	has_pod_integration
-	is_bare_pod(obj)
+	is_pod
+	not _owned_by_queued_kind(obj)
 	_asks_gpus_or_names_a_queue(obj)
 }
 
 # Kueue's pod integration is on (config queue.pod_integration): bare pods queue behind its gate.
 # Without it, a bare GPU pod has no queue to wait in (rules.queue refuses it: queue-bare-pod).
 has_pod_integration if object.get(_config, "pod_integration", false) == true
+
+# Kinds whose objects run nothing themselves but make objects Kueue queues (a CronJob's Jobs).
+_runs_through_queued := {["batch", "CronJob"]}
+
+# The request's object is a workload of a kind Kueue does not queue (a Deployment, StatefulSet,
+# ReplicaSet, LeaderWorkerSet, Argo Workflow, ...): a kind of the workload catalog
+# (data.labgate.workloads.kinds, generated from labgate/core/workload_catalog.py) that Kueue neither
+# suspends nor reaches through the objects it makes. Its pods are queued only by Kueue's pod
+# integration (has_pod_integration), which gates every pod whose owner Kueue does not manage.
+is_unqueued_workload if {
+	some k in data.labgate.workloads.kinds
+	[k.group, k.kind] == _kind
+	not suspend_paths[_kind]
+	not _kind in _runs_through_queued
+}
+
+# A pod a controller made for an owner Kueue queues (a Job's pod): admitted with its owner.
+is_owned_by_queued_kind(obj) if _owned_by_queued_kind(obj)
+
+# The kind and name of an object's controller owner, for messages: ReplicaSet "web-5d8".
+controller_owner_text(obj) := sprintf("%s %q", [ref.kind, ref.name]) if {
+	some ref in object.get(obj, ["metadata", "ownerReferences"], [])
+	object.get(ref, "controller", false) == true
+}
 
 # A pod no controller made (a member's pod is bare whatever owner it names).
 is_bare_pod(obj) if {
