@@ -7,7 +7,8 @@ The world: one tenant of 8 GPUs whose pool of its own has 2 KWOK nodes of 8 H100
 an over-admission to show on the nodes), its ClusterQueue and LocalQueue `default` made by the
 reconciler. What is generated: every workload kind the member's RBAC lets it create (derived from
 `kubectl auth can-i --list` as test_rbac_coverage does: Pod, Job, CronJob, Deployment, StatefulSet,
-ReplicaSet, DaemonSet), with or without GPUs, with or without the queue label (or another queue's);
+ReplicaSet; a DaemonSet is in no member's RBAC, and the explicit shape that tries one is refused by
+it), with or without GPUs, with or without the queue label (or another queue's);
 then edits, as researcher or tenant admin: `kubectl scale`, an UPDATE of the replicas (a Job's
 parallelism) and of the GPUs its template asks, the queue label dropped or changed, unsuspending, an
 annotation, a CronJob's Job run by hand (`kubectl create job --from`).
