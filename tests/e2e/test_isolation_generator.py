@@ -39,6 +39,7 @@ from devcluster.nodes import NodePool, tenant_placement
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
+from tests.e2e.generator_support import is_pod_settled
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -449,14 +450,6 @@ def _pods_and_refusals(world: World, namespace: str) -> tuple[list[dict[str, Any
     return list(pods["items"]), {str(e["involvedObject"]["name"]) for e in events["items"]}
 
 
-def _is_settled(pod: dict[str, Any], *, must_bind: bool) -> bool:
-    if pod["spec"].get("nodeName") or pod.get("metadata", {}).get("deletionTimestamp"):
-        return True
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
-    return unschedulable and not must_bind
-
-
 @dataclass(frozen=True)
 class Expect:
     """What a step waits for of one admitted workload."""
@@ -480,7 +473,7 @@ def _is_done(expect: Expect, pods: list[dict[str, Any]], refused: set[str]) -> b
         return False
     if not mine and not failed:
         return False
-    return all(_is_settled(p, must_bind=expect.must_bind) for p in mine)
+    return all(is_pod_settled(p, must_bind=expect.must_bind) for p in mine)
 
 
 def _settle(world: World, expects: list[Expect]) -> None:
