@@ -531,10 +531,12 @@ def pods_gpus(stack: LabgateStack, namespace: str) -> int:
 def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
-    """A researcher who deletes a pod (kubectl waits until the API has removed it) and at once creates
-    another is not refused by the count of the one that is gone, through either replica; and the
-    quota still holds: with the pods that exist asking all of it, a further pod is refused, and two
-    created at once in the room one deletion leaves are one admitted, one refused."""
+    """A researcher who deletes a running pod (kubectl waits until the API has removed it) and at once
+    creates another is not refused by the count of the one that is gone, through either replica; and
+    the quota still holds: with the pods that exist asking all of it, a further pod is refused, and
+    two created at once in the room one deletion leaves are one admitted, one refused. (Each pod is
+    deleted once the reconciler has settled it, as a pod that ran is: one created and deleted within
+    the settlement's pace still counts as its reservation until the reconciler releases it.)"""
     limit = 4
     team = tenants.create(spec_extra={"gpu": {"total": limit}})
     me, namespace = team.researcher, team.namespace
@@ -543,12 +545,18 @@ def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
     refused = me.apply(gpu_pod("third", 1), namespace)
     assert refused.returncode == 1
     assert f"uses 4 of {limit} GPUs" in refused.stderr, refused.stderr
+
+    def delete_again() -> None:
+        eventually(lambda: ledger_data(stack, team.name)["reservations"] == {}, what="the pods settled")
+        deleted = me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
+        assert deleted.returncode == 0, deleted.stderr
+
     for attempt in range(10):
-        me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
+        delete_again()
         created = me.apply(gpu_pod("again", 2, labels={SHARD_LABEL: str(attempt % 2)}), namespace)
         assert created.returncode == 0, f"attempt {attempt}: {created.stderr}"
         assert pods_gpus(stack, namespace) == limit
-    me.kubectl("delete", "pod", "again", "-n", namespace, "--wait=true", "--timeout=30s")
+    delete_again()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
             pool.map(
