@@ -36,6 +36,7 @@ from tests.cluster_truth import (
     tenant_gpus,
 )
 from tests.e2e.conftest import TenantFactory, TenantUnderTest, isolation_violations
+from tests.e2e.test_quota import ledger_data
 
 # The first test also starts the simulated cluster (scheduler, every controller, KWOK, two replicas).
 pytestmark = [pytest.mark.cluster, pytest.mark.quota, pytest.mark.timeout(300)]
@@ -839,6 +840,10 @@ def test_a_scale_past_what_is_free_is_refused_at_the_call_and_one_within_binds(
         code, err = run("scale", "deployment/serve", "--replicas=2")
         assert code == 0, f"a scale 0 -> 2 refused with 2 GPUs free: {err}"
         eventually(lambda: len(bound("serve-")) == 2, what="serve's two pods bound")
+        # Settled, as pods that ran are: a pod created and deleted within the settlement's pace still
+        # counts as its reservation until the reconciler releases it (docs/architecture.md), and the
+        # StatefulSet's pod below would meet that count once, after its scale was admitted.
+        eventually(lambda: ledger_data(sim, team.name)["reservations"] == {}, what="serve's pods settled")
 
         # At the quota again: a scale down is admitted, and what it frees lets the StatefulSet grow.
         code, err = run("patch", "deployment/serve", "--type=merge", "-p", '{"spec":{"replicas":1}}')
