@@ -38,8 +38,9 @@ from webhook.claims import ClaimFacts
 from webhook.decision_log import DecisionLog
 from webhook.failures import Attempt
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
+from webhook.opa_management import InventoryStore, PolicyStore
 from webhook.pod_templates import WorkloadKind, load_workload_kinds
-from webhook.policy_engine import InventoryStore, PolicyEngine, PolicyStore
+from webhook.policy_engine import PolicyEngine
 from webhook.policy_events import PolicyEvents
 from webhook.policy_reports import AdmissionReports, KubeReportStore
 from webhook.policy_sync import PolicyStatus, PolicySync

@@ -1,24 +1,22 @@
-"""The one door to OPA: evaluate the admission decision, and keep OPA's inventory and policies current.
+"""The door to OPA for decisions: evaluate the admission decision and the mutation.
 
-Every call to OPA goes through one aiohttp session type (`OpaSession`): keep-alive connections, request
-bodies encoded with orjson (the standard library's json on the event loop cost a fifth of the
-webhook's time under load), no retries (a retry would spend the apiserver's deadline) and a hard
+Every decision query goes through one aiohttp session type (`OpaSession`): keep-alive connections,
+request bodies encoded with orjson (the standard library's json on the event loop cost a fifth of the
+webhook's time under load; opa-python-client's query encodes with it, and measured slower side by
+side: docs/benchmarks.md), no retries (a retry would spend the apiserver's deadline) and a hard
 deadline of `timeout` seconds. The admission path (`PolicyEngine`) uses it on the webhook's event
 loop; any failure becomes PolicyEngineUnavailableError, which the webhook turns into a refusal, never
-an admission. The writers on threads (`InventoryStore`, `PolicyStore`, the scheduled audit's
-`labgate.cli.audit_service.ServerOpa`) use it through `BlockingOpa`, which runs its own session on a
-private event loop thread, so no write ever runs on the admission loop.
+an admission. The scheduled audit (`labgate.cli.audit_service.ServerOpa`) asks its decisions through
+`BlockingOpa`, the same session on a private event loop thread. Writing policies and data into OPA is
+`webhook.opa_management`'s (opa-python-client).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import weakref
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
@@ -26,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from labgate.core import json_bytes
 from labgate.core.decisions import Decision, Mutation
 from labgate.core.errors import LabgateError, NoDecisionError, NoDecisionInTimeError
+from webhook.opa_thread import LoopThread
 from webhook.policy_input import PolicyBatch, PolicyInput
 
 DECISION_PACKAGE = "labgate/admission"
@@ -38,7 +37,6 @@ MUTATION_PACKAGE = "labgate/mutation"
 INVENTORY_PATH = "inventory"
 
 _JSON = "application/json"
-_T = TypeVar("_T")
 
 
 class PolicyEngineUnavailableError(NoDecisionError, RuntimeError):
@@ -187,26 +185,6 @@ class PolicyEngine:
 _DECISIONS: TypeAdapter[list[Decision]] = TypeAdapter(list[Decision])
 
 
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()
-
-
-async def _close_and_stop(session: OpaSession, loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        await session.close()
-    finally:
-        loop.stop()
-
-
-def _shut_down(session: OpaSession, loop: asyncio.AbstractEventLoop) -> None:
-    """Close the session on its loop, then end the loop's thread (from any thread; never waits)."""
-    if not loop.is_closed():
-        asyncio.run_coroutine_threadsafe(_close_and_stop(session, loop), loop)
-
-
 class BlockingOpa:
     """`OpaSession` for threads and the command line: each call runs on a private event loop thread
     and returns its answer. A failure to reach OPA is an OpaUnreachableError (an OSError). The
@@ -215,14 +193,8 @@ class BlockingOpa:
     def __init__(self, url: str, *, timeout: float):
         self.timeout = timeout
         self._session = OpaSession(url, timeout=timeout, connections=4)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=_serve, args=(self._loop,), name="opa-session", daemon=True)
-        self._thread.start()
-        self._shut_down = weakref.finalize(self, _shut_down, self._session, self._loop)
-
-    def _run(self, call: Coroutine[Any, Any, _T]) -> _T:
         # A margin over the session's own deadline, which ends every request first.
-        return asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=self.timeout + 5)
+        self._loop = LoopThread("opa-session", deadline=timeout + 5, closer=self._session.close)
 
     def request(
         self,
@@ -234,7 +206,7 @@ class BlockingOpa:
         content_type: str = _JSON,
     ) -> OpaAnswer:
         try:
-            return self._run(
+            return self._loop.run(
                 self._session.request(method, path, document=document, text=text, content_type=content_type)
             )
         except aiohttp.ClientError as err:
@@ -250,87 +222,4 @@ class BlockingOpa:
         return answer
 
     def close(self) -> None:
-        self._shut_down()
-        self._thread.join(timeout=5)
-
-
-class InventoryStore:
-    """Synchronous writer of data.inventory (tenants and namespaces) for the inventory threads."""
-
-    def __init__(self, url: str, *, timeout: float = 2.0):
-        # No retries: a failed write makes the reflector re-list, which writes everything again.
-        self._opa = BlockingOpa(url, timeout=timeout)
-
-    def replace_all(self, inventory: dict[str, Any]) -> None:
-        """Replace the whole inventory (after a list)."""
-        self._opa.expect("PUT", f"/v1/data/{INVENTORY_PATH}", document=inventory)
-
-    def put(self, collection: str, name: str, document: dict[str, Any]) -> None:
-        """Create or replace one tenant or namespace."""
-        self._opa.expect("PUT", f"/v1/data/{INVENTORY_PATH}/{collection}/{name}", document=document)
-
-    def patch(self, operations: list[dict[str, Any]]) -> None:
-        """Apply a JSON Patch to the inventory (several changes in one request)."""
-        self._opa.expect(
-            "PATCH",
-            f"/v1/data/{INVENTORY_PATH}",
-            document=operations,
-            content_type="application/json-patch+json",
-        )
-
-    def close(self) -> None:
-        self._opa.close()
-
-
-class PolicyLoadError(LabgateError, RuntimeError):
-    """OPA refused a policy module (it does not parse or compile); the message says where and why."""
-
-
-def _opa_errors(body: Any) -> str:
-    """`file:row: code: message` lines from an OPA error response."""
-    if not isinstance(body, dict):
-        return str(body)
-    lines = []
-    for error in body.get("errors") or []:
-        location = error.get("location") or {}
-        where = f"{location.get('file', '')}:{location.get('row', '?')}: " if location else ""
-        lines.append(f"{where}{error.get('code', '')}: {error.get('message', '')}")
-    return "; ".join(lines) or str(body.get("message") or body)
-
-
-class PolicyStore:
-    """Synchronous writer of policy modules and policy data into OPA (webhook.policy_sync)."""
-
-    def __init__(self, url: str, *, timeout: float = 5.0):
-        self._opa = BlockingOpa(url, timeout=timeout)
-
-    def modules(self) -> dict[str, str]:
-        """id -> source text of every module OPA holds (one request; used on a first pass only)."""
-        body = self._opa.expect("GET", "/v1/policies").body or {}
-        return {str(m["id"]): str(m.get("raw", "")) for m in body.get("result", [])}
-
-    def put_module(self, module_id: str, text: str) -> None:
-        """Create or replace one module; PolicyLoadError with OPA's parse or compile error."""
-        answer = self._opa.request("PUT", f"/v1/policies/{module_id}", text=text, content_type="text/plain")
-        if answer.status != 200:
-            raise PolicyLoadError(_opa_errors(answer.body))
-
-    def delete_module(self, module_id: str) -> None:
-        answer = self._opa.request("DELETE", f"/v1/policies/{module_id}")
-        if answer.status not in (200, 404):
-            raise PolicyLoadError(_opa_errors(answer.body))
-
-    def put_data(self, path: str, document: Any) -> None:
-        """Create or replace the data document at `path` (e.g. labgate/config)."""
-        answer = self._opa.request("PUT", f"/v1/data/{path}", document=document)
-        if answer.status not in (200, 204):
-            raise PolicyLoadError(_opa_errors(answer.body))
-
-    def get_marker(self) -> str | None:
-        """The revision policy_sync recorded in OPA after its last complete load (None: OPA has none,
-        e.g. it restarted)."""
-        result = (self._opa.expect("GET", "/v1/data/labgate_policy_sync/revision").body or {}).get("result")
-        return result if isinstance(result, str) else None
-
-    def close(self) -> None:
-        self._opa.close()
+        self._loop.close()

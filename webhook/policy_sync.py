@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from labgate.core.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
-from webhook.policy_engine import PolicyLoadError
+from webhook.opa_management import PolicyLoadError
 
 log = logging.getLogger("labgate.policy_sync")
 

@@ -565,7 +565,7 @@ def _audit_every(args: argparse.Namespace, policies: Path, kinds: Any) -> int:
     from labgate.cli.audit_service import AuditLoop, ServerOpa
     from labgate.cli.offline_admission import Facts, OfflineOpa
     from labgate.core.kube import KubeApi, api_client
-    from webhook.policy_engine import PolicyStore
+    from webhook.opa_management import PolicyStore
     from webhook.policy_sync import PolicySync
 
     if args.snapshot:

@@ -17,7 +17,7 @@ import pytest
 from devcluster.processes import ManagedProcess, free_port, wait_until
 from devcluster.stack import POLICY_DIR, opa_argv
 from devcluster.tools import binary, ensure_tools
-from webhook.policy_engine import PolicyStore
+from webhook.opa_management import PolicyStore
 from webhook.policy_sync import PolicySync, policy_files, revision
 
 pytestmark = pytest.mark.chart
@@ -162,6 +162,38 @@ def test_a_broken_policy_keeps_the_previous_one_and_says_why(opa: str, policies:
         assert _decide(opa, {})["allowed"] is True
     finally:
         sync.stop()
+
+
+V0_RULE = """package labgate.rules.sync_probe
+
+violation[finding] {
+	input.request.object.metadata.labels["sync-probe"] == "deny"
+	finding := {"rule": "sync-probe", "message": "[sync-probe] v0 syntax"}
+}
+"""
+
+
+def test_a_module_in_old_rego_syntax_is_refused_as_written_never_loaded_rewritten(
+    opa: str, policies: Path
+) -> None:
+    """OPA 1.x refuses v0 syntax; opa-python-client can rewrite a refused module to v1 and load that.
+    labgate must not: what is loaded is what the infra team wrote, or nothing."""
+    sync = PolicySync(policies, PolicyStore(opa), interval=0.2)
+    assert sync.sync_once().error is None
+    folder = policies / "labgate" / "rules" / "sync_probe"
+    folder.mkdir()
+    (folder / "sync_probe.rego").write_text(V0_RULE)
+    status = sync.sync_once()
+    assert "labgate/rules/sync_probe/sync_probe.rego" in (status.error or "")
+    assert "rego_parse_error" in (status.error or "")
+    loaded = [m["id"] for m in _get(opa, "/v1/policies")["result"]]
+    assert not [m for m in loaded if "sync_probe" in m], loaded
+    _push_inventory(opa)
+    assert _decide(opa, {"sync-probe": "deny"})["allowed"] is True
+    # The legitimate fix: the same rule in today's syntax loads and refuses.
+    (folder / "sync_probe.rego").write_text(NEW_RULE)
+    assert sync.sync_once().error is None
+    assert _decide(opa, {"sync-probe": "deny"})["allowed"] is False
 
 
 def test_opa_restarted_empty_gets_everything_again(tmp_path: Path, policies: Path) -> None:

@@ -24,7 +24,7 @@ from labgate.cli.offline_admission import Facts, facts_from_manifests, load_mani
 from labgate.core.logs import FIELDS_ATTRIBUTE, JsonFormatter
 from tests.unit.apps import EmptyCluster, app_without_cluster
 from webhook.decision_log import verify
-from webhook.policy_engine import InventoryStore
+from webhook.opa_management import InventoryStore
 from webhook.settings import Settings
 
 REVIEW: dict[str, Any] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from webhook.policy_engine import PolicyLoadError
+from webhook.opa_management import PolicyLoadError
 from webhook.policy_events import policy_event
 from webhook.policy_sync import PolicyStatus, PolicySync
 
