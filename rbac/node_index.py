@@ -1,5 +1,6 @@
 """The GPU nodes the reconciler watches, kept as a summary (labels, GPU model, whole GPUs): what the
-nodes of each tenant's pools hold (labgate.gpu_accounting.pool_capacity), for its status.
+nodes of each tenant's pools hold (labgate.gpu_accounting.pool_capacity), for its status, and each
+node's GPU model, for what a tenant's pods hold outside Kueue (rbac/queue_holdings.py).
 
 Only a change to a node's GPUs, model or labels asks for the tenants' statuses: the kubelet's
 status updates (conditions, images) are dropped here. Not part of the reconciler's readiness: a
@@ -53,6 +54,13 @@ class NodeIndex:
                 self._nodes[name] = node
             self._capacities = {}
         self._on_changed()
+
+    def node_models(self) -> dict[str, str] | None:
+        """Each GPU node's model ("" none) by name; None until the nodes are listed."""
+        if not self.is_synced:
+            return None
+        with self._lock:
+            return {name: node.model for name, node in self._nodes.items()}
 
     def capacity_of(self, tenant: Tenant) -> dict[str, ModelCapacity] | None:
         """Per model, what the nodes of the tenant's pools hold; None when unknown (not listed yet,

@@ -9,7 +9,9 @@ beside labgate (reconcile --kueue; chart kueue.enabled).
 - One ClusterQueue per tenant, named as the tenant, for the namespaces that carry its label: one
   resource group of GPUs, CPU and memory over its flavors, spot pools first, then (where the Tenant
   allows on-demand capacity, or has no spot pool) the others. A flavor's GPU quota is the tenant's quota
-  of the pool's GPU model (spec.gpu.models) or its total (spec.gpu.total).
+  of the pool's GPU model (spec.gpu.models) or its total (spec.gpu.total), less what its pods hold
+  outside Kueue (rbac/outside_queue.py): the total less all of it, a model's quota less what is of
+  that model; never below 0.
 - In a cohort (spec.queue.cohort): a tenant whose pods beyond quota are preemptible
   (spec.gpu.overQuota: preemptible) borrows idle quota (up to spec.queue.borrowingLimit), one that
   refuses them borrows none; lendingLimit caps what it lends. Preemption reclaims only what others
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, NodePool, Tenant
+from rbac.outside_queue import NOTHING_HELD, HeldOutsideQueue
 
 Manifest = dict[str, Any]
 
@@ -85,18 +88,20 @@ def shared_flavors(tenants: list[Tenant]) -> list[Manifest]:
     return [resource_flavor(pools[name]) for name in sorted(pools)]
 
 
-def _gpu_quota(tenant: Tenant, pool: NodePool | None) -> int:
+def gpu_quota(tenant: Tenant, pool: NodePool | None, held: HeldOutsideQueue = NOTHING_HELD) -> int:
+    """The GPUs Kueue may admit on `pool`'s flavor: each limit that applies (the total, the pool's
+    model's) less what `held` takes of it, the least of them, never below 0."""
     quota = tenant.spec.gpu
-    limits = [] if quota.total is None else [quota.total]
+    limits = [] if quota.total is None else [quota.total - held.total]
     model = None if pool is None else pool.node_selector.get(GPU_MODEL_LABEL)
     if model is not None and model in quota.models:
-        limits.append(quota.models[model])
-    return min(limits, default=UNLIMITED_GPUS)
+        limits.append(quota.models[model] - held.of_model(model))
+    return max(0, min(limits, default=UNLIMITED_GPUS))
 
 
-def _flavor_quotas(tenant: Tenant, pool: NodePool | None) -> Manifest:
+def _flavor_quotas(tenant: Tenant, pool: NodePool | None, held: HeldOutsideQueue) -> Manifest:
     queue = tenant.spec.queue
-    gpus: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(_gpu_quota(tenant, pool))}
+    gpus: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(gpu_quota(tenant, pool, held))}
     if queue.cohort is not None:
         if tenant.spec.gpu.over_quota == "refuse":
             gpus["borrowingLimit"] = "0"
@@ -114,8 +119,8 @@ def _flavor_quotas(tenant: Tenant, pool: NodePool | None) -> Manifest:
     }
 
 
-def cluster_queue(tenant: Tenant) -> Manifest:
-    """The tenant's ClusterQueue (named as the tenant)."""
+def cluster_queue(tenant: Tenant, held: HeldOutsideQueue = NOTHING_HELD) -> Manifest:
+    """The tenant's ClusterQueue (named as the tenant); `held`: what its pods hold outside Kueue."""
     pools: list[NodePool | None] = [*queue_pools(tenant)] or [None]
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {TENANT_LABEL: tenant.name}},
@@ -123,7 +128,7 @@ def cluster_queue(tenant: Tenant) -> Manifest:
         "resourceGroups": [
             {
                 "coveredResources": [GPU_RESOURCE, "cpu", "memory"],
-                "flavors": [_flavor_quotas(tenant, pool) for pool in pools],
+                "flavors": [_flavor_quotas(tenant, pool, held) for pool in pools],
             }
         ],
         "preemption": {
@@ -159,9 +164,11 @@ def local_queue(tenant: Tenant, namespace: str) -> Manifest:
     }
 
 
-def tenant_queues(tenant: Tenant, *, namespaces: list[str]) -> list[Manifest]:
+def tenant_queues(
+    tenant: Tenant, *, namespaces: list[str], held: HeldOutsideQueue = NOTHING_HELD
+) -> list[Manifest]:
     """The tenant's ClusterQueue and a default LocalQueue in each of its namespaces."""
-    return [cluster_queue(tenant), *(local_queue(tenant, ns) for ns in namespaces)]
+    return [cluster_queue(tenant, held), *(local_queue(tenant, ns) for ns in namespaces)]
 
 
 def _quantity(value: Any) -> float:

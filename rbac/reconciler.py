@@ -4,7 +4,9 @@ in, and the reflectors whose events reach them.
 - Watches, not polling: a change to a Tenant, a Namespace or a managed object enqueues that tenant's
   provisioning (rbac/tenant_controller.py); a pod, a ledger holding reservations or a deleted
   settled-pods shard enqueues only its GPU settlement (rbac/settlement_controller.py); both are
-  followed by the tenant's status. A periodic resync (default every 5 minutes) catches anything
+  followed by the tenant's status. With Kueue, a settlement (paced, see `Pacing`) also enqueues the
+  tenant's provisioning when what its pods hold outside Kueue changed (rbac/queue_holdings.py): its
+  ClusterQueue's GPU quota follows them. A periodic resync (default every 5 minutes) catches anything
   missed and writes nothing when nothing drifted.
 - Only the leader writes (a coordination.k8s.io Lease, rbac/leader.py); followers keep their caches
   warm and take over when the lease expires. A leader that cannot renew stops writing before its
@@ -40,6 +42,9 @@ from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.cert_rotation import CertificateManager, rotation_task
 from rbac.leader import LeaderElector
+from rbac.node_index import NodeIndex
+from rbac.queue_holdings import QueueHoldings
+from rbac.queue_routes import QueueRoutes
 from rbac.runtime import (
     FIELD_MANAGER,
     LeaderGate,
@@ -212,17 +217,9 @@ class Reconciler:
     def _controllers(
         self, gpu_counting: GpuCounting, settle_queue: WorkQueue, status_queue: WorkQueue
     ) -> None:
-        """The tenant, settlement and status controllers; the first two queue the status."""
+        """The tenant, settlement and status controllers; the first two queue the status, and a
+        settlement the tenant's provisioning when its pods' holdings outside Kueue changed."""
         events = TenantEvents(self.kube, self.cache)
-        self.tenants = TenantController(
-            self.kube,
-            self.cache,
-            gate=self.gate,
-            events=events,
-            on_provisioned=status_queue.add,
-            limit_defaults=self.limit_defaults,
-            kueue=self.kueue,
-        )
         self.settlement = SettlementController(
             self.kube,
             self.cache,
@@ -231,9 +228,22 @@ class Reconciler:
             gate=self.gate,
             events=events,
             gpu_counting=gpu_counting,
-            on_settled=status_queue.add,
+            # Late-bound: the routes are made once the controllers they route to are.
+            on_settled=lambda tenant: self.queue_routes.on_settled(tenant),  # noqa: PLW0108
             queue=settle_queue,
             limit_defaults=self.limit_defaults,
+        )
+        nodes = NodeIndex(gpu_counting, on_changed=lambda: self.queue_routes.on_nodes_changed())  # noqa: PLW0108
+        holdings = QueueHoldings(self.cache, self.settlement.pods, nodes, self.settlement.claims.allocations)
+        self.tenants = TenantController(
+            self.kube,
+            self.cache,
+            gate=self.gate,
+            events=events,
+            on_provisioned=status_queue.add,
+            limit_defaults=self.limit_defaults,
+            kueue=self.kueue,
+            held_outside_queue=holdings.of,
         )
         self.status = TenantStatusController(
             self.kube,
@@ -245,7 +255,9 @@ class Reconciler:
             queue=status_queue,
             kueue=self.kueue,
             gpu_counting=gpu_counting,
+            nodes=nodes,
         )
+        self.queue_routes = QueueRoutes(self.cache, self.tenants, self.status)
 
     def _wire(self) -> None:
         """Who hears of what: the reflectors of Tenants, Namespaces and managed objects enqueue
@@ -296,7 +308,7 @@ class Reconciler:
     def route(self, kind: Kind, obj: Object, *, old: Object | None = None, is_event: bool = False) -> None:
         """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for."""
         if kind is WORKLOAD or kind is RESOURCE_FLAVOR:
-            self._route_kueue(kind, obj)
+            self.queue_routes.on_kueue_object(kind, obj)
             return
         name = str(obj["metadata"]["name"]) if kind is TENANT else labels(obj).get(TENANT_LABEL)
         if name is None:
@@ -307,18 +319,6 @@ class Reconciler:
         self.tenants.queue.add(name)
         if kind is TENANT or kind is NAMESPACE:  # the pods a tenant's namespaces hold may change
             self.settlement.queue.add(name)
-
-    def _route_kueue(self, kind: Kind, obj: Object) -> None:
-        """A Workload changes its namespace's tenant's status; a flavor is shared, and any tenant's
-        pass restores every flavor (the first tenant's is asked for)."""
-        if kind is WORKLOAD:
-            namespace = self.cache.get(("v1", "Namespace", "", str(obj["metadata"].get("namespace"))))
-            if namespace is not None and (tenant := labels(namespace).get(TENANT_LABEL)):
-                self.status.queue.add(tenant)
-            return
-        tenants = sorted(k[3] for k, _ in self.cache.select(lambda k, _: k[1] == "Tenant"))
-        if tenants:
-            self.tenants.queue.add(tenants[0])
 
     def observe_list(self, kind: Kind, objects: list[Object]) -> None:
         """A reflector's list of `kind`: the cache takes it whole, and every tenant named is queued."""

@@ -62,6 +62,12 @@ def tenant_of_namespace(cache: ObjectCache, namespace: str) -> str | None:
     return labels(cache.get(("v1", "Namespace", "", namespace)) or {}).get(TENANT_LABEL)
 
 
+def controller_uid(metadata: Object) -> str:
+    """The uid of the object's controller (its ownerReference with controller: true), "" if none."""
+    owners = metadata.get("ownerReferences") or []
+    return next((str(o.get("uid", "")) for o in owners if o.get("controller")), "")
+
+
 def labelled_namespaces(cache: ObjectCache, tenant: str) -> set[str]:
     return {k[3] for k, _ in cache.labelled_for(tenant) if k[1] == "Namespace"}
 
@@ -92,6 +98,8 @@ class PodIndex:
             is_gated=is_behind_admission_gate(obj),
             requests=pod_requests(obj),
             whole_model=whole_gpu_model(obj.get("spec") or {}, self._gpu_counting.gpu_model_label),
+            node=str((obj.get("spec") or {}).get("nodeName") or ""),
+            controller_uid=controller_uid(metadata),
         )
 
     def on_list(self, objects: list[Object]) -> None:

@@ -54,6 +54,7 @@ from rbac.desired import (
     tenant_namespaces,
 )
 from rbac.node_index import NodeIndex
+from rbac.outside_queue import NOTHING_HELD, HeldOutsideQueue
 from rbac.queues import FLAVOR_LABEL, queued, shared_flavors, tenant_queues
 from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.settlement_controller import PodIndex, labelled_namespaces
@@ -124,10 +125,16 @@ class TenantController:
         on_provisioned: Callable[[str], None] = lambda _: None,
         limit_defaults: TenantLimits | None = None,
         kueue: bool = False,
+        held_outside_queue: Callable[[str], HeldOutsideQueue] = lambda _: NOTHING_HELD,
     ):
         """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits);
-        `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py)."""
+        `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py), whose GPU
+        quota is less what `held_outside_queue(tenant)` says its pods hold that Kueue did not admit
+        (rbac/queue_holdings.py)."""
         self.kueue = kueue
+        self._held_outside_queue = held_outside_queue
+        # What each tenant's ClusterQueue was last written for (is_queue_stale).
+        self._held: dict[str, HeldOutsideQueue] = {}
         self.kinds: tuple[Kind, ...] = MANAGED_KINDS + (KUEUE_KINDS if kueue else ())
         self.kube = kube
         self.cache = cache
@@ -179,7 +186,7 @@ class TenantController:
         desired = desired_objects(tenant, namespaces=namespaces, limit_defaults=self.limit_defaults)
         if self.kueue:
             self._sync_flavors()
-            desired += tenant_queues(tenant, namespaces=namespaces)
+            desired += self._sync_queue(tenant, namespaces)
         for obj in desired:
             self._ensure(obj, tenant=tenant)
         wanted = {object_key(o) for o in desired}
@@ -209,6 +216,37 @@ class TenantController:
             log.info("tenant %s: drift repaired: %s", tenant.name, restored)
             self._events.record(tenant.name, "DriftRepaired", restored)
         return True
+
+    def is_queue_stale(self, name: str) -> bool:
+        """Whether what tenant `name`'s pods hold outside Kueue changed since its ClusterQueue was
+        last made (then its provisioning is due again)."""
+        with self._lock:
+            last = self._held.get(name, NOTHING_HELD)
+        return self._held_outside_queue(name) != last
+
+    def _sync_queue(self, tenant: Tenant, namespaces: list[str]) -> list[Manifest]:
+        """The tenant's queues. Its ClusterQueue is written here when what its pods hold outside
+        Kueue changed: an adjustment, said as such, not a drift repair."""
+        held = self._held_outside_queue(tenant.name)
+        queues = tenant_queues(tenant, namespaces=namespaces, held=held)
+        with self._lock:
+            is_adjusted = self._held.get(tenant.name, NOTHING_HELD) != held
+        if is_adjusted and self._ensure(queues[0], tenant=None):
+            self._report_adjusted(tenant, held)
+        with self._lock:
+            self._held[tenant.name] = held
+        return queues
+
+    def _report_adjusted(self, tenant: Tenant, held: HeldOutsideQueue) -> None:
+        if held.total:
+            shown = ", ".join(held.pods[:3]) + (
+                f" and {len(held.pods) - 3} more" if len(held.pods) > 3 else ""
+            )
+            message = f"GPU quota less {held.total} held by pods Kueue did not admit: {shown}"
+        else:
+            message = "GPU quota whole again: no pod holds GPUs outside Kueue"
+        log.info("tenant %s: ClusterQueue %s", tenant.name, message)
+        self._events.record(tenant.name, "QueueQuotaAdjusted", f"ClusterQueue {tenant.name}: {message}")
 
     def _sync_flavors(self) -> None:
         """The ResourceFlavors every live tenant's pools make (shared, so kept apart from any one
@@ -257,6 +295,7 @@ class TenantController:
         (the ones it named and the ones under its prefix that carry its label)."""
         with self._lock:
             self._provisioned.pop(name, None)
+            self._held.pop(name, None)
         for key, _ in self._owned(name):
             self._delete(key)
         if self.kueue:
@@ -282,10 +321,12 @@ class TenantStatusController:
         queue: WorkQueue | None = None,
         kueue: bool = False,
         gpu_counting: GpuCounting | None = None,
+        nodes: NodeIndex | None = None,
     ):
         """`kueue`: the status also shows what the tenant has queued in Kueue. `nodes`, fed by the
         reconciler's Node watch, is what the nodes of its pools hold (status.gpu.pools, the
-        QuotaFitsPools condition); a change there asks for every tenant's status."""
+        QuotaFitsPools condition); a change there asks for every tenant's status (made here when
+        not given)."""
         self.kueue = kueue
         self.gpu_counting = gpu_counting or GpuCounting()
         self.kube = kube
@@ -295,7 +336,7 @@ class TenantStatusController:
         self.queue = queue if queue is not None else WorkQueue()
         self._gate = gate
         self._provisioned_generation = provisioned_generation
-        self.nodes = NodeIndex(self.gpu_counting, on_changed=self.enqueue_all)
+        self.nodes = nodes or NodeIndex(self.gpu_counting, on_changed=self.enqueue_all)
 
     def handle(self, name: str) -> None:
         live = self.cache.get(tenant_key(name))

@@ -36,6 +36,10 @@ class PodFacts:
     # cpu (millicores), memory (bytes), pods (1): what it asks (labgate.gpu_accounting.pod_requests)
     requests: Mapping[str, int] = field(default_factory=dict)
     whole_model: str = UNSPECIFIED_MODEL
+    node: str = ""  # spec.nodeName
+    # The uid of its controller (ownerReferences, controller: true), "" for a bare pod: whether Kueue
+    # admitted it (rbac/outside_queue.py).
+    controller_uid: str = ""
 
 
 def held_gpus(
