@@ -388,6 +388,7 @@ class LabgateStack:
         metrics_port = free_port()
         self.reconciler_metrics_urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
         gpu_config = self.policy_dir / "labgate" / "config" / "data.json"
+        queue_config = self.policy_dir / "labgate" / "config" / "queue" / "data.json"
         process = self.launcher.launch(
             self.workdir,
             f"reconciler-{index}",
@@ -399,12 +400,14 @@ class LabgateStack:
                 f"--lease-seconds={self.reconciler_lease_seconds}",
                 # Which resources are GPUs, from the policies' configuration, as the chart passes it.
                 f"--gpu-config={gpu_config}",
+                # Which tenants' GPU pods Kueue gates (no labgate-gpu quota there), as the chart passes it.
+                f"--queue-config={queue_config}",
                 f"--metrics-port={metrics_port}",
                 "--metrics-address=127.0.0.1",
                 *(["--kueue"] if self.with_kueue else []),
             ],
             detached=self.detached,
-            files=[self.admin_kubeconfig, gpu_config],
+            files=[self.admin_kubeconfig, gpu_config, queue_config],
             env={},
         )
         self.processes.append(process)
