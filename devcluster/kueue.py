@@ -11,7 +11,11 @@ What the stack sets up (the same shape as the chart's `kueue` section asks of an
   (batch Jobs and Kueue's own objects);
 - its configuration (`kueue_configuration`): Jobs without a queue name are Kueue's in namespaces that
   carry labgate's tenant label (manageJobsWithoutQueueName + managedJobsNamespaceSelector), and the
-  LocalQueue named `default` the reconciler makes in each of them is the queue they go to.
+  LocalQueue named `default` the reconciler makes in each of them is the queue they go to;
+- with `pod_integration` (LabgateStack(kueue=True, kueue_pod_integration=True)), Kueue's pod,
+  Deployment and StatefulSet integrations too, with their webhooks: every pod in a tenant namespace
+  waits behind Kueue's scheduling gate until Kueue admits it (each a Workload of its own; a
+  Deployment's and a StatefulSet's pods one by one), and the policies say so (queue.pod_integration).
 
 Two facts of Kueue run out of cluster: with its internal certificate management off it reads its
 metrics certificate from the fixed path /etc/kueue/metrics/certs, so it runs in a mount namespace of its
@@ -49,7 +53,8 @@ KUEUE_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{KUEUE_NAMESP
 EXEMPT_NAMESPACES = ("kube-system", KUEUE_NAMESPACE, "labgate-system")
 
 # The webhooks Kueue serves for what labgate uses: (mutating?, path, API group, version, resource,
-# operations). Its other integrations (Kubeflow, Ray, JobSet, plain Pods, ...) are not enabled.
+# operations). Its other integrations (Kubeflow, Ray, JobSet, ...) are not enabled; plain Pods,
+# Deployments and StatefulSets only with the pod integration (_POD_INTEGRATION_WEBHOOKS).
 _WEBHOOKS: tuple[tuple[bool, str, str, str, tuple[str, ...], tuple[str, ...]], ...] = (
     (True, "/mutate-batch-v1-job", "batch", "v1", ("jobs",), ("CREATE",)),
     (False, "/validate-batch-v1-job", "batch", "v1", ("jobs",), ("CREATE", "UPDATE")),
@@ -62,11 +67,27 @@ _WEBHOOKS: tuple[tuple[bool, str, str, str, tuple[str, ...], tuple[str, ...]], .
     (False, "/validate-kueue-x-k8s-io-v1beta2-workload", "kueue.x-k8s.io", "v1beta2", ("workloads", "workloads/status"), ("CREATE", "UPDATE")),
 )  # fmt: skip
 
+# Kueue's frameworks "pod", "deployment" and "statefulset" (v0.17: a Deployment's or StatefulSet's
+# webhook marks its pod template, and the pod webhook gates each pod it makes).
+POD_INTEGRATION_FRAMEWORKS = ("pod", "deployment", "statefulset")
+_POD_INTEGRATION_WEBHOOKS: tuple[tuple[bool, str, str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (True, "/mutate--v1-pod", "", "v1", ("pods",), ("CREATE",)),
+    (False, "/validate--v1-pod", "", "v1", ("pods",), ("CREATE", "UPDATE")),
+    (True, "/mutate-apps-v1-deployment", "apps", "v1", ("deployments",), ("CREATE", "UPDATE")),
+    (False, "/validate-apps-v1-deployment", "apps", "v1", ("deployments",), ("CREATE", "UPDATE")),
+    (True, "/mutate-apps-v1-statefulset", "apps", "v1", ("statefulsets",), ("CREATE", "UPDATE")),
+    (False, "/validate-apps-v1-statefulset", "apps", "v1", ("statefulsets",), ("CREATE", "UPDATE")),
+)  # fmt: skip
+
 
 def kueue_configuration(
-    *, webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path
+    *, webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path, pod_integration: bool = False
 ) -> dict[str, Any]:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for a run beside labgate, on loopback."""
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for a run beside labgate, on loopback;
+    `pod_integration` adds the frameworks POD_INTEGRATION_FRAMEWORKS to batch/job. The namespace
+    selector is what keeps the pod integration to tenant namespaces: for pod-based integrations it is
+    a strong exemption in v0.17 (a pod elsewhere is never Kueue's, whatever its labels), and its
+    podOptions are gone from config v1beta2."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -78,23 +99,30 @@ def kueue_configuration(
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": True,
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {
+            "frameworks": ["batch/job", *(POD_INTEGRATION_FRAMEWORKS if pod_integration else ())]
+        },
         "featureGates": {"VisibilityOnDemand": False},
         "clientConnection": {"qps": 100, "burst": 200},
     }
 
 
-def kueue_webhook_configurations(url: str, ca_bundle_pem: bytes) -> list[dict[str, Any]]:
+def kueue_webhook_configurations(
+    url: str, ca_bundle_pem: bytes, *, pod_integration: bool = False
+) -> list[dict[str, Any]]:
     """Kueue's mutating and validating webhook configurations, registered by URL (`url`: its https
-    base), outside EXEMPT_NAMESPACES. Named "kueue": the apiserver calls mutating configurations in
-    name order, so Kueue suspends a Job before labgate's mutation ("labgate") sees it."""
+    base), outside EXEMPT_NAMESPACES; with `pod_integration` also those of pods, Deployments and
+    StatefulSets. Named "kueue": the apiserver calls mutating configurations in name order, so
+    Kueue suspends a Job (gates a pod) before labgate's mutation ("labgate") sees it."""
     ca = base64.b64encode(ca_bundle_pem).decode()
+    entries = _WEBHOOKS + (_POD_INTEGRATION_WEBHOOKS if pod_integration else ())
 
     def webhook(
         path: str, group: str, version: str, resources: tuple[str, ...], ops: tuple[str, ...]
     ) -> dict[str, Any]:
         return {
-            "name": f"{path.strip('/').replace('-', '.')}.kueue.x-k8s.io",
+            # "/mutate--v1-pod" -> "mutate.v1.pod.kueue.x-k8s.io" (a name has no empty segment).
+            "name": ".".join([*filter(None, path.strip("/").split("-")), "kueue.x-k8s.io"]),
             "admissionReviewVersions": ["v1"],
             "clientConfig": {"url": f"{url}{path}", "caBundle": ca},
             "failurePolicy": "Fail",
@@ -126,7 +154,7 @@ def kueue_webhook_configurations(url: str, ca_bundle_pem: bytes) -> list[dict[st
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": kind,
                 "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"app.kubernetes.io/name": "kueue"}},
-                "webhooks": [webhook(*entry[1:]) for entry in _WEBHOOKS if entry[0] is mutating],
+                "webhooks": [webhook(*entry[1:]) for entry in entries if entry[0] is mutating],
             }
         )
     return configurations
@@ -153,7 +181,7 @@ def in_private_etc(argv: list[str], *, overlay: Path, cert_dir: Path) -> list[st
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
 
 
-def trust_kueue(policy_dir: Path, *, every_tenant: bool = True) -> None:
+def trust_kueue(policy_dir: Path, *, every_tenant: bool = True, pod_integration: bool = False) -> None:
     """Tell the policies at `policy_dir` (a copy) that Kueue runs, as the chart's kueue.enabled does:
     Kueue's service accounts are trusted as the control plane's (config trusted_groups: without it
     labgate refuses Kueue's unsuspending of a Job it admitted, [tenant-membership]), every tenant is
@@ -161,7 +189,9 @@ def trust_kueue(policy_dir: Path, *, every_tenant: bool = True) -> None:
     workload) and Kueue's controller is KUEUE_USER (queue.kueue_users: exempt for the fields it sets
     at admission only). `every_tenant=False` leaves it to each Tenant (its spec.queue), as the demo
     does so that team-a's bare GPU pods still run (a managed tenant's are refused without Kueue's pod
-    integration: queue-bare-pod)."""
+    integration: queue-bare-pod). `pod_integration`: Kueue runs its pod integration
+    (queue.pod_integration: a managed tenant's GPU pods queue behind Kueue's gate, and the reconciler
+    leaves out their namespaces' labgate-gpu ResourceQuota)."""
     config = policy_dir / "labgate" / "config" / "data.json"
     data = json.loads(config.read_text())
     group = f"system:serviceaccounts:{KUEUE_NAMESPACE}"
@@ -170,17 +200,19 @@ def trust_kueue(policy_dir: Path, *, every_tenant: bool = True) -> None:
     config.write_text(json.dumps(data, indent=2) + "\n")
     queue_config = policy_dir / "labgate" / "config" / "queue" / "data.json"
     queue = json.loads(queue_config.read_text())
-    queue.update(managed_by_kueue=every_tenant, kueue_users=[KUEUE_USER])
+    queue.update(managed_by_kueue=every_tenant, kueue_users=[KUEUE_USER], pod_integration=pod_integration)
     queue_config.write_text(json.dumps(queue, indent=2) + "\n")
 
 
-def trusting_kueue(policy_dir: Path, copy: Path, *, every_tenant: bool = True) -> Path:
+def trusting_kueue(
+    policy_dir: Path, copy: Path, *, every_tenant: bool = True, pod_integration: bool = False
+) -> Path:
     """A copy of the policies at `policy_dir`, made at `copy` (replaced), that trust Kueue
     (trust_kueue); what LabgateStack(kueue=True) serves, so that no caller has to remember it."""
     if policy_dir.resolve() != copy.resolve():  # a restarted stack serves its copy already
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(policy_dir, copy)
-    trust_kueue(copy, every_tenant=every_tenant)
+    trust_kueue(copy, every_tenant=every_tenant, pod_integration=pod_integration)
     return copy
 
 
@@ -192,9 +224,19 @@ class KueueController:
     """One Kueue controller manager beside a local control plane: its CRDs, certificates, process and
     webhook registration."""
 
-    def __init__(self, workdir: Path, admin_kubeconfig: Path, kubeconfig: Path, *, detached: bool = False):
-        """`admin_kubeconfig` installs Kueue; Kueue runs as `kubeconfig` (KUEUE_USER)."""
+    def __init__(
+        self,
+        workdir: Path,
+        admin_kubeconfig: Path,
+        kubeconfig: Path,
+        *,
+        detached: bool = False,
+        pod_integration: bool = False,
+    ):
+        """`admin_kubeconfig` installs Kueue; Kueue runs as `kubeconfig` (KUEUE_USER);
+        `pod_integration`: Kueue's pod, Deployment and StatefulSet integrations too."""
         self.workdir = workdir
+        self.pod_integration = pod_integration
         self.admin_kubeconfig = admin_kubeconfig
         self.kubeconfig = kubeconfig
         self.detached = detached
@@ -256,6 +298,7 @@ class KueueController:
                     health_port=health_port,
                     metrics_port=metrics_port,
                     cert_dir=cert_dir,
+                    pod_integration=self.pod_integration,
                 )
             )
         )
@@ -281,7 +324,9 @@ class KueueController:
         # The pid now runs Kueue itself (it exec'd): record that, for `python -m devcluster down`.
         rerecord(self.workdir, self.process)
         self.webhook_url = f"https://127.0.0.1:{webhook_port}"
-        configurations = kueue_webhook_configurations(self.webhook_url, ca.cert_pem)
+        configurations = kueue_webhook_configurations(
+            self.webhook_url, ca.cert_pem, pod_integration=self.pod_integration
+        )
         self._kubectl(
             "apply", "--server-side", "--force-conflicts", "--field-manager=labgate-dev", "-f", "-",
             stdin=yaml.safe_dump_all(configurations),

@@ -125,6 +125,7 @@ class LabgateStack:
         launcher: LabgateLauncher | None = None,
         kueue: bool = False,
         kueue_every_tenant: bool = True,
+        kueue_pod_integration: bool = False,
     ):
         """`control_plane` defaults to local processes; `webhook_host` is the address the apiserver
         reaches the webhook at (loopback here; the Docker bridge gateway for a kind cluster).
@@ -135,7 +136,10 @@ class LabgateStack:
         then provisions each tenant's queues) and the policies, as the chart's kueue.enabled does: at
         start they are served from a copy of `policy_dir` that trusts Kueue's controller
         (devcluster.kueue.trusting_kueue); `kueue_every_tenant` False leaves each Tenant to opt in
-        (its spec.queue) instead of every tenant being Kueue's. Local control plane only."""
+        (its spec.queue) instead of every tenant being Kueue's; `kueue_pod_integration` runs Kueue's pod,
+        Deployment and StatefulSet integrations and says so to the policies (queue.pod_integration),
+        which the reconciler reads too (it then leaves out the managed tenants' labgate-gpu quota).
+        Local control plane only."""
         self.workdir = workdir
         self.detached = detached
         self.webhook_replicas = webhook_replicas
@@ -147,6 +151,9 @@ class LabgateStack:
         self.kwok: KwokNodes | None = None
         self.with_kueue = kueue
         self.kueue_every_tenant = kueue_every_tenant
+        self.kueue_pod_integration = kueue_pod_integration
+        if kueue_pod_integration and not kueue:
+            raise ValueError("Kueue's pod integration needs kueue=True")
         self.kueue: KueueController | None = None
         if (nodes is not None or kueue) and control_plane is not None:
             raise ValueError("simulated nodes and Kueue need the local control plane")
@@ -211,7 +218,10 @@ class LabgateStack:
                 # The policies learn that Kueue runs before OPA loads them (without it labgate refuses
                 # Kueue's unsuspending of the Jobs it admits: [tenant-membership]).
                 self.policy_dir = trusting_kueue(
-                    self.policy_dir, self.workdir / "policies-kueue", every_tenant=self.kueue_every_tenant
+                    self.policy_dir,
+                    self.workdir / "policies-kueue",
+                    every_tenant=self.kueue_every_tenant,
+                    pod_integration=self.kueue_pod_integration,
                 )
                 # Before the reconciler: it provisions queues, so Kueue's CRDs must be served.
                 self.kueue = KueueController(
@@ -219,6 +229,7 @@ class LabgateStack:
                     self.admin_kubeconfig,
                     self.kubeconfig_for(KUEUE_USER, KUEUE_GROUPS),
                     detached=self.detached,
+                    pod_integration=self.kueue_pod_integration,
                 )
                 self.kueue.start()
             self.admin_kubectl("apply", "--server-side", "--field-manager=labgate-dev", "-f", str(CRD_DIR))
@@ -377,6 +388,7 @@ class LabgateStack:
         metrics_port = free_port()
         self.reconciler_metrics_urls.append(f"http://127.0.0.1:{metrics_port}/metrics")
         gpu_config = self.policy_dir / "labgate" / "config" / "data.json"
+        queue_config = self.policy_dir / "labgate" / "config" / "queue" / "data.json"
         process = self.launcher.launch(
             self.workdir,
             f"reconciler-{index}",
@@ -388,12 +400,14 @@ class LabgateStack:
                 f"--lease-seconds={self.reconciler_lease_seconds}",
                 # Which resources are GPUs, from the policies' configuration, as the chart passes it.
                 f"--gpu-config={gpu_config}",
+                # Which tenants' GPU pods Kueue gates (no labgate-gpu quota there), as the chart passes it.
+                f"--queue-config={queue_config}",
                 f"--metrics-port={metrics_port}",
                 "--metrics-address=127.0.0.1",
                 *(["--kueue"] if self.with_kueue else []),
             ],
             detached=self.detached,
-            files=[self.admin_kubeconfig, gpu_config],
+            files=[self.admin_kubeconfig, gpu_config, queue_config],
             env={},
         )
         self.processes.append(process)

@@ -1,7 +1,8 @@
 """What a tenant should have, as plain manifests (pure: no API calls).
 
 For each of the tenant's namespaces: the namespace with its tenant and Pod Security labels, role
-bindings for admins, researchers and viewers, a GPU ResourceQuota, a ResourceQuota of the tenant's
+bindings for admins, researchers and viewers, a GPU ResourceQuota (but where Kueue gates the tenant's
+GPU pods: see `has_gpu_backstop`), a ResourceQuota of the tenant's
 CPU, memory and pod limits and a LimitRange as a native backstop, baseline NetworkPolicies, and the experiment service account. Cluster-wide: a role that
 lets every member read their own Tenant, and (with a namespace prefix) one that lets researchers
 create namespaces, which the admission policies then restrict to the prefix.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import (
     DEFAULT_PRIORITY_CLASS,
     MANAGED_BY,
@@ -244,6 +246,15 @@ def _gpu_quota(tenant: Tenant, namespace: str, total: int) -> Manifest:
     }
 
 
+def has_gpu_backstop(tenant: Tenant, queue_config: QueueConfig) -> bool:
+    """Whether the tenant's namespaces get the native GPU backstop (`labgate-gpu`): when it has a GPU
+    total, unless Kueue gates its GPU pods (queue_config.gates_gpu_pods). A ResourceQuota counts pods
+    behind scheduling gates and has no scope for them, so there it would refuse at CREATE a pod that
+    should wait in the queue; the queue's gate, `queue-gate` and the ledger's reservation at the
+    gate's removal hold the quota instead (docs/architecture.md, "A pod behind Kueue's gate")."""
+    return tenant.spec.gpu.total is not None and not queue_config.gates_gpu_pods(tenant)
+
+
 # The ResourceQuota field of each tenant limit (spec.limits): requests, as the scheduler counts them.
 _LIMIT_QUOTA_FIELDS = {"cpu": "requests.cpu", "memory": "requests.memory", "pods": "pods"}
 
@@ -269,7 +280,9 @@ def _limits_quota(tenant: Tenant, namespace: str, limits: TenantLimits) -> Manif
     }
 
 
-def _namespace_objects(tenant: Tenant, namespace: str, limit_defaults: TenantLimits) -> list[Manifest]:
+def _namespace_objects(
+    tenant: Tenant, namespace: str, limit_defaults: TenantLimits, *, gpu_backstop: bool
+) -> list[Manifest]:
     name = tenant.name
     members = tenant.spec.members
     objects: list[Manifest] = [
@@ -293,7 +306,7 @@ def _namespace_objects(tenant: Tenant, namespace: str, limit_defaults: TenantLim
         _ingress_policy(tenant, namespace),
         _egress_policy(tenant, namespace),
     ]
-    if tenant.spec.gpu.total is not None:
+    if gpu_backstop and tenant.spec.gpu.total is not None:
         objects.append(_gpu_quota(tenant, namespace, tenant.spec.gpu.total))
     if (
         limits := _limits_quota(tenant, namespace, tenant.spec.limits.with_defaults(limit_defaults))
@@ -403,13 +416,21 @@ def member_cluster_objects(tenant: Tenant, *, namespaces: list[str]) -> list[Man
 
 
 def desired_objects(
-    tenant: Tenant, *, namespaces: list[str], limit_defaults: TenantLimits | None = None
+    tenant: Tenant,
+    *,
+    namespaces: list[str],
+    limit_defaults: TenantLimits | None = None,
+    queue_config: QueueConfig | None = None,
 ) -> list[Manifest]:
     """Everything `tenant` should have, given its namespaces (see tenant_namespaces); `limit_defaults`:
-    the infra team's default limits (policy config tenant_limits) for those its spec leaves unset."""
+    the infra team's default limits (policy config tenant_limits) for those its spec leaves unset;
+    `queue_config`: the policies' queue config (which tenants' GPU pods Kueue gates)."""
     objects = member_cluster_objects(tenant, namespaces=namespaces)
+    gpu_backstop = has_gpu_backstop(tenant, queue_config or QueueConfig())
     for namespace in namespaces:
-        objects += _namespace_objects(tenant, namespace, limit_defaults or TenantLimits())
+        objects += _namespace_objects(
+            tenant, namespace, limit_defaults or TenantLimits(), gpu_backstop=gpu_backstop
+        )
     return objects
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from labgate.core.api_resources import (
     NAMESPACE,
@@ -36,6 +36,7 @@ from labgate.core.api_resources import (
     Object,
 )
 from labgate.core.kube import ApiClient, KubeApi, Reflector
+from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
@@ -86,11 +87,26 @@ class Pacing:
 
 PACING = Pacing()
 
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What the reconciler follows of the policies' configuration (`labgate reconcile --gpu-config`,
+    `--queue-config`): which resources are GPUs (for recounting live pods), the infra team's default
+    tenant limits (config tenant_limits: the labgate-limits ResourceQuotas follow them), and the queue
+    config (where Kueue gates a tenant's GPU pods there is no labgate-gpu ResourceQuota:
+    rbac.desired.has_gpu_backstop)."""
+
+    gpu_counting: GpuCounting = field(default_factory=GpuCounting)
+    limit_defaults: TenantLimits = field(default_factory=TenantLimits)
+    queue_config: QueueConfig = field(default_factory=QueueConfig)
+
+
 __all__ = [
     "FIELD_MANAGER",
     "PACING",
     "Doors",
     "Pacing",
+    "PolicyConfig",
     "Reconciler",
     "connect",
     "finalizer_added",
@@ -169,16 +185,15 @@ class Reconciler:
         workers: int = 2,
         certificates: CertificateManager | None = None,
         certificate_check_seconds: float = 30.0,
-        gpu_counting: GpuCounting | None = None,
         doors: Doors | None = None,
-        limit_defaults: TenantLimits | None = None,
+        policy: PolicyConfig | None = None,
         kueue: bool = False,
         pacing: Pacing = PACING,
     ):
-        """`doors` replaces the connections made from `api` (tests pass fakes); `limit_defaults`:
-        the infra team's default tenant limits (policy config tenant_limits); `kueue`: Kueue is
-        installed, and each tenant gets its queues (rbac/queues.py); `pacing`: see `Pacing`."""
-        self.limit_defaults = limit_defaults or TenantLimits()
+        """`doors` replaces the connections made from `api` (tests pass fakes); `policy`: see
+        `PolicyConfig`; `kueue`: Kueue is installed, and each tenant gets its queues
+        (rbac/queues.py); `pacing`: see `Pacing`."""
+        self.policy = policy or PolicyConfig()
         self.kueue = kueue
         # The queues first: the doors and the controllers hand each other's work to them.
         settle_queue, status_queue = pacing.queues()
@@ -197,7 +212,7 @@ class Reconciler:
         self.ledgers, self.settled = doors.ledgers, doors.settled
         self.cache = ObjectCache()
         self.gate = LeaderGate(is_leader=lambda: self.leader.is_leader, is_synced=lambda: self.is_synced)
-        self._controllers(gpu_counting or GpuCounting(), settle_queue, status_queue)
+        self._controllers(self.policy.gpu_counting, settle_queue, status_queue)
         self._wire()
         self._stop = threading.Event()
         self._workers = [
@@ -231,7 +246,7 @@ class Reconciler:
             # Late-bound: the routes are made once the controllers they route to are.
             on_settled=lambda tenant: self.queue_routes.on_settled(tenant),  # noqa: PLW0108
             queue=settle_queue,
-            limit_defaults=self.limit_defaults,
+            limit_defaults=self.policy.limit_defaults,
         )
         nodes = NodeIndex(gpu_counting, on_changed=lambda: self.queue_routes.on_nodes_changed())  # noqa: PLW0108
         holdings = QueueHoldings(self.cache, self.settlement.pods, nodes, self.settlement.claims.allocations)
@@ -241,9 +256,10 @@ class Reconciler:
             gate=self.gate,
             events=events,
             on_provisioned=status_queue.add,
-            limit_defaults=self.limit_defaults,
+            limit_defaults=self.policy.limit_defaults,
             kueue=self.kueue,
             held_outside_queue=holdings.of,
+            queue_config=self.policy.queue_config,
         )
         self.status = TenantStatusController(
             self.kube,

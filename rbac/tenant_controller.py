@@ -34,6 +34,7 @@ from labgate.core.api_resources import (
 )
 from labgate.core.kube import KubeApi
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
+from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import (
@@ -126,12 +127,15 @@ class TenantController:
         limit_defaults: TenantLimits | None = None,
         kueue: bool = False,
         held_outside_queue: Callable[[str], HeldOutsideQueue] = lambda _: NOTHING_HELD,
+        queue_config: QueueConfig | None = None,
     ):
         """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits);
         `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py), whose GPU
         quota is less what `held_outside_queue(tenant)` says its pods hold that Kueue did not admit
-        (rbac/queue_holdings.py)."""
+        (rbac/queue_holdings.py); `queue_config`: the policies' queue config (where Kueue gates GPU
+        pods, no labgate-gpu quota)."""
         self.kueue = kueue
+        self.queue_config = queue_config or QueueConfig()
         self._held_outside_queue = held_outside_queue
         # What each tenant's ClusterQueue was last written for (is_queue_stale).
         self._held: dict[str, HeldOutsideQueue] = {}
@@ -183,7 +187,9 @@ class TenantController:
             self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
-        desired = desired_objects(tenant, namespaces=namespaces, limit_defaults=self.limit_defaults)
+        desired = desired_objects(
+            tenant, namespaces=namespaces, limit_defaults=self.limit_defaults, queue_config=self.queue_config
+        )
         if self.kueue:
             self._sync_flavors()
             desired += self._sync_queue(tenant, namespaces)

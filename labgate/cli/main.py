@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without the offline check
     from labgate.cli.offline_admission import CheckResult, OfflineOpa
     from labgate.gpu_accounting.ledger import GpuAmount
+    from rbac.reconciler import PolicyConfig
     from webhook.pod_templates import WorkloadKind
 
 
@@ -86,6 +87,29 @@ def _serve(_: argparse.Namespace) -> int:
     return 0
 
 
+def _reconciler_policy_config(args: argparse.Namespace) -> PolicyConfig:
+    """What the reconciler follows of the policies' configuration (`--gpu-config`, `--queue-config`;
+    the reconciler's defaults for what is not given)."""
+    import json
+
+    from labgate.core.queue_config import QueueConfig
+    from labgate.core.tenant import TenantLimits
+    from labgate.gpu_accounting.demand import GpuCounting
+    from rbac.reconciler import PolicyConfig
+
+    policy = PolicyConfig()
+    if args.gpu_config:
+        config = json.loads(Path(args.gpu_config).read_text(encoding="utf-8"))
+        # The infra team's default tenant limits: the per-namespace ResourceQuota follows them.
+        limits = TenantLimits.model_validate(config.get("tenant_limits") or {})
+        policy = PolicyConfig(gpu_counting=GpuCounting.model_validate(config), limit_defaults=limits)
+    if args.queue_config:
+        # Which tenants' GPU pods Kueue gates: their namespaces get no labgate-gpu ResourceQuota.
+        queue = QueueConfig.model_validate_json(Path(args.queue_config).read_text(encoding="utf-8"))
+        policy = PolicyConfig(policy.gpu_counting, policy.limit_defaults, queue)
+    return policy
+
+
 def _reconcile(args: argparse.Namespace) -> int:
     import signal
     import socket
@@ -113,18 +137,6 @@ def _reconcile(args: argparse.Namespace) -> int:
             dns_names=(f"{service}.{args.namespace}.svc", f"{service}.{args.namespace}.svc.cluster.local"),
             replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
         )
-    gpu_counting = None
-    limit_defaults = None
-    if args.gpu_config:
-        import json
-
-        from labgate.core.tenant import TenantLimits
-        from labgate.gpu_accounting.demand import GpuCounting
-
-        policy_config = json.loads(_Path(args.gpu_config).read_text(encoding="utf-8"))
-        gpu_counting = GpuCounting.model_validate(policy_config)
-        # The infra team's default tenant limits: the per-namespace ResourceQuota follows them.
-        limit_defaults = TenantLimits.model_validate(policy_config.get("tenant_limits") or {})
     reconciler = Reconciler(
         api,
         namespace=args.namespace,
@@ -132,8 +144,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
         certificates=certificates,
-        gpu_counting=gpu_counting,
-        limit_defaults=limit_defaults,
+        policy=_reconciler_policy_config(args),
         kueue=args.kueue,
     )
     if args.metrics_port:
@@ -886,6 +897,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Kueue is installed: provision each tenant's queues (ResourceFlavors for its node pools, a "
         "ClusterQueue, a LocalQueue named default in each namespace)",
+    )
+    reconcile.add_argument(
+        "--queue-config",
+        help="the policies' queue configuration (policies/labgate/config/queue/data.json): where Kueue's pod "
+        "integration gates a managed tenant's GPU pods, its namespaces get no labgate-gpu ResourceQuota "
+        "(default: none gated)",
     )
     reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
     reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")

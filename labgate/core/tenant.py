@@ -183,6 +183,12 @@ class TenantSpec(_Spec):
     placement: Placement = Field(default_factory=Placement)
     queue: Queue = Field(default_factory=Queue)
 
+    @property
+    def has_queue(self) -> bool:
+        """Whether the Tenant sets spec.queue (even {}): the policies then treat it as Kueue-managed
+        whatever queue.managed_by_kueue says (lib.kueue.managed_tenant)."""
+        return "queue" in self.model_fields_set
+
     def is_enforced(self, rule_id: str) -> bool:
         """Whether the Tenant leaves `rule_id` enforced: no mode, or one the admission does not know
         (it falls back to enforce), as labgate.admission reads spec.enforcement."""

@@ -83,6 +83,32 @@ def kueue_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateSta
         yield started
 
 
+@pytest.fixture(scope="session")
+def kueue_pod_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabgateStack]:
+    """The `kueue_stack` cluster with Kueue's pod integration on (pod, Deployment and StatefulSet
+    frameworks; the policies' queue.pod_integration, which the reconciler reads too): every pod in a
+    tenant namespace waits behind Kueue's scheduling gate until Kueue admits it. A cluster of its own,
+    since that changes every bare pod of every tenant (tests/e2e/test_kueue_pod_integration.py)."""
+    with LabgateStack(
+        tmp_path_factory.mktemp("kueue-pod-cluster"),
+        reconciler_lease_seconds=4,
+        nodes=NodeSimulation(),
+        kueue=True,
+        kueue_pod_integration=True,
+    ) as started:
+        yield started
+
+
+@pytest.fixture
+def kueue_pod_tenants(kueue_pod_stack: LabgateStack) -> Iterator[TenantFactory]:
+    """Tenants made for one test in the cluster of Kueue's pod integration (deleted after it)."""
+    factory = TenantFactory(kueue_pod_stack)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
 @pytest.fixture
 def kueue_tenants(kueue_stack: LabgateStack) -> Iterator[TenantFactory]:
     """Tenants made for one test in the Kueue cluster (deleted after it)."""

@@ -131,6 +131,9 @@ JSON/YAML data), from the chart's policies/ symlink to the repository's policies
 {{- if and .Values.certificates.caBundle (eq .Values.certificates.mode "cert-manager") }}
 {{- fail "certificates.caBundle is for a certificate managed outside labgate and cert-manager; in mode cert-manager the cainjector fills it" }}
 {{- end }}
+{{- if and .Values.kueue.podIntegration (not .Values.kueue.enabled) }}
+{{- fail "kueue.podIntegration needs kueue.enabled: without Kueue nothing removes the gate the policies would put on GPU pods" }}
+{{- end }}
 {{- if eq (int .Values.opa.diagnosticPort) (int .Values.webhook.port) }}
 {{- fail "opa.diagnosticPort and webhook.port must differ" }}
 {{- end }}

@@ -177,6 +177,7 @@ def test_schema_refuses_unknown_keys(render: Renderer, values: dict[str, Any], u
         ({"webhook": {"clientAuth": {"caBundle": ""}}}, "give the CA of the apiserver's webhook client"),
         ({"webhook": {"networkPolicy": {"apiserverCIDRs": []}}}, "webhook.networkPolicy.apiserverCIDRs"),
         ({"webhook": {"healthPort": 8443}}, "webhook.healthPort must differ"),
+        ({"kueue": {"podIntegration": True}}, "kueue.podIntegration needs kueue.enabled"),
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(
@@ -943,3 +944,27 @@ def test_with_kueue_the_shipped_policies_let_kueue_admit_and_judge_every_tenant_
         general["gpu_resources"]
         == json.loads((REPO_ROOT / "policies/labgate/config/data.json").read_text())["gpu_resources"]
     )
+
+
+def test_kueues_pod_integration_reaches_the_policies_and_the_reconciler_reads_the_same_config(
+    default_manifests: list[Manifest], render: Renderer
+) -> None:
+    """kueue.podIntegration sets the policies' queue.pod_integration (GPU pods queue behind Kueue's
+    gate), and the reconciler mounts that same file (--queue-config), so it leaves out the tenants'
+    labgate-gpu ResourceQuota exactly where the policies gate their GPU pods."""
+
+    def view(manifests: list[Manifest]) -> tuple[bool, list[str]]:
+        data = one(manifests, "ConfigMap", "labgate-policies")["data"]
+        deployment = one(manifests, "Deployment", "labgate-reconciler")
+        args = container(deployment, "reconciler")["args"]
+        mounted = next(
+            v["configMap"]["items"] for v in deployment["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "policy-config"
+        )  # fmt: skip
+        assert {"key": "labgate.config.queue.data.json", "path": "queue.json"} in mounted
+        assert "--queue-config=/var/run/labgate/policy-config/queue.json" in args
+        return json.loads(data["labgate.config.queue.data.json"])["pod_integration"], args
+
+    assert view(default_manifests)[0] is False
+    assert view(render({"kueue": {"enabled": True}}))[0] is False
+    assert view(render({"kueue": {"enabled": True, "podIntegration": True}}))[0] is True

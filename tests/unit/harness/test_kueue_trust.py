@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from devcluster.kueue import KUEUE_NAMESPACE, KUEUE_USER, trusting_kueue
+from devcluster.kueue import (
+    KUEUE_NAMESPACE,
+    KUEUE_USER,
+    kueue_configuration,
+    kueue_webhook_configurations,
+    trusting_kueue,
+)
 from devcluster.stack import POLICY_DIR
 
 
@@ -35,3 +41,42 @@ def test_a_restarted_stack_trusts_its_own_copy_again_unchanged(tmp_path: Path) -
     before = _config(copy)
     assert trusting_kueue(copy, copy) == copy
     assert _config(copy) == before
+
+
+def test_pod_integration_is_said_to_the_policies_and_off_by_default(tmp_path: Path) -> None:
+    assert _config(trusting_kueue(POLICY_DIR, tmp_path / "plain"), "queue")["pod_integration"] is False
+    copy = trusting_kueue(POLICY_DIR, tmp_path / "pods", pod_integration=True)
+    assert _config(copy, "queue")["pod_integration"] is True
+
+
+def test_kueue_runs_its_pod_integrations_and_their_webhooks_only_when_asked(tmp_path: Path) -> None:
+    def frameworks(pod_integration: bool) -> list[str]:
+        config = kueue_configuration(
+            webhook_port=1, health_port=2, metrics_port=3, cert_dir=tmp_path, pod_integration=pod_integration
+        )
+        return list(config["integrations"]["frameworks"])
+
+    def webhooks(pod_integration: bool) -> dict[str, set[str]]:
+        configurations = kueue_webhook_configurations(
+            "https://127.0.0.1:9", b"ca", pod_integration=pod_integration
+        )
+        return {
+            c["kind"]: {r for w in c["webhooks"] for rule in w["rules"] for r in rule["resources"]}
+            for c in configurations
+        }
+
+    assert frameworks(False) == ["batch/job"]
+    assert frameworks(True) == ["batch/job", "pod", "deployment", "statefulset"]
+    assert not {"pods", "deployments", "statefulsets"} & set().union(*webhooks(False).values())
+    for resources in webhooks(True).values():
+        assert {"jobs", "pods", "deployments", "statefulsets"} <= resources
+
+
+def test_webhook_names_have_no_empty_segment() -> None:
+    names = [
+        w["name"]
+        for c in kueue_webhook_configurations("https://127.0.0.1:9", b"ca", pod_integration=True)
+        for w in c["webhooks"]
+    ]
+    assert "mutate.v1.pod.kueue.x-k8s.io" in names
+    assert all(".." not in n for n in names), names

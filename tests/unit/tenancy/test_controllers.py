@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from labgate.core.api_resources import NAMESPACE, ROLE_BINDING, TENANT, Kind, Object, kind_of
+from labgate.core.api_resources import NAMESPACE, RESOURCE_QUOTA, ROLE_BINDING, TENANT, Kind, Object, kind_of
+from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
 from rbac.desired import object_key
-from rbac.reconciler import Doors, Pacing, Reconciler
+from rbac.reconciler import Doors, Pacing, PolicyConfig, Reconciler
 from rbac.runtime import WorkQueue
 from tests.manual_clock import ManualClock
 
@@ -32,6 +33,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[Key, Object] = {}
         self.applies: list[Key] = []
+        self.deletions: list[Key] = []
         self.events: list[Object] = []
         self.applied = threading.Condition()
 
@@ -63,6 +65,8 @@ class FakeKube:
         return None
 
     def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
+        self.deletions.append((kind.api_version, kind.kind, namespace or "", name))
+        self.objects.pop((kind.api_version, kind.kind, namespace or "", name), None)
         return True
 
     def json_patch(self, kind: Kind, name: str, patch: list[dict[str, Any]], **_: Any) -> Object:
@@ -172,7 +176,11 @@ def a_pod(i: int, *, gpus: int = 0, phase: str = "Running") -> Object:
 
 
 def make(
-    ledgers: FakeLedgers | None = None, *, intervals: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ledgers: FakeLedgers | None = None,
+    *,
+    intervals: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+    queue_config: QueueConfig | None = None,
 ) -> tuple[Reconciler, FakeKube]:
     kube = FakeKube()
     for obj in (TENANT_OBJECT, NAMESPACE_OBJECT):
@@ -188,6 +196,7 @@ def make(
         namespace="labgate-system",
         identity="test",
         doors=doors,
+        policy=PolicyConfig(queue_config=queue_config or QueueConfig()),
         pacing=Pacing(settle_seconds=intervals, status_seconds=2 * intervals, clock=clock),
     )
     for reflector in reconciler.reflectors:
@@ -470,3 +479,37 @@ def test_a_tenant_without_pools_gets_no_quota_condition() -> None:
     status = kube.objects[("labgate.io/v1alpha1", "Tenant", "", "vision")]["status"]
     assert [c["type"] for c in status["conditions"]] == ["Ready"]
     assert "pools" not in status["gpu"]
+
+
+GPU_BACKSTOP: Key = ("v1", "ResourceQuota", "vision", "labgate-gpu")
+
+
+@pytest.mark.parametrize("pod_integration", [False, True], ids=["jobs-only", "pod-integration"])
+def test_where_kueue_gates_gpu_pods_the_gpu_backstop_is_removed_and_not_restored(
+    pod_integration: bool,
+) -> None:
+    """A Kueue-managed tenant whose namespace has labgate-gpu (made before the pod integration was
+    turned on): with the pod integration the reconciler deletes it, and a resync after its deletion
+    does not bring it back; with Kueue queueing Jobs only, it stays, and is restored when deleted."""
+    config = QueueConfig(managed_by_kueue=True, pod_integration=pod_integration)
+    reconciler, kube = make(queue_config=config)
+    live = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": "labgate-gpu",
+            "namespace": "vision",
+            "labels": {"app.kubernetes.io/managed-by": "labgate", TENANT_LABEL: "vision"},
+        },
+        "spec": {"hard": {"requests.nvidia.com/gpu": "8"}},
+    }
+    reconciler.observe(RESOURCE_QUOTA, "ADDED", live)
+    drain(reconciler)
+    assert (GPU_BACKSTOP in kube.deletions) is pod_integration
+    # It is gone (deleted by the reconciler, or by someone: drift): a resync restores it only where
+    # Kueue does not gate the tenant's GPU pods.
+    reconciler.observe(RESOURCE_QUOTA, "DELETED", live)
+    before = len(kube.applies)
+    reconciler.enqueue_all()
+    drain(reconciler)
+    assert (GPU_BACKSTOP in kube.applies[before:]) is not pod_integration

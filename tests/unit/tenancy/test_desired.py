@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from devcluster.tools import REPO_ROOT
+from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import Tenant, TenantLimits
 from rbac.desired import desired_objects, is_subset, object_key, shared_cluster_roles, tenant_namespaces
 
@@ -230,3 +232,40 @@ def test_members_read_their_own_clusterqueue_by_name_only() -> None:
             "verbs": ["get", "list", "watch"],
         }
     ]
+
+
+def _gpu_backstops(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["namespace"] for o in objects if o["metadata"]["name"] == "labgate-gpu")
+
+
+@pytest.mark.parametrize(
+    ("config", "spec_queue", "has_backstop"),
+    [
+        # Kueue gates the tenant's GPU pods: every tenant managed, or this one by its spec.queue.
+        (QueueConfig(managed_by_kueue=True, pod_integration=True), False, False),
+        (QueueConfig(managed_by_kueue=False, pod_integration=True), True, False),
+        # Anything less keeps the backstop: Kueue's Jobs only, or a tenant Kueue does not manage.
+        (QueueConfig(managed_by_kueue=True, pod_integration=False), True, True),
+        (QueueConfig(managed_by_kueue=False, pod_integration=True), False, True),
+        (QueueConfig(), False, True),
+    ],
+    ids=["every-tenant-gated", "spec-queue-gated", "jobs-only", "unmanaged-tenant", "no-kueue"],
+)
+def test_the_gpu_backstop_is_left_out_only_where_kueue_gates_the_tenants_gpu_pods(
+    config: QueueConfig, spec_queue: bool, has_backstop: bool
+) -> None:
+    spec: dict[str, Any] = {"gpu": {"total": 16}, **({"queue": {}} if spec_queue else {})}
+    objects = desired_objects(tenant(**spec), namespaces=["vision", "vision-a"], queue_config=config)
+    assert _gpu_backstops(objects) == (["vision", "vision-a"] if has_backstop else [])
+    # The CPU, memory and pod limits' quota stays either way (Kueue does not hold those limits).
+    limited = desired_objects(tenant(**spec, limits={"pods": 10}), namespaces=["vision"], queue_config=config)
+    assert [o["metadata"]["name"] for o in limited if o["kind"] == "ResourceQuota"][-1] == "labgate-limits"
+
+
+def test_the_policies_queue_config_reads_as_the_reconcilers_and_gates_nothing() -> None:
+    shipped = REPO_ROOT / "policies" / "labgate" / "config" / "queue" / "data.json"
+    config = QueueConfig.model_validate_json(shipped.read_text())
+    assert config.pod_integration is False
+    assert not config.gates_gpu_pods(tenant(queue={}))
+    with pytest.raises(ValueError, match="extra"):
+        QueueConfig.model_validate({"pod_integraton": True})
