@@ -52,9 +52,9 @@ _wait_limit(tenant) := min(ranked)[2] if {
 	count(ranked) > 0
 }
 
-_wait_text(tenant) := sprintf("waits in LocalQueue %s: it runs %s; tenant %q uses %s, so it waits whole, no pod started, until %s are free (%v now)%s", [
+_wait_text(tenant) := sprintf("waits in LocalQueue %s: it runs %s; tenant %q uses %s, so it %s until %s are free (%v now)%s", [
 	_local_queue, _arithmetic(_terms(model), model), tenant.metadata.name, _usage_text(tenant, model),
-	gpu_text.plural(_all_at_once(model), _gpu_word(model)), _free(tenant, model), _ahead_text,
+	_how_it_waits, gpu_text.plural(_all_at_once(model), _gpu_word(model)), _free(tenant, model), _ahead_text,
 ]) if {
 	model := _wait_limit(tenant)
 	_all_at_once(model) > _free(tenant, model)
@@ -65,6 +65,12 @@ _wait_text(tenant) := sprintf("waits in LocalQueue %s: it runs %s; tenant %q use
 } else := sprintf("is queued in LocalQueue %s and starts once Kueue admits it (%s)%s", [
 	_local_queue, _no_limit_text(tenant), _ahead_text,
 ])
+
+# A pod waits unscheduled behind Kueue's gate (kueue.x-k8s.io/admission); a workload Kueue suspends
+# waits with none of its pods created.
+_how_it_waits := "waits behind Kueue's scheduling gate, not scheduled," if {
+	kueue.is_pod
+} else := "waits whole, no pod started,"
 
 _no_limit_text(tenant) := sprintf("tenant %q has no GPU limit it asks under", [tenant.metadata.name]) if {
 	count(gpu.checked_templates) > 0

@@ -52,3 +52,17 @@ test_no_queue_wait_outside_kueue_on_update_or_when_unfit if {
 	# 5 × 2 = 10 h100 can never fit 8: refused, not announced.
 	[v.rule | some v in _kueue_findings(_queued_job(sweep(5, "2"), {"total": 0, "by_model": {}}, _none_queued))] == ["gpu-quota-unfit"]
 }
+
+# A bare pod queued by Kueue's pod integration waits behind its gate, unscheduled: it has no pods
+# to start, so "waits whole, no pod started" (a Job's words) would tell its author nothing true.
+test_a_queued_pod_beyond_what_is_free_says_it_waits_behind_the_gate if {
+	pod := json.patch(gpu_pod("train", "h100", {"nvidia.com/gpu": "2"}), [{
+		"op": "add", "path": "/spec/schedulingGates",
+		"value": [{"name": "kueue.x-k8s.io/admission"}],
+	}])
+	input_doc := object.union(pod_input("vision", testdata.vera, pod, {"total": 8, "by_model": {"h100": 8}}), {"gpu_queued": _none_queued})
+	found := gpu_violations with input as input_doc
+		with data.inventory as _kueue_inventory
+		with data.labgate.config.queue as {"default_local_queue": "default", "pod_integration": true}
+	[v.message | some v in found; v.rule == "queue-wait"] == [`[queue-wait] Pod "train" waits in LocalQueue vision/default: it runs 1 pod × 2 h100 GPUs = 2; tenant "vision" uses 8 of 8 h100 GPUs, so it waits behind Kueue's scheduling gate, not scheduled, until 2 h100 GPUs are free (0 now). Fix: none, it starts by itself (watch: kubectl get workloads -n vision)`]
+}
