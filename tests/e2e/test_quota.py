@@ -568,6 +568,32 @@ def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
     assert pods_gpus(stack, namespace) == limit
 
 
+def test_a_pod_created_and_deleted_at_once_is_no_refusal_of_the_next(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A researcher who creates a pod, deletes it at once (kubectl waits until the API has removed
+    it, before the reconciler settled it) and creates it again is not refused by the count of the
+    one that is gone: ten times in a row. The quota still holds: with that pod there, another is
+    refused, and the pods that exist never ask more than the quota."""
+    limit = 2
+    team = tenants.create(spec_extra={"gpu": {"total": limit}})
+    me, namespace = team.researcher, team.namespace
+    refusals = []
+    for attempt in range(10):
+        created = me.apply(gpu_pod("cycle", limit), namespace)
+        if created.returncode != 0:
+            refusals.append(f"attempt {attempt}: {created.stderr.strip()}")
+            continue
+        deleted = me.kubectl("delete", "pod", "cycle", "-n", namespace, "--wait=true", "--timeout=30s")
+        assert deleted.returncode == 0, deleted.stderr
+    assert refusals == [], refusals
+    assert me.apply(gpu_pod("cycle", limit), namespace).returncode == 0
+    refused = me.apply(gpu_pod("beyond", 1), namespace)
+    assert refused.returncode == 1
+    assert f"uses {limit} of {limit} GPUs" in refused.stderr, refused.stderr
+    assert pods_gpus(stack, namespace) == limit
+
+
 def test_beyond_quota_pods_run_as_preemptible_when_the_tenant_allows_it(
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
