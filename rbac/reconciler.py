@@ -71,7 +71,8 @@ class Pacing:
     """How often a tenant is settled and its status written, at most (seconds, by `clock`): a Job's
     burst of pod events costs a few ledger and status writes rather than one per event (issue 21).
     A pod's GPUs count all along (as its reservation until it is settled), so only how soon a
-    finished pod's GPUs are free again, and the status shows it, waits for the interval."""
+    finished pod's GPUs are free again, and the status shows it, waits for the interval; a pod
+    deleted before it was settled is released at once (SettlementController.pod_gone)."""
 
     settle_seconds: float = 1.0
     status_seconds: float = 2.0
@@ -204,7 +205,8 @@ class Reconciler:
                 namespace=namespace,
                 identity=identity,
                 lease_seconds=lease_seconds,
-                on_unsettled=settle_queue.add,
+                # Late-bound (noqa): the settlement controller is built below, before any event.
+                on_unsettled=lambda tenant: self.settlement.ledger_holds_reservations(tenant),  # noqa: PLW0108
                 on_shard_deleted=settle_queue.add,
             )
         self.doors = doors

@@ -108,7 +108,8 @@ class WorkQueue:
     With `min_interval` (seconds), a name is handed out at most once per interval: queued again
     sooner, it waits out the rest of the interval, and everything queued meanwhile is one pass. A
     burst of a thousand pod events then costs a tenant a few passes (and their writes) rather than
-    one each; the last one queued is always handed out, so the last state is always written."""
+    one each; the last one queued is always handed out, so the last state is always written. A name
+    queued `at_once` skips the rest of its interval (never the wait for a pass in progress)."""
 
     def __init__(self, *, min_interval: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.min_interval = min_interval
@@ -117,10 +118,16 @@ class WorkQueue:
         self._pending: dict[str, None] = {}  # insertion-ordered set
         self._active: set[str] = set()
         self._not_before: dict[str, float] = {}  # name -> when it may be handed out again
+        self._at_once: set[str] = set()  # queued names that skip the rest of their interval
 
-    def add(self, name: str) -> None:
+    def add(self, name: str, *, at_once: bool = False) -> None:
+        """Queue `name`; `at_once`: hand it out as soon as no pass of it is in progress."""
         with self._cond:
-            if name in self._pending:
+            # A worker may be waiting out this name's interval: wake one when it need not any more.
+            is_sooner = at_once and name not in self._at_once
+            if at_once:
+                self._at_once.add(name)
+            if name in self._pending and not is_sooner:
                 return  # a worker was woken when it was queued: a burst of events wakes none again
             self._pending[name] = None
             self._cond.notify()
@@ -135,7 +142,7 @@ class WorkQueue:
                 for name in self._pending:
                     if name in self._active:
                         continue
-                    ready_at = self._not_before.get(name, now)
+                    ready_at = now if name in self._at_once else self._not_before.get(name, now)
                     if ready_at <= now:
                         return self._hand_out(name, now)
                     wait = min(wait, ready_at - now)
@@ -145,6 +152,7 @@ class WorkQueue:
 
     def _hand_out(self, name: str, now: float) -> str:
         del self._pending[name]
+        self._at_once.discard(name)
         self._active.add(name)
         if self.min_interval > 0:
             self._not_before[name] = now + self.min_interval

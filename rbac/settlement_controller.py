@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from prometheus_client import Counter
 
@@ -74,12 +74,21 @@ def labelled_namespaces(cache: ObjectCache, tenant: str) -> set[str]:
 
 class PodIndex:
     """The pod reflector's state: every pod's facts by uid, the uids in each namespace, and the
-    uids of pods seen deleted lately. `on_tenant(name)` hears of each tenant whose pods changed."""
+    uids of pods seen deleted lately. `on_tenant(name)` hears of each tenant whose pods changed,
+    `on_gone(name, uid)` (by default `on_tenant`) of each tenant pod seen deleted."""
 
-    def __init__(self, cache: ObjectCache, gpu_counting: GpuCounting, *, on_tenant: Callable[[str], None]):
+    def __init__(
+        self,
+        cache: ObjectCache,
+        gpu_counting: GpuCounting,
+        *,
+        on_tenant: Callable[[str], None],
+        on_gone: Callable[[str, str], None] | None = None,
+    ):
         self._cache = cache
         self._gpu_counting = gpu_counting
         self._on_tenant = on_tenant
+        self._on_gone = on_gone or (lambda tenant, _: on_tenant(tenant))
         self._lock = threading.Lock()
         self._pods: dict[str, PodFacts] = {}
         self._by_namespace: dict[str, set[str]] = {}
@@ -130,7 +139,9 @@ class PodIndex:
             else:
                 self._pods[uid] = facts
                 self._by_namespace.setdefault(namespace, set()).add(uid)
-        if tenant is not None:
+        if tenant is not None and facts is None:
+            self._on_gone(tenant, uid)
+        elif tenant is not None:
             self._on_tenant(tenant)
 
     def known(self, uids: set[str]) -> dict[str, PodFacts]:
@@ -155,6 +166,11 @@ class PodIndex:
             for uid in [u for u, seen in self._gone.items() if seen < horizon]:
                 del self._gone[uid]
             return frozenset(self._gone)
+
+    def is_any_gone(self, uids: Collection[str]) -> bool:
+        """Whether a pod of `uids` was seen deleted."""
+        with self._lock:
+            return any(uid in self._gone for uid in uids)
 
 
 class SettlementController:
@@ -182,7 +198,7 @@ class SettlementController:
         self.ledgers = ledgers
         self.settled = settled
         self.queue = queue if queue is not None else WorkQueue()
-        self.pods = PodIndex(cache, gpu_counting, on_tenant=self.queue.add)
+        self.pods = PodIndex(cache, gpu_counting, on_tenant=self.queue.add, on_gone=self.pod_gone)
         self.claims = ClaimIndex(
             gpu_counting, tenant_of=lambda ns: tenant_of_namespace(cache, ns), on_tenant=self.queue.add
         )
@@ -190,6 +206,25 @@ class SettlementController:
         self._events = events
         self._on_settled = on_settled
         self.settlements = 0  # tenants settled since start (for tests)
+
+    def pod_gone(self, tenant: str, uid: str) -> None:
+        """A tenant's pod was deleted. If the ledger still holds its reservation (created and deleted
+        before it was settled), the tenant is settled at once, not at its pace: the API has finished
+        the deletion, and the researcher may be creating the next pod now, which the reservation of
+        the one that is gone would refuse (the webhook's live count cannot tell it from a pod not
+        created yet). A settled pod's deletion waits for the pace (the live count sees it go)."""
+        self.queue.add(tenant, at_once=uid in self._reserved(tenant))
+
+    def ledger_holds_reservations(self, tenant: str) -> None:
+        """The tenant's ledger was seen holding reservations: settle them; at once if one is of a pod
+        already seen deleted (the pod watch ran ahead of the ledger's)."""
+        self.queue.add(tenant, at_once=self.pods.is_any_gone(self._reserved(tenant)))
+
+    def _reserved(self, tenant: str) -> set[str]:
+        try:
+            return reserved_uids(self.ledgers.cached(tenant))
+        except LedgerCorruptError:
+            return set()
 
     def enqueue_pending_reservations(self) -> None:
         """Tenants with reservations not yet settled, so that those whose pod never came expire."""

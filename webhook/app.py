@@ -356,7 +356,9 @@ def cluster_server(
         max_references=resolved.max_references_per_request,
         pool_nodes=PoolNodes(kube, counting),
         # Before a gpu-quota refusal stands: the usage counted from the live pods.
-        usage_recount=UsageRecount(kube, ledgers.fresh, tenant_namespaces, counting),
+        usage_recount=UsageRecount(
+            kube, ledgers.fresh, tenant_namespaces, counting, cached_ledger=ledgers.cached
+        ),
         scaled_workloads=ScaledWorkloads(kube),
     )
     FACTS_AGE.set_function(lambda: max(part.age() for part in parts))

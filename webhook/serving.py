@@ -9,9 +9,8 @@ from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from labgate.core.decisions import Decision
-from labgate.core.gpu_amount import GpuAmount
 from labgate.core.metrics import RULE_FINDINGS
-from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS, Ledger
+from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS
 from webhook import refusals
 from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
@@ -26,7 +25,7 @@ from webhook.facts import (
     SecretFacts,
     VolumeFacts,
 )
-from webhook.ledger_sums import LedgerAccess
+from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
@@ -38,6 +37,7 @@ from webhook.reservations import (
     takes_gpus_now,
 )
 from webhook.review import AdmissionRequest, AdmissionResponse
+from webhook.usage_recount import Recount
 
 __all__ = ["AdmissionServer", "DecisionTrace", "InventoryState"]
 
@@ -56,13 +56,27 @@ def count_findings(decision: Decision) -> None:
 class UsageRecountSource(Protocol):
     """A tenant's GPU usage counted from the API (webhook.usage_recount.UsageRecount)."""
 
-    async def recount(self, tenant: str) -> tuple[Ledger, GpuAmount] | None: ...
+    async def recount(self, tenant: str) -> Recount | None: ...
+
+    async def recount_after_release(self, earlier: Recount) -> Recount | None: ...
 
 
 def _is_refused_for_quota_alone(decision: Decision) -> bool:
     """Refused, and by the GPU quota only: a lower usage could admit it."""
     rules = {finding.rule for finding in decision.denials}
     return not decision.allowed and rules == {GPU_QUOTA_RULE}
+
+
+def _is_refused_for_unlisted_pods(decision: Decision, recount: Recount) -> bool:
+    """Refused for the quota alone at `recount`, and admitted without its reservations of pods the
+    API did not list (the policy's headroom says so): one of them may be a pod that is gone."""
+    headroom = decision.gpu_headroom
+    return (
+        _is_refused_for_quota_alone(decision)
+        and bool(recount.unlisted)
+        and headroom is not None
+        and (recount.usage - recount.unlisted).fits_within(headroom)
+    )
 
 
 class AdmissionServer:
@@ -194,23 +208,34 @@ class AdmissionServer:
     ) -> tuple[PolicyInput, Decision]:
         """A pod refused for the quota alone, decided again at the usage counted from the API: the
         ledger may still count pods whose deletion the API has finished (webhook.usage_recount).
-        Its reservation, if admitted now, is a compare-and-swap on the ledger version counted at."""
+        Its reservation, if admitted now, is a compare-and-swap on the ledger version counted at.
+        Still refused only by reservations of pods the API did not list, it is counted again once the
+        ledger changes (the reconciler releases a pod it saw go at once), within the count's bound."""
         if self.usage_recount is None or self.reservations is None:
             return policy_input, decision
+        decided = policy_input, decision
         recount = await self.usage_recount.recount(tenant)
-        if recount is None:
+        while recount is not None:
+            decided = await self._decide_at(recount, policy_input, decision, self.reservations.sums)
+            if not _is_refused_for_unlisted_pods(decided[1], recount):
+                break
+            recount = await self.usage_recount.recount_after_release(recount)
+        return decided
+
+    async def _decide_at(
+        self, recount: Recount, policy_input: PolicyInput, decision: Decision, sums: LedgerSums
+    ) -> tuple[PolicyInput, Decision]:
+        """The request decided at the usage `recount` counted (that ledger version decides at it)."""
+        if recount.usage.to_document() == policy_input.get("gpu_usage"):
             return policy_input, decision
-        ledger, counted = recount
-        if counted.to_document() == policy_input.get("gpu_usage"):
-            return policy_input, decision
-        self.reservations.sums.correct(ledger, counted)
+        sums.correct(recount.ledger, recount.usage)
         log.info(
             "tenant %s: the ledger counts %s, its live pods %s",
-            tenant,
+            recount.ledger.tenant,
             policy_input.get("gpu_usage"),
-            counted,
+            recount.usage,
         )
-        at_count: PolicyInput = {**policy_input, "gpu_usage": counted.to_document()}
+        at_count: PolicyInput = {**policy_input, "gpu_usage": recount.usage.to_document()}
         return at_count, await self.evaluator.decide(at_count)
 
     async def mutate(

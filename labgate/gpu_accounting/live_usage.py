@@ -72,6 +72,21 @@ def live_usage(
     return sum_of((*counted.values(), *reserved))
 
 
+def unlisted_reservations(
+    ledger: Ledger, pods: Iterable[Mapping[str, Any]], *, now: float | None = None
+) -> GpuAmount:
+    """The part of the usage that is reservations of pods the list lacks (unexpired): pods not
+    created yet, or created and deleted before the reconciler settled them. The API cannot tell the
+    two apart; the reconciler, which saw a pod go, releases its reservation at once."""
+    moment = time.time() if now is None else now
+    listed = {str((pod.get("metadata") or {}).get("uid") or "") for pod in pods}
+    return sum_of(
+        reservation.gpus
+        for uid, reservation in ledger.reservations.items()
+        if uid not in listed and reservation.expires > moment
+    )
+
+
 def _reservation_holds(pod: Mapping[str, Any] | None, *, expires: float, now: float) -> bool:
     """Whether a reservation counts beside the live pods: its pod not created yet (until it expires),
     or behind Kueue's gate (reserved when the gate's removal was admitted; the settlement keeps it)."""

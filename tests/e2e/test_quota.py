@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -565,6 +566,60 @@ def test_a_deletion_the_api_finished_is_a_release_the_next_decision_sees(
         )
     assert sorted(r.returncode for r in results) == [0, 1], [r.stderr for r in results]
     assert "[gpu-quota]" in next(r.stderr for r in results if r.returncode == 1)
+    assert pods_gpus(stack, namespace) == limit
+
+
+def test_a_pod_created_and_deleted_at_once_is_no_refusal_of_the_next(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A researcher who creates a pod, deletes it at once (kubectl waits until the API has removed
+    it, before the reconciler settled it) and creates it again is not refused by the count of the
+    one that is gone: ten times in a row. The quota still holds: with that pod there, another is
+    refused, and the pods that exist never ask more than the quota."""
+    limit = 2
+    team = tenants.create(spec_extra={"gpu": {"total": limit}})
+    me, namespace = team.researcher, team.namespace
+    refusals = []
+    for attempt in range(10):
+        created = me.apply(gpu_pod("cycle", limit), namespace)
+        if created.returncode != 0:
+            refusals.append(f"attempt {attempt}: {created.stderr.strip()}")
+            continue
+        deleted = me.kubectl("delete", "pod", "cycle", "-n", namespace, "--wait=true", "--timeout=30s")
+        assert deleted.returncode == 0, deleted.stderr
+    assert refusals == [], refusals
+    assert me.apply(gpu_pod("cycle", limit), namespace).returncode == 0
+    refused = me.apply(gpu_pod("beyond", 1), namespace)
+    assert refused.returncode == 1
+    assert f"uses {limit} of {limit} GPUs" in refused.stderr, refused.stderr
+    assert pods_gpus(stack, namespace) == limit
+
+
+def test_a_refusal_by_a_pod_that_is_gone_waits_for_a_late_reconcilers_release(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """The reconciler is the witness that a pod created and deleted before it was settled is gone.
+    Late (paused here for half a second), the webhook holds the next pod's refusal for its release,
+    within the count's bound, rather than refuse; the quota still holds after it."""
+    limit = 2
+    team = tenants.create(spec_extra={"gpu": {"total": limit}})
+    me, namespace = team.researcher, team.namespace
+    reconciler = next(p for p in stack.processes if p.name == "reconciler-0")
+    os.kill(reconciler.pid, signal.SIGSTOP)  # nothing is settled: the pod below stays a reservation
+    resume = threading.Timer(0.5, os.kill, (reconciler.pid, signal.SIGCONT))
+    try:
+        assert me.apply(gpu_pod("cycle", limit), namespace).returncode == 0
+        deleted = me.kubectl("delete", "pod", "cycle", "-n", namespace, "--wait=true", "--timeout=30s")
+        assert deleted.returncode == 0, deleted.stderr
+        resume.start()
+        again = me.apply(gpu_pod("cycle", limit), namespace)
+    finally:
+        resume.cancel()
+        os.kill(reconciler.pid, signal.SIGCONT)
+    assert again.returncode == 0, again.stderr
+    refused = me.apply(gpu_pod("beyond", 1), namespace)
+    assert refused.returncode == 1
+    assert f"uses {limit} of {limit} GPUs" in refused.stderr, refused.stderr
     assert pods_gpus(stack, namespace) == limit
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger, Reservation
-from labgate.gpu_accounting.live_usage import live_usage
+from labgate.gpu_accounting.live_usage import live_usage, unlisted_reservations
 
 NOW = 1_000.0
 COUNTING = GpuCounting()
@@ -51,6 +51,13 @@ def test_a_reservation_whose_pod_is_not_created_yet_counts_until_it_expires() ->
     live = [pod("p1", 8)]
     assert live_usage(ledger(8, p2=(4, NOW + 5)), live, COUNTING, now=NOW) == GpuAmount(12, {"h100": 12})
     assert live_usage(ledger(8, p2=(4, NOW - 1)), live, COUNTING, now=NOW) == GpuAmount(8, {"h100": 8})
+
+
+def test_the_unlisted_part_is_the_unexpired_reservations_of_pods_the_list_lacks() -> None:
+    book = ledger(8, p1=(8, NOW + 5), gone=(2, NOW + 5), coming=(1, NOW + 5), expired=(4, NOW - 1))
+    unlisted = unlisted_reservations(book, [pod("p1", 8)], now=NOW)
+    assert unlisted == GpuAmount(3, {"h100": 3})
+    assert unlisted_reservations(book, [pod(u, 1) for u in ("p1", "gone", "coming")], now=NOW) == GpuAmount()
 
 
 def test_a_pod_with_a_reservation_is_counted_once() -> None:

@@ -5,16 +5,17 @@ ledger still sums it; the count never admits beyond the quota, and a failed coun
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, cast
 
 from labgate.core.api_resources import Kind
 from labgate.core.gpu_amount import GpuAmount
 from labgate.core.kube import KubeApi
 from labgate.gpu_accounting.demand import GpuCounting
-from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
+from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage, with_reservation
 from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request
 from webhook.serving import AdmissionServer
-from webhook.usage_recount import UsageRecount
+from webhook.usage_recount import RECOUNT_SECONDS, UsageRecount
 
 
 class Pods:
@@ -41,8 +42,17 @@ def live_pod(uid: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def server_with(ledgers: Ledgers, pods: Pods, policy: QuotaPolicy) -> AdmissionServer:
-    recount = UsageRecount(cast(KubeApi, pods), ledgers.fresh, lambda tenant: [TENANT], GpuCounting())
+def server_with(
+    ledgers: Ledgers, pods: Pods, policy: QuotaPolicy, *, timeout: float = RECOUNT_SECONDS
+) -> AdmissionServer:
+    recount = UsageRecount(
+        cast(KubeApi, pods),
+        ledgers.fresh,
+        lambda tenant: [TENANT],
+        GpuCounting(),
+        cached_ledger=ledgers.cached,
+        timeout=timeout,
+    )
     return AdmissionServer(
         engine=policy, inventory=Inventory(), ledgers=ledgers, secrets=None, usage_recount=recount
     )
@@ -117,3 +127,65 @@ def test_a_ledger_changed_after_the_count_is_decided_at_its_own_sum() -> None:
     assert not response.allowed
     assert ledgers.writes == 0
     assert "[gpu-quota]" in (response.status.message if response.status else "")
+
+
+H100x8 = GpuAmount(8, {"h100": 8})
+
+
+def ledger_reserving_a_pod_not_listed() -> CasLedgers:
+    """Quota 16: p1 (8) settled, and a reservation of 8 for pod "gone", which the API does not list:
+    a pod created and deleted before the reconciler settled it, or one not created yet."""
+    ledgers = ledger_summing(8)
+    ledgers.stored = with_reservation(ledgers.stored, "gone", H100x8, now=time.time(), pod=f"{TENANT}/gone")
+    return ledgers
+
+
+class ReleasingPods(Pods):
+    """The reconciler, which saw pod "gone" deleted, releases its reservation right after the first
+    count listed the pods (the ledger's next version, as this replica's watch shows it)."""
+
+    def __init__(self, pods: list[dict[str, Any]], ledgers: Ledgers):
+        super().__init__(pods)
+        self.ledgers = ledgers
+
+    def list(self, kind: Kind, *, namespace: str | None = None, timeout: float = 10) -> dict[str, Any]:
+        listed = super().list(kind, namespace=namespace, timeout=timeout)
+        if self.lists == 1:
+            self.ledgers.stored = self.ledgers.stored.model_copy(
+                update={"reservations": {}, "resource_version": "2"}
+            )
+        return listed
+
+
+# Issue 28 item 4: a pod created and deleted before it was settled refused the next one.
+def test_a_refusal_by_the_reservation_of_a_pod_not_listed_waits_for_the_reconcilers_release() -> None:
+    ledgers = ledger_reserving_a_pod_not_listed()
+    pods = ReleasingPods([live_pod("p1", 8)], ledgers)
+    server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
+    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    assert response.allowed
+    assert pods.lists == 2  # counted again once the ledger changed
+    assert ledgers.writes == 1  # reserved against the released version, "2"
+    assert usage(ledgers.stored) == GpuAmount(16, {"h100": 16})
+
+
+def test_a_reservation_of_a_pod_on_its_way_still_refuses_once_the_wait_is_over() -> None:
+    ledgers = ledger_reserving_a_pod_not_listed()  # the ledger never changes: the pod is on its way
+    pods = Pods([live_pod("p1", 8)])
+    server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}), timeout=0.2)
+    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    assert not response.allowed
+    assert "[gpu-quota] uses 16" in (response.status.message if response.status else "")
+    assert (pods.lists, ledgers.writes) == (1, 0)
+
+
+def test_no_wait_when_the_pods_listed_alone_refuse() -> None:
+    """p1 and p2 fill the quota: the release of "gone" would not admit, so the refusal is not held
+    for it (a count after the release would list the pods a second time)."""
+    ledgers = ledger_reserving_a_pod_not_listed()
+    ledgers.stored = ledgers.stored.model_copy(update={"settled": GpuAmount(16, {"h100": 16})})
+    pods = ReleasingPods([live_pod("p1", 8), live_pod("p2", 8)], ledgers)
+    server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
+    response = asyncio.run(server.validate(request(3, "h100", 8)))
+    assert not response.allowed
+    assert pods.lists == 1

@@ -15,7 +15,8 @@ import pytest
 from labgate.core.api_resources import NAMESPACE, RESOURCE_QUOTA, ROLE_BINDING, TENANT, Kind, Object, kind_of
 from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
-from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError
+from labgate.gpu_accounting.ledger import GpuAmount, Ledger, LedgerConflictError, with_reservation
+from labgate.gpu_accounting.ledger import now as ledger_now
 from rbac.desired import object_key
 from rbac.reconciler import Doors, Pacing, PolicyConfig, Reconciler
 from rbac.runtime import WorkQueue
@@ -307,6 +308,69 @@ def drain_ready(reconciler: Reconciler) -> None:
                     handle(name)
                 finally:
                     queue.done(name)
+
+
+def reserved(ledgers: FakeLedgers, i: int, gpus: int) -> None:
+    """The webhook admitted pod `p<i>` (its uid `uid-<i>`) and reserved its GPUs."""
+    ledger = ledgers.cached("vision")
+    ledgers.ledgers["vision"] = with_reservation(
+        ledger, f"uid-{i}", GpuAmount(total=gpus), now=ledger_now(), pod=f"vision/p{i}"
+    )
+
+
+# Issue 28 item 4: a pod created and deleted within the settlement's pace was counted as its
+# reservation until the next pass, and refused the researcher's next pod.
+def test_a_pod_deleted_before_it_was_settled_is_released_at_once_and_a_settled_one_at_the_pace() -> None:
+    clock = ManualClock()
+    ledgers = FakeLedgers()
+    reconciler, _ = make(ledgers, intervals=1.0, clock=clock)
+    drain(reconciler)
+    settlement = reconciler.settlement
+    clock.now = 10.0
+    reserved(ledgers, 7, gpus=2)
+    settlement.ledger_holds_reservations("vision")  # the reservation's ledger write wakes it
+    drain_ready(reconciler)  # before the pod is seen: the reservation stays, the pod is on its way
+    clock.now = 10.2
+    settlement.pods.on_event("ADDED", a_pod(7, gpus=2))
+    drain_ready(reconciler)
+    assert "uid-7" in ledgers.ledgers["vision"].reservations  # a pod that came waits for the pace
+    clock.now = 10.4
+    settlement.pods.on_event("DELETED", a_pod(7, gpus=2))
+    drain_ready(reconciler)
+    assert ledgers.ledgers["vision"].reservations == {}  # released within the pace: at once
+    assert ledgers.ledgers["vision"].settled.total == 0
+    # A settled pod's deletion waits for the pace (a burst of deletions stays a few writes).
+    clock.now = 20.0
+    reserved(ledgers, 8, gpus=2)
+    settlement.pods.on_event("ADDED", a_pod(8, gpus=2))
+    drain_ready(reconciler)
+    assert ledgers.ledgers["vision"].settled.total == 2
+    clock.now = 20.3
+    settlement.pods.on_event("DELETED", a_pod(8, gpus=2))
+    drain_ready(reconciler)
+    assert ledgers.ledgers["vision"].settled.total == 2
+    clock.now = 21.0
+    drain_ready(reconciler)
+    assert ledgers.ledgers["vision"].settled.total == 0
+
+
+def test_a_reservation_seen_after_its_pod_was_deleted_is_released_at_once() -> None:
+    """The pod watch ran ahead of the ledger's: the deletion came before the reservation was seen."""
+    clock = ManualClock()
+    ledgers = FakeLedgers()
+    reconciler, _ = make(ledgers, intervals=1.0, clock=clock)
+    drain(reconciler)
+    settlement = reconciler.settlement
+    clock.now = 10.0
+    settlement.pods.on_event("ADDED", a_pod(9, gpus=2))
+    settlement.pods.on_event("DELETED", a_pod(9, gpus=2))
+    drain_ready(reconciler)
+    clock.now = 10.3
+    reserved(ledgers, 9, gpus=2)
+    reserved(ledgers, 10, gpus=1)  # a pod on its way, beside it
+    settlement.ledger_holds_reservations("vision")
+    drain_ready(reconciler)
+    assert list(ledgers.ledgers["vision"].reservations) == ["uid-10"]
 
 
 def test_gpu_pods_that_nobody_counted_are_settled_and_shown_in_the_status() -> None:

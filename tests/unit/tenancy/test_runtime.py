@@ -70,6 +70,49 @@ def test_an_interval_holds_back_only_its_own_name() -> None:
     assert queue.get(timeout=0) is None
 
 
+def test_a_name_queued_at_once_skips_its_interval_but_never_waits_less_for_a_pass_in_progress() -> None:
+    clock = ManualClock()
+    queue = WorkQueue(min_interval=1.0, clock=clock)
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    queue.add("vision", at_once=True)  # while in progress: held until done
+    assert queue.get(timeout=0) is None
+    queue.done("vision")
+    assert queue.get(timeout=0) == "vision"  # within its interval, handed out at once
+    queue.done("vision")
+    queue.add("vision")  # an ordinary add waits out the interval again
+    assert queue.get(timeout=0) is None
+    clock.now = 1.0
+    assert queue.get(timeout=0) == "vision"
+
+
+class WaitSeen(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.is_waiting.set()
+        return super().wait(timeout)
+
+
+def test_a_name_queued_at_once_wakes_a_worker_waiting_out_its_interval() -> None:
+    queue = WorkQueue(min_interval=60.0)
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    queue.done("vision")
+    queue.add("vision")
+    waiting = WaitSeen()
+    queue._cond = waiting  # the queue's one lock and condition, watched
+    handed: list[str | None] = []
+    worker = threading.Thread(target=lambda: handed.append(queue.get(timeout=30.0)))
+    worker.start()
+    assert waiting.is_waiting.wait(timeout=10.0)  # the worker waits out the interval
+    queue.add("vision", at_once=True)
+    worker.join(timeout=10.0)
+    assert handed == ["vision"]
+
+
 class Leadership:
     def __init__(self) -> None:
         self.is_leader = False
