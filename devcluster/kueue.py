@@ -11,7 +11,9 @@ What the stack sets up (the same shape as the chart's `kueue` section asks of an
   (batch Jobs and Kueue's own objects);
 - its configuration (`kueue_configuration`): Jobs without a queue name are Kueue's in namespaces that
   carry labgate's tenant label (manageJobsWithoutQueueName + managedJobsNamespaceSelector), and the
-  LocalQueue named `default` the reconciler makes in each of them is the queue they go to;
+  LocalQueue named `default` the reconciler makes in each of them is the queue they go to; and its
+  resource transformation (rbac.queues.gpu_total_transformation): every nvidia.com/gpu a workload asks
+  also asks one labgate.io/gpu-total, which each tenant's ClusterQueue caps at its total across flavors;
 - with `pod_integration` (LabgateStack(kueue=True, kueue_pod_integration=True)), Kueue's pod,
   Deployment and StatefulSet integrations too, with their webhooks: every pod in a tenant namespace
   waits behind Kueue's scheduling gate until Kueue admits it (each a Workload of its own; a
@@ -40,6 +42,7 @@ from devcluster.processes import ManagedProcess, free_port, rerecord, spawn, wai
 from devcluster.tools import ensure_tools
 from labgate.core.certificates import issue_serving_cert, make_ca
 from labgate.core.tenant import TENANT_LABEL
+from rbac.queues import gpu_total_transformation
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -87,7 +90,8 @@ def kueue_configuration(
     `pod_integration` adds the frameworks POD_INTEGRATION_FRAMEWORKS to batch/job. The namespace
     selector is what keeps the pod integration to tenant namespaces: for pod-based integrations it is
     a strong exemption in v0.17 (a pod elsewhere is never Kueue's, whatever its labels), and its
-    podOptions are gone from config v1beta2."""
+    podOptions are gone from config v1beta2. The resource transformation is what the ClusterQueues'
+    cap across flavors counts (rbac/queues.py): without it Kueue admits a tenant's total on each pool."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -102,6 +106,7 @@ def kueue_configuration(
         "integrations": {
             "frameworks": ["batch/job", *(POD_INTEGRATION_FRAMEWORKS if pod_integration else ())]
         },
+        "resources": {"transformations": [gpu_total_transformation()]},
         "featureGates": {"VisibilityOnDemand": False},
         "clientConnection": {"qps": 100, "burst": 200},
     }

@@ -262,6 +262,7 @@ class Reconciler:
             kueue=self.kueue,
             held_outside_queue=holdings.of,
             queue_config=self.policy.queue_config,
+            gpu_model_label=gpu_counting.gpu_model_label,
         )
         self.status = TenantStatusController(
             self.kube,

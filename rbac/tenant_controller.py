@@ -56,7 +56,7 @@ from rbac.desired import (
 )
 from rbac.node_index import NodeIndex
 from rbac.outside_queue import NOTHING_HELD, HeldOutsideQueue
-from rbac.queues import FLAVOR_LABEL, queued, shared_flavors, tenant_queues
+from rbac.queues import FLAVOR_LABEL, GPU_MODEL_LABEL, queued, shared_flavors, tenant_queues
 from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.settlement_controller import PodIndex, labelled_namespaces
 from rbac.tenant_events import TenantEvents, now_timestamp, tenant_key
@@ -128,13 +128,16 @@ class TenantController:
         kueue: bool = False,
         held_outside_queue: Callable[[str], HeldOutsideQueue] = lambda _: NOTHING_HELD,
         queue_config: QueueConfig | None = None,
+        gpu_model_label: str = GPU_MODEL_LABEL,
     ):
         """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits);
         `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py), whose GPU
         quota is less what `held_outside_queue(tenant)` says its pods hold that Kueue did not admit
         (rbac/queue_holdings.py); `queue_config`: the policies' queue config (where Kueue gates GPU
-        pods, no labgate-gpu quota)."""
+        pods, no labgate-gpu quota); `gpu_model_label`: the node label naming a pool's GPU model
+        (GpuCounting's), under which a flavor's model quota is found."""
         self.kueue = kueue
+        self.gpu_model_label = gpu_model_label
         self.queue_config = queue_config or QueueConfig()
         self._held_outside_queue = held_outside_queue
         # What each tenant's ClusterQueue was last written for (is_queue_stale).
@@ -234,7 +237,7 @@ class TenantController:
         """The tenant's queues. Its ClusterQueue is written here when what its pods hold outside
         Kueue changed: an adjustment, said as such, not a drift repair."""
         held = self._held_outside_queue(tenant.name)
-        queues = tenant_queues(tenant, namespaces=namespaces, held=held)
+        queues = tenant_queues(tenant, namespaces=namespaces, held=held, model_label=self.gpu_model_label)
         with self._lock:
             is_adjusted = self._held.get(tenant.name, NOTHING_HELD) != held
         if is_adjusted and self._ensure(queues[0], tenant=None):

@@ -80,3 +80,11 @@ def test_webhook_names_have_no_empty_segment() -> None:
     ]
     assert "mutate.v1.pod.kueue.x-k8s.io" in names
     assert all(".." not in n for n in names), names
+
+
+def test_kueue_asks_one_of_the_tenants_total_for_each_gpu(tmp_path: Path) -> None:
+    """The stack's Kueue counts the cap across a tenant's flavors that its ClusterQueues hold."""
+    config = kueue_configuration(webhook_port=1, health_port=2, metrics_port=3, cert_dir=tmp_path)
+    assert config["resources"]["transformations"] == [
+        {"input": "nvidia.com/gpu", "strategy": "Retain", "outputs": {"labgate.io/gpu-total": "1"}}
+    ]

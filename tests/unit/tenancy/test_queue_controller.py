@@ -15,8 +15,9 @@ from labgate.core.api_resources import (
     WORKLOAD,
     Kind,
 )
+from labgate.gpu_accounting.demand import GpuCounting
 from rbac.desired import object_key
-from rbac.reconciler import Doors, Reconciler
+from rbac.reconciler import Doors, PolicyConfig, Reconciler
 from tests.unit.tenancy.test_controllers import (
     NAMESPACE_OBJECT,
     TENANT_OBJECT,
@@ -35,6 +36,7 @@ TENANT_WITH_POOL: dict[str, Any] = {
 CLUSTER_QUEUE_KEY = ("kueue.x-k8s.io/v1beta2", "ClusterQueue", "", "vision")
 LOCAL_QUEUE_KEY = ("kueue.x-k8s.io/v1beta2", "LocalQueue", "vision", "default")
 FLAVOR_KEY = ("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "", "h100-spot")
+TOTAL_FLAVOR_KEY = ("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "", "labgate-tenant-total")
 
 
 class DeletingKube(FakeKube):
@@ -47,9 +49,11 @@ class DeletingKube(FakeKube):
         return True
 
 
-def make(*, kueue: bool) -> tuple[Reconciler, DeletingKube]:
+def make(
+    *, kueue: bool, tenant: dict[str, Any] = TENANT_WITH_POOL, policy: PolicyConfig | None = None
+) -> tuple[Reconciler, DeletingKube]:
     kube = DeletingKube()
-    for obj in (TENANT_WITH_POOL, NAMESPACE_OBJECT):
+    for obj in (tenant, NAMESPACE_OBJECT):
         kube.objects[object_key(obj)] = copy.deepcopy(obj)
     doors = Doors(
         kube=kube,  # type: ignore[arg-type]  # fakes of the calls the controllers make
@@ -57,11 +61,13 @@ def make(*, kueue: bool) -> tuple[Reconciler, DeletingKube]:
         ledgers=FakeLedgers(),  # type: ignore[arg-type]
         settled=FakeSettled(),  # type: ignore[arg-type]
     )
-    reconciler = Reconciler(None, namespace="labgate-system", identity="test", doors=doors, kueue=kueue)
+    reconciler = Reconciler(
+        None, namespace="labgate-system", identity="test", doors=doors, kueue=kueue, policy=policy
+    )
     for reflector in reconciler.reflectors:
         reflector.has_synced.set()
     reconciler.observe(NAMESPACE, "ADDED", NAMESPACE_OBJECT)
-    reconciler.observe(TENANT, "ADDED", copy.deepcopy(TENANT_WITH_POOL))
+    reconciler.observe(TENANT, "ADDED", copy.deepcopy(tenant))
     return reconciler, kube
 
 
@@ -81,7 +87,7 @@ def queued_workload(gpus: int, count: int) -> dict[str, Any]:
 def test_with_kueue_the_tenant_gets_its_queues_and_its_pools_flavor() -> None:
     reconciler, kube = make(kueue=True)
     drain(reconciler)
-    assert {CLUSTER_QUEUE_KEY, LOCAL_QUEUE_KEY, FLAVOR_KEY} <= set(kube.applies)
+    assert {CLUSTER_QUEUE_KEY, LOCAL_QUEUE_KEY, FLAVOR_KEY, TOTAL_FLAVOR_KEY} <= set(kube.applies)
     # The queue's kinds are watched (drift repaired like the rest), and so are Workloads.
     watched = {r.name for r in reconciler.reflectors}
     assert {"clusterqueues", "localqueues", "resourceflavors", "workloads"} <= watched
@@ -105,12 +111,43 @@ def test_a_removed_tenants_queues_and_unnamed_flavors_are_deleted() -> None:
         (CLUSTER_QUEUE, CLUSTER_QUEUE_KEY),
         (LOCAL_QUEUE, LOCAL_QUEUE_KEY),
         (RESOURCE_FLAVOR, FLAVOR_KEY),
+        (RESOURCE_FLAVOR, TOTAL_FLAVOR_KEY),
     ):
         reconciler.observe(kind, "ADDED", copy.deepcopy(kube.objects[key]))
     reconciler.observe(TENANT, "DELETED", copy.deepcopy(TENANT_WITH_POOL))
     drain(reconciler)
     assert {("ClusterQueue", "", "vision"), ("LocalQueue", "vision", "default")} <= set(kube.deleted)
     assert ("ResourceFlavor", "", "h100-spot") in kube.deleted
+    # The total's flavor goes with the last tenant.
+    assert ("ResourceFlavor", "", "labgate-tenant-total") in kube.deleted
+
+
+AMD_POOL = {
+    "name": "mi300",
+    "nodeSelector": {"labgate.io/node-pool": "mi300", "amd.com/gpu.product": "MI300X"},
+    "spot": True,
+}
+TENANT_WITH_AMD_POOL: dict[str, Any] = {
+    **TENANT_OBJECT,
+    "spec": {
+        **TENANT_OBJECT["spec"],
+        "gpu": {"total": 8, "models": {"MI300X": 2}},
+        "placement": {"nodePools": [AMD_POOL]},
+    },
+}
+
+
+def gpu_quotas(kube: DeletingKube) -> list[str]:
+    groups = kube.objects[CLUSTER_QUEUE_KEY]["spec"]["resourceGroups"]
+    return [str(f["resources"][0]["nominalQuota"]) for g in groups for f in g["flavors"]]
+
+
+def test_a_pools_model_quota_is_found_under_the_configured_model_label() -> None:
+    policy = PolicyConfig(gpu_counting=GpuCounting(gpu_model_label="amd.com/gpu.product"))
+    reconciler, kube = make(kueue=True, tenant=TENANT_WITH_AMD_POOL, policy=policy)
+    drain(reconciler)
+    # The pool's flavor holds the model's 2; the total's group, the tenant's 8.
+    assert gpu_quotas(kube) == ["2", "8"]
 
 
 def test_without_kueue_nothing_of_kueue_is_made_or_watched() -> None:
