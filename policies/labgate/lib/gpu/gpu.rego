@@ -189,6 +189,16 @@ unknown_resources(spec) := array.concat(
 	],
 )
 
+# Resources of labgate's own domain (labgate.io/...) a pod spec asks: [{"field", "resource", "count"}].
+# They are counted for labgate by others (Kueue asks labgate.io/gpu-total for every nvidia.com/gpu a
+# workload asks, rbac/queues.py), and a pod that asks one itself changes that count.
+own_domain_resources(spec) := [{"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r)} |
+	some group in ["initContainers", "containers"]
+	some i, c in _array(object.get(spec, group, []))
+	some r, _ in _asked(c)
+	startswith(r, "labgate.io/")
+]
+
 # Every GPU ask of a pod spec: its containers' (asks) and its claims' (lib.dra).
 all_asks(spec) := array.concat(asks(spec), dra.claim_asks(spec, whole_gpu_model(spec)))
 

@@ -28,6 +28,27 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
+# METADATA
+# title: Resources of labgate's own domain cannot be asked by a pod
+# description: |
+#   labgate.io/gpu-total is what Kueue counts, for a tenant's ClusterQueue, of every nvidia.com/gpu a
+#   workload asks (a resource transformation, docs/infra.md): the cap of the tenant's total across its
+#   pools. A pod that asks it itself (0, or any amount) replaces what Kueue would count for it, so
+#   every resource of the labgate.io domain is refused in a pod spec, whatever the amount.
+# custom:
+#   rule_id: gpu-resource-reserved
+violation contains {"rule": rule_id, "message": msg, "field": field} if {
+	tenancy.namespace_tenant
+	some template in gpu.checked_templates
+	some own in gpu.own_domain_resources(template.spec)
+	field := sprintf("%s.%s", [template.path, own.field])
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] %s %s asks %v %s: resources of the labgate.io domain are counted by labgate and Kueue for you (each nvidia.com/gpu asks one labgate.io/gpu-total), never asked by a pod. Fix: remove %s from the container's resources",
+		[rule_id, tenancy.object_ref, field, own.count, own.resource, own.resource],
+	)
+}
+
 _class_list := concat(", ", [sprintf("%q", [c]) | some c in sort(dra.dra_gpu_classes)])
 
 # METADATA

@@ -86,6 +86,35 @@ test_unknown_vendor_resources_in_a_deployment_update_are_refused if {
 	[v.rule | some v in violations(input_doc)] == ["gpu-resource-unknown"]
 }
 
+# --- gpu-resource-reserved ---
+
+# Kueue counts labgate.io/gpu-total for every nvidia.com/gpu; a pod asking it (0 too) would replace
+# that count, and a tenant's Jobs could pass its total across pools.
+test_a_pod_asking_labgates_own_resource_is_refused_whatever_the_amount if {
+	pod := testdata.pod("sneak", {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "8", "labgate.io/gpu-total": "0"})],
+	})
+	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
+		"rule": "gpu-resource-reserved",
+		"field": "spec.containers[0].resources",
+		"message": `[gpu-resource-reserved] Pod "sneak" spec.containers[0].resources asks 0 labgate.io/gpu-total: resources of the labgate.io domain are counted by labgate and Kueue for you (each nvidia.com/gpu asks one labgate.io/gpu-total), never asked by a pod. Fix: remove labgate.io/gpu-total from the container's resources`,
+	}}
+}
+
+test_labgates_own_resource_in_a_job_template_is_refused_and_the_same_job_without_it_admitted if {
+	job := testdata.job("train", 2, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1", "labgate.io/gpu-total": "1"})],
+	})
+	[v.rule | some v in violations(testdata.workload_input("Job", "speech", testdata.sam, job))] == ["gpu-resource-reserved"]
+	clean := testdata.job("train", 2, {}, {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
+	})
+	count(violations(testdata.workload_input("Job", "speech", testdata.sam, clean))) == 0
+}
+
 test_a_claim_of_an_unmapped_device_class_is_refused if {
 	violations(_dra_input("mig", {})) == {{
 		"rule": "gpu-dra-unsupported",
