@@ -160,7 +160,8 @@ class TokenServer:
 
 @dataclass
 class LocalRegistry:
-    """The distribution registry on 127.0.0.1:<free port>. Use as a context manager, or start()/stop()."""
+    """The distribution registry on 127.0.0.1:<free port> (or `address`, e.g. where a real node in its
+    own network namespace reaches the host). Use as a context manager, or start()/stop()."""
 
     workdir: Path
     name: str = "registry"
@@ -170,10 +171,11 @@ class LocalRegistry:
     ca_file: Path | None = None
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    address: str = "127.0.0.1"
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
