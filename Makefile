@@ -25,8 +25,9 @@ test: setup lint policy-test  ## every test
 
 setup: venv tools debian-packages
 
-# Debian's debootstrap, umoci, containerd and runc for the image tests: installed with apt where this
-# runs as root (skipped with the reason elsewhere, and the image tests then say so).
+# Debian's debootstrap, umoci, containerd and runc for the image tests, and containernetworking-plugins,
+# iptables, ipset, gcc and libc6-dev for the node tests: installed with apt where this runs as root
+# (skipped with the reason elsewhere, and those tests then say so).
 debian-packages:
 	toolchain/debian-packages.sh
 

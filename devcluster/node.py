@@ -1,0 +1,321 @@
+"""A real Kubernetes node beside the local control plane: the pinned kubelet talking CRI to Debian's
+containerd (runc, the reference CNI plugins), in a network namespace (devcluster.node_network) and a
+mount namespace of its own (devcluster.node_config says what the mount namespace holds).
+
+    network = NodeNetwork("labgate-node-0"); network.create()
+    control_plane = LocalControlPlane(workdir, address=network.host_address, node_authorization=True, ...)
+    with RealNode(workdir / "node", network=network, control_plane=control_plane,
+                  sandbox_image=pause_reference, registries=[registry.host]) as node:
+        ...   # node.name is Ready
+
+The kubelet authenticates with a client certificate from the control plane's CA (system:node:<name>
+in system:nodes, authorized by the Node authorizer). Processes are stopped by pid: the kubelet, every
+process in the node's cgroups (the pods' containers), containerd, its shims; then the node's cgroups
+and state directory are removed. The network namespace is the caller's (see NodeNetwork.delete).
+`node_problem()` says why a node cannot run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+import yaml
+
+from devcluster.kubectl import kubectl
+from devcluster.node_cgroups import NodeCgroups, cgroup_v1_problem
+from devcluster.node_config import (
+    CNI_BIN_DIR,
+    CNI_PLUGINS,
+    KERNEL_DEFAULTS,
+    PRIVATE_DIRECTORIES,
+    NodeLayout,
+    cni_configuration,
+    containerd_configuration,
+    kubelet_configuration,
+    mount_namespace_script,
+    registry_hosts_toml,
+)
+from devcluster.node_network import NodeNetwork
+from devcluster.processes import ManagedProcess, rerecord, spawn, stop_pid, wait_until
+from devcluster.tools import tool
+
+BINARIES = (
+    "containerd",
+    "ctr",
+    "runc",
+    "containerd-shim-runc-v2",
+    "ip",
+    "nsenter",
+    "unshare",
+    "iptables",
+    "gcc",
+)
+POD_CIDR = "10.244.0.0/24"
+
+
+def node_problem() -> str | None:
+    """Why a real node cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "a real node needs root (network and mount namespaces, cgroups, containerd)"
+    missing = [b for b in BINARIES if shutil.which(b) is None]
+    missing += [f"{CNI_BIN_DIR}/{p}" for p in CNI_PLUGINS if not (CNI_BIN_DIR / p).is_file()]
+    if missing:
+        return (
+            f"not installed: {', '.join(missing)} (toolchain/debian-packages.sh installs containerd, "
+            "runc, containernetworking-plugins, iptables, gcc)"
+        )
+    return cgroup_v1_problem()
+
+
+class ClusterForNode(Protocol):
+    """What a node needs of its control plane (devcluster.controlplane.LocalControlPlane)."""
+
+    @property
+    def ca_pem(self) -> bytes: ...
+
+    @property
+    def admin_kubeconfig(self) -> Path: ...
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path: ...
+
+
+class RealNode:
+    """containerd and the kubelet of node `name`, in `network`'s namespaces, registered with `control_plane`."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        network: NodeNetwork,
+        control_plane: ClusterForNode,
+        sandbox_image: str,
+        registries: tuple[str, ...] = (),
+        name: str = "labgate-node-0",
+    ):
+        """`sandbox_image`: the pause image by digest, pullable from one of `registries` (host:port of
+        plain-HTTP registries the node may pull from)."""
+        self.workdir = workdir
+        self.layout = NodeLayout(workdir / "state")
+        for hidden in ("/run", *PRIVATE_DIRECTORIES):
+            if workdir.resolve().is_relative_to(hidden):
+                raise ValueError(
+                    f"the node's directory ({workdir}) must not be under {hidden}: the node hides it"
+                )
+        self.network = network
+        self.control_plane = control_plane
+        self.sandbox_image = sandbox_image
+        self.registries = registries
+        self.name = name
+        self.cgroups = NodeCgroups(f"/{network.name}")
+        self.containerd: ManagedProcess | None = None
+        self.kubelet: ManagedProcess | None = None
+        self.ready_seconds: float | None = None
+        self._stopped_pids: set[int] = set()
+
+    def __enter__(self) -> RealNode:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def start(self, *, timeout: float = 180.0) -> None:
+        """Start containerd, then the kubelet; return when the Node is Ready (bring-up time in
+        `ready_seconds`). Stops what it started if any step fails."""
+        began = time.monotonic()
+        try:
+            self._write_files()
+            self.cgroups.create()
+            self._start_containerd(timeout)
+            self._start_kubelet()
+            wait_until(
+                self.is_ready,
+                what=f"node {self.name} Ready",
+                timeout=timeout,
+                interval=0.5,
+                watch=[p for p in (self.containerd, self.kubelet) if p is not None],
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_seconds = time.monotonic() - began
+
+    def _write_files(self) -> None:
+        state = self.layout.state
+        for directory in PRIVATE_DIRECTORIES:
+            self.layout.private_directory(directory).mkdir(parents=True, exist_ok=True)
+        self.layout.sysctl_dir.mkdir(parents=True, exist_ok=True)
+        for key, value in KERNEL_DEFAULTS.items():
+            (self.layout.sysctl_dir / key.replace("/", ".")).write_text(value + "\n")
+        self.layout.containerd_config.parent.mkdir(parents=True, exist_ok=True)
+        self.layout.containerd_config.write_text(
+            containerd_configuration(layout=self.layout, sandbox_image=self.sandbox_image)
+        )
+        for registry in self.registries:
+            hosts = self.layout.registry_hosts / registry / "hosts.toml"
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(registry_hosts_toml(registry))
+        self.layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+        cni = cni_configuration(pod_cidr=POD_CIDR, ipam_dir=self.layout.ipam_dir)
+        (self.layout.cni_conf_dir / "10-labgate-pods.conflist").write_text(json.dumps(cni, indent=2))
+        (state / "ca.crt").write_bytes(self.control_plane.ca_pem)
+        config = kubelet_configuration(
+            layout=self.layout,
+            node_address=self.network.node_address,
+            client_ca_file=state / "ca.crt",
+            cgroup_root=self.cgroups.root,
+        )
+        self.layout.kubelet_config.write_text(yaml.safe_dump(config))
+
+    def _start_containerd(self, timeout: float) -> None:
+        # nsenter joins the network namespace and unshare makes a new mount namespace (not `ip netns
+        # exec`, which mounts a fresh /sys without the cgroup hierarchies); the script there makes
+        # the mount namespace the node's, then execs containerd: one pid from nsenter to containerd.
+        argv = [
+            shutil.which("nsenter") or "nsenter",
+            f"--net={self.network.netns_path}",
+            "--",
+            shutil.which("unshare") or "unshare",
+            "--mount",
+            "--propagation=slave",
+            "--",
+            "sh",
+            "-c",
+            mount_namespace_script(self.layout),
+            "node-mounts",
+            shutil.which("containerd") or "containerd",
+            "--config",
+            str(self.layout.containerd_config),
+        ]
+        self.containerd = spawn(self.workdir, "containerd", argv)
+        wait_until(
+            self._containerd_answers,
+            what="containerd",
+            timeout=timeout,
+            interval=0.2,
+            watch=[self.containerd],
+        )
+        rerecord(self.workdir, self.containerd)
+
+    def _containerd_answers(self) -> bool:
+        return self.ctr("version").returncode == 0
+
+    def ctr(self, *args: str, namespace: str = "k8s.io") -> subprocess.CompletedProcess[str]:
+        """`ctr` against this node's containerd (its socket is a path: reachable from the host)."""
+        return subprocess.run(
+            [
+                shutil.which("ctr") or "ctr",
+                "--address",
+                str(self.layout.containerd_socket),
+                "-n",
+                namespace,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _start_kubelet(self) -> None:
+        if self.containerd is None:
+            raise RuntimeError("containerd is not running")
+        kubeconfig = self.control_plane.kubeconfig_for(f"system:node:{self.name}", groups=("system:nodes",))
+        argv = [
+            shutil.which("nsenter") or "nsenter",
+            f"--target={self.containerd.pid}",
+            "--mount",
+            "--net",
+            "--",
+            str(tool("kubernetes").binary("kubelet")),
+            f"--config={self.layout.kubelet_config}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={self.layout.kubelet_root}",
+            f"--hostname-override={self.name}",
+            f"--node-ip={self.network.node_address}",
+            "--v=1",
+        ]
+        self.kubelet = spawn(self.workdir, "kubelet", argv)
+
+    def read_as_node(self, path: str) -> str:
+        """The file at `path` as the node's processes see it (in their mount namespace)."""
+        if self.kubelet is None:
+            raise RuntimeError("the kubelet is not running")
+        argv = [shutil.which("nsenter") or "nsenter", f"--target={self.kubelet.pid}", "--mount", "cat", path]
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+
+    def node_object(self) -> dict[str, object]:
+        """The Node as the apiserver has it."""
+        result = kubectl(self.control_plane.admin_kubeconfig, "get", "node", self.name, "-o", "json")
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip())
+        node: dict[str, object] = json.loads(result.stdout)
+        return node
+
+    def is_ready(self) -> bool:
+        status = self.node_object().get("status")
+        conditions = status.get("conditions", []) if isinstance(status, dict) else []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    # -- stop -------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop everything the node started, by pid, and remove its cgroups and state (idempotent)."""
+        if self.kubelet is not None:
+            self._stopped_pids.add(self.kubelet.pid)
+            self.kubelet.stop()
+            self.kubelet = None
+        self.cgroups.kill_all()  # the pods' containers: the kubelet does not stop them on its way out
+        shims = self._shim_pids()
+        self._stopped_pids.update(shims)
+        if self.containerd is not None:
+            self._stopped_pids.add(self.containerd.pid)
+            self.containerd.stop()
+            self.containerd = None
+        for pid in shims:
+            stop_pid(pid, timeout=5)
+        self.cgroups.remove()
+        self._remove_state()
+
+    def _shim_pids(self) -> list[int]:
+        pids = []
+        for pidfile in self.layout.containerd_state.glob("io.containerd.runtime.v2.task/*/*/shim.pid"):
+            try:
+                pids.append(int(pidfile.read_text().strip()))
+            except (OSError, ValueError):
+                continue
+        return pids
+
+    def _remove_state(self) -> None:
+        if self.mounts():
+            # Mounts of the node's namespace never show here; one that does came from elsewhere.
+            raise RuntimeError(f"mounts remain under {self.layout.state}: {self.mounts()}")
+        shutil.rmtree(self.layout.state, ignore_errors=True)
+
+    def mounts(self) -> list[str]:
+        """Mount points under the node's state directory that the host sees (none, ever)."""
+        prefix = str(self.layout.state) + "/"
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        return [line.split()[4] for line in lines if line.split()[4].startswith(prefix)]
+
+    def leftovers(self) -> list[str]:
+        """What of the node remains on the host after stop(): processes, cgroups, mounts, state."""
+        found = [f"process {pid} in the node's cgroups" for pid in self.cgroups.pids()]
+        found += [f"cgroup {path}" for path in self.cgroups.existing()]
+        found += [f"mount {path}" for path in self.mounts()]
+        found += [f"process {pid}" for pid in sorted(self._stopped_pids) if Path(f"/proc/{pid}").exists()]
+        if self.layout.state.exists():
+            found.append(f"directory {self.layout.state}")
+        return found
