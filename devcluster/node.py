@@ -269,6 +269,12 @@ class RealNode:
         conditions = status.get("conditions", []) if isinstance(status, dict) else []
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
+    def resident_memory_mib(self) -> dict[str, float]:
+        """What the node's processes hold in memory now (VmRSS): the kubelet, containerd, its shims."""
+        pids = {"kubelet": [self.kubelet.pid] if self.kubelet else [], "shims": self._shim_pids()}
+        pids["containerd"] = [self.containerd.pid] if self.containerd else []
+        return {name: round(sum(_rss_kib(pid) for pid in group) / 1024, 1) for name, group in pids.items()}
+
     # -- stop -------------------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -278,25 +284,29 @@ class RealNode:
             self.kubelet.stop()
             self.kubelet = None
         self.cgroups.kill_all()  # the pods' containers: the kubelet does not stop them on its way out
-        shims = self._shim_pids()
-        self._stopped_pids.update(shims)
         if self.containerd is not None:
             self._stopped_pids.add(self.containerd.pid)
             self.containerd.stop()
             self.containerd = None
-        for pid in shims:
+        for pid in self._shim_pids():
+            self._stopped_pids.add(pid)
             stop_pid(pid, timeout=5)
         self.cgroups.remove()
         self._remove_state()
 
     def _shim_pids(self) -> list[int]:
-        pids = []
-        for pidfile in self.layout.containerd_state.glob("io.containerd.runtime.v2.task/*/*/shim.pid"):
+        """The shims of this node's containerd: they name its socket (`-address`), live in no cgroup
+        of the node, and outlive containerd (as they should, for a restart)."""
+        socket = str(self.layout.containerd_socket).encode()
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             try:
-                pids.append(int(pidfile.read_text().strip()))
-            except (OSError, ValueError):
+                words = cmdline.read_bytes().split(b"\0")
+            except OSError:
                 continue
-        return pids
+            if words[0].endswith(b"containerd-shim-runc-v2") and socket in words:
+                found.append(int(cmdline.parent.name))
+        return found
 
     def _remove_state(self) -> None:
         if self.mounts():
@@ -315,7 +325,17 @@ class RealNode:
         found = [f"process {pid} in the node's cgroups" for pid in self.cgroups.pids()]
         found += [f"cgroup {path}" for path in self.cgroups.existing()]
         found += [f"mount {path}" for path in self.mounts()]
+        found += [f"containerd shim {pid}" for pid in self._shim_pids()]
         found += [f"process {pid}" for pid in sorted(self._stopped_pids) if Path(f"/proc/{pid}").exists()]
         if self.layout.state.exists():
             found.append(f"directory {self.layout.state}")
         return found
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    lines = [line for line in status.splitlines() if line.startswith("VmRSS:")]
+    return int(lines[0].split()[1]) if lines else 0
