@@ -1,0 +1,197 @@
+"""A real node (devcluster.node_cluster): the pinned kubelet on Debian's containerd and runc, pods on
+the reference CNI plugins' bridge, images pulled by digest from the local registry. What is graded is
+what the cluster reports (the Node's conditions, the pods' status and logs through the apiserver) and
+what the shared machine keeps: its kernel settings, and nothing of the node once it stopped.
+
+Skipped, with the reason, where a node cannot run (not root, packages missing, cgroup v2)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster.kubectl import kubectl
+from devcluster.node import node_problem
+from devcluster.node_cluster import NodeCluster
+from devcluster.node_images import build_echo
+
+pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
+
+# The settings the kubelet's protectKernelDefaults checks and this machine holds otherwise.
+SHARED_KERNEL_SETTINGS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+
+
+def kernel_settings() -> dict[str, str]:
+    return {key: Path(f"/proc/sys/{key}").read_text().strip() for key in SHARED_KERNEL_SETTINGS}
+
+
+@pytest.fixture(scope="module")
+def host_kernel_settings() -> dict[str, str]:
+    """The shared machine's settings before the node starts."""
+    return kernel_settings()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, host_kernel_settings: dict[str, str]
+) -> Iterator[NodeCluster]:
+    problem = node_problem()
+    if problem is not None:
+        pytest.skip(f"a real node cannot run here: {problem}")
+    started = NodeCluster(tmp_path_factory.mktemp("node-cluster"))
+    with started:
+        print(f"bring-up seconds: {started.bring_up_seconds}")  # shown with -s: the figures in the docs
+        yield started
+        print(f"node memory (MiB, after the tests' pods): {started.node.resident_memory_mib()}")
+    assert started.leftovers() == [], "the node left nothing behind (processes, cgroups, mounts, netns, veth)"
+    assert kernel_settings() == host_kernel_settings, "the node changed the shared machine's kernel settings"
+
+
+@pytest.fixture(scope="module")
+def echo_image(cluster: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return cluster.push_binary(build_echo(tmp_path_factory.mktemp("echo")), "labgate/echo")
+
+
+@pytest.fixture
+def namespace(cluster: NodeCluster) -> str:
+    """A fresh namespace whose default ServiceAccount exists (pods need it to be admitted)."""
+    name = f"node-{uuid.uuid4().hex[:8]}"
+    admin = cluster.control_plane.admin_kubeconfig
+    created = kubectl(admin, "create", "namespace", name)
+    assert created.returncode == 0, created.stderr
+    poll(lambda: kubectl(admin, "get", "serviceaccount", "default", "-n", name).returncode == 0, "default SA")
+    # Not deleted: its pods still run when the node stops, which must end them and leave nothing.
+    return name
+
+
+def poll(check: Any, what: str, *, timeout: float = 90.0) -> None:
+    """Poll `check` (bounded) until it returns true."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(0.5)
+
+
+def apply_pod(
+    cluster: NodeCluster, namespace: str, name: str, image: str, args: list[str], *, serves: int | None = None
+) -> None:
+    """A pod of one container; `serves`: a TCP port the kubelet probes before it calls the pod Ready."""
+    container: dict[str, Any] = {"name": "main", "image": image, "args": args}
+    if serves is not None:
+        container["readinessProbe"] = {"tcpSocket": {"port": serves}, "periodSeconds": 1}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
+    }
+    applied = kubectl(cluster.control_plane.admin_kubeconfig, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert applied.returncode == 0, applied.stderr
+
+
+def get_pod(cluster: NodeCluster, namespace: str, name: str) -> dict[str, Any]:
+    got = kubectl(cluster.control_plane.admin_kubeconfig, "get", "pod", name, "-n", namespace, "-o", "json")
+    assert got.returncode == 0, got.stderr
+    pod: dict[str, Any] = json.loads(got.stdout)
+    return pod
+
+
+def wait_for_phase(cluster: NodeCluster, namespace: str, name: str, phases: set[str]) -> dict[str, Any]:
+    """The pod once its phase is one of `phases` (bounded; a Failed pod ends the wait)."""
+    seen: dict[str, Any] = {}
+
+    def reached() -> bool:
+        seen.update(get_pod(cluster, namespace, name))
+        phase = seen.get("status", {}).get("phase")
+        assert phase in phases or phase not in ("Failed", "Succeeded"), (
+            f"{name} ended {phase}: {seen['status']}"
+        )
+        return phase in phases
+
+    poll(reached, f"pod {name} in {sorted(phases)}")
+    return seen
+
+
+def wait_until_ready(cluster: NodeCluster, namespace: str, name: str) -> dict[str, Any]:
+    """The pod once its Ready condition is True (its readiness probe passed), bounded."""
+    seen: dict[str, Any] = {}
+
+    def ready() -> bool:
+        seen.update(get_pod(cluster, namespace, name))
+        conditions = {c["type"]: c["status"] for c in seen.get("status", {}).get("conditions", [])}
+        return conditions.get("Ready") == "True"
+
+    poll(ready, f"pod {name} Ready")
+    return seen
+
+
+def test_the_node_is_ready_with_the_pinned_kubelet_and_containerd(cluster: NodeCluster) -> None:
+    node = cluster.node.node_object()
+    conditions = {c["type"]: c["status"] for c in node["status"]["conditions"]}  # type: ignore[index]
+    info = node["status"]["nodeInfo"]  # type: ignore[index]
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}  # type: ignore[index]
+    assert conditions["Ready"] == "True", conditions
+    assert info["kubeletVersion"] == "v1.34.4"
+    assert info["containerRuntimeVersion"].startswith("containerd://1.6.")
+    assert addresses["InternalIP"] == cluster.network.node_address
+
+
+def test_a_pod_runs_from_an_image_pulled_by_digest(
+    cluster: NodeCluster, namespace: str, echo_image: str
+) -> None:
+    apply_pod(cluster, namespace, "server", echo_image, ["-listen", ":7777"], serves=7777)
+    pod = wait_until_ready(cluster, namespace, "server")
+    status = pod["status"]["containerStatuses"][0]
+    assert pod["spec"]["nodeName"] == cluster.node.name
+    assert status["started"] is True, status
+    assert "running" in status["state"], status
+    # containerd 1.6 reports an image pulled by digest alone under its config's id in `image`; the
+    # repository digest it pulled is `imageID`, and what the node's image store holds.
+    assert status["imageID"] == echo_image, "the kubelet ran the pinned digest"
+    assert echo_image in cluster.node.ctr("images", "ls", "--quiet").stdout.split()
+    assert pod["status"]["podIP"].startswith("10.244.0.")
+    # The kubelet's own answer, through the apiserver (its client certificate, the node's address).
+    logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "server", "-n", namespace)
+    assert logs.returncode == 0, logs.stderr
+    assert "listening on [::]:7777" in logs.stdout
+
+
+def test_the_shared_kernel_settings_stay_and_the_kubelet_sees_its_own(
+    cluster: NodeCluster, host_kernel_settings: dict[str, str]
+) -> None:
+    configz = kubectl(
+        cluster.control_plane.admin_kubeconfig,
+        "get",
+        "--raw",
+        f"/api/v1/nodes/{cluster.node.name}/proxy/configz",
+    )
+    assert configz.returncode == 0, configz.stderr
+    assert json.loads(configz.stdout)["kubeletconfig"]["protectKernelDefaults"] is True
+    seen_by_kubelet = {
+        key: cluster.node.read_as_node(f"/proc/sys/{key}").strip() for key in SHARED_KERNEL_SETTINGS
+    }
+    assert seen_by_kubelet == {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
+    assert kernel_settings() == host_kernel_settings
+
+
+def test_two_pods_on_the_node_talk_tcp_over_the_pod_network(
+    cluster: NodeCluster, namespace: str, echo_image: str
+) -> None:
+    apply_pod(cluster, namespace, "server", echo_image, ["-listen", ":7777"], serves=7777)
+    server_ip = wait_until_ready(cluster, namespace, "server")["status"]["podIP"]
+    message = f"hello-{uuid.uuid4().hex[:6]}"
+    apply_pod(cluster, namespace, "client", echo_image, ["-connect", f"{server_ip}:7777", "-send", message])
+    client = wait_for_phase(cluster, namespace, "client", {"Succeeded"})
+    assert client["status"]["podIP"] != server_ip
+    logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "client", "-n", namespace)
+    assert f"reply from {server_ip}:7777: {message}" in logs.stdout, logs
