@@ -141,7 +141,7 @@ class LocalControlPlane:
         node_monitor_grace_seconds: int | None = None,
         controller_api_rate: tuple[int, int] | None = None,
         address: str = "127.0.0.1",
-        node_authorization: bool = False,
+        real_nodes: bool = False,
     ):
         """`with_scheduler` starts kube-scheduler too; `controllers` are kube-controller-manager's
         (the few labgate needs by default: startup time matters to the tests without nodes).
@@ -151,11 +151,12 @@ class LocalControlPlane:
         production-like (200, 400) for the Job launch benchmark; None keeps its defaults (20, 30).
         `address`: where the apiserver listens and what it advertises (a real node in its own network
         namespace reaches it at the host end of its veth, devcluster.node_network).
-        `node_authorization`: authorize kubelets as a real cluster does (the Node authorizer before
-        RBAC, the NodeRestriction admission plugin) and give the apiserver a client certificate for
-        calling them (logs, exec)."""
+        `real_nodes`: real kubelets join (devcluster.node): they are authorized as in a real
+        cluster (the Node authorizer before RBAC, the NodeRestriction admission plugin), the
+        apiserver gets a client certificate for calling them (logs, exec), and the `kubernetes`
+        Service gets its endpoint (the apiserver's address), which pods reach through kube-proxy."""
         self.address = address
-        self.node_authorization = node_authorization
+        self.real_nodes = real_nodes
         self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.controller_api_rate = controller_api_rate
         self.workdir = workdir
@@ -260,7 +261,8 @@ class LocalControlPlane:
                     *self._authorization_flags(pki),
                     "--allow-privileged=true",
                     "--profiling=false",
-                    "--endpoint-reconciler-type=none",
+                    # Without real nodes no pod reaches the `kubernetes` Service: it needs no endpoint.
+                    f"--endpoint-reconciler-type={'lease' if self.real_nodes else 'none'}",
                     "--v=1",
                 ],
             )
@@ -340,7 +342,7 @@ class LocalControlPlane:
 
     def _authorization_flags(self, pki: Path) -> list[str]:
         plugins = "NamespaceLifecycle,ServiceAccount,LimitRanger,ResourceQuota,PodSecurity"
-        if not self.node_authorization:
+        if not self.real_nodes:
             return [
                 "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={plugins},MutatingAdmissionWebhook,ValidatingAdmissionWebhook",

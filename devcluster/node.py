@@ -3,15 +3,16 @@ containerd (runc, the reference CNI plugins), in a network namespace (devcluster
 mount namespace of its own (devcluster.node_config says what the mount namespace holds).
 
     network = NodeNetwork("labgate-node-0"); network.create()
-    control_plane = LocalControlPlane(workdir, address=network.host_address, node_authorization=True, ...)
+    control_plane = LocalControlPlane(workdir, address=network.host_address, real_nodes=True, ...)
     with RealNode(workdir / "node", network=network, control_plane=control_plane,
                   sandbox_image=pause_reference, registries=[registry.host]) as node:
         ...   # node.name is Ready
 
-The kubelet authenticates with a client certificate from the control plane's CA (system:node:<name>
-in system:nodes, authorized by the Node authorizer). Processes are stopped by pid: the kubelet, every
-process in the node's cgroups (the pods' containers), containerd, its shims; then the node's cgroups
-and state directory are removed. The network namespace is the caller's (see NodeNetwork.delete).
+kube-proxy (iptables mode) routes Services inside the node's network namespace. The kubelet
+authenticates with a client certificate from the control plane's CA (system:node:<name> in
+system:nodes, authorized by the Node authorizer). Processes are stopped by pid: kube-proxy, the
+kubelet, every process in the node's cgroups (the pods' containers), containerd, its shims; then
+the node's cgroups and state directory are removed. The network namespace is the caller's (see NodeNetwork.delete).
 `node_problem()` says why a node cannot run here.
 """
 
@@ -26,25 +27,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-import yaml
-
 from devcluster.kubectl import kubectl
 from devcluster.node_cgroups import NodeCgroups, cgroup_v1_problem
 from devcluster.node_config import (
     CNI_BIN_DIR,
     CNI_PLUGINS,
-    KERNEL_DEFAULTS,
     PRIVATE_DIRECTORIES,
     NodeLayout,
-    cni_configuration,
-    containerd_configuration,
-    kubelet_configuration,
     mount_namespace_script,
-    registry_hosts_toml,
 )
+from devcluster.node_files import NodeFacts, write_node_files
 from devcluster.node_network import NodeNetwork
 from devcluster.processes import ManagedProcess, rerecord, spawn, stop_pid, wait_until
-from devcluster.tools import tool
+from devcluster.tools import ensure_tools, tool
 
 BINARIES = (
     "containerd",
@@ -116,6 +111,7 @@ class RealNode:
         self.cgroups = NodeCgroups(f"/{network.name}")
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None
+        self.kube_proxy: ManagedProcess | None = None
         self.ready_seconds: float | None = None
         self._stopped_pids: set[int] = set()
 
@@ -139,12 +135,13 @@ class RealNode:
             self.cgroups.create()
             self._start_containerd(timeout)
             self._start_kubelet()
+            self._start_kube_proxy()
             wait_until(
                 self.is_ready,
                 what=f"node {self.name} Ready",
                 timeout=timeout,
                 interval=0.5,
-                watch=[p for p in (self.containerd, self.kubelet) if p is not None],
+                watch=self._processes(),
             )
         except BaseException:
             self.stop()
@@ -152,31 +149,18 @@ class RealNode:
         self.ready_seconds = time.monotonic() - began
 
     def _write_files(self) -> None:
-        state = self.layout.state
-        for directory in PRIVATE_DIRECTORIES:
-            self.layout.private_directory(directory).mkdir(parents=True, exist_ok=True)
-        self.layout.sysctl_dir.mkdir(parents=True, exist_ok=True)
-        for key, value in KERNEL_DEFAULTS.items():
-            (self.layout.sysctl_dir / key.replace("/", ".")).write_text(value + "\n")
-        self.layout.containerd_config.parent.mkdir(parents=True, exist_ok=True)
-        self.layout.containerd_config.write_text(
-            containerd_configuration(layout=self.layout, sandbox_image=self.sandbox_image)
-        )
-        for registry in self.registries:
-            hosts = self.layout.registry_hosts / registry / "hosts.toml"
-            hosts.parent.mkdir(parents=True, exist_ok=True)
-            hosts.write_text(registry_hosts_toml(registry))
-        self.layout.cni_conf_dir.mkdir(parents=True, exist_ok=True)
-        cni = cni_configuration(pod_cidr=POD_CIDR, ipam_dir=self.layout.ipam_dir)
-        (self.layout.cni_conf_dir / "10-labgate-pods.conflist").write_text(json.dumps(cni, indent=2))
-        (state / "ca.crt").write_bytes(self.control_plane.ca_pem)
-        config = kubelet_configuration(
-            layout=self.layout,
+        facts = NodeFacts(
+            node_name=self.name,
             node_address=self.network.node_address,
-            client_ca_file=state / "ca.crt",
+            pod_cidr=POD_CIDR,
             cgroup_root=self.cgroups.root,
+            sandbox_image=self.sandbox_image,
+            registries=self.registries,
+            ca_pem=self.control_plane.ca_pem,
+            # The user the bootstrap ClusterRoleBinding system:node-proxier names.
+            kube_proxy_kubeconfig=self.control_plane.kubeconfig_for("system:kube-proxy"),
         )
-        self.layout.kubelet_config.write_text(yaml.safe_dump(config))
+        write_node_files(self.layout, facts)
 
     def _start_containerd(self, timeout: float) -> None:
         # nsenter joins the network namespace and unshare makes a new mount namespace (not `ip netns
@@ -230,24 +214,37 @@ class RealNode:
         )
 
     def _start_kubelet(self) -> None:
+        kubeconfig = self.control_plane.kubeconfig_for(f"system:node:{self.name}", groups=("system:nodes",))
+        self.kubelet = self._spawn_in_node(
+            "kubelet",
+            [
+                str(tool("kubernetes").binary("kubelet")),
+                f"--config={self.layout.kubelet_config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={self.layout.kubelet_root}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.network.node_address}",
+                "--v=1",
+            ],
+        )
+
+    def _start_kube_proxy(self) -> None:
+        binary = ensure_tools("kube-proxy")["kube-proxy"].binary()
+        self.kube_proxy = self._spawn_in_node(
+            "kube-proxy", [str(binary), f"--config={self.layout.kube_proxy_config}", "--v=1"]
+        )
+
+    def _spawn_in_node(self, name: str, argv: list[str]) -> ManagedProcess:
+        """Start `argv` in the node's network and mount namespaces (containerd's)."""
         if self.containerd is None:
             raise RuntimeError("containerd is not running")
-        kubeconfig = self.control_plane.kubeconfig_for(f"system:node:{self.name}", groups=("system:nodes",))
-        argv = [
+        nsenter = [
             shutil.which("nsenter") or "nsenter",
             f"--target={self.containerd.pid}",
             "--mount",
             "--net",
-            "--",
-            str(tool("kubernetes").binary("kubelet")),
-            f"--config={self.layout.kubelet_config}",
-            f"--kubeconfig={kubeconfig}",
-            f"--root-dir={self.layout.kubelet_root}",
-            f"--hostname-override={self.name}",
-            f"--node-ip={self.network.node_address}",
-            "--v=1",
         ]
-        self.kubelet = spawn(self.workdir, "kubelet", argv)
+        return spawn(self.workdir, name, [*nsenter, "--", *argv])
 
     def read_as_node(self, path: str) -> str:
         """The file at `path` as the node's processes see it (in their mount namespace)."""
@@ -270,19 +267,24 @@ class RealNode:
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
     def resident_memory_mib(self) -> dict[str, float]:
-        """What the node's processes hold in memory now (VmRSS): the kubelet, containerd, its shims."""
-        pids = {"kubelet": [self.kubelet.pid] if self.kubelet else [], "shims": self._shim_pids()}
-        pids["containerd"] = [self.containerd.pid] if self.containerd else []
+        """What the node's processes hold in memory now (VmRSS): the kubelet, kube-proxy, containerd,
+        its shims."""
+        pids = {p.name: [p.pid] for p in self._processes()}
+        pids["shims"] = self._shim_pids()
         return {name: round(sum(_rss_kib(pid) for pid in group) / 1024, 1) for name, group in pids.items()}
 
     # -- stop -------------------------------------------------------------------------------------
 
+    def _processes(self) -> list[ManagedProcess]:
+        return [p for p in (self.containerd, self.kubelet, self.kube_proxy) if p is not None]
+
     def stop(self) -> None:
         """Stop everything the node started, by pid, and remove its cgroups and state (idempotent)."""
-        if self.kubelet is not None:
-            self._stopped_pids.add(self.kubelet.pid)
-            self.kubelet.stop()
-            self.kubelet = None
+        for process in (self.kube_proxy, self.kubelet):
+            if process is not None:
+                self._stopped_pids.add(process.pid)
+                process.stop()
+        self.kube_proxy = self.kubelet = None
         self.cgroups.kill_all()  # the pods' containers: the kubelet does not stop them on its way out
         if self.containerd is not None:
             self._stopped_pids.add(self.containerd.pid)

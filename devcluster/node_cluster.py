@@ -39,7 +39,7 @@ class NodeCluster:
             with_scheduler=True,
             controllers=DEFAULT_CONTROLLERS,
             address=self.network.host_address,
-            node_authorization=True,
+            real_nodes=True,
         )
         self.registry = LocalRegistry(workdir, address=self.network.host_address)
         self.images = ImageTools(workdir / "images")

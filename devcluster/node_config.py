@@ -80,6 +80,15 @@ class NodeLayout:
         return self.state / "kubelet-config.yaml"
 
     @property
+    def kube_proxy_config(self) -> Path:
+        return self.state / "kube-proxy-config.yaml"
+
+    @property
+    def client_ca_file(self) -> Path:
+        """The cluster's CA: the kubelet's API accepts client certificates it signed."""
+        return self.state / "ca.crt"
+
+    @property
     def sysctl_dir(self) -> Path:
         return self.state / "sysctl"
 
@@ -123,6 +132,28 @@ def kubelet_configuration(
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
         "imageGCHighThresholdPercent": 98,
         "imageGCLowThresholdPercent": 95,
+    }
+
+
+def kube_proxy_configuration(*, kubeconfig: Path, node_name: str, pod_cidr: str) -> dict[str, Any]:
+    """kube-proxy in iptables mode, inside the node's network namespace. It leaves the conntrack
+    settings as they are: nf_conntrack_max is the whole machine's (0 = do not set)."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": node_name,
+        "clusterCIDR": pod_cidr,
+        "detectLocalMode": "ClusterCIDR",
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
     }
 
 

@@ -1,5 +1,6 @@
 """A real node (devcluster.node_cluster): the pinned kubelet on Debian's containerd and runc, pods on
-the reference CNI plugins' bridge, images pulled by digest from the local registry. What is graded is
+the reference CNI plugins' bridge, Services routed by kube-proxy, images pulled by digest from the
+local registry. What is graded is
 what the cluster reports (the Node's conditions, the pods' status and logs through the apiserver) and
 what the shared machine keeps: its kernel settings, and nothing of the node once it stopped.
 
@@ -195,3 +196,44 @@ def test_two_pods_on_the_node_talk_tcp_over_the_pod_network(
     assert client["status"]["podIP"] != server_ip
     logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "client", "-n", namespace)
     assert f"reply from {server_ip}:7777: {message}" in logs.stdout, logs
+
+
+def test_a_service_routes_to_its_pod_through_kube_proxy(
+    cluster: NodeCluster, namespace: str, echo_image: str
+) -> None:
+    apply_pod(cluster, namespace, "server", echo_image, ["-listen", ":7777"], serves=7777)
+    server_ip = wait_until_ready(cluster, namespace, "server")["status"]["podIP"]
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "echo", "namespace": namespace},
+        "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 7777}]},
+    }
+    applied = kubectl(cluster.control_plane.admin_kubeconfig, "apply", "-f", "-", stdin=json.dumps(service))
+    assert applied.returncode == 0, applied.stderr
+    cluster_ip = json.loads(
+        kubectl(
+            cluster.control_plane.admin_kubeconfig, "get", "service", "echo", "-n", namespace, "-o", "json"
+        ).stdout
+    )["spec"]["clusterIP"]
+    assert cluster_ip.startswith("10.96.")
+    message = f"via-service-{uuid.uuid4().hex[:6]}"
+    # kube-proxy writes the route a moment after the EndpointSlice: the client retries (bounded).
+    args = ["-connect", f"{cluster_ip}:80", "-send", message, "-attempts", "20"]
+    apply_pod(cluster, namespace, "client", echo_image, args)
+    wait_for_phase(cluster, namespace, "client", {"Succeeded"})
+    logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "client", "-n", namespace)
+    assert f"reply from {cluster_ip}:80: {message}" in logs.stdout, logs
+    assert server_ip != cluster_ip
+
+
+def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(
+    cluster: NodeCluster, namespace: str, echo_image: str
+) -> None:
+    args = ["-get", "https://10.96.0.1/version", "-attempts", "20"]
+    apply_pod(cluster, namespace, "client", echo_image, args)
+    wait_for_phase(cluster, namespace, "client", {"Succeeded"})
+    logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "client", "-n", namespace)
+    status_line, body = logs.stdout.split("\n", 1)
+    assert status_line == "https://10.96.0.1/version 200 OK", logs.stdout
+    assert json.loads(body)["gitVersion"] == "v1.34.4"

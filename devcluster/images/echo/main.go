@@ -2,13 +2,19 @@
 //
 //	echo -listen :7777                      serve: every connection gets back what it sends
 //	echo -connect 10.244.0.5:7777 -send hi  send "hi", print the reply, exit 0 if it is the same
+//	echo -get https://10.96.0.1/version     GET over HTTPS (the server's certificate unchecked), print the body
+//
+// -attempts N retries a failed -connect or -get, half a second apart (a Service's route may come a
+// moment after its pod is ready).
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"time"
 )
@@ -52,20 +58,53 @@ func send(address, message string, timeout time.Duration) error {
 	return nil
 }
 
+func get(url string, timeout time.Duration) error {
+	client := &http.Client{
+		Timeout: timeout,
+		// A probe of the route, not of trust: the certificate is not checked.
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec
+	}
+	response, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer response.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(response.Body, 4096))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %s\n%s\n", url, response.Status, body)
+	return nil
+}
+
+func retry(attempts int, action func() error) error {
+	err := action()
+	for attempt := 1; err != nil && attempt < attempts; attempt++ {
+		fmt.Fprintf(os.Stderr, "attempt %d: %v\n", attempt, err)
+		time.Sleep(500 * time.Millisecond)
+		err = action()
+	}
+	return err
+}
+
 func main() {
 	listen := flag.String("listen", "", "serve on this address")
 	connect := flag.String("connect", "", "send to this address")
+	getURL := flag.String("get", "", "GET this https URL")
 	message := flag.String("send", "ping", "what to send")
 	timeout := flag.Duration("timeout", 5*time.Second, "how long a connection may take")
+	attempts := flag.Int("attempts", 1, "how many times -connect or -get is tried")
 	flag.Parse()
 	var err error
 	switch {
 	case *listen != "":
 		err = serve(*listen)
 	case *connect != "":
-		err = send(*connect, *message, *timeout)
+		err = retry(*attempts, func() error { return send(*connect, *message, *timeout) })
+	case *getURL != "":
+		err = retry(*attempts, func() error { return get(*getURL, *timeout) })
 	default:
-		err = fmt.Errorf("give -listen or -connect")
+		err = fmt.Errorf("give -listen, -connect or -get")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo:", err)

@@ -16,6 +16,7 @@ from devcluster.node_config import (
     NodeLayout,
     cni_configuration,
     containerd_configuration,
+    kube_proxy_configuration,
     kubelet_configuration,
     mount_namespace_script,
     registry_hosts_toml,
@@ -115,6 +116,17 @@ def test_pods_get_addresses_from_the_pod_cidr_with_leases_in_the_node() -> None:
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.0.0/24"}]]
     assert bridge["ipam"]["dataDir"] == str(LAYOUT.ipam_dir)
     assert portmap["type"] == "portmap"
+
+
+def test_kube_proxy_routes_with_iptables_and_leaves_the_machines_conntrack_settings() -> None:
+    config = kube_proxy_configuration(kubeconfig=Path("/k"), node_name="n0", pod_cidr="10.244.0.0/24")
+    assert config["mode"] == "iptables"
+    assert config["hostnameOverride"] == "n0"
+    assert config["clusterCIDR"] == "10.244.0.0/24"
+    # nf_conntrack_max is one for the whole machine: 0 here means kube-proxy does not set it.
+    assert config["conntrack"]["maxPerCore"] == 0
+    assert config["conntrack"]["tcpEstablishedTimeout"] == "0s"
+    assert config["conntrack"]["tcpCloseWaitTimeout"] == "0s"
 
 
 def test_the_hosts_interface_name_fits_the_kernels_limit() -> None:
