@@ -2,7 +2,7 @@
 containerd (runc, the reference CNI plugins), in a network namespace (devcluster.node_network) and a
 mount namespace of its own (devcluster.node_config says what the mount namespace holds).
 
-    network = NodeNetwork("labgate-node-0"); network.create()
+    network = NodeNetwork.claim()
     control_plane = LocalControlPlane(workdir, address=network.host_address, real_nodes=True, ...)
     with RealNode(workdir / "node", network=network, control_plane=control_plane,
                   sandbox_image=pause_reference, registries=[registry.host]) as node:
@@ -92,10 +92,10 @@ class RealNode:
         control_plane: ClusterForNode,
         sandbox_image: str,
         registries: tuple[str, ...] = (),
-        name: str = "labgate-node-0",
+        name: str | None = None,
     ):
         """`sandbox_image`: the pause image by digest, pullable from one of `registries` (host:port of
-        plain-HTTP registries the node may pull from)."""
+        plain-HTTP registries the node may pull from). `name`: the Node's, by default the network's."""
         self.workdir = workdir
         self.layout = NodeLayout(workdir / "state")
         for hidden in ("/run", *PRIVATE_DIRECTORIES):
@@ -107,7 +107,7 @@ class RealNode:
         self.control_plane = control_plane
         self.sandbox_image = sandbox_image
         self.registries = registries
-        self.name = name
+        self.name = name or network.name
         self.cgroups = NodeCgroups(f"/{network.name}")
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None

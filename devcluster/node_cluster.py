@@ -26,31 +26,36 @@ from devcluster.node_network import NodeNetwork
 from devcluster.registry import ImageTools, LocalRegistry
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 class NodeCluster:
     """The control plane, the registry and the real node, started and stopped together."""
 
-    def __init__(self, workdir: Path, *, network_name: str = "labgate-node-0"):
+    def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.network = NodeNetwork(network_name)
-        self.control_plane = LocalControlPlane(
-            workdir / "controlplane",
-            with_scheduler=True,
-            controllers=DEFAULT_CONTROLLERS,
-            address=self.network.host_address,
-            real_nodes=True,
-        )
-        self.registry = LocalRegistry(workdir, address=self.network.host_address)
         self.images = ImageTools(workdir / "images")
+        self._network: NodeNetwork | None = None
+        self._control_plane: LocalControlPlane | None = None
+        self._registry: LocalRegistry | None = None
         self._node: RealNode | None = None
         self.bring_up_seconds: dict[str, float] = {}
 
     @property
+    def network(self) -> NodeNetwork:
+        return _started(self._network, "network")
+
+    @property
+    def control_plane(self) -> LocalControlPlane:
+        return _started(self._control_plane, "control plane")
+
+    @property
+    def registry(self) -> LocalRegistry:
+        return _started(self._registry, "registry")
+
+    @property
     def node(self) -> RealNode:
-        if self._node is None:
-            raise RuntimeError("the node is not started")
-        return self._node
+        return _started(self._node, "node")
 
     def __enter__(self) -> NodeCluster:
         self.start()
@@ -64,16 +69,24 @@ class NodeCluster:
     def start(self) -> None:
         """Start every part; `bring_up_seconds` says how long each took. Undoes all if one fails."""
         try:
-            self._timed("network", self.network.create)
-            self._timed("control plane", self.control_plane.start)
-            self._timed("registry", self.registry.start)
+            network = self._network = self._timed("network", NodeNetwork.claim)
+            self._control_plane = LocalControlPlane(
+                self.workdir / "controlplane",
+                with_scheduler=True,
+                controllers=DEFAULT_CONTROLLERS,
+                address=network.host_address,
+                real_nodes=True,
+            )
+            self._timed("control plane", self._control_plane.start)
+            self._registry = LocalRegistry(self.workdir, address=network.host_address)
+            self._timed("registry", self._registry.start)
             pause = self._timed("pause image", self._push_pause)
             self._node = RealNode(
                 self.workdir / "node",
-                network=self.network,
-                control_plane=self.control_plane,
+                network=network,
+                control_plane=self._control_plane,
                 sandbox_image=pause,
-                registries=(self.registry.host,),
+                registries=(self._registry.host,),
             )
             self._timed("node Ready", self._node.start)
         except BaseException:
@@ -96,10 +109,11 @@ class NodeCluster:
     def stop(self) -> None:
         """Stop the node, the registry and the control plane by pid; delete the network. Every step
         runs even when an earlier one fails (the first failure is raised at the end)."""
-        steps = [self.registry.stop, self.control_plane.stop, self.network.delete]
+        parts = (self._node, self._registry, self._control_plane, self._network)
+        steps = [
+            part.delete if isinstance(part, NodeNetwork) else part.stop for part in parts if part is not None
+        ]
         failures: list[BaseException] = []
-        for step in [self._node.stop] if self._node is not None else []:
-            steps.insert(0, step)
         for step in steps:
             try:
                 step()
@@ -111,4 +125,10 @@ class NodeCluster:
     def leftovers(self) -> list[str]:
         """What the cluster left on the host: empty after stop()."""
         found = self._node.leftovers() if self._node is not None else []
-        return found + self.network.leftovers()
+        return found + (self._network.leftovers() if self._network is not None else [])
+
+
+def _started(part: P | None, what: str) -> P:
+    if part is None:
+        raise RuntimeError(f"the {what} is not started")
+    return part

@@ -1,11 +1,10 @@
 """A real node's network: a network namespace of its own, joined to the host by a veth pair.
 
-    network = NodeNetwork("labgate-node-0")
-    network.create()          # before the control plane, which listens on network.host_address
-    ...
+    network = NodeNetwork.claim()   # the first free slot, created; before the control plane, which
+    ...                             # listens on network.host_address
     network.delete()
 
-The host end (172.31.254.1 by default) is where the node reaches the apiserver and the registry; the
+The host end (172.31.254.1 in slot 0) is where the node reaches the apiserver and the registry; the
 node end (172.31.254.2) is the node's InternalIP, where the apiserver reaches the kubelet. Pod
 networking (the CNI bridge, its iptables rules) lives inside the namespace: nothing of it touches the
 host's interfaces or firewall.
@@ -18,6 +17,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+# Node networks that may exist side by side (test runs of several people on one machine): each a /30.
+SLOTS = 16
 
 
 def _ip() -> str:
@@ -57,11 +59,43 @@ class NodeNetwork:
     def netns_path(self) -> Path:
         return Path("/run/netns") / self.name
 
+    @classmethod
+    def in_slot(cls, slot: int, *, prefix: str = "labgate-node") -> NodeNetwork:
+        """The network of slot `slot`: namespace <prefix>-<slot>, the slot's /30 of 172.31.254.0/24."""
+        if not 0 <= slot < SLOTS:
+            raise ValueError(f"slot {slot} is not in 0..{SLOTS - 1}")
+        return cls(
+            f"{prefix}-{slot}",
+            host_address=f"172.31.254.{4 * slot + 1}",
+            node_address=f"172.31.254.{4 * slot + 2}",
+        )
+
+    @classmethod
+    def claim(cls) -> NodeNetwork:
+        """Create the network of the first free slot (`ip netns add` fails on a taken one, so two runs
+        side by side never share one); raise when all are taken."""
+        for slot in range(SLOTS):
+            network = cls.in_slot(slot)
+            if (
+                not network.netns_path.exists()
+                and run_ip("netns", "add", network.name, check=False).returncode == 0
+            ):
+                network._join_to_host()
+                return network
+        raise RuntimeError(
+            f"all {SLOTS} node networks are taken (ip netns list): other runs, or leftovers of killed ones"
+            " (`ip netns delete labgate-node-N` removes one that no process uses)"
+        )
+
     def create(self) -> None:
         """Make the namespace and the veth pair, addresses up; undo what was made if a step fails."""
         if self.netns_path.exists():
             raise RuntimeError(f"network namespace {self.name} exists already (another node, or a leftover)")
         run_ip("netns", "add", self.name)
+        self._join_to_host()
+
+    def _join_to_host(self) -> None:
+        """The veth pair between the (new) namespace and the host; undone with the namespace on failure."""
         try:
             peer = f"{self.host_interface}n"
             run_ip("link", "add", self.host_interface, "type", "veth", "peer", "name", peer)

@@ -21,7 +21,7 @@ from devcluster.node_config import (
     mount_namespace_script,
     registry_hosts_toml,
 )
-from devcluster.node_network import NodeNetwork
+from devcluster.node_network import SLOTS, NodeNetwork
 
 LAYOUT = NodeLayout(Path("/tmp/cluster/node/state"))
 
@@ -127,6 +127,21 @@ def test_kube_proxy_routes_with_iptables_and_leaves_the_machines_conntrack_setti
     assert config["conntrack"]["maxPerCore"] == 0
     assert config["conntrack"]["tcpEstablishedTimeout"] == "0s"
     assert config["conntrack"]["tcpCloseWaitTimeout"] == "0s"
+
+
+def test_each_slot_has_its_own_namespace_addresses_and_interface() -> None:
+    networks = [NodeNetwork.in_slot(slot) for slot in range(SLOTS)]
+    assert (networks[0].name, networks[0].host_address, networks[0].node_address) == (
+        "labgate-node-0",
+        "172.31.254.1",
+        "172.31.254.2",
+    )
+    assert (networks[-1].host_address, networks[-1].node_address) == ("172.31.254.61", "172.31.254.62")
+    addresses = [n.host_address for n in networks] + [n.node_address for n in networks]
+    assert len(set(addresses)) == 2 * SLOTS
+    assert len({n.host_interface for n in networks}) == SLOTS
+    with pytest.raises(ValueError, match=r"not in 0\.\.15"):
+        NodeNetwork.in_slot(SLOTS)
 
 
 def test_the_hosts_interface_name_fits_the_kernels_limit() -> None:
