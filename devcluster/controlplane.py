@@ -355,6 +355,9 @@ class LocalControlPlane:
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             # A node's name resolves nowhere here: the apiserver calls kubelets at their InternalIP.
             "--kubelet-preferred-address-types=InternalIP",
+            # No kube-proxy on this host (its rules would be the shared machine's): the apiserver
+            # resolves webhook and aggregated API Services to their endpoints itself.
+            "--enable-aggregator-routing=true",
         ]
 
     def _ca_or_raise(self) -> KeyPair:

@@ -52,7 +52,6 @@ BINARIES = (
     "iptables",
     "gcc",
 )
-POD_CIDR = "10.244.0.0/24"
 
 
 def node_problem() -> str | None:
@@ -152,7 +151,7 @@ class RealNode:
         facts = NodeFacts(
             node_name=self.name,
             node_address=self.network.node_address,
-            pod_cidr=POD_CIDR,
+            pod_cidr=self.network.pod_cidr,
             cgroup_root=self.cgroups.root,
             sandbox_image=self.sandbox_image,
             registries=self.registries,

@@ -5,7 +5,9 @@
     network.delete()
 
 The host end (172.31.254.1 in slot 0) is where the node reaches the apiserver and the registry; the
-node end (172.31.254.2) is the node's InternalIP, where the apiserver reaches the kubelet. Pod
+node end (172.31.254.2) is the node's InternalIP, where the apiserver reaches the kubelet; the host
+routes the node's pod CIDR (10.244.<slot>.0/24) into the veth, where the apiserver reaches webhooks
+in pods. Pod
 networking (the CNI bridge, its iptables rules) lives inside the namespace: nothing of it touches the
 host's interfaces or firewall.
 """
@@ -45,6 +47,7 @@ class NodeNetwork:
     host_address: str = "172.31.254.1"
     node_address: str = "172.31.254.2"
     prefix_length: int = 30
+    pod_cidr: str = "10.244.0.0/24"
 
     @property
     def host_interface(self) -> str:
@@ -68,6 +71,7 @@ class NodeNetwork:
             f"{prefix}-{slot}",
             host_address=f"172.31.254.{4 * slot + 1}",
             node_address=f"172.31.254.{4 * slot + 2}",
+            pod_cidr=f"10.244.{slot}.0/24",
         )
 
     @classmethod
@@ -108,6 +112,9 @@ class NodeNetwork:
             self.exec("ip", "link", "set", "lo", "up")
             # Forwarding between the pods' bridge and eth0, inside the namespace only.
             self.exec("sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+            # The apiserver calls webhooks in pods at their addresses: the host routes the node's pod
+            # CIDR into the veth (the route goes with the veth).
+            run_ip("route", "add", self.pod_cidr, "via", self.node_address, "dev", self.host_interface)
         except BaseException:
             self.delete()
             raise
@@ -137,4 +144,6 @@ class NodeNetwork:
             found.append(f"network namespace {self.name}")
         if self.has_host_interface():
             found.append(f"interface {self.host_interface}")
+        if run_ip("route", "show", self.pod_cidr).stdout.strip():
+            found.append(f"route to {self.pod_cidr}")
         return found

@@ -8,10 +8,12 @@ Skipped, with the reason, where a node cannot run (not root, packages missing, c
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from devcluster.kubectl import kubectl
 from devcluster.node import node_problem
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import build_echo
+from labgate.core.certificates import issue_serving_cert, make_ca
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
 
@@ -71,21 +74,33 @@ def namespace(cluster: NodeCluster) -> str:
     return name
 
 
-def poll(check: Any, what: str, *, timeout: float = 90.0) -> None:
-    """Poll `check` (bounded) until it returns true."""
+def poll(check: Callable[[], bool], what: str | Callable[[], str], *, timeout: float = 90.0) -> None:
+    """Poll `check` (bounded) until it returns true; `what` (or what it returns) names it on failure."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        assert time.monotonic() < deadline, f"{what() if callable(what) else what}: not within {timeout:.0f}s"
         time.sleep(0.5)
 
 
 def apply_pod(
-    cluster: NodeCluster, namespace: str, name: str, image: str, args: list[str], *, serves: int | None = None
+    cluster: NodeCluster,
+    namespace: str,
+    name: str,
+    image: str,
+    args: list[str],
+    *,
+    serves: int | None = None,
+    secret: str | None = None,
 ) -> None:
-    """A pod of one container; `serves`: a TCP port the kubelet probes before it calls the pod Ready."""
+    """A pod of one container; `serves`: a TCP port the kubelet probes before it calls the pod Ready;
+    `secret`: a Secret whose files the container sees under /secret."""
     container: dict[str, Any] = {"name": "main", "image": image, "args": args}
     if serves is not None:
         container["readinessProbe"] = {"tcpSocket": {"port": serves}, "periodSeconds": 1}
+    volumes = []
+    if secret is not None:
+        container["volumeMounts"] = [{"name": "secret", "mountPath": "/secret", "readOnly": True}]
+        volumes.append({"name": "secret", "secret": {"secretName": secret}})
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -94,9 +109,15 @@ def apply_pod(
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "containers": [container],
+            "volumes": volumes,
         },
     }
     applied = kubectl(cluster.control_plane.admin_kubeconfig, "apply", "-f", "-", stdin=json.dumps(pod))
+    assert applied.returncode == 0, applied.stderr
+
+
+def apply(cluster: NodeCluster, manifest: dict[str, Any]) -> None:
+    applied = kubectl(cluster.control_plane.admin_kubeconfig, "apply", "-f", "-", stdin=json.dumps(manifest))
     assert applied.returncode == 0, applied.stderr
 
 
@@ -119,7 +140,7 @@ def wait_for_phase(cluster: NodeCluster, namespace: str, name: str, phases: set[
         )
         return phase in phases
 
-    poll(reached, f"pod {name} in {sorted(phases)}")
+    poll(reached, lambda: f"pod {name} in {sorted(phases)} (its status: {seen.get('status')})")
     return seen
 
 
@@ -132,7 +153,7 @@ def wait_until_ready(cluster: NodeCluster, namespace: str, name: str) -> dict[st
         conditions = {c["type"]: c["status"] for c in seen.get("status", {}).get("conditions", [])}
         return conditions.get("Ready") == "True"
 
-    poll(ready, f"pod {name} Ready")
+    poll(ready, lambda: f"pod {name} Ready (its status: {seen.get('status')})")
     return seen
 
 
@@ -160,7 +181,7 @@ def test_a_pod_runs_from_an_image_pulled_by_digest(
     # repository digest it pulled is `imageID`, and what the node's image store holds.
     assert status["imageID"] == echo_image, "the kubelet ran the pinned digest"
     assert echo_image in cluster.node.ctr("images", "ls", "--quiet").stdout.split()
-    assert pod["status"]["podIP"].startswith("10.244.0.")
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(cluster.network.pod_cidr)
     # The kubelet's own answer, through the apiserver (its client certificate, the node's address).
     logs = kubectl(cluster.control_plane.admin_kubeconfig, "logs", "server", "-n", namespace)
     assert logs.returncode == 0, logs.stderr
@@ -237,3 +258,85 @@ def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(
     status_line, body = logs.stdout.split("\n", 1)
     assert status_line == "https://10.96.0.1/version 200 OK", logs.stdout
     assert json.loads(body)["gitVersion"] == "v1.34.4"
+
+
+def test_the_apiserver_calls_a_webhook_in_a_pod_through_its_service(
+    cluster: NodeCluster, namespace: str, echo_image: str
+) -> None:
+    ca = make_ca("node-test-webhook-ca")
+    serving = issue_serving_cert(ca, common_name="webhook", dns_names=(f"webhook.{namespace}.svc",))
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "webhook-tls", "namespace": namespace},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": _b64(serving.cert_pem), "tls.key": _b64(serving.key_pem)},
+    }
+    apply(cluster, secret)
+    message = f"refused in a pod ({uuid.uuid4().hex[:6]})"
+    args = ["-webhook", ":8443", "-cert", "/secret/tls.crt", "-key", "/secret/tls.key", "-deny", message]
+    apply_pod(cluster, namespace, "server", echo_image, args, serves=8443, secret="webhook-tls")
+    wait_until_ready(cluster, namespace, "server")
+    service = {"selector": {"app": "server"}, "ports": [{"port": 443, "targetPort": 8443}]}
+    apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "webhook", "namespace": namespace},
+            "spec": service,
+        },
+    )
+    apply(cluster, _webhook_configuration(namespace, ca.cert_pem))
+    refusal = f'admission webhook "refuse.node-test.labgate.io" denied the request: {message}'
+    last: list[str] = []
+
+    def refused() -> bool:
+        created = kubectl(
+            cluster.control_plane.admin_kubeconfig,
+            "create",
+            "configmap",
+            f"probe-{uuid.uuid4().hex[:6]}",
+            "-n",
+            namespace,
+        )
+        last[:] = [created.stderr.strip() or created.stdout.strip()]
+        return created.returncode != 0 and refusal in created.stderr
+
+    # The configuration takes effect within moments (the apiserver's informer): polled, bounded.
+    poll(refused, lambda: f"the webhook's refusal (the last answer: {last})", timeout=60)
+
+
+def _webhook_configuration(namespace: str, ca_pem: bytes) -> dict[str, Any]:
+    """A validating webhook on ConfigMap creates in `namespace` only, served by its Service "webhook"."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": f"node-test-{namespace}"},
+        "webhooks": [
+            {
+                "name": "refuse.node-test.labgate.io",
+                "clientConfig": {
+                    "service": {"namespace": namespace, "name": "webhook", "port": 443},
+                    "caBundle": _b64(ca_pem),
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["configmaps"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }
+        ],
+    }
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

@@ -137,6 +137,9 @@ def test_each_slot_has_its_own_namespace_addresses_and_interface() -> None:
         "172.31.254.2",
     )
     assert (networks[-1].host_address, networks[-1].node_address) == ("172.31.254.61", "172.31.254.62")
+    # The host routes each node's pods into its veth: the CIDRs must not overlap.
+    assert [n.pod_cidr for n in networks[:2]] == ["10.244.0.0/24", "10.244.1.0/24"]
+    assert len({n.pod_cidr for n in networks}) == SLOTS
     addresses = [n.host_address for n in networks] + [n.node_address for n in networks]
     assert len(set(addresses)) == 2 * SLOTS
     assert len({n.host_interface for n in networks}) == SLOTS
