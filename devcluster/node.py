@@ -92,9 +92,11 @@ class RealNode:
         sandbox_image: str,
         registries: tuple[str, ...] = (),
         name: str | None = None,
+        detached: bool = False,
     ):
         """`sandbox_image`: the pause image by digest, pullable from one of `registries` (host:port of
-        plain-HTTP registries the node may pull from). `name`: the Node's, by default the network's."""
+        plain-HTTP registries the node may pull from). `name`: the Node's, by default the network's.
+        `detached`: the processes outlive this Python process (`python -m devcluster up --real-node`)."""
         self.workdir = workdir
         self.layout = NodeLayout(workdir / "state")
         for hidden in ("/run", *PRIVATE_DIRECTORIES):
@@ -102,11 +104,22 @@ class RealNode:
                 raise ValueError(
                     f"the node's directory ({workdir}) must not be under {hidden}: the node hides it"
                 )
+        # Unix sockets live under the state (the kubelet's pod-resources/<10 digits>, containerd's
+        # .ttrpc): their paths must fit sun_path (108 bytes).
+        longest = max(
+            len(str(self.layout.kubelet_root / "pod-resources" / "0123456789")),
+            len(str(self.layout.containerd_socket)) + 6,
+        )
+        if longest >= 108:
+            raise ValueError(
+                f"the node's directory ({workdir}) is too long for its unix sockets: use a shorter one"
+            )
         self.network = network
         self.control_plane = control_plane
         self.sandbox_image = sandbox_image
         self.registries = registries
         self.name = name or network.name
+        self.detached = detached
         self.cgroups = NodeCgroups(f"/{network.name}")
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None
@@ -181,7 +194,7 @@ class RealNode:
             "--config",
             str(self.layout.containerd_config),
         ]
-        self.containerd = spawn(self.workdir, "containerd", argv)
+        self.containerd = spawn(self.workdir, "containerd", argv, detached=self.detached)
         wait_until(
             self._containerd_answers,
             what="containerd",
@@ -243,7 +256,18 @@ class RealNode:
             "--mount",
             "--net",
         ]
-        return spawn(self.workdir, name, [*nsenter, "--", *argv])
+        process = spawn(self.workdir, name, [*nsenter, "--", *argv], detached=self.detached)
+        # nsenter execs the program (same pid): record it as the program, so that `python -m devcluster
+        # down` recognizes it (it signals a pid only while its command line is the one recorded).
+        wait_until(
+            lambda: Path(f"/proc/{process.pid}/exe").resolve() == Path(argv[0]).resolve(),
+            what=f"{name} started",
+            timeout=30,
+            interval=0.05,
+            watch=[process],
+        )
+        rerecord(self.workdir, process)
+        return process
 
     def read_as_node(self, path: str) -> str:
         """The file at `path` as the node's processes see it (in their mount namespace)."""

@@ -13,6 +13,8 @@ newest first, and `leftovers()` lists what of it the host still holds (empty aft
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from devcluster.controlplane import DEFAULT_CONTROLLERS, LocalControlPlane
 from devcluster.node import RealNode
 from devcluster.node_images import build_pause, push_binary_image
 from devcluster.node_network import NodeNetwork
+from devcluster.processes import stop_recorded
 from devcluster.registry import ImageTools, LocalRegistry
 
 T = TypeVar("T")
@@ -32,8 +35,10 @@ P = TypeVar("P")
 class NodeCluster:
     """The control plane, the registry and the real node, started and stopped together."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, *, detached: bool = False):
+        """`detached`: the processes outlive this Python process; `stop_detached(workdir)` ends them."""
         self.workdir = workdir
+        self.detached = detached
         self.images = ImageTools(workdir / "images")
         self._network: NodeNetwork | None = None
         self._control_plane: LocalControlPlane | None = None
@@ -70,15 +75,18 @@ class NodeCluster:
         """Start every part; `bring_up_seconds` says how long each took. Undoes all if one fails."""
         try:
             network = self._network = self._timed("network", NodeNetwork.claim)
+            _network_record(self.workdir).parent.mkdir(parents=True, exist_ok=True)
+            _network_record(self.workdir).write_text(json.dumps(dataclasses.asdict(network)))
             self._control_plane = LocalControlPlane(
                 self.workdir / "controlplane",
+                detached=self.detached,
                 with_scheduler=True,
                 controllers=DEFAULT_CONTROLLERS,
                 address=network.host_address,
                 real_nodes=True,
             )
             self._timed("control plane", self._control_plane.start)
-            self._registry = LocalRegistry(self.workdir, address=network.host_address)
+            self._registry = LocalRegistry(self.workdir, address=network.host_address, detached=self.detached)
             self._timed("registry", self._registry.start)
             pause = self._timed("pause image", self._push_pause)
             self._node = RealNode(
@@ -87,6 +95,7 @@ class NodeCluster:
                 control_plane=self._control_plane,
                 sandbox_image=pause,
                 registries=(self._registry.host,),
+                detached=self.detached,
             )
             self._timed("node Ready", self._node.start)
         except BaseException:
@@ -119,6 +128,7 @@ class NodeCluster:
                 step()
             except Exception as error:  # reported below, after the other steps ran
                 failures.append(error)
+        _network_record(self.workdir).unlink(missing_ok=True)
         if failures:
             raise failures[0]
 
@@ -126,6 +136,42 @@ class NodeCluster:
         """What the cluster left on the host: empty after stop()."""
         found = self._node.leftovers() if self._node is not None else []
         return found + (self._network.leftovers() if self._network is not None else [])
+
+
+def _network_record(workdir: Path) -> Path:
+    return workdir / "node-network.json"
+
+
+def stop_detached(workdir: Path) -> list[str]:
+    """Stop a detached NodeCluster of `workdir` from another process (`python -m devcluster down`):
+    its processes by their recorded pids (each only while it is still the one recorded), then what
+    the node leaves (its pods' processes, containerd's shims, cgroups, state) and its network."""
+    record = _network_record(workdir)
+    if not record.is_file():
+        return []
+    network = NodeNetwork(**json.loads(record.read_text()))
+    stopped = (
+        stop_recorded(workdir / "node") + stop_recorded(workdir) + stop_recorded(workdir / "controlplane")
+    )
+    RealNode(workdir / "node", network=network, control_plane=_NoControlPlane(), sandbox_image="").stop()
+    network.delete()
+    record.unlink()
+    return [*stopped, f"node network {network.name}"]
+
+
+class _NoControlPlane:
+    """What stopping a node needs of its control plane: nothing (stop() never calls it)."""
+
+    @property
+    def ca_pem(self) -> bytes:
+        raise RuntimeError("not needed to stop a node")
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        raise RuntimeError("not needed to stop a node")
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        raise RuntimeError("not needed to stop a node")
 
 
 def _started(part: P | None, what: str) -> P:

@@ -172,6 +172,7 @@ class LocalRegistry:
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
     address: str = "127.0.0.1"
+    detached: bool = False  # outlives this Python process (`python -m devcluster up`)
 
     @property
     def host(self) -> str:
@@ -229,7 +230,9 @@ class LocalRegistry:
         config = self._config()
         config_path.write_text(yaml.safe_dump(config))
         binary = str(tool("registry").binary())
-        self.process = spawn(self.workdir, self.name, [binary, "serve", str(config_path)])
+        self.process = spawn(
+            self.workdir, self.name, [binary, "serve", str(config_path)], detached=self.detached
+        )
         try:
             wait_until(self.is_answering, what=f"registry {self.name}", timeout=timeout, watch=[self.process])
         except BaseException:

@@ -162,3 +162,13 @@ def test_a_node_refuses_state_where_its_own_directories_would_hide_it(hidden: st
             control_plane=None,  # type: ignore[arg-type]  # never reached
             sandbox_image="p",
         )
+
+
+def test_a_node_refuses_a_directory_too_long_for_its_unix_sockets() -> None:
+    with pytest.raises(ValueError, match="too long for its unix sockets"):
+        RealNode(
+            Path("/tmp") / ("d" * 80),
+            network=NodeNetwork("n0"),
+            control_plane=None,  # type: ignore[arg-type]  # never reached
+            sandbox_image="p",
+        )
