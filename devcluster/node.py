@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -51,6 +50,7 @@ BINARIES = (
     "unshare",
     "iptables",
     "gcc",
+    "go",  # the echo image's binary (the toolchain builds the pinned tools with it too)
 )
 
 
@@ -63,7 +63,7 @@ def node_problem() -> str | None:
     if missing:
         return (
             f"not installed: {', '.join(missing)} (toolchain/debian-packages.sh installs containerd, "
-            "runc, containernetworking-plugins, iptables, gcc)"
+            "runc, containernetworking-plugins, iptables, gcc; go as for toolchain/build.sh)"
         )
     return cgroup_v1_problem()
 
@@ -124,7 +124,6 @@ class RealNode:
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None
         self.kube_proxy: ManagedProcess | None = None
-        self.ready_seconds: float | None = None
         self._stopped_pids: set[int] = set()
 
     def __enter__(self) -> RealNode:
@@ -139,9 +138,8 @@ class RealNode:
     # -- start ------------------------------------------------------------------------------------
 
     def start(self, *, timeout: float = 180.0) -> None:
-        """Start containerd, then the kubelet; return when the Node is Ready (bring-up time in
-        `ready_seconds`). Stops what it started if any step fails."""
-        began = time.monotonic()
+        """Start containerd, then the kubelet and kube-proxy; return when the Node is Ready. Stops
+        what it started if any step fails."""
         try:
             self._write_files()
             self.cgroups.create()
@@ -158,7 +156,6 @@ class RealNode:
         except BaseException:
             self.stop()
             raise
-        self.ready_seconds = time.monotonic() - began
 
     def _write_files(self) -> None:
         facts = NodeFacts(
