@@ -25,13 +25,14 @@ test: setup lint policy-test  ## every test
 
 setup: venv tools debian-packages
 
-# Debian's debootstrap, umoci, containerd and runc for the image tests: installed with apt where this
-# runs as root (skipped with the reason elsewhere, and the image tests then say so).
+# Debian's debootstrap, umoci, containerd and runc for the image tests, and containernetworking-plugins,
+# iptables, ipset, gcc and libc6-dev for the node tests: installed with apt where this runs as root
+# (skipped with the reason elsewhere, and those tests then say so).
 debian-packages:
 	toolchain/debian-packages.sh
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
-TEST_TOOLS := kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
+TEST_TOOLS := kubernetes kube-proxy etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
 
 # The tools `make run`'s stack uses (no registry, signing or lint tools).
 RUN_TOOLS := kubernetes etcd opa kwok kueue

@@ -1,5 +1,7 @@
 """`python -m devcluster up [--demo] [--nodes POOLS_FILE] [--kueue]` / `python -m devcluster down`: the local control plane with
-labgate installed, for `make run` and `make stop`. A development tool, run from a checkout; it is not
+labgate installed, for `make run` and `make stop`. `python -m devcluster up --real-node`: instead, a
+control plane with one real node (devcluster.node_cluster; root), a registry it pulls from, and no
+labgate. A development tool, run from a checkout; it is not
 part of the shipped package or the container image."""
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import sys
 from pathlib import Path
 
 from devcluster.demo import run_demo
+from devcluster.node import node_problem
+from devcluster.node_cluster import NodeCluster, stop_detached
 from devcluster.nodes import load_pools
 from devcluster.processes import recorded_pids, stop_recorded
 from devcluster.stack import LabgateStack, NodeSimulation
@@ -32,6 +36,14 @@ def _up(args: argparse.Namespace) -> int:
     # so `make stop` then `make run` shows the same as the first run.
     shutil.rmtree(workdir / "etcd", ignore_errors=True)
     (workdir / "pids.json").unlink(missing_ok=True)
+    if args.real_node:
+        if args.demo or args.nodes or args.kueue:
+            print(
+                "labgate: --real-node starts no labgate and no KWOK nodes: it takes no other option",
+                file=sys.stderr,
+            )
+            return 2
+        return _up_real_node(workdir)
     nodes = None if args.nodes is None else NodeSimulation(pools=load_pools(Path(args.nodes)))
     # With Kueue the stack serves policies that trust it (as the chart's kueue.enabled); each Tenant
     # opts in (team-b's spec.queue: Kueue's; team-a: not), so team-a's bare GPU pods still run.
@@ -44,6 +56,28 @@ def _up(args: argparse.Namespace) -> int:
         run_demo(stack)
     print()
     for line in where_things_are(stack, workdir):
+        print(line)
+    return 0
+
+
+def _up_real_node(workdir: Path) -> int:
+    problem = node_problem()
+    if problem is not None:
+        print(f"labgate: a real node cannot run here: {problem}", file=sys.stderr)
+        return 1
+    shutil.rmtree(workdir / "controlplane" / "etcd", ignore_errors=True)
+    cluster = NodeCluster(workdir, detached=True)
+    cluster.start()
+    seconds = sum(cluster.bring_up_seconds.values())
+    print(f"labgate: control plane and real node {cluster.node.name} ready in {seconds:.1f}s")
+    for line in (
+        f"  API server:        {cluster.control_plane.server}",
+        f"  admin kubeconfig:  {cluster.control_plane.admin_kubeconfig}",
+        f"  node:              {cluster.node.name} ({cluster.network.node_address}, pods {cluster.network.pod_cidr})",
+        f"  registry:          {cluster.registry.host} (plain HTTP; pods pull from it, by digest)",
+        f"  logs:              {workdir / 'controlplane' / 'logs'}, {workdir / 'node' / 'logs'}",
+        "  stop everything:   python -m devcluster down",
+    ):
         print(line)
     return 0
 
@@ -71,7 +105,8 @@ def where_things_are(stack: LabgateStack, workdir: Path) -> list[str]:
 
 
 def _down(args: argparse.Namespace) -> int:
-    stopped = stop_recorded(Path(args.workdir).resolve())
+    workdir = Path(args.workdir).resolve()
+    stopped = stop_recorded(workdir) + stop_detached(workdir)
     print("labgate: stopped " + (", ".join(stopped) if stopped else "nothing (no local cluster was running)"))
     return 0
 
@@ -94,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         "--kueue",
         action="store_true",
         help="also run Kueue beside labgate (Jobs queue whole; devcluster/kueue.py)",
+    )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="instead: a control plane with one real node (kubelet, containerd, kube-proxy) and a"
+        " registry, without labgate (needs root; devcluster/node_cluster.py)",
     )
     up.set_defaults(handler=_up)
     down = commands.add_parser("down", help="stop what `up` started")

@@ -54,6 +54,7 @@ ADMIN_USER = "labgate-admin"
 # The identity the apiserver presents to admission webhooks (its AdmissionConfiguration's
 # kubeConfigFile), signed by a CA of its own that labgate's webhook trusts for callers.
 WEBHOOK_CLIENT_USER = "kube-apiserver-webhook-client"
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 
 
 def admission_configuration(kubeconfig: Path) -> dict[str, object]:
@@ -139,13 +140,23 @@ class LocalControlPlane:
         controllers: tuple[str, ...] = CONTROLLERS,
         node_monitor_grace_seconds: int | None = None,
         controller_api_rate: tuple[int, int] | None = None,
+        address: str = "127.0.0.1",
+        real_nodes: bool = False,
     ):
         """`with_scheduler` starts kube-scheduler too; `controllers` are kube-controller-manager's
         (the few labgate needs by default: startup time matters to the tests without nodes).
         `node_monitor_grace_seconds`: how long a node's Lease may go unrenewed before the node
         controller marks it NotReady (raised with slow simulated Leases in large clusters).
         `controller_api_rate`: kube-controller-manager's (--kube-api-qps, --kube-api-burst), e.g. a
-        production-like (200, 400) for the Job launch benchmark; None keeps its defaults (20, 30)."""
+        production-like (200, 400) for the Job launch benchmark; None keeps its defaults (20, 30).
+        `address`: where the apiserver listens and what it advertises (a real node in its own network
+        namespace reaches it at the host end of its veth, devcluster.node_network).
+        `real_nodes`: real kubelets join (devcluster.node): they are authorized as in a real
+        cluster (the Node authorizer before RBAC, the NodeRestriction admission plugin), the
+        apiserver gets a client certificate for calling them (logs, exec), and the `kubernetes`
+        Service gets its endpoint (the apiserver's address), which pods reach through kube-proxy."""
+        self.address = address
+        self.real_nodes = real_nodes
         self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.controller_api_rate = controller_api_rate
         self.workdir = workdir
@@ -160,7 +171,7 @@ class LocalControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.address}:{self.apiserver_port}"
 
     @property
     def ca_pem(self) -> bytes:
@@ -235,8 +246,8 @@ class LocalControlPlane:
                 [
                     str(k8s.binary("kube-apiserver")),
                     f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={self.address}",
+                    f"--advertise-address={self.address}",
                     f"--secure-port={self.apiserver_port}",
                     f"--cert-dir={self.workdir / 'apiserver-certs'}",
                     f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -247,12 +258,11 @@ class LocalControlPlane:
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/16",
-                    "--authorization-mode=RBAC",
-                    "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,LimitRanger,ResourceQuota,"
-                    "PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                    *self._authorization_flags(pki),
                     "--allow-privileged=true",
                     "--profiling=false",
-                    "--endpoint-reconciler-type=none",
+                    # Without real nodes no pod reaches the `kubernetes` Service: it needs no endpoint.
+                    f"--endpoint-reconciler-type={'lease' if self.real_nodes else 'none'}",
                     "--v=1",
                 ],
             )
@@ -330,6 +340,26 @@ class LocalControlPlane:
 
     # -- internals --------------------------------------------------------------------------------
 
+    def _authorization_flags(self, pki: Path) -> list[str]:
+        plugins = "NamespaceLifecycle,ServiceAccount,LimitRanger,ResourceQuota,PodSecurity"
+        if not self.real_nodes:
+            return [
+                "--authorization-mode=RBAC",
+                f"--enable-admission-plugins={plugins},MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            ]
+        return [
+            "--authorization-mode=Node,RBAC",
+            f"--enable-admission-plugins={plugins},NodeRestriction,"
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            # A node's name resolves nowhere here: the apiserver calls kubelets at their InternalIP.
+            "--kubelet-preferred-address-types=InternalIP",
+            # No kube-proxy on this host (its rules would be the shared machine's): the apiserver
+            # resolves webhook and aggregated API Services to their endpoints itself.
+            "--enable-aggregator-routing=true",
+        ]
+
     def _ca_or_raise(self) -> KeyPair:
         if self._ca is None:
             raise RuntimeError("control plane not started")
@@ -357,7 +387,7 @@ class LocalControlPlane:
             ca,
             common_name="kube-apiserver",
             dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-            ip_addresses=("127.0.0.1", "10.96.0.1"),
+            ip_addresses=tuple(dict.fromkeys(("127.0.0.1", self.address, "10.96.0.1"))),
         )
         sa_private, sa_public = make_signing_key()
         _write(pki / "ca.crt", ca.cert_pem, 0o644)
@@ -389,6 +419,11 @@ class LocalControlPlane:
             pki / "admission-configuration.yaml",
             yaml.safe_dump(admission_configuration(pki / "webhook-client.kubeconfig")).encode(),
         )
+        # What the apiserver shows a kubelet when it asks for logs or an exec (kubelets authorize it
+        # with a SubjectAccessReview, as kubeadm's apiserver-kubelet-client).
+        kubelet_client = issue_client_cert(ca, user=KUBELET_CLIENT_USER, groups=("system:masters",))
+        _write(pki / "kubelet-client.crt", kubelet_client.cert_pem)
+        _write(pki / "kubelet-client.key", kubelet_client.key_pem)
         admin = issue_client_cert(ca, user=ADMIN_USER, groups=("system:masters",))
         _write(pki / "admin.crt", admin.cert_pem)
         _write(pki / "admin.key", admin.key_pem)

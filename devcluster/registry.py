@@ -160,7 +160,8 @@ class TokenServer:
 
 @dataclass
 class LocalRegistry:
-    """The distribution registry on 127.0.0.1:<free port>. Use as a context manager, or start()/stop()."""
+    """The distribution registry on 127.0.0.1:<free port> (or `address`, e.g. where a real node in its
+    own network namespace reaches the host). Use as a context manager, or start()/stop()."""
 
     workdir: Path
     name: str = "registry"
@@ -170,10 +171,12 @@ class LocalRegistry:
     ca_file: Path | None = None
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    address: str = "127.0.0.1"
+    detached: bool = False  # outlives this Python process (`python -m devcluster up`)
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -227,7 +230,9 @@ class LocalRegistry:
         config = self._config()
         config_path.write_text(yaml.safe_dump(config))
         binary = str(tool("registry").binary())
-        self.process = spawn(self.workdir, self.name, [binary, "serve", str(config_path)])
+        self.process = spawn(
+            self.workdir, self.name, [binary, "serve", str(config_path)], detached=self.detached
+        )
         try:
             wait_until(self.is_answering, what=f"registry {self.name}", timeout=timeout, watch=[self.process])
         except BaseException:

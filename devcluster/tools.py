@@ -19,6 +19,7 @@ _TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
         "KUBERNETES_VERSION",
         ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
     ),
+    "kube-proxy": ("KUBERNETES_VERSION", ("kube-proxy",)),
     "etcd": ("ETCD_VERSION", ("etcd",)),
     "opa": ("OPA_VERSION", ("opa",)),
     "helm": ("HELM_VERSION", ("helm",)),

@@ -17,7 +17,7 @@ source "$here/versions.env"
 
 cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
 jobs="${LABGATE_BUILD_JOBS:-2}"
-all_tools=(kubernetes etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue vegeta gatekeeper)
+all_tools=(kubernetes kube-proxy etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue vegeta gatekeeper)
 
 die() { echo "toolchain: error: $*" >&2; exit 1; }
 
@@ -28,6 +28,17 @@ k8s_staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime clie
   cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
   kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
   mount-utils pod-security-admission sample-apiserver)
+
+# The version stamps and staging pins every binary built from k8s.io/kubernetes gets.
+kubernetes_build_settings() {
+  local minor v m
+  minor=${version#v1.}; minor=${minor%%.*}
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+    ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  done
+  for m in "${k8s_staging[@]}"; do replaces+="	k8s.io/$m => k8s.io/$m $KUBERNETES_STAGING_VERSION"$'\n'; done
+}
 
 # tool_spec NAME sets: version, module, packages, binaries, ldflags, replaces, and the modules a
 # tool's tests read files from (go_modules, downloaded into Go's module cache beside the build).
@@ -41,17 +52,18 @@ tool_spec() {
       version=$KUBERNETES_VERSION module=k8s.io/kubernetes
       packages="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl"
       binaries="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
-      local minor v m
-      minor=${version#v1.}; minor=${minor%%.*}
-      for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ldflags+=" -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=$minor"
-        ldflags+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-      done
-      for m in "${k8s_staging[@]}"; do replaces+="	k8s.io/$m => k8s.io/$m $KUBERNETES_STAGING_VERSION"$'\n'; done
+      kubernetes_build_settings
       # Pod Security's own fixtures (test/testdata/<level>/v1.<minor>), which
       # tests/unit/policies/test_pod_security_fixtures.py runs through pod-hardening. Building
       # kube-apiserver downloads it already; named here so the tests do not rest on that.
       go_modules="k8s.io/pod-security-admission@$KUBERNETES_STAGING_VERSION"
+      ;;
+    kube-proxy)
+      # The real node's Service routing (the `node` tests), from the same sources as `kubernetes`;
+      # a tool of its own so that adding it never rebuilds the control plane's binaries.
+      version=$KUBERNETES_VERSION module=k8s.io/kubernetes
+      packages=k8s.io/kubernetes/cmd/kube-proxy binaries=kube-proxy
+      kubernetes_build_settings
       ;;
     etcd)
       version=$ETCD_VERSION module=go.etcd.io/etcd/server/v3
