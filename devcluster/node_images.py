@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from devcluster.registry import ImageTools
@@ -81,11 +82,22 @@ def binary_layer(binary: Path, archive: Path) -> Path:
     return archive
 
 
-def push_binary_image(tools: ImageTools, binary: Path, repository: str, *, tag: str = "latest") -> str:
+def push_binary_image(
+    tools: ImageTools,
+    binary: Path,
+    repository: str,
+    *,
+    tag: str = "latest",
+    env: Mapping[str, str] | None = None,
+) -> str:
     """Push a one-layer image whose entrypoint is `binary` to `repository`:`tag`; its reference by
-    digest (repository@sha256:...), the form a kubelet is then asked to pull."""
+    digest (repository@sha256:...), the form a kubelet is then asked to pull. `env`: the image's
+    environment (e.g. a PATH on which a command given by name is found)."""
     layer = binary_layer(binary, tools.workdir / f"{binary.name}-layer.tar")
     reference = f"{repository}:{tag}"
     tools.crane("append", "--oci-empty-base", "-f", str(layer), "-t", reference)
-    tools.crane("mutate", "--set-platform", PLATFORM, "--entrypoint", f"/{binary.name}", reference)
+    variables = [f"--env={name}={value}" for name, value in (env or {}).items()]
+    tools.crane(
+        "mutate", "--set-platform", PLATFORM, "--entrypoint", f"/{binary.name}", *variables, reference
+    )
     return f"{repository}@{tools.crane('digest', reference)}"

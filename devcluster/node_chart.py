@@ -1,0 +1,130 @@
+"""labgate's Helm chart on a real node (devcluster.node_cluster): its three images pushed to the node's
+registry and the values that pin each of them by digest.
+
+    images = push_chart_images(cluster, build().archive, workdir)   # labgate, OPA, kubectl; by digest
+    values = chart_values(images, apiserver_address=..., client_ca_pem=...)
+    seconds = helm_install(kubeconfig, values, workdir)            # `helm install --wait` to ready
+
+The labgate image is the one toolchain/build-image.sh builds (devcluster.image). OPA and the
+pre-delete hook's kubectl are the pinned static binaries of the toolchain, each packed as a one-file
+image as the pause image is (devcluster.node_images): nothing comes from a registry outside the machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devcluster.node_cluster import NodeCluster
+from devcluster.node_images import push_binary_image
+from devcluster.registry import ImageTools
+from devcluster.tools import REPO_ROOT, binary, tool
+
+CHART = REPO_ROOT / "charts" / "labgate"
+RELEASE = "labgate"
+NAMESPACE = "labgate-system"
+# The pre-delete hook runs `kubectl` by name: the one-file image puts it on its PATH.
+HOOK_PATH = "/"
+
+
+@dataclass(frozen=True)
+class ChartImages:
+    """Each image the chart runs, as repository and digest (the chart's image.repository/image.digest)."""
+
+    labgate: str
+    opa: str
+    kubectl: str
+
+
+def split_reference(reference: str) -> dict[str, str]:
+    """`host/repo@sha256:...` as the chart's image block: {"repository": ..., "digest": ...}."""
+    repository, _, digest = reference.partition("@")
+    if not digest.startswith("sha256:"):
+        raise ValueError(f"not a reference by digest: {reference}")
+    return {"repository": repository, "digest": digest}
+
+
+def push_oci_archive(tools: ImageTools, archive: Path, repository: str, workdir: Path) -> str:
+    """Push the OCI archive devcluster.image builds (a tar of an OCI layout) to `repository`; its
+    reference by digest."""
+    layout = workdir / "labgate-oci"
+    layout.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as packed:
+        packed.extractall(layout, filter="data")
+    reference = f"{repository}:build"
+    tools.run([str(tool("crane").binary()), "push", str(layout), reference, "--insecure"], timeout=300)
+    return f"{repository}@{tools.crane('digest', reference)}"
+
+
+def push_chart_images(cluster: NodeCluster, labgate_archive: Path, workdir: Path) -> ChartImages:
+    """Push labgate's image, OPA's and kubectl's to the node's registry; each by digest."""
+    host = cluster.registry.host
+    labgate = push_oci_archive(cluster.images, labgate_archive, f"{host}/labgate/labgate", workdir)
+    opa = push_binary_image(cluster.images, tool("opa").binary(), f"{host}/labgate/opa")
+    kubectl = push_binary_image(
+        cluster.images,
+        tool("kubernetes").binary("kubectl"),
+        f"{host}/labgate/kubectl",
+        env={"PATH": HOOK_PATH},
+    )
+    return ChartImages(labgate=labgate, opa=opa, kubectl=kubectl)
+
+
+def chart_values(images: ChartImages, *, apiserver_address: str, client_ca_pem: bytes) -> dict[str, Any]:
+    """The values of the install: every image by digest, two webhook replicas, the chart's own
+    (self-signed) certificates, the apiserver's client certificate required by the webhook."""
+    return {
+        "image": {**split_reference(images.labgate), "pullPolicy": "IfNotPresent"},
+        "opa": {"image": split_reference(images.opa)},
+        "preDeleteHook": {"image": split_reference(images.kubectl)},
+        "certificates": {"mode": "self-signed"},
+        "webhook": {
+            "replicas": 2,
+            "clientAuth": {"required": True, "caBundle": base64.b64encode(client_ca_pem).decode()},
+            "networkPolicy": {"apiserverCIDRs": [f"{apiserver_address}/32"]},
+        },
+    }
+
+
+def helm(kubeconfig: Path, *args: str, timeout: float = 360.0) -> subprocess.CompletedProcess[str]:
+    """`helm --kubeconfig KUBECONFIG ARGS...`; never raises on a non-zero exit (callers assert)."""
+    return subprocess.run(
+        [str(tool("helm").binary()), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        # helm's own cache and configuration beside the kubeconfig, never in the user's home.
+        env={"PATH": str(Path(binary("kubectl")).parent), "HOME": str(kubeconfig.parent / "helm-home")},
+    )
+
+
+def helm_install(kubeconfig: Path, values: dict[str, Any], workdir: Path) -> float:
+    """`helm install labgate charts/labgate --wait` into NAMESPACE; the seconds until every
+    Deployment of the chart was ready."""
+    values_file = workdir / "values.json"
+    values_file.write_text(json.dumps(values))
+    began = time.monotonic()
+    installed = helm(
+        kubeconfig,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--values",
+        str(values_file),
+        "--wait",
+        "--timeout",
+        "5m",
+    )
+    if installed.returncode != 0:
+        raise RuntimeError(f"helm install failed: {installed.stderr.strip()}")
+    return round(time.monotonic() - began, 1)
