@@ -324,12 +324,16 @@ def status_pool_gpus(pools: Mapping[str, Any]) -> dict[str, dict[str, int]] | No
 
 def open_nodes(tenant: Object) -> dict[str, Any] | None:
     """What the Tenant's status says of the cluster's nodes as a pod without tolerations sees them
-    (the reconciler writes status.nodes; rbac.node_taints), as the policies read it (input.open_nodes:
-    {"untainted", "tainted", "taint_keys", "more_taint_keys"}); None when it says nothing or not
-    all of that (the cluster's fact: no generation to match)."""
+    (the reconciler writes status.nodes; rbac.node_taints), as the policies read it (input.open_nodes);
+    None when it says nothing (the cluster's fact: no generation to match)."""
     nodes = (tenant.get("status") or {}).get("nodes")
-    if not isinstance(nodes, dict):
-        return None
+    return status_open_nodes(nodes) if isinstance(nodes, dict) else None
+
+
+def status_open_nodes(nodes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """status.nodes ({untainted, tainted, taintKeys, moreTaintKeys}) as the policies read it
+    (input.open_nodes: {"untainted", "tainted", "taint_keys", "more_taint_keys"}); None when it
+    does not say all of that."""
     counts = [
         nodes.get(k, 0 if k == "moreTaintKeys" else None) for k in ("untainted", "tainted", "moreTaintKeys")
     ]
