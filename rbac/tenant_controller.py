@@ -334,7 +334,8 @@ class TenantStatusController:
     ):
         """`kueue`: the status also shows what the tenant has queued in Kueue. `nodes`, fed by the
         reconciler's Node watch, is what the nodes of its pools hold (status.gpu.pools, the
-        QuotaFitsPools condition); a change there asks for every tenant's status (made here when
+        QuotaFitsPools condition) and where a pod without tolerations can land (status.nodes); a
+        change there asks for every tenant's status (made here when
         not given)."""
         self.kueue = kueue
         self.gpu_counting = gpu_counting or GpuCounting()
@@ -361,8 +362,10 @@ class TenantStatusController:
         record_gpu_metrics(tenant, gpus)
         old = live.get("status") or {}
         pools, quota = self._pools(tenant, old)
+        # Until the nodes are listed, as the live status says it (a restart does not blank it).
+        nodes = self.nodes.open_nodes() if self.nodes.is_synced else old.get("nodes")
         status, ready = tenant_status(
-            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts, pools=pools
+            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts, pools=pools, nodes=nodes
         )
         conditions = [ready, *quota]
         if is_unchanged(status, conditions, old):
@@ -384,7 +387,8 @@ class TenantStatusController:
         self.cache.upsert(TENANT, result)
 
     def enqueue_all(self) -> None:
-        """Every tenant's status (a node's GPUs or labels changed what its pools may hold)."""
+        """Every tenant's status (a node's GPUs, labels or taints changed what its pools may hold, or
+        where a pod without tolerations can land)."""
         for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
             self.queue.add(key[3])
 

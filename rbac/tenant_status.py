@@ -1,6 +1,6 @@
 """Pure: a Tenant's status as the reconciler writes it (namespaces, the Ready condition, GPU usage,
-what the nodes of its pools hold and the QuotaFitsPools condition), and whether the live status
-already says it."""
+what the nodes of its pools hold and the QuotaFitsPools condition, the nodes a pod without
+tolerations can land on), and whether the live status already says it."""
 
 from __future__ import annotations
 
@@ -95,15 +95,19 @@ def tenant_status(
     counts: PodCounts,
     *,
     pools: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The status (without conditions) and the Ready condition (without its transition time);
-    `pools`: status.gpu.pools (rbac.tenant_controller, from labgate.gpu_accounting.pool_capacity)."""
+    `pools`: status.gpu.pools (rbac.tenant_controller, from labgate.gpu_accounting.pool_capacity);
+    `nodes`: status.nodes, the cluster's nodes a pod without tolerations can land on
+    (rbac.node_taints.open_nodes), left out while unknown."""
     states = namespace_states(namespaces, phases)
     status = {
         "observedGeneration": tenant.generation,
         "namespaceList": ",".join(namespaces),
         "namespaces": states,
         "gpu": gpu_status(tenant, gpus, counts, pools),
+        **({"nodes": dict(nodes)} if nodes is not None else {}),
     }
     return status, ready_condition(tenant, namespaces, states)
 
@@ -136,7 +140,9 @@ def is_unchanged(
     gpu = status["gpu"]
     conditions = [condition] if isinstance(condition, dict) else list(condition)
     return (
-        is_subset({k: v for k, v in status.items() if k != "gpu"}, old_status)
+        is_subset({k: v for k, v in status.items() if k not in ("gpu", "nodes")}, old_status)
+        # Whole: a key it no longer says (moreTaintKeys, taintKeys) is a change too.
+        and old_status.get("nodes") == status.get("nodes")
         and (old_gpu.get("used"), old_gpu.get("usedByModel") or {})
         == (gpu["used"], gpu.get("usedByModel", {}))
         and all(

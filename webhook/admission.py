@@ -322,6 +322,30 @@ def status_pool_gpus(pools: Mapping[str, Any]) -> dict[str, dict[str, int]] | No
     return facts or None
 
 
+def open_nodes(tenant: Object) -> dict[str, Any] | None:
+    """What the Tenant's status says of the cluster's nodes as a pod without tolerations sees them
+    (the reconciler writes status.nodes; rbac.node_taints), as the policies read it (input.open_nodes);
+    None when it says nothing (the cluster's fact: no generation to match)."""
+    nodes = (tenant.get("status") or {}).get("nodes")
+    return status_open_nodes(nodes) if isinstance(nodes, dict) else None
+
+
+def status_open_nodes(nodes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """status.nodes ({untainted, tainted, taintKeys, moreTaintKeys}) as the policies read it
+    (input.open_nodes: {"untainted", "tainted", "taint_keys", "more_taint_keys"}); None when it
+    does not say all of that."""
+    counts = [
+        nodes.get(k, 0 if k == "moreTaintKeys" else None) for k in ("untainted", "tainted", "moreTaintKeys")
+    ]
+    keys = nodes.get("taintKeys") or []
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return None
+    untainted, tainted, more = counts
+    return {"untainted": untainted, "tainted": tainted, "taint_keys": keys, "more_taint_keys": more}
+
+
 def tenant_document(tenant: Object) -> dict[str, Any]:
     """What policies see of a Tenant: identity and spec (status changes often and decides nothing)."""
     metadata = tenant.get("metadata", {})

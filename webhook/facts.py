@@ -67,6 +67,13 @@ class PoolGpus(Protocol):
     def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None: ...
 
 
+@runtime_checkable
+class OpenNodes(Protocol):
+    """The cluster's nodes as a pod without tolerations sees them (webhook.inventory.Inventory)."""
+
+    def open_nodes(self, tenant: str) -> dict[str, Any] | None: ...
+
+
 class InventoryState(Protocol):
     @property
     def is_synced(self) -> bool: ...
@@ -259,6 +266,7 @@ class FactGatherer:
                 template_names, self.volumes, read=self.reads.of(tenant)
             )
         self._add_gpu_usage(request, policy_input, tenant)
+        self._add_open_nodes(request, policy_input, tenant)
         await self._add_tenant_pool_gpus(request, policy_input)
         await self._add_scaled_workload(request, policy_input, tenant)
         if tenant and self.workload_usage is not None and is_pod_create(request):
@@ -274,6 +282,18 @@ class FactGatherer:
             if images is not None:
                 policy_input["images"] = images
         return policy_input, tenant
+
+    def _add_open_nodes(
+        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
+    ) -> None:
+        """On a CREATE of pod templates in a tenant namespace, the nodes a pod without tolerations can
+        land on, as the tenant's status said (placement-no-untainted-node; no I/O); nothing before
+        the status says it."""
+        if not tenant or request.operation != "CREATE" or not policy_input["pod_templates"]:
+            return
+        nodes = self.inventory.open_nodes(tenant) if isinstance(self.inventory, OpenNodes) else None
+        if nodes is not None:
+            policy_input["open_nodes"] = nodes
 
     async def _add_tenant_pool_gpus(self, request: AdmissionRequest, policy_input: PolicyInput) -> None:
         """On a Tenant write, what the nodes of its pools hold (tenant-quota-beyond-pools), read live

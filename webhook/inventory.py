@@ -26,13 +26,11 @@ from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiClient, KubeApi, Reflect
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from webhook.admission import (
     namespace_document,
-    pool_gpus,
     priority_class_document,
-    queued_in_kueue,
     tenant_document,
-    unscheduled_holds,
     workload_priority_class_document,
 )
+from webhook.tenant_status_facts import TenantStatusFacts
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +99,9 @@ class InventorySnapshot:
         }
 
 
-class InventorySync:
+class InventorySync(TenantStatusFacts):
     """Reflectors (Namespaces, Tenants, PriorityClasses; with Kueue its WorkloadPriorityClasses) that
-    write every change into OPA."""
+    write every change into OPA; what the Tenants' statuses say is kept aside (TenantStatusFacts)."""
 
     def __init__(
         self,
@@ -126,9 +124,7 @@ class InventorySync:
         # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
-        self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
-        self._queued: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.queued_in_kueue
-        self._pools: dict[str, dict[str, dict[str, int]] | None] = {}  # tenant -> webhook.admission.pool_gpus
+        super().__init__()
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -166,27 +162,10 @@ class InventorySync:
             )
 
     def _tenant_document(self, tenant: Object) -> Document:
-        """What OPA sees of a Tenant. What its status says of GPUs held by pods not yet scheduled is
-        kept aside, never pushed (it changes often and decides nothing: refusals quote it); so is what
-        it says Kueue holds queued (queue-wait quotes it) and what the nodes of its pools hold
-        (gpu-quota's Fix quotes it)."""
-        name = str(tenant["metadata"]["name"])
-        self._held[name] = unscheduled_holds(tenant)
-        self._queued[name] = queued_in_kueue(tenant)
-        self._pools[name] = pool_gpus(tenant)
+        """What OPA sees of a Tenant; what its status says is kept aside, never pushed
+        (TenantStatusFacts)."""
+        self.remember_status(tenant)
         return tenant_document(tenant)
-
-    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
-        """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
-        return self._held.get(tenant)
-
-    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
-        """{"workloads", "gpus"} Kueue holds queued of the tenant, as its status said (with Kueue)."""
-        return self._queued.get(tenant)
-
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
-        """What the nodes of the tenant's pools hold per model, as its status said (pool_gpus)."""
-        return self._pools.get(tenant)
 
     @property
     def snapshot(self) -> InventorySnapshot:

@@ -64,6 +64,10 @@ class PolicyInput(TypedDict):
     # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
     # {model: {"gpus", "nodes", "largest_node"}} (gpu-quota-node; gpu-quota's Fix; webhook.admission.pool_gpus).
     gpu_pools: NotRequired[dict[str, dict[str, int]]]
+    # On a CREATE of pod templates in a tenant namespace: the cluster's nodes as a pod without
+    # tolerations sees them, as the Tenant's status last said it, {"untainted", "tainted",
+    # "taint_keys", "more_taint_keys"} (placement-no-untainted-node; webhook.admission.open_nodes).
+    open_nodes: NotRequired[dict[str, Any]]
     # On a Tenant CREATE or UPDATE: what the nodes its pools select hold per model, read live,
     # {model: {"gpus", "nodes", "largestNode"}} (pool_capacity.capacity_document; absent when labgate
     # cannot tell or the read failed: tenant-quota-beyond-pools then reads the old object's status).

@@ -39,6 +39,7 @@ from webhook.admission import (
     needs_gpu_usage,
     scaled_kind,
     scaled_workload_document,
+    status_open_nodes,
     status_pool_gpus,
     tenant_document,
     warning_lines,
@@ -498,6 +499,7 @@ class OfflineOpa:
         tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
         scaled_workload: dict[str, Any] | None = None,
         gpu_pools: dict[str, dict[str, int]] | None = None,
+        open_nodes: dict[str, Any] | None = None,
     ) -> CheckResult:
         """Mutate, then decide on the mutated object, as the webhook's two endpoints would.
 
@@ -508,7 +510,8 @@ class OfflineOpa:
         `tenant_pool_gpus` (what the nodes of a written Tenant's pools hold; no node is listed) and
         `scaled_workload` (the workload a scale call resizes, as the webhook would read it) and
         `gpu_pools` (what the namespace's Tenant's status says its pools' nodes hold, as
-        status.gpu.pools: {model: {gpus, nodes, largestNode}})."""
+        status.gpu.pools: {model: {gpus, nodes, largestNode}}) and `open_nodes` (what it says of the
+        cluster's nodes as a pod without tolerations sees them, as status.nodes)."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
@@ -532,20 +535,46 @@ class OfflineOpa:
         if mutation.patch and request.object is not None:
             mutated = with_request_object(request, apply_patch(request.object, mutation.patch))
         decision_input = policy_input(mutated)
-        if (tenant and needs_gpu_usage(mutated, decision_input["pod_templates"])) or (
-            gpu_usage is not None and is_tenant_update(mutated)
-        ):
-            # the webhook adds the tenant's usage from the quota ledger
-            decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
-            pools = None if gpu_pools is None else status_pool_gpus(gpu_pools)
-            if pools is not None:  # the webhook's, from the Tenant's status
-                decision_input["gpu_pools"] = pools
-        is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
-        if tenant and tenant_usage and is_pod_create:
-            decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum
+        _add_gathered_facts(
+            decision_input,
+            mutated,
+            has_tenant=bool(tenant),
+            gpu_usage=gpu_usage,
+            gpu_pools=gpu_pools,
+            tenant_usage=tenant_usage,
+            open_nodes=open_nodes,
+        )
         decision = _parsed(Decision, self.eval(DECISION_QUERY, decision_input, facts=facts))
         response = build_response(request=mutated, decision=decision)
         return CheckResult(request=mutated, mutation=mutation, decision=decision, response=response)
+
+
+def _add_gathered_facts(
+    decision_input: PolicyInput,
+    mutated: AdmissionRequest,
+    *,
+    has_tenant: bool,
+    gpu_usage: GpuAmount | None,
+    gpu_pools: dict[str, dict[str, int]] | None,
+    tenant_usage: dict[str, int] | None,
+    open_nodes: dict[str, Any] | None,
+) -> None:
+    """What the webhook gathers for the decision beside the request (webhook.facts): the tenant's
+    GPU usage, what its status says, what its live pods ask; each only where the webhook adds it."""
+    if (has_tenant and needs_gpu_usage(mutated, decision_input["pod_templates"])) or (
+        gpu_usage is not None and is_tenant_update(mutated)
+    ):
+        # the webhook adds the tenant's usage from the quota ledger
+        decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
+        pools = None if gpu_pools is None else status_pool_gpus(gpu_pools)
+        if pools is not None:  # the webhook's, from the Tenant's status
+            decision_input["gpu_pools"] = pools
+    is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
+    if has_tenant and tenant_usage and is_pod_create:
+        decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum
+    nodes = None if open_nodes is None else status_open_nodes(open_nodes)
+    if has_tenant and nodes is not None and mutated.operation == "CREATE" and decision_input["pod_templates"]:
+        decision_input["open_nodes"] = nodes  # the webhook's, from the Tenant's status
 
 
 def _parsed(model: type[_M], value: Any) -> _M:

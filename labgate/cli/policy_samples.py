@@ -24,6 +24,10 @@ A sample is one YAML file in a directory named `samples` beside a policy
     gpu_pools: {h100: {gpus: 16, nodes: 2, largestNode: 8}}
                                    # optional: what the namespace's Tenant's status says the nodes
                                    # of its pools hold (status.gpu.pools), for its workloads
+    open_nodes: {untainted: 0, tainted: 3, taintKeys: [labgate.io/pool]}
+                                   # optional: what the namespace's Tenant's status says of the
+                                   # cluster's nodes as a pod without tolerations sees them
+                                   # (status.nodes), for pods and workloads created
     offline_only: <why>            # optional: a case a live cluster cannot replay as one kubectl
                                    # create (Kubernetes' own validation refuses it first, a feature
                                    # gate drops the field, facts only the offline check has)
@@ -90,6 +94,7 @@ class Sample(_Config):
     tenant_pool_gpus: dict[str, dict[str, int]] | None = None
     scaled_workload: dict[str, Any] | None = None
     gpu_pools: dict[str, dict[str, int]] | None = None
+    open_nodes: dict[str, Any] | None = None
     # Why the end-to-end replay against a live webhook skips this case (None: it replays it).
     offline_only: str | None = None
     expect: Expectation
@@ -189,6 +194,7 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             tenant_pool_gpus=sample.tenant_pool_gpus,
             scaled_workload=sample.scaled_workload,
             gpu_pools=sample.gpu_pools,
+            open_nodes=sample.open_nodes,
         )
     except OfflineCheckError as err:
         return SampleOutcome(path=path, description=sample.description, failures=[str(err)])

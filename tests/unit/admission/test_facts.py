@@ -172,6 +172,47 @@ def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
     assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
 
 
+# Issue 28 item 5: a pod that no node takes is told so at apply, from the Tenant's status.
+_TAINTED = {"untainted": 0, "tainted": 3, "taint_keys": ["labgate.io/pool"], "more_taint_keys": 0}
+
+
+class _OpenNodesInventory(_Inventory):
+    def open_nodes(self, tenant: str) -> dict[str, Any] | None:
+        return _TAINTED if tenant == "vision" else None
+
+
+def test_a_pod_created_gets_where_a_pod_without_tolerations_can_land() -> None:
+    policy_input, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(_pod()))
+    assert policy_input.get("open_nodes") == _TAINTED
+    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
+    assert "open_nodes" not in plain  # no status yet: nothing said
+    update = _pod().model_copy(update={"operation": "UPDATE"})
+    changed, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(update))
+    assert "open_nodes" not in changed  # a running pod's update is not where it is placed
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fact"),
+    [
+        ({"untainted": 0, "tainted": 3, "taintKeys": ["labgate.io/pool"]},
+         {"untainted": 0, "tainted": 3, "taint_keys": ["labgate.io/pool"], "more_taint_keys": 0}),
+        ({"untainted": 0, "tainted": 20, "taintKeys": ["a"], "moreTaintKeys": 2},
+         {"untainted": 0, "tainted": 20, "taint_keys": ["a"], "more_taint_keys": 2}),
+        ({"untainted": 1, "tainted": 0}, {"untainted": 1, "tainted": 0, "taint_keys": [], "more_taint_keys": 0}),
+        ({"untainted": "0", "tainted": 3}, None),
+        ({"tainted": 3}, None),
+        ({"untainted": 0, "tainted": 3, "taintKeys": "labgate.io/pool"}, None),
+        (None, None),
+    ],
+    ids=["tainted", "more-keys", "untainted", "not-a-number", "partial", "keys-not-a-list", "no-status"],
+)  # fmt: skip
+def test_the_open_nodes_are_read_from_the_status(nodes: Any, fact: Any) -> None:
+    from webhook.admission import open_nodes
+
+    status = {} if nodes is None else {"nodes": nodes}
+    assert open_nodes({"metadata": {"name": "vision", "generation": 2}, "status": status}) == fact
+
+
 @pytest.mark.parametrize(
     ("status", "pools"),
     [

@@ -414,3 +414,19 @@ def test_what_the_pools_nodes_hold_is_kept_from_the_status_and_not_pushed(sync: 
     assert sync.sync.pool_gpus("vision") is None
     sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
     assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
+
+
+# Issue 28 item 5: where a pod without tolerations can land, kept from the status and not pushed.
+def test_the_open_nodes_are_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
+    assert sync.sync.open_nodes("vision") is None
+    nodes = {"untainted": 0, "tainted": 3, "taintKeys": ["labgate.io/pool"]}
+    sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status={"nodes": nodes}))
+    assert sync.sync.open_nodes("vision") == {
+        "untainted": 0,
+        "tainted": 3,
+        "taint_keys": ["labgate.io/pool"],
+        "more_taint_keys": 0,
+    }
+    sync.opa.wait_for(lambda: "vision" in (sync.opa.inventory or {}).get("tenants", {}))
+    assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]

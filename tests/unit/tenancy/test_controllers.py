@@ -545,6 +545,29 @@ def test_a_tenant_without_pools_gets_no_quota_condition() -> None:
     assert "pools" not in status["gpu"]
 
 
+# Issue 28 item 5: where a pod without tolerations can land was said nowhere; every tenant's status says it.
+def test_where_a_pod_without_tolerations_can_land_is_in_the_status() -> None:
+    reconciler, kube = make()
+    key = ("labgate.io/v1alpha1", "Tenant", "", "vision")
+    drain(reconciler)
+    assert "nodes" not in kube.objects[key]["status"]  # nodes not listed yet: nothing said
+    tainted = _gpu_node("spot-0", 8)
+    tainted["spec"] = {"taints": [{"key": "labgate.io/pool", "value": "vision", "effect": "NoSchedule"}]}
+    tainted["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    reconciler.status.nodes.on_list([tainted])
+    drain(reconciler)
+    status = kube.objects[key]["status"]
+    assert status["nodes"] == {"untainted": 0, "tainted": 1, "taintKeys": ["labgate.io/pool"]}
+    cpu = {"metadata": {"name": "cpu-0"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    reconciler.status.nodes.on_event("ADDED", cpu)
+    drain(reconciler)
+    assert kube.objects[key]["status"]["nodes"] == {
+        "untainted": 1,
+        "tainted": 1,
+        "taintKeys": ["labgate.io/pool"],
+    }
+
+
 GPU_BACKSTOP: Key = ("v1", "ResourceQuota", "vision", "labgate-gpu")
 
 

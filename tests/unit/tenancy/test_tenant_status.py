@@ -122,3 +122,28 @@ def test_the_pools_and_their_condition_are_written_when_they_change() -> None:
     assert "pools" not in unknown["gpu"]
     assert not is_unchanged(unknown, [ready], old)
     assert not is_unchanged(status, [ready], old)  # the condition alone gone is a change too
+
+
+# Issue 28 item 5: where a pod without tolerations can land (status.nodes), written when it changes.
+def test_the_open_nodes_are_written_when_they_change() -> None:
+    tainted = {"untainted": 0, "tainted": 3, "taintKeys": ["labgate.io/pool", "labgate.io/spot"]}
+    status, ready = tenant_status(
+        TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0), nodes=tainted
+    )
+    assert status["nodes"] == tainted
+    old = {**status, "conditions": [with_transition_time(ready, {}, "t0")]}
+    assert is_unchanged(status, ready, old)
+    # An untainted node came: a change.
+    opened, _ = tenant_status(
+        TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0), nodes={**tainted, "untainted": 1}
+    )
+    assert not is_unchanged(opened, ready, old)
+    # A key it no longer says is a change too (a subset of the old status is not enough).
+    fewer = {"untainted": 0, "tainted": 3, "taintKeys": ["labgate.io/pool"]}
+    narrowed, _ = tenant_status(
+        TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0), nodes=fewer
+    )
+    assert not is_unchanged(narrowed, ready, {**old, "nodes": {**tainted, "moreTaintKeys": 1}})
+    # Unknown (the nodes not listed yet, nothing in the live status): not said.
+    unknown, _ = tenant_status(TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0))
+    assert "nodes" not in unknown
