@@ -1,18 +1,17 @@
-"""The admission webhook: FastAPI app, its lifespan (OPA and Kubernetes clients) and its routes."""
+"""The admission webhook: FastAPI app, its routes, and its lifespan, which builds, starts and stops one
+replica (webhook/replica.py: the OPA and Kubernetes clients, the caches, the admission server)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
@@ -20,7 +19,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labgate.core import json_bytes
 from labgate.core.errors import BadRequestError
-from labgate.core.kube import KubeApi, api_client
 from labgate.core.logs import FIELDS_ATTRIBUTE
 from labgate.core.metrics import (
     ADMISSION_IN_FLIGHT,
@@ -28,40 +26,24 @@ from labgate.core.metrics import (
     ADMISSION_REQUESTS,
     ADMISSION_SECONDS,
     ADMISSION_WAITING,
-    FACTS_AGE,
 )
-from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from webhook import failures, refusals
 from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
 from webhook.admission_line import AdmissionLine
-from webhook.claims import ClaimFacts
-from webhook.decision_log import DecisionLog
 from webhook.failures import Attempt
-from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
-from webhook.opa_management import InventoryStore, PolicyStore
 from webhook.pod_templates import WorkloadKind, load_workload_kinds
-from webhook.policy_engine import PolicyEngine
-from webhook.policy_events import PolicyEvents
-from webhook.policy_reports import AdmissionReports, KubeReportStore
-from webhook.policy_sync import PolicyStatus, PolicySync
-from webhook.pool_nodes import PoolNodes, gpu_counting
-from webhook.provenance.admission import ImageGatherer
-from webhook.provenance.facts import ImageFacts
-from webhook.provenance.registry import RegistryClient
-from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
+from webhook.replica import Replica, build_replica
 from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
-from webhook.scaled_workloads import ScaledWorkloads
-from webhook.serving import AdmissionServer, DecisionTrace, InventoryState
+from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
-from webhook.usage_recount import UsageRecount
 
 log = logging.getLogger("labgate.webhook")
 
 
-async def get_server(request: Request) -> AdmissionServer:
+async def get_replica(request: Request) -> Replica:
     # async: a plain `def` dependency runs in a worker thread, a hand-off for every request.
-    server: AdmissionServer = request.app.state.server
-    return server
+    replica: Replica = request.app.state.replica
+    return replica
 
 
 class BodyTooLargeError(BadRequestError, ValueError):
@@ -143,13 +125,7 @@ Handler = Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionRespons
 
 
 async def _serve(
-    request: Request,
-    handle: Handler,
-    *,
-    settings: Settings,
-    decisions: DecisionLog | None,
-    line: AdmissionLine,
-    inventory: InventoryState,
+    request: Request, handle: Handler, *, settings: Settings, replica: Replica, line: AdmissionLine
 ) -> Response:
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
     try:
@@ -160,7 +136,7 @@ async def _serve(
     # The tenant's share of the gate: from the inventory's cache, never a read (an unknown
     # namespace counts as no tenant's).
     namespace = request_namespace(review.request)
-    tenant = (inventory.tenant_of(namespace) if namespace else None) or NO_TENANT
+    tenant = (replica.server.inventory.tenant_of(namespace) if namespace else None) or NO_TENANT
     started = time.perf_counter()
     refusal = await line.enter(tenant)
     if refusal is not None:
@@ -180,7 +156,7 @@ async def _serve(
             trace,
             elapsed=time.perf_counter() - started,
             reason=reason,
-            decisions=decisions,
+            replica=replica,
         )
         return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
     finally:
@@ -228,7 +204,7 @@ def _account(
     *,
     elapsed: float,
     reason: str | None,
-    decisions: DecisionLog | None,
+    replica: Replica,
 ) -> None:
     """Metrics, the decision record and the PolicyReport findings of one answer."""
     webhook = request.url.path.strip("/")
@@ -240,6 +216,7 @@ def _account(
         _log_refusal(webhook, admission, trace, elapsed=elapsed, reason=reason)
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
     # Written by the log's one thread, in order, off the event loop.
+    decisions = replica.decisions
     if decisions is not None and (webhook == "validate" or response.patch is not None):
         decisions.submit(
             request=admission,
@@ -252,7 +229,7 @@ def _account(
         )
     # Warn and dry-run findings of an admitted object, for its namespace's PolicyReport: kept in
     # memory here, written by a thread (webhook/policy_reports.py); never raises, never waits.
-    reports: AdmissionReports | None = getattr(request.app.state, "reports", None)
+    reports = replica.reports
     if reports is not None and webhook == "validate" and response.allowed:
         reports.record(admission, trace.decision, trace.tenant)
 
@@ -284,202 +261,45 @@ def _log_refusal(
     log.info("refused %s %s", fields["kind"], fields["uid"], extra={FIELDS_ATTRIBUTE: fields})
 
 
-def _start_policy_sync(
-    settings: Settings, on_change: Callable[[PolicyStatus, PolicyStatus], None] | None = None
-) -> PolicySync | None:
-    """Keep OPA's policies equal to LABGATE_POLICY_DIR (webhook/policy_sync.py), when it is set;
-    `on_change` hears of a refused policy and its fix (an Event, webhook/policy_events.py)."""
-    if settings.policy_dir is None:
-        return None
-    policies = PolicySync(
-        settings.policy_dir,
-        PolicyStore(settings.opa_url),
-        interval=settings.policy_poll_seconds,
-        on_change=on_change,
-    )
-    policies.start()
-    return policies
+Build = Callable[[Settings, tuple[WorkloadKind, ...]], Replica]
+Webhook = Callable[[AdmissionServer, AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]]
 
 
-Watched = InventorySync | LedgerCache | RestrictedSecrets
-
-
-def cluster_server(
-    resolved: Settings,
-    engine: PolicyEngine,
-    registry: RegistryClient,
-    provenance: ProvenanceSettings,
-    kinds: tuple[WorkloadKind, ...],
-) -> tuple[AdmissionServer, list[Watched]]:
-    """The admission server with its watch-fed facts started (inventory, ledgers, secrets), and what
-    to stop with the app. A dependency of the app: the lifespan takes it from `app.dependency_overrides`
-    when one is there, so tests give a server without a cluster (FastAPI's way; no stand-in here)."""
-    api = api_client(resolved.kubeconfig)
-    kube = KubeApi(api, field_manager="labgate-webhook")
-    watch_timeout = resolved.watch_timeout_seconds
-    inventory = InventorySync(
-        api,
-        InventoryStore(resolved.opa_url),
-        platform_namespace=resolved.namespace,
-        watch_timeout_seconds=watch_timeout,
-        kueue=resolved.kueue,
-    )
-    ledgers = LedgerCache(
-        LedgerStore(kube, namespace=resolved.namespace), watch_timeout_seconds=watch_timeout
-    )
-    secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
-    stoppable: list[Watched] = [inventory, ledgers, secrets]
-    for part in stoppable:
-        part.start()
-    parts = tuple(stoppable)
-    # Which resources are GPUs: the policies' config, read once at start (defaults without a dir).
-    counting = gpu_counting(resolved.policy_dir)
-
-    def tenant_namespaces(tenant: str) -> list[str]:
-        return inventory.snapshot.namespaces_of(tenant)
-
-    server = AdmissionServer(
-        engine=engine,
-        inventory=inventory,
-        ledgers=ledgers,
-        secrets=secrets,
-        workload_kinds=kinds,
-        images=ImageGatherer(ImageFacts(registry, provenance), kube),
-        image_timeout=provenance.registry_timeout_seconds,
-        reservation_seconds=resolved.reservation_seconds,
-        facts_age=lambda: max(part.age() for part in parts),
-        facts_max_age=resolved.facts_max_age_seconds,
-        volumes=PersistentVolumes(kube),
-        claims=ClaimFacts(kube),
-        decision_reuse_seconds=resolved.decision_reuse_seconds,
-        facts_version=lambda: inventory.writes,
-        max_references=resolved.max_references_per_request,
-        pool_nodes=PoolNodes(kube, counting),
-        # Before a gpu-quota refusal stands: the usage counted from the live pods.
-        usage_recount=UsageRecount(
-            kube, ledgers.fresh, tenant_namespaces, counting, cached_ledger=ledgers.cached
-        ),
-        scaled_workloads=ScaledWorkloads(kube),
-    )
-    FACTS_AGE.set_function(lambda: max(part.age() for part in parts))
-    return server, stoppable
-
-
-def policy_reporting(settings: Settings) -> tuple[PolicyEvents | None, AdmissionReports | None]:
-    """The Events about the policies and the PolicyReports of admitted objects' findings. They go
-    through a Kubernetes client of their own: their writes never queue in front of, or share a
-    connection with, what an admission reads. A dependency of the app, like `cluster_server`
-    (tests without a cluster override it)."""
-    kube = KubeApi(api_client(settings.kubeconfig), field_manager="labgate-webhook")
-    events = PolicyEvents(
-        kube, namespace=settings.namespace, configmap=settings.policy_configmap, replica=socket.gethostname()
-    )
-    if not settings.policy_reports:
-        return events, None
-    reports = AdmissionReports(
-        KubeReportStore(kube),
-        interval=settings.policy_report_interval_seconds,
-        max_pending=settings.policy_report_max_pending,
-    )
-    reports.start()
-    return events, reports
-
-
-def _open_decision_log(settings: Settings) -> DecisionLog | None:
-    if settings.decision_log_file is None and not settings.decision_log_stdout:
-        return None
-    return DecisionLog(settings.decision_log_file, stdout=settings.decision_log_stdout)
-
-
-@dataclass
-class _Running:
-    """What one run of the app owns, stopped in reverse when it ends."""
-
-    engine: PolicyEngine
-    registry: RegistryClient
-    decisions: DecisionLog | None
-    policies: PolicySync | None
-    reports: AdmissionReports | None
-    watched: list[Watched]
-
-    async def stop(self) -> None:
-        for part in self.watched:
-            part.stop()
-        if self.policies is not None:
-            self.policies.stop()
-        if self.reports is not None:
-            self.reports.stop()
-        await self.engine.close()
-        await self.registry.aclose()
-        if self.decisions is not None:
-            self.decisions.close()
-
-
-def _start(app: FastAPI, resolved: Settings, kinds: tuple[WorkloadKind, ...]) -> _Running:
-    """The app's clients, caches and writers, started; the server in `app.state`."""
-    # Blocking calls (API read-through) run in threads; the default pool (cores + 4) queues them
-    # behind each other when many pods arrive at once. Ledger writes have threads of their own.
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=32))
-    # One decision log (and its writer thread) per run of the app: a stopped one takes no records.
-    app.state.decisions = decisions = _open_decision_log(resolved)
-    engine = PolicyEngine(resolved.opa_url, timeout=resolved.opa_timeout_seconds)
-    reporting: Callable[..., tuple[PolicyEvents | None, AdmissionReports | None]] = (
-        app.dependency_overrides.get(policy_reporting, policy_reporting)
-    )
-    events, reports = reporting(resolved)
-    app.state.reports = reports
-    app.state.policies = policies = _start_policy_sync(resolved, on_change=events)
-    provenance = get_provenance_settings()
-    registry = RegistryClient(provenance)
-    build: Callable[..., tuple[AdmissionServer, list[Watched]]] = app.dependency_overrides.get(
-        cluster_server, cluster_server
-    )
-    app.state.server, watched = build(resolved, engine, registry, provenance, kinds)
-    if policies is not None:
-        # A reused decision is one of the policies OPA serves now (webhook/decision_reuse.py).
-        facts = app.state.server.facts_version
-        app.state.server.facts_version = lambda: (
-            facts() if facts is not None else None,
-            policies.status.revision,
-            policies.status.attempted,
+def _admission_route(
+    webhook: Webhook, settings: Settings, line: AdmissionLine
+) -> Callable[[Request, Replica], Awaitable[Response]]:
+    async def route(request: Request, replica: Annotated[Replica, Depends(get_replica)]) -> Response:
+        server = replica.server
+        return await _serve(
+            request,
+            partial(webhook, server),
+            settings=settings,
+            replica=replica,
+            line=line,
         )
-    return _Running(engine, registry, decisions, policies, reports, watched)
+
+    return route
 
 
-def _add_admission_routes(app: FastAPI, resolved: Settings) -> None:
+def admission_router(settings: Settings) -> APIRouter:
+    """/validate and /mutate: each request through the same line for a slot, deadline, answer and
+    accounting, to the replica's server's `validate` or `mutate`."""
     gate = AdmissionGate(
-        resolved.max_in_flight,
-        tenant_limit=resolved.max_in_flight_per_tenant,
-        max_waiting=resolved.max_waiting_admissions,
+        settings.max_in_flight,
+        tenant_limit=settings.max_in_flight_per_tenant,
+        max_waiting=settings.max_waiting_admissions,
     )
-    line = AdmissionLine(gate, max_wait_seconds=resolved.max_admission_wait_seconds)
+    line = AdmissionLine(gate, max_wait_seconds=settings.max_admission_wait_seconds)
     # Read at scrape time: nothing to count on the request path.
     ADMISSION_IN_FLIGHT.set_function(lambda: gate.in_flight)
     ADMISSION_WAITING.set_function(lambda: gate.waiting_count)
-
-    @app.post("/validate")
-    async def validate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        decisions = request.app.state.decisions
-        return await _serve(
-            request,
-            server.validate,
-            settings=resolved,
-            decisions=decisions,
-            line=line,
-            inventory=server.inventory,
+    router = APIRouter()
+    webhooks: dict[str, Webhook] = {"validate": AdmissionServer.validate, "mutate": AdmissionServer.mutate}
+    for name, webhook in webhooks.items():
+        router.add_api_route(
+            f"/{name}", _admission_route(webhook, settings, line), methods=["POST"], name=name
         )
-
-    @app.post("/mutate")
-    async def mutate(request: Request, server: Annotated[AdmissionServer, Depends(get_server)]) -> Response:
-        decisions = request.app.state.decisions
-        return await _serve(
-            request,
-            server.mutate,
-            settings=resolved,
-            decisions=decisions,
-            line=line,
-            inventory=server.inventory,
-        )
+    return router
 
 
 def _add_probe_routes(app: FastAPI) -> None:
@@ -492,12 +312,10 @@ def _add_probe_routes(app: FastAPI) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz(
-        request: Request, server: Annotated[AdmissionServer, Depends(get_server)]
-    ) -> JSONResponse:
-        checks = {"opa": await server.engine.is_healthy(), **server.caches_synced}
+    async def readyz(replica: Annotated[Replica, Depends(get_replica)]) -> JSONResponse:
+        checks = {"opa": await replica.engine.is_healthy(), **replica.server.caches_synced}
         content: dict[str, Any] = dict(checks)
-        policies: PolicySync | None = request.app.state.policies
+        policies = replica.policies
         if policies is not None:
             # Ready once a complete policy set is loaded; a later broken edit keeps the previous
             # policies serving (still ready), and shows here with its error.
@@ -507,21 +325,22 @@ def _add_probe_routes(app: FastAPI) -> None:
         return JSONResponse(status_code=200 if all(checks.values()) else 503, content=content)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The webhook app; its lifespan owns the OPA and Kubernetes clients (see `cluster_server` and
-    `policy_reporting`, which tests replace through `app.dependency_overrides`)."""
+def create_app(settings: Settings | None = None, *, build: Build = build_replica) -> FastAPI:
+    """The webhook app. Each run of its lifespan builds one replica (`build`: webhook/replica.py's
+    `build_replica`; tests give a builder of their own), starts it, and stops it at the end."""
     resolved = settings or get_settings()
     kinds = load_workload_kinds(resolved.workload_kinds_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        running = _start(app, resolved, kinds)
+        app.state.replica = replica = build(resolved, kinds)
         try:
+            replica.start()
             yield
         finally:
-            await running.stop()
+            await replica.stop()
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
-    _add_admission_routes(app, resolved)
+    app.include_router(admission_router(resolved))
     _add_probe_routes(app)
     return app

@@ -134,13 +134,13 @@ class ScaledWorkloadFacts(Protocol):
 
 
 class GpuUsageSource(Protocol):
-    """A tenant's GPU usage (webhook.reservations.GpuReservations)."""
+    """A tenant's GPU usage (webhook.ledger_sums.LedgerSums, shared with the reservations)."""
 
     def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount: ...
 
 
 class WorkloadUsageSource(Protocol):
-    """What a tenant's live pods ask of CPU, memory and pod slots (webhook.reservations.GpuReservations,
+    """What a tenant's live pods ask of CPU, memory and pod slots (webhook.reservations.TenantRequests,
     from the cached ledger the reconciler keeps current)."""
 
     def workloads_of(self, tenant: str) -> dict[str, int]: ...
@@ -183,7 +183,10 @@ class FactGatherer:
         max_references: int = DEFAULT_MAX_REFERENCES,
         pool_nodes: PoolNodeFacts | None = None,
         scaled_workloads: ScaledWorkloadFacts | None = None,
+        reads: ReadShares | None = None,
     ):
+        """`reads`: the tenants' shares of the reads through to the API (READS_PER_TENANT each
+        without one)."""
         self.inventory = inventory
         self.scaled_workloads = scaled_workloads
         self.pool_nodes = pool_nodes
@@ -196,7 +199,7 @@ class FactGatherer:
         self.volumes = volumes
         self.claims = claims
         self.max_references = max_references
-        self.reads = ReadShares()
+        self.reads = reads if reads is not None else ReadShares()
 
     def _add_gpu_usage(
         self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None

@@ -105,15 +105,15 @@ class InventorySync(TenantStatusFacts):
 
     def __init__(
         self,
-        api: ApiClient,
+        kube: KubeApi,
         store: InventoryWriter,
         *,
         platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         kueue: bool = False,
     ):
-        """`kueue`: Kueue runs beside labgate (its CRDs are installed), so its WorkloadPriorityClasses
-        are watched too."""
+        """`kube`: the door its watches and read-throughs use (reads only). `kueue`: Kueue runs beside
+        labgate (its CRDs are installed), so its WorkloadPriorityClasses are watched too."""
         self._store = store
         self._watch_timeout = watch_timeout_seconds
         # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
@@ -141,7 +141,8 @@ class InventorySync(TenantStatusFacts):
             revision=0,
             platform_namespace=platform_namespace,
         )
-        self._kube = KubeApi(api, field_manager="labgate-webhook")  # reads only
+        self._kube = kube
+        api = kube.api
         self._reflectors = [
             self._reflector("namespaces", api, self._kube.lister(NAMESPACE), namespace_document),
             self._reflector("tenants", api, self._kube.lister(TENANT), self._tenant_document),

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 Result = TypeVar("Result")
 
-# A quarter of the pool the app gives blocking calls (32 threads, webhook/app.py).
+# A quarter of the pool a replica gives blocking calls (READ_THREADS, webhook/replica.py).
 READS_PER_TENANT = 8
 
 

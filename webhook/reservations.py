@@ -199,19 +199,21 @@ class GpuReservations:
     def __init__(
         self,
         ledgers: LedgerAccess,
+        sums: LedgerSums,
         evaluations: Evaluations,
         *,
         reservation_seconds: float = RESERVATION_TTL_SECONDS,
         on_decided: Callable[[Decision], None] = lambda decision: None,
     ):
-        """`on_decided` is told each batch's final decisions (the findings metrics)."""
+        """`sums`: what the ledgers sum to (shared with the facts, which put the usage into the
+        policy input). `on_decided` is told each batch's final decisions (the findings metrics)."""
         self.ledgers = ledgers
         self.evaluations = evaluations
         self.reservation_seconds = reservation_seconds
         self.on_decided = on_decided
         self._pending: dict[str, list[_PendingReservation]] = {}
         self._committing: set[str] = set()
-        self.sums = LedgerSums(ledgers)
+        self.sums = sums
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def reserve(

@@ -1,45 +1,30 @@
 """Serving one admission request, through rooms that each do one job, entered once each in order:
 gather its facts (webhook.facts), ask the policy engine (webhook.evaluation, behind decision reuse),
-reserve a GPU pod's GPUs (webhook.reservations), build the response (webhook.admission)."""
+reserve a GPU pod's GPUs (webhook.reservations), build the response (webhook.admission). The rooms
+are built and handed over by webhook.replica; the server builds none."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from labgate.core.decisions import Decision
 from labgate.core.metrics import RULE_FINDINGS
-from labgate.gpu_accounting.ledger import RESERVATION_TTL_SECONDS
 from webhook import refusals
 from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
-from webhook.evaluation import DecisionSource, Evaluator
-from webhook.facts import (
-    ClaimSource,
-    FactGatherer,
-    ImageFactSource,
-    InventoryState,
-    PoolNodeFacts,
-    ScaledWorkloadFacts,
-    SecretFacts,
-    VolumeFacts,
-)
-from webhook.ledger_sums import LedgerAccess, LedgerSums
-from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
+from webhook.evaluation import Evaluator
+from webhook.facts import FactGatherer, InventoryState
+from webhook.ledger_sums import LedgerSums
 from webhook.policy_input import PolicyInput
-from webhook.references import DEFAULT_MAX_REFERENCES, TooManyReferencesError
-from webhook.reservations import (
-    GPU_QUOTA_RULE,
-    DecisionTrace,
-    GpuReservations,
-    TenantRequests,
-    takes_gpus_now,
-)
+from webhook.references import TooManyReferencesError
+from webhook.reservations import GPU_QUOTA_RULE, DecisionTrace, GpuReservations, takes_gpus_now
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.usage_recount import Recount
 
-__all__ = ["AdmissionServer", "DecisionTrace", "InventoryState"]
+__all__ = ["AdmissionServer", "DecisionTrace", "InventoryState", "WatchedFacts"]
 
 log = logging.getLogger("labgate.webhook")
 
@@ -79,85 +64,69 @@ def _is_refused_for_unlisted_pods(decision: Decision, recount: Recount) -> bool:
     )
 
 
-class AdmissionServer:
-    """Everything one webhook replica needs to answer the apiserver.
+class Synced(Protocol):
+    """A watch-fed cache: whether it has listed what it watches."""
 
-    `facts_age()` tells how long ago the API last proved the stalest watch-fed fact current; past
-    `facts_max_age` every request is refused with [facts-stale]. `claims` reads the DRA claims a
-    request's pod templates name. `decision_reuse_seconds` > 0: a Pod CREATE identical to one decided
-    moments before, but for the pod's name and uid, gets that decision again without a policy
-    evaluation (webhook/decision_reuse.py), for as long as `facts_version()` (what OPA holds: the
-    inventory writes, the policy revision) stays the same, and at most that many seconds. A request
-    naming more than `max_references` objects to read is refused before any is read. `pool_nodes` reads
-    the nodes a Tenant's pools select when a Tenant is written (tenant-quota-beyond-pools);
-    `scaled_workloads` the workload a scale up resizes (gpu-quota-scale)."""
+    @property
+    def is_synced(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class WatchedFacts:
+    """The watch-fed caches a request's facts come from (the inventory, the ledgers, the restricted
+    secrets): whether each has synced, and `age()`, how long ago the API last proved the stalest one
+    current; past `max_age` every request is refused with [facts-stale]."""
+
+    inventory: InventoryState
+    ledgers: Synced | None = None
+    secrets: Synced | None = None
+    age: Callable[[], float] | None = None
+    max_age: float = float("inf")
+
+
+class AdmissionServer:
+    """One replica's answer to the apiserver: a request through the rooms it is handed (built by
+    webhook.replica), each entered once, in order.
+
+    `watched` says whether the watch-fed facts can be trusted; `facts` gathers the policy input;
+    `reuse` decides it (a Job's copies reuse a decision made moments before) through `evaluator`,
+    the evaluation door; `reservations` reserve an admitted GPU pod's GPUs (None: no ledger); a pod
+    refused for the GPU quota alone is decided again at the usage `usage_recount` counts from the
+    live pods."""
 
     def __init__(
         self,
         *,
-        engine: DecisionSource,
-        inventory: InventoryState,
-        ledgers: LedgerAccess | None,
-        secrets: SecretFacts | None,
-        workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
-        images: ImageFactSource | None = None,
-        image_timeout: float = 1.0,
-        reservation_seconds: float = RESERVATION_TTL_SECONDS,
-        facts_age: Callable[[], float] | None = None,
-        facts_max_age: float = float("inf"),
-        volumes: VolumeFacts | None = None,
-        claims: ClaimSource | None = None,
-        decision_reuse_seconds: float = 0.0,
-        facts_version: Callable[[], Hashable] | None = None,
-        max_references: int = DEFAULT_MAX_REFERENCES,
-        pool_nodes: PoolNodeFacts | None = None,
+        watched: WatchedFacts,
+        facts: FactGatherer,
+        reuse: DecisionReuse,
+        evaluator: Evaluator,
+        reservations: GpuReservations | None,
         usage_recount: UsageRecountSource | None = None,
-        scaled_workloads: ScaledWorkloadFacts | None = None,
     ):
-        self.engine, self.inventory, self.ledgers, self.secrets = engine, inventory, ledgers, secrets
-        self.facts_age, self.facts_max_age, self.facts_version = facts_age, facts_max_age, facts_version
-        self.usage_recount = usage_recount
-        self.evaluator = Evaluator(engine, inventory)
-        self.reservations = (
-            GpuReservations(
-                ledgers, self.evaluator, reservation_seconds=reservation_seconds, on_decided=count_findings
-            )
-            if ledgers is not None
-            else None
-        )
-        self.facts = FactGatherer(
-            inventory=inventory,
-            secrets=secrets,
-            gpu_usage=self.reservations.sums if self.reservations is not None else None,
-            workload_usage=TenantRequests(ledgers) if ledgers is not None else None,
-            workload_kinds=workload_kinds,
-            images=images,
-            image_timeout=image_timeout,
-            volumes=volumes,
-            claims=claims,
-            max_references=max_references,
-            pool_nodes=pool_nodes,
-            scaled_workloads=scaled_workloads,
-        )
-        # Read at each use: the app adds the policy revision to the version after construction.
-        version = lambda: self.facts_version() if self.facts_version is not None else None  # noqa: E731
-        self.reuse = DecisionReuse(self.evaluator, seconds=decision_reuse_seconds, facts_version=version)
+        self.watched, self.facts, self.reuse, self.evaluator = watched, facts, reuse, evaluator
+        self.reservations, self.usage_recount = reservations, usage_recount
+
+    @property
+    def inventory(self) -> InventoryState:
+        return self.watched.inventory
 
     @property
     def caches_synced(self) -> dict[str, bool]:
+        watched = self.watched
         return {
-            "inventory": self.inventory.is_synced,
-            "ledgers": self.ledgers is None or self.ledgers.is_synced,
-            "secrets": self.secrets is None or self.secrets.is_synced,
+            "inventory": watched.inventory.is_synced,
+            "ledgers": watched.ledgers is None or watched.ledgers.is_synced,
+            "secrets": watched.secrets is None or watched.secrets.is_synced,
             "facts_fresh": self.stale_facts_age() is None,
         }
 
     def stale_facts_age(self) -> float | None:
         """The age of the watch-fed facts when it is past the bound, else None."""
-        if self.facts_age is None:
+        if self.watched.age is None:
             return None
-        age = self.facts_age()
-        return age if age > self.facts_max_age else None
+        age = self.watched.age()
+        return age if age > self.watched.max_age else None
 
     async def _gather(
         self, request: AdmissionRequest, trace: DecisionTrace | None
@@ -165,7 +134,7 @@ class AdmissionServer:
         """The request's facts and tenant, or the refusal when they cannot be trusted or read:
         facts too old, or more objects to read than the bound."""
         if (age := self.stale_facts_age()) is not None:
-            return refusals.facts_stale(age=age, bound=self.facts_max_age).response(request)
+            return refusals.facts_stale(age=age, bound=self.watched.max_age).response(request)
         try:
             policy_input, tenant = await self.facts.gather(request)
         except TooManyReferencesError as err:

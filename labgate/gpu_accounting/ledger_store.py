@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from labgate.core.api_resources import Object
 from labgate.core.kube import WATCH_TIMEOUT_SECONDS, ApiException, KubeApi, Reflector, WatchFed
@@ -58,10 +58,10 @@ class LedgerStore:
         )
 
 
-# Threads for the asynchronous ledger calls (`write_async`, `fresh_async`). A replica has at most one
-# compare-and-swap under way per tenant (the webhook's group commit), so this bounds how many
-# tenants write at once; their own pool keeps them from queueing behind the API read-throughs of
-# the event loop's default executor, and those from queueing behind them.
+# Threads for the asynchronous ledger calls (`write_async`, `fresh_async`), the webhook's pool of
+# ledger writers (webhook/replica.py). A replica has at most one compare-and-swap under way per
+# tenant (the webhook's group commit), so this bounds how many tenants write at once; their own
+# pool keeps them from queueing behind the API read-throughs, and those from queueing behind them.
 LEDGER_WRITERS = 4
 
 
@@ -75,13 +75,14 @@ class LedgerCache(WatchFed):
         *,
         on_unsettled: Callable[[str], None] | None = None,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
-        writers: int = LEDGER_WRITERS,
+        writers: Executor | None = None,
     ):
         """`on_unsettled(tenant)` is called whenever a tenant's ledger is seen holding reservations
-        (the reconciler settles them; the webhook passes nothing). `writers` threads run the
-        asynchronous calls (`write_async`, `fresh_async`), started only when first used."""
+        (the reconciler settles them; the webhook passes nothing). `writers` run the asynchronous
+        calls (`write_async`, `fresh_async`; the loop's default executor without them); whoever
+        gives them shuts them down, after `stop`."""
         self.store = store
-        self._writers = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="gpu-ledger")
+        self._writers = writers
         self._on_unsettled = on_unsettled
         self._corrupt: dict[str, LedgerCorruptError] = {}
         self._lock = threading.Lock()
@@ -212,6 +213,6 @@ class LedgerCache(WatchFed):
         return await asyncio.get_running_loop().run_in_executor(self._writers, self.fresh, tenant)
 
     def stop(self) -> None:
-        """Stop the watch; a write under way completes (its reservation is then in the ledger)."""
+        """Stop the watch (the writers' owner lets a write under way complete: its reservation is
+        then in the ledger)."""
         super().stop()
-        self._writers.shutdown(wait=True)

@@ -1,6 +1,6 @@
-"""The webhook app without a cluster, for unit tests: its `cluster_server` dependency overridden
-(app.dependency_overrides) by a server whose inventory is given, with no ledgers and no secrets, and
-its `policy_reporting` by none (no Events, no PolicyReports)."""
+"""The webhook app without a cluster, for unit tests: built by a replica builder of its own
+(`create_app(settings, build=...)`) whose inventory is given, with no ledgers and no secrets, no
+Events and no PolicyReports; the OPA client, the policy sync and the decision log are the real ones."""
 
 from __future__ import annotations
 
@@ -8,10 +8,19 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from webhook.app import Watched, cluster_server, create_app, policy_reporting
+from webhook.app import create_app
 from webhook.pod_templates import WorkloadKind
 from webhook.policy_engine import PolicyEngine
-from webhook.serving import AdmissionServer, InventoryState
+from webhook.replica import (
+    AdmissionOptions,
+    FactSources,
+    Replica,
+    admission_server,
+    open_decision_log,
+    policy_sync,
+    reuse_version,
+)
+from webhook.serving import InventoryState
 from webhook.settings import Settings
 
 
@@ -37,28 +46,18 @@ class EmptyCluster:
 
 
 def app_without_cluster(settings: Settings, inventory: InventoryState | None = None) -> FastAPI:
-    """create_app(settings), deciding with the real OPA client of its lifespan, its cluster facts
-    replaced by `inventory` (an empty cluster when None)."""
-    app = create_app(settings)
+    """create_app(settings), deciding with the real OPA client, its cluster facts replaced by
+    `inventory` (an empty cluster when None)."""
 
-    def server(
-        settings: Settings,
-        engine: PolicyEngine,
-        registry: Any,
-        provenance: Any,
-        kinds: tuple[WorkloadKind, ...],
-    ) -> tuple[AdmissionServer, list[Watched]]:
-        return (
-            AdmissionServer(
-                engine=engine,
-                inventory=inventory or EmptyCluster(),
-                ledgers=None,
-                secrets=None,
-                workload_kinds=kinds,
-            ),
-            [],
+    def build(settings: Settings, kinds: tuple[WorkloadKind, ...]) -> Replica:
+        engine = PolicyEngine(settings.opa_url, timeout=settings.opa_timeout_seconds)
+        policies = policy_sync(settings)
+        server = admission_server(
+            engine,
+            FactSources(inventory=inventory or EmptyCluster()),
+            AdmissionOptions(workload_kinds=kinds),
+            version=reuse_version(None, policies),
         )
+        return Replica(server=server, engine=engine, decisions=open_decision_log(settings), policies=policies)
 
-    app.dependency_overrides[cluster_server] = server
-    app.dependency_overrides[policy_reporting] = lambda settings: (None, None)  # no Events, no reports
-    return app
+    return create_app(settings, build=build)

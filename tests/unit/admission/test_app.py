@@ -157,16 +157,13 @@ def test_the_probe_port_serves_probes_and_metrics_only() -> None:
 def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
     import asyncio
 
+    from webhook.replica import AdmissionOptions, FactSources, admission_server
     from webhook.review import AdmissionReview
-    from webhook.serving import AdmissionServer
 
-    server = AdmissionServer(
-        engine=None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
-        inventory=EmptyCluster(),
-        ledgers=None,
-        secrets=None,
-        facts_age=lambda: 31.0,
-        facts_max_age=20.0,
+    server = admission_server(
+        None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
+        FactSources(inventory=EmptyCluster(), age=lambda: 31.0),
+        AdmissionOptions(facts_max_age=20.0),
     )
     request = AdmissionReview.model_validate(REVIEW).request
     for answer in (asyncio.run(server.validate(request)), asyncio.run(server.mutate(request))):

@@ -16,8 +16,8 @@ from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolic
 from webhook.admission import build_policy_input
 from webhook.decision_reuse import COMPLETION_INDEX, ReuseCache, is_clean_admission, pod_create_key
 from webhook.policy_input import PolicyInput
+from webhook.replica import AdmissionOptions, FactSources, admission_server
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 
 
 def pod_review(
@@ -190,13 +190,11 @@ def serve(
     version = version if version is not None else [1]
 
     async def run() -> list[Any]:
-        server = AdmissionServer(
-            engine=policy,
-            inventory=Inventory(),
-            ledgers=None,
-            secrets=None,
-            decision_reuse_seconds=seconds,
-            facts_version=lambda: version[0],
+        server = admission_server(
+            policy,
+            FactSources(inventory=Inventory()),
+            AdmissionOptions(decision_reuse_seconds=seconds),
+            version=lambda: version[0],
         )
         answers = []
         for review in reviews:
@@ -265,13 +263,11 @@ def test_gpu_copies_reuse_the_decision_within_the_headroom_and_never_pass_the_qu
     pods = [("h100", 2)] * 30 + [("a100", 1)] * 10 + [("h100", 2)] * 30
 
     async def run(policy: QuotaPolicy, ledgers: Ledgers) -> list[bool]:
-        server = AdmissionServer(
-            engine=policy,
-            inventory=Inventory(),
-            ledgers=ledgers,
-            secrets=None,
-            decision_reuse_seconds=5.0,
-            facts_version=lambda: 1,
+        server = admission_server(
+            policy,
+            FactSources(inventory=Inventory(), ledgers=ledgers),
+            AdmissionOptions(decision_reuse_seconds=5.0),
+            version=lambda: 1,
         )
         verdicts: list[bool] = []
         for start in range(0, len(pods), 7):  # bursts of 7 arriving together
@@ -294,13 +290,11 @@ def test_copies_arriving_together_wait_for_the_first_ones_evaluation() -> None:
     policy, ledgers = QuotaPolicy(total=1000, models={}), Ledgers()
 
     async def run() -> list[bool]:
-        server = AdmissionServer(
-            engine=policy,
-            inventory=Inventory(),
-            ledgers=ledgers,
-            secrets=None,
-            decision_reuse_seconds=5.0,
-            facts_version=lambda: 1,
+        server = admission_server(
+            policy,
+            FactSources(inventory=Inventory(), ledgers=ledgers),
+            AdmissionOptions(decision_reuse_seconds=5.0),
+            version=lambda: 1,
         )
         verdicts: list[bool] = []
         for start in range(0, 100, 10):
@@ -317,13 +311,11 @@ def test_a_decision_for_a_gpu_pod_is_not_reused_beyond_its_headroom() -> None:
     policy = QuotaPolicy(total=4, models={})
 
     async def run() -> list[bool]:
-        server = AdmissionServer(
-            engine=policy,
-            inventory=Inventory(),
-            ledgers=Ledgers(),
-            secrets=None,
-            decision_reuse_seconds=5.0,
-            facts_version=lambda: 1,
+        server = admission_server(
+            policy,
+            FactSources(inventory=Inventory(), ledgers=Ledgers()),
+            AdmissionOptions(decision_reuse_seconds=5.0),
+            version=lambda: 1,
         )
         return [(await server.validate(gpu_pod(i, "h100", 2))).allowed for i in range(4)]
 
@@ -342,13 +334,11 @@ def test_a_mutation_that_reads_the_usage_is_reused_only_at_the_same_usage() -> N
 
     async def run(policy: UsagePolicy) -> None:
         ledgers = Ledgers()
-        server = AdmissionServer(
-            engine=policy,
-            inventory=Inventory(),
-            ledgers=ledgers,
-            secrets=None,
-            decision_reuse_seconds=5.0,
-            facts_version=lambda: 1,
+        server = admission_server(
+            policy,
+            FactSources(inventory=Inventory(), ledgers=ledgers),
+            AdmissionOptions(decision_reuse_seconds=5.0),
+            version=lambda: 1,
         )
         for i in range(4):
             await server.mutate(gpu_pod(i, "h100", 1))

@@ -14,7 +14,7 @@ from tests.unit.gpu.test_gpu_batch import Inventory, request
 from webhook.evaluation import Evaluator
 from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.policy_input import PolicyInput
-from webhook.serving import AdmissionServer
+from webhook.replica import FactSources, admission_server
 
 CONCURRENT = 32
 
@@ -68,7 +68,7 @@ def test_requests_that_find_opa_without_its_inventory_at_once_share_one_push() -
 
     async def run() -> list[bool]:
         engine = _ReloadedEngine(inventory, expected=CONCURRENT)
-        server = AdmissionServer(engine=engine, inventory=inventory, ledgers=None, secrets=None)
+        server = admission_server(engine, FactSources(inventory=inventory))
         async with asyncio.timeout(10):
             answers = await asyncio.gather(
                 *(server.validate(request(i, "h100", 0)) for i in range(CONCURRENT))

@@ -21,11 +21,12 @@ import uvicorn
 from devcluster.processes import free_port
 from labgate.core.api_resources import Kind
 from labgate.core.decisions import Decision, Mutation
-from webhook.app import Watched, cluster_server, create_app, policy_reporting
+from webhook.app import Build, create_app
 from webhook.claims import ClaimFacts
 from webhook.pod_templates import WorkloadKind
 from webhook.policy_input import PolicyInput
-from webhook.read_shares import READS_PER_TENANT, ReadShares
+from webhook.read_shares import READS_PER_TENANT
+from webhook.replica import AdmissionOptions, FactSources, Replica, admission_server
 from webhook.review import AdmissionRequest
 from webhook.serving import AdmissionServer
 from webhook.settings import Settings
@@ -67,6 +68,9 @@ class _AdmitAll:
 
     async def is_healthy(self) -> bool:
         return True
+
+    async def close(self) -> None:
+        """Nothing to close."""
 
 
 class _NoImages:
@@ -125,24 +129,30 @@ def _pod(
     }
 
 
-def _server(api: _HeldApi, inventory: _Inventory, reads_per_tenant: int = READS_PER_TENANT) -> Any:
-    def server(
-        settings: Settings, engine: Any, registry: Any, provenance: Any, kinds: tuple[WorkloadKind, ...]
-    ) -> tuple[AdmissionServer, list[Watched]]:
-        admission = AdmissionServer(
-            engine=_AdmitAll(),
-            inventory=inventory,
-            ledgers=None,
-            secrets=None,
+def _server(
+    api: _HeldApi,
+    inventory: _Inventory,
+    settings: Settings,
+    kinds: tuple[WorkloadKind, ...] = (),
+    reads_per_tenant: int = READS_PER_TENANT,
+) -> AdmissionServer:
+    return admission_server(
+        _AdmitAll(),
+        FactSources(inventory=inventory, claims=ClaimFacts(api), images=_NoImages()),
+        AdmissionOptions(
             workload_kinds=kinds,
-            claims=ClaimFacts(api),
-            images=_NoImages(),
             max_references=settings.max_references_per_request,
-        )
-        admission.facts.reads = ReadShares(reads_per_tenant)
-        return admission, []
+            reads_per_tenant=reads_per_tenant,
+        ),
+    )
 
-    return server
+
+def _builder(api: _HeldApi, inventory: _Inventory, reads_per_tenant: int) -> Build:
+    def build(settings: Settings, kinds: tuple[WorkloadKind, ...]) -> Replica:
+        server = _server(api, inventory, settings, kinds, reads_per_tenant)
+        return Replica(server=server, engine=_AdmitAll())
+
+    return build
 
 
 # The reference bound ------------------------------------------------------------------------------
@@ -153,7 +163,7 @@ def _decide(
 ) -> tuple[dict[str, Any], int]:
     api = _HeldApi()
     api.released.set()
-    server = _server(api, _Inventory(specs))(Settings(), None, None, None, ())[0]
+    server = _server(api, _Inventory(specs), Settings())
     request = AdmissionRequest.model_validate(review["request"])
     response = asyncio.run(getattr(server, webhook)(request))
     return response.model_dump(exclude_none=True), api.reads
@@ -203,9 +213,7 @@ class _Served:
 
 
 def _serve(settings: Settings, api: _HeldApi, reads_per_tenant: int) -> Iterator[_Served]:
-    app = create_app(settings)
-    app.dependency_overrides[cluster_server] = _server(api, _Inventory(), reads_per_tenant)
-    app.dependency_overrides[policy_reporting] = lambda settings: (None, None)
+    app = create_app(settings, build=_builder(api, _Inventory(), reads_per_tenant))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

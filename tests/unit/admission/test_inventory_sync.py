@@ -57,6 +57,8 @@ class FakeReflector:
 class FakeKube:
     """The reads InventorySync makes through the Kubernetes door."""
 
+    api = None  # the reflectors' client (the reflectors are fakes too)
+
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], Object] = {}
         self.gets: list[tuple[str, str]] = []
@@ -164,9 +166,8 @@ def sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
 
     kube = FakeKube()
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
-    monkeypatch.setattr(webhook.inventory, "KubeApi", lambda api, **_: kube)
     opa = FakeOpa()
-    inventory = InventorySync(None, opa, platform_namespace="labgate-system")
+    inventory = InventorySync(kube, opa, platform_namespace="labgate-system")  # type: ignore[arg-type]
     inventory.start()  # the pusher thread; the fake watches wait for the test
     yield Sync(inventory, reflectors, kube, opa)
     inventory.stop()
@@ -258,10 +259,9 @@ def test_with_kueue_workload_priority_classes_are_watched_and_written(
         return reflectors[name]
 
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
-    monkeypatch.setattr(webhook.inventory, "KubeApi", lambda api, **_: FakeKube())
     assert "workload_priority_classes" not in reflectors
     opa = FakeOpa()
-    inventory = InventorySync(None, opa, platform_namespace="labgate-system", kueue=True)
+    inventory = InventorySync(FakeKube(), opa, platform_namespace="labgate-system", kueue=True)  # type: ignore[arg-type]
     inventory.start()
     try:
         for name in ("namespaces", "tenants", "priority_classes"):

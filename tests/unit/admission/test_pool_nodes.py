@@ -18,8 +18,8 @@ from tests.unit.admission.test_serving_volumes import _Engine, _Inventory
 from webhook import facts
 from webhook.policy_input import PolicyInput
 from webhook.pool_nodes import PoolNodes, gpu_counting
+from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 
 POOL = {"labgate.io/pool": "h100-spot", "nvidia.com/gpu.product": "h100"}
 
@@ -106,9 +106,7 @@ def _write(operation: str, tenant: dict[str, Any], sub_resource: str | None = No
 
 
 def _gather(nodes: _Nodes, request: AdmissionRequest) -> PolicyInput:
-    server = AdmissionServer(
-        engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, pool_nodes=_reader(nodes)
-    )
+    server = admission_server(_Engine(), FactSources(inventory=_Inventory(), pool_nodes=_reader(nodes)))
     policy_input, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 
@@ -142,9 +140,7 @@ def test_a_slow_api_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
             return {"h100": {"gpus": 8, "nodes": 1, "largestNode": 8}}
 
     monkeypatch.setattr(facts, "POOL_NODES_SECONDS", 0.05)
-    server = AdmissionServer(
-        engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, pool_nodes=_Slow()
-    )
+    server = admission_server(_Engine(), FactSources(inventory=_Inventory(), pool_nodes=_Slow()))
     policy_input, _ = asyncio.run(server.facts.gather(_write("CREATE", _tenant([]))))
     assert "tenant_pool_gpus" not in policy_input
 

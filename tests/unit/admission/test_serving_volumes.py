@@ -10,8 +10,8 @@ import pytest
 from labgate.core.decisions import Decision, Mutation
 from webhook.inventory import volume_document
 from webhook.policy_input import PolicyInput
+from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 
 
 class _Inventory:
@@ -73,9 +73,7 @@ def _claim(spec: dict[str, Any], kind: str = "PersistentVolumeClaim") -> Admissi
 
 
 def _gather(volumes: _Volumes, request: AdmissionRequest) -> PolicyInput:
-    server = AdmissionServer(
-        engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, volumes=volumes
-    )
+    server = admission_server(_Engine(), FactSources(inventory=_Inventory(), volumes=volumes))
     policy_input, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.unit.admission.test_serving_volumes import _Engine, _Inventory, _Volumes
+from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 from webhook.volume_facts import MAX_TEMPLATE_VOLUMES, template_volume_names, template_volumes
 
 
@@ -68,9 +68,7 @@ def _request(obj: dict[str, Any], kind: str, group: str) -> AdmissionRequest:
 
 def test_the_server_gives_the_rule_the_volumes_a_pods_claim_templates_name() -> None:
     volumes = _Volumes()
-    server = AdmissionServer(
-        engine=_Engine(), inventory=_Inventory(), ledgers=None, secrets=None, volumes=volumes
-    )
+    server = admission_server(_Engine(), FactSources(inventory=_Inventory(), volumes=volumes))
     pod = {
         "kind": "Pod",
         "spec": {"containers": [{"name": "m", "image": "i"}], "volumes": [_ephemeral("pv-b")]},

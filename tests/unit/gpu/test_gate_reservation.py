@@ -17,9 +17,9 @@ from labgate.gpu_accounting.ledger import Ledger, Reservation, usage
 from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy
 from webhook.admission import is_admission_gate_removal, needs_gpu_usage
+from webhook.replica import FactSources, admission_server
 from webhook.reservations import takes_gpus_now
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 
 GATE = {"name": "kueue.x-k8s.io/admission"}
 KUEUE = {"username": "system:serviceaccount:kueue-system:kueue-controller-manager", "groups": []}
@@ -101,9 +101,7 @@ def test_a_pod_is_behind_the_gate_only_with_kueues_gate() -> None:
 
 
 def _validate(ledgers: Ledgers, request_: AdmissionRequest, total: int = 8) -> bool:
-    server = AdmissionServer(
-        engine=QuotaPolicy(total, {}), inventory=Inventory(), ledgers=ledgers, secrets=None
-    )
+    server = admission_server(QuotaPolicy(total, {}), FactSources(inventory=Inventory(), ledgers=ledgers))
     return asyncio.run(server.validate(request_)).allowed
 
 

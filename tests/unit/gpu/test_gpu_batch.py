@@ -16,8 +16,8 @@ from labgate.core.decisions import Decision, Finding, Mutation
 from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
 from webhook.policy_input import PolicyInput
+from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
-from webhook.serving import AdmissionServer
 
 TENANT = "vision"
 
@@ -153,7 +153,7 @@ def sequential(pods: list[tuple[str, int]], total: int, models: dict[str, int]) 
 
 
 async def admit_together(pods: list[tuple[str, int]], policy: QuotaPolicy, ledgers: Ledgers) -> list[bool]:
-    server = AdmissionServer(engine=policy, inventory=Inventory(), ledgers=ledgers, secrets=None)
+    server = admission_server(policy, FactSources(inventory=Inventory(), ledgers=ledgers))
     responses = await asyncio.gather(
         *(server.validate(request(i, model, count)) for i, (model, count) in enumerate(pods))
     )

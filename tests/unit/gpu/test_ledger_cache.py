@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,7 +29,7 @@ from labgate.gpu_accounting.ledger import (
     usage,
     with_reservation,
 )
-from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
+from labgate.gpu_accounting.ledger_store import LEDGER_WRITERS, LedgerCache, LedgerStore
 
 Object = dict[str, Any]
 NAMESPACE = "labgate-system"
@@ -112,7 +112,7 @@ def api() -> FakeConfigMaps:
 
 
 @pytest.fixture
-def replica(api: FakeConfigMaps, monkeypatch: pytest.MonkeyPatch) -> Replica:
+def replica(api: FakeConfigMaps, monkeypatch: pytest.MonkeyPatch) -> Iterator[Replica]:
     watches: list[FakeWatch] = []
 
     def make_watch(*args: Any, **kwargs: Any) -> FakeWatch:
@@ -122,8 +122,11 @@ def replica(api: FakeConfigMaps, monkeypatch: pytest.MonkeyPatch) -> Replica:
     monkeypatch.setattr(labgate.gpu_accounting.ledger_store, "Reflector", make_watch)
     kube: KubeApi = api  # type: ignore[assignment]  # a fake of the calls the store makes
     woken: list[str] = []
-    cache = LedgerCache(LedgerStore(kube, namespace=NAMESPACE), on_unsettled=woken.append)
-    return Replica(cache, watches[0], api, woken)
+    # The ledger's own writer threads, as the webhook's replica gives them (webhook/replica.py).
+    writers = ThreadPoolExecutor(max_workers=LEDGER_WRITERS, thread_name_prefix="gpu-ledger")
+    cache = LedgerCache(LedgerStore(kube, namespace=NAMESPACE), on_unsettled=woken.append, writers=writers)
+    yield Replica(cache, watches[0], api, woken)
+    writers.shutdown(wait=True)
 
 
 def stored(ledger: Ledger, version: int, *, namespace: str = NAMESPACE) -> Object:

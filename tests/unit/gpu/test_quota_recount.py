@@ -14,6 +14,7 @@ from labgate.core.kube import KubeApi
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage, with_reservation
 from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy, request
+from webhook.replica import FactSources, admission_server
 from webhook.serving import AdmissionServer
 from webhook.usage_recount import RECOUNT_SECONDS, UsageRecount
 
@@ -53,8 +54,8 @@ def server_with(
         cached_ledger=ledgers.cached,
         timeout=timeout,
     )
-    return AdmissionServer(
-        engine=policy, inventory=Inventory(), ledgers=ledgers, secrets=None, usage_recount=recount
+    return admission_server(
+        policy, FactSources(inventory=Inventory(), ledgers=ledgers, usage_recount=recount)
     )
 
 
