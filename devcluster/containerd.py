@@ -19,9 +19,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-from devcluster.processes import ManagedProcess, spawn, stop_pid, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, spawn, stop_pid, wait_until
 
 NAMESPACE = "labgate"
 BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
@@ -53,7 +52,7 @@ class Mount:
     writable: bool = False
 
 
-class Containerd:
+class Containerd(Lifecycle):
     """One containerd daemon of our own (not the machine's), and the containers it runs."""
 
     def __init__(self, workdir: Path, *, detached: bool = False):
@@ -62,15 +61,6 @@ class Containerd:
         self.socket = workdir / "containerd.sock"
         self.process: ManagedProcess | None = None
         self.containers: list[str] = []
-
-    def __enter__(self) -> Containerd:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _config(self) -> Path:
         config = self.workdir / "config.toml"

@@ -17,12 +17,11 @@ import shutil
 import ssl
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
 
 import yaml
 
-from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import ensure_tools
 from labgate.core.certificates import (
     KeyPair,
@@ -128,7 +127,7 @@ class ControlPlane(Protocol):
     def stop(self) -> None: ...
 
 
-class LocalControlPlane:
+class LocalControlPlane(Lifecycle):
     """etcd + kube-apiserver + kube-controller-manager in `workdir`, on free loopback ports."""
 
     def __init__(
@@ -198,15 +197,6 @@ class LocalControlPlane:
             client = issue_client_cert(self._ca, user=user, groups=groups)
             write_kubeconfig(path, server=self.server, ca_pem=self._ca.cert_pem, client=client, user=user)
         return path
-
-    def __enter__(self) -> LocalControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
 
 from devcluster.kubectl import kubectl
@@ -37,7 +36,7 @@ from devcluster.node_config import (
 )
 from devcluster.node_files import NodeFacts, write_node_files
 from devcluster.node_network import NodeNetwork
-from devcluster.processes import ManagedProcess, rerecord, spawn, stop_pid, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, rerecord, spawn, stop_pid, wait_until
 from devcluster.tools import ensure_tools, tool
 
 BINARIES = (
@@ -80,7 +79,7 @@ class ClusterForNode(Protocol):
     def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path: ...
 
 
-class RealNode:
+class RealNode(Lifecycle):
     """containerd and the kubelet of node `name`, in `network`'s namespaces, registered with `control_plane`."""
 
     def __init__(
@@ -125,15 +124,6 @@ class RealNode:
         self.kubelet: ManagedProcess | None = None
         self.kube_proxy: ManagedProcess | None = None
         self._stopped_pids: set[int] = set()
-
-    def __enter__(self) -> RealNode:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- start ------------------------------------------------------------------------------------
 

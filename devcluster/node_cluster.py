@@ -18,21 +18,20 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import TypeVar
 
 from devcluster.controlplane import DEFAULT_CONTROLLERS, LocalControlPlane
 from devcluster.node import RealNode
 from devcluster.node_images import build_pause, push_binary_image
 from devcluster.node_network import NodeNetwork
-from devcluster.processes import stop_recorded
+from devcluster.processes import Lifecycle, stop_recorded
 from devcluster.registry import ImageTools, LocalRegistry
 
 T = TypeVar("T")
 P = TypeVar("P")
 
 
-class NodeCluster:
+class NodeCluster(Lifecycle):
     """The control plane, the registry and the real node, started and stopped together."""
 
     def __init__(self, workdir: Path, *, detached: bool = False):
@@ -61,15 +60,6 @@ class NodeCluster:
     @property
     def node(self) -> RealNode:
         return _started(self._node, "node")
-
-    def __enter__(self) -> NodeCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start every part; `bring_up_seconds` says how long each took. Undoes all if one fails."""

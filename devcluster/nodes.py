@@ -13,14 +13,13 @@ configuration and Stages are devcluster/kwok/kwok.yaml.
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from devcluster.kubectl import kubectl
-from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
 
 DEVCLUSTER_DATA = REPO_ROOT / "devcluster"
@@ -152,7 +151,7 @@ class KwokError(RuntimeError):
     """Simulated nodes could not be created or did not become Ready."""
 
 
-class KwokNodes:
+class KwokNodes(Lifecycle):
     """A `kwok` process managing the fake nodes of one cluster, and the nodes it was given."""
 
     def __init__(
@@ -169,15 +168,6 @@ class KwokNodes:
         self.lease_seconds = lease_seconds
         self.process: ManagedProcess | None = None
         self.node_names: list[str] = []
-
-    def __enter__(self) -> KwokNodes:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         kwok = ensure_tools("kwok")["kwok"].binary()

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 _PR_SET_PDEATHSIG = 1
 
@@ -28,6 +28,24 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     # If the test runner is killed outright, the kernel stops its control plane too.
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Lifecycle:
+    """A part of the local cluster started with `start()` and stopped with `stop()`; as a context
+    manager, started on entry and stopped on exit, whatever ended the block."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
 
 class ProcessFailedError(RuntimeError):

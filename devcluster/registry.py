@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import tool
 from labgate.core.certificates import KeyPair
 
@@ -159,7 +159,7 @@ class TokenServer:
 
 
 @dataclass
-class LocalRegistry:
+class LocalRegistry(Lifecycle):
     """The distribution registry on 127.0.0.1:<free port> (or `address`, e.g. where a real node in its
     own network namespace reaches the host). Use as a context manager, or start()/stop()."""
 
@@ -242,13 +242,6 @@ class LocalRegistry:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
-
-    def __enter__(self) -> LocalRegistry:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
 
 def random_layer(path: Path, size: int = 512) -> Path:

@@ -14,7 +14,6 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol
 
 import yaml
@@ -23,7 +22,7 @@ from devcluster.controlplane import CONTROLLERS, DEFAULT_CONTROLLERS, ControlPla
 from devcluster.kubectl import kubectl
 from devcluster.kueue import KUEUE_GROUPS, KUEUE_USER, KueueController, trusting_kueue
 from devcluster.nodes import KwokNodes, NodePool
-from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
+from devcluster.processes import Lifecycle, ManagedProcess, free_port, spawn, wait_until
 from devcluster.tools import REPO_ROOT, ensure_tools
 from labgate.core.certificates import issue_serving_cert, make_ca
 from webhook.registration import webhook_configurations
@@ -107,7 +106,7 @@ class KubectlError(RuntimeError):
     """A kubectl command that labgate's own set-up needed failed."""
 
 
-class LabgateStack:
+class LabgateStack(Lifecycle):
     """Control plane + OPA + webhook, ready for `kubectl apply` as researchers."""
 
     def __init__(
@@ -177,15 +176,6 @@ class LabgateStack:
         self.health_urls: dict[str, str] = {}
         self.reconciler_metrics_urls: list[str] = []
         self.start_seconds = 0.0
-
-    def __enter__(self) -> LabgateStack:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def admin_kubeconfig(self) -> Path:
