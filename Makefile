@@ -32,7 +32,7 @@ debian-packages:
 	toolchain/debian-packages.sh
 
 # The tools tests and `make run` need; the benchmarks' own (vegeta, gatekeeper) build on first use.
-TEST_TOOLS := kubernetes kube-proxy etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
+TEST_TOOLS := kubernetes kube-proxy kube-router etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue
 
 # The tools `make run`'s stack uses (no registry, signing or lint tools).
 RUN_TOOLS := kubernetes etcd opa kwok kueue

@@ -8,7 +8,9 @@ mount namespace of its own (devcluster.node_config says what the mount namespace
                   sandbox_image=pause_reference, registries=[registry.host]) as node:
         ...   # node.name is Ready
 
-kube-proxy (iptables mode) routes Services inside the node's network namespace. The kubelet
+kube-proxy (iptables mode) routes Services inside the node's network namespace; with
+`network_policies=True`, kube-router's policy controller (devcluster.node_enforcer) enforces
+NetworkPolicies there. The kubelet
 authenticates with a client certificate from the control plane's CA (system:node:<name> in
 system:nodes, authorized by the Node authorizer). Processes are stopped by pid: kube-proxy, the
 kubelet, every process in the node's cgroups (the pods' containers), containerd, its shims; then
@@ -34,6 +36,8 @@ from devcluster.node_config import (
     NodeLayout,
     mount_namespace_script,
 )
+from devcluster.node_enforcer import USER as ENFORCER_USER
+from devcluster.node_enforcer import enforcer_argv, grant_enforcer_access
 from devcluster.node_files import NodeFacts, write_node_files
 from devcluster.node_network import NodeNetwork
 from devcluster.processes import Lifecycle, ManagedProcess, rerecord, spawn, stop_pid, wait_until
@@ -91,10 +95,12 @@ class RealNode(Lifecycle):
         sandbox_image: str,
         registries: tuple[str, ...] = (),
         name: str | None = None,
+        network_policies: bool = False,
         detached: bool = False,
     ):
         """`sandbox_image`: the pause image by digest, pullable from one of `registries` (host:port of
         plain-HTTP registries the node may pull from). `name`: the Node's, by default the network's.
+        `network_policies`: run the tests' NetworkPolicy enforcer (devcluster.node_enforcer) too.
         `detached`: the processes outlive this Python process (`python -m devcluster up --real-node`)."""
         self.workdir = workdir
         self.layout = NodeLayout(workdir / "state")
@@ -118,11 +124,13 @@ class RealNode(Lifecycle):
         self.sandbox_image = sandbox_image
         self.registries = registries
         self.name = name or network.name
+        self.network_policies = network_policies
         self.detached = detached
         self.cgroups = NodeCgroups(f"/{network.name}")
         self.containerd: ManagedProcess | None = None
         self.kubelet: ManagedProcess | None = None
         self.kube_proxy: ManagedProcess | None = None
+        self.enforcer: ManagedProcess | None = None
         self._stopped_pids: set[int] = set()
 
     # -- start ------------------------------------------------------------------------------------
@@ -136,6 +144,8 @@ class RealNode(Lifecycle):
             self._start_containerd(timeout)
             self._start_kubelet()
             self._start_kube_proxy()
+            if self.network_policies:
+                self._start_enforcer()
             wait_until(
                 self.is_ready,
                 what=f"node {self.name} Ready",
@@ -233,6 +243,15 @@ class RealNode(Lifecycle):
             "kube-proxy", [str(binary), f"--config={self.layout.kube_proxy_config}", "--v=1"]
         )
 
+    def _start_enforcer(self) -> None:
+        grant_enforcer_access(self.control_plane.admin_kubeconfig)
+        argv = enforcer_argv(
+            binary=ensure_tools("kube-router")["kube-router"].binary(),
+            kubeconfig=self.control_plane.kubeconfig_for(ENFORCER_USER),
+            node_name=self.name,
+        )
+        self.enforcer = self._spawn_in_node("kube-router", argv)
+
     def _spawn_in_node(self, name: str, argv: list[str]) -> ManagedProcess:
         """Start `argv` in the node's network and mount namespaces (containerd's)."""
         if self.containerd is None:
@@ -286,15 +305,15 @@ class RealNode(Lifecycle):
     # -- stop -------------------------------------------------------------------------------------
 
     def _processes(self) -> list[ManagedProcess]:
-        return [p for p in (self.containerd, self.kubelet, self.kube_proxy) if p is not None]
+        return [p for p in (self.containerd, self.kubelet, self.kube_proxy, self.enforcer) if p is not None]
 
     def stop(self) -> None:
         """Stop everything the node started, by pid, and remove its cgroups and state (idempotent)."""
-        for process in (self.kube_proxy, self.kubelet):
+        for process in (self.enforcer, self.kube_proxy, self.kubelet):
             if process is not None:
                 self._stopped_pids.add(process.pid)
                 process.stop()
-        self.kube_proxy = self.kubelet = None
+        self.enforcer = self.kube_proxy = self.kubelet = None
         self.cgroups.kill_all()  # the pods' containers: the kubelet does not stop them on its way out
         if self.containerd is not None:
             self._stopped_pids.add(self.containerd.pid)

@@ -34,9 +34,12 @@ P = TypeVar("P")
 class NodeCluster(Lifecycle):
     """The control plane, the registry and the real node, started and stopped together."""
 
-    def __init__(self, workdir: Path, *, detached: bool = False):
-        """`detached`: the processes outlive this Python process; `stop_detached(workdir)` ends them."""
+    def __init__(self, workdir: Path, *, network_policies: bool = True, detached: bool = False):
+        """`network_policies`: the node enforces NetworkPolicies (devcluster.node_enforcer), as a
+        cluster that runs labgate does. `detached`: the processes outlive this Python process;
+        `stop_detached(workdir)` ends them."""
         self.workdir = workdir
+        self.network_policies = network_policies
         self.detached = detached
         self.images = ImageTools(workdir / "images")
         self._network: NodeNetwork | None = None
@@ -85,6 +88,7 @@ class NodeCluster(Lifecycle):
                 control_plane=self._control_plane,
                 sandbox_image=pause,
                 registries=(self._registry.host,),
+                network_policies=self.network_policies,
                 detached=self.detached,
             )
             self._timed("node Ready", self._node.start)

@@ -20,6 +20,7 @@ _TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"),
     ),
     "kube-proxy": ("KUBERNETES_VERSION", ("kube-proxy",)),
+    "kube-router": ("KUBE_ROUTER_VERSION", ("kube-router",)),
     "etcd": ("ETCD_VERSION", ("etcd",)),
     "opa": ("OPA_VERSION", ("opa",)),
     "helm": ("HELM_VERSION", ("helm",)),

@@ -17,7 +17,7 @@ source "$here/versions.env"
 
 cache="${LABGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/labgate/tools}"
 jobs="${LABGATE_BUILD_JOBS:-2}"
-all_tools=(kubernetes kube-proxy etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue vegeta gatekeeper)
+all_tools=(kubernetes kube-proxy kube-router etcd opa regal helm registry crane cosign-v2 cosign-v3 kwok kueue vegeta gatekeeper)
 
 die() { echo "toolchain: error: $*" >&2; exit 1; }
 
@@ -65,6 +65,11 @@ tool_spec() {
       packages=k8s.io/kubernetes/cmd/kube-proxy binaries=kube-proxy
       kubernetes_build_settings
       ;;
+    kube-router)
+      # The real node's NetworkPolicy enforcer (the `node` tests), run with --run-firewall only.
+      version=$KUBE_ROUTER_VERSION module=github.com/cloudnativelabs/kube-router/v2
+      packages=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router binaries=kube-router
+      ldflags+=" -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$version" ;;
     etcd)
       version=$ETCD_VERSION module=go.etcd.io/etcd/server/v3
       packages=go.etcd.io/etcd/server/v3 binaries=etcd ;;

@@ -2,10 +2,11 @@
 //
 //	echo -listen :7777                      serve: every connection gets back what it sends
 //	echo -connect 10.244.0.5:7777 -send hi  send "hi", print the reply, exit 0 if it is the same
+//	echo -dial 10.244.0.5:8443              open a TCP connection and close it, exit 0 if it opened
 //	echo -get https://10.96.0.1/version     GET over HTTPS (the server's certificate unchecked), print the body
 //	echo -webhook :8443 -cert c -key k -deny "why"  an admission webhook that refuses every request with "why"
 //
-// -attempts N retries a failed -connect or -get, half a second apart (a Service's route may come a
+// -attempts N retries a failed -connect, -dial or -get, half a second apart (a Service's route may come a
 // moment after its pod is ready).
 package main
 
@@ -58,6 +59,16 @@ func send(address, message string, timeout time.Duration) error {
 		return fmt.Errorf("sent %q, got %q", message, reply)
 	}
 	return nil
+}
+
+// dial only opens the connection: whether a port can be reached, whatever protocol it speaks.
+func dial(address string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", address, timeout)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("connected to %s\n", address)
+	return conn.Close()
 }
 
 func get(url string, timeout time.Duration) error {
@@ -128,6 +139,7 @@ func retry(attempts int, action func() error) error {
 func main() {
 	listen := flag.String("listen", "", "serve on this address")
 	connect := flag.String("connect", "", "send to this address")
+	dialAddress := flag.String("dial", "", "open a TCP connection to this address")
 	getURL := flag.String("get", "", "GET this https URL")
 	webhookAddress := flag.String("webhook", "", "serve admission reviews on this address")
 	cert := flag.String("cert", "", "the webhook's certificate (PEM)")
@@ -143,12 +155,14 @@ func main() {
 		err = serve(*listen)
 	case *connect != "":
 		err = retry(*attempts, func() error { return send(*connect, *message, *timeout) })
+	case *dialAddress != "":
+		err = retry(*attempts, func() error { return dial(*dialAddress, *timeout) })
 	case *getURL != "":
 		err = retry(*attempts, func() error { return get(*getURL, *timeout) })
 	case *webhookAddress != "":
 		err = webhook(*webhookAddress, *cert, *key, *deny)
 	default:
-		err = fmt.Errorf("give -listen, -connect, -get or -webhook")
+		err = fmt.Errorf("give -listen, -connect, -dial, -get or -webhook")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo:", err)
