@@ -432,6 +432,20 @@ def test_webhook_deployment_replicas_spread_and_disruption_budget(default_manife
     assert budget["spec"]["minAvailable"] == 1
 
 
+def test_a_terminating_webhook_pod_keeps_answering_and_its_opa_outlives_it(
+    default_manifests: list[Manifest],
+) -> None:
+    """A rollout sends no call to a pod that stopped, nor to one whose OPA is gone
+    (tests/e2e/test_node_helm.py measures it on a real node)."""
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    webhook = one(default_manifests, "ValidatingWebhookConfiguration")["webhooks"][0]
+    labgate_delay = container(deployment, "labgate")["lifecycle"]["preStop"]["sleep"]["seconds"]
+    opa_delay = container(deployment, "opa")["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert labgate_delay == 5
+    assert opa_delay >= labgate_delay + webhook["timeoutSeconds"]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > opa_delay
+
+
 def test_webhook_registry_settings_reach_the_provenance_settings(render: Renderer) -> None:
     provenance = {"insecureRegistries": ["172.31.254.1:5000"], "registryTimeoutSeconds": 2.0}
     manifests = render({"webhook": {"provenance": provenance}})
