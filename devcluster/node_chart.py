@@ -4,6 +4,8 @@ registry and the values that pin each of them by digest.
     images = push_chart_images(cluster, build().archive, workdir)   # labgate, OPA, kubectl; by digest
     values = chart_values(images, apiserver_address=..., client_ca_pem=...)
     seconds = helm_install(kubeconfig, values, workdir)            # `helm install --wait` to ready
+    chart, policies = chart_with_policies(workdir)                 # a copy whose policies/ you edit
+    seconds = helm_upgrade(kubeconfig, chart, values, workdir)     # `helm upgrade --wait`, rolled out
 
 The labgate image is the one toolchain/build-image.sh builds (devcluster.image). OPA and the
 pre-delete hook's kubectl are the pinned static binaries of the toolchain, each packed as a one-file
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import tarfile
 import time
@@ -108,23 +111,49 @@ def helm(kubeconfig: Path, *args: str, timeout: float = 360.0) -> subprocess.Com
 def helm_install(kubeconfig: Path, values: dict[str, Any], workdir: Path) -> float:
     """`helm install labgate charts/labgate --wait` into NAMESPACE; the seconds until every
     Deployment of the chart was ready."""
-    values_file = workdir / "values.json"
+    return _helm_release(kubeconfig, "install", CHART, values, workdir, "--create-namespace")
+
+
+def helm_upgrade(kubeconfig: Path, chart: Path, values: dict[str, Any], workdir: Path) -> float:
+    """`helm upgrade labgate CHART --wait` with `values` (all of them, as an infra team keeps them in
+    one file); the seconds until every Deployment of the chart had rolled out and was ready."""
+    return _helm_release(kubeconfig, "upgrade", chart, values, workdir)
+
+
+def _helm_release(
+    kubeconfig: Path, verb: str, chart: Path, values: dict[str, Any], workdir: Path, *flags: str
+) -> float:
+    values_file = workdir / f"values-{verb}.json"
     values_file.write_text(json.dumps(values))
     began = time.monotonic()
-    installed = helm(
+    released = helm(
         kubeconfig,
-        "install",
+        verb,
         RELEASE,
-        str(CHART),
+        str(chart),
         "--namespace",
         NAMESPACE,
-        "--create-namespace",
+        *flags,
         "--values",
         str(values_file),
         "--wait",
         "--timeout",
         "5m",
     )
-    if installed.returncode != 0:
-        raise RuntimeError(f"helm install failed: {installed.stderr.strip()}")
+    if released.returncode != 0:
+        raise RuntimeError(f"helm {verb} failed: {released.stderr.strip()}")
     return round(time.monotonic() - began, 1)
+
+
+def chart_with_policies(workdir: Path) -> tuple[Path, Path]:
+    """A copy of the chart whose policies/ is a real copy of the repository's (the symlink followed):
+    what the infra team edits before `helm upgrade`. (the chart, its policies/ directory)"""
+    chart = workdir / "chart" / "labgate"
+    shutil.copytree(CHART, chart, symlinks=False)
+    return chart, chart / "policies"
+
+
+def provenance_values(registry_host: str) -> dict[str, Any]:
+    """The webhook's registry settings for the node's registry (plain HTTP at the host end of the
+    node's veth), so that tenants' image rules (signatures) can be checked against it."""
+    return {"webhook": {"provenance": {"insecureRegistries": [registry_host]}}}

@@ -7,7 +7,8 @@ webhook keeps it loaded through OPA's REST API:
 every `interval` seconds it reads the directory (`policies/` in a checkout, the mounted ConfigMap in
 the chart; names starting with "." are skipped, so the kubelet's `..data` copies are read once,
 through their links), and when anything changed it puts every changed module (`PUT
-/v1/policies/<path>`) and data file (`PUT /v1/data/<dir>`), and deletes removed modules. A module OPA
+/v1/policies/<path>`) and data file (`PUT /v1/data/<dir>`, with the data files of the folders below
+it, which that PUT replaces), and deletes removed modules. A module OPA
 refuses (parse or compile error) keeps its previous version; the error is kept with the revision it
 came from. Modules are put in path order, again until no more succeed, so a new rule and the new
 helper package it imports can arrive together.
@@ -95,6 +96,39 @@ def load_order(path: str) -> tuple[int, str]:
     parts = path.split("/")
     rank = 0 if "lib" in parts else 1 if "rules" in parts else 2
     return rank, path
+
+
+def data_folder(path: str) -> str:
+    """The folder of a data file: the path of its document in OPA's data."""
+    return Path(path).parent.as_posix()
+
+
+def is_below(folder: str, ancestor: str) -> bool:
+    """Whether `folder` is inside `ancestor` (not `ancestor` itself)."""
+    return folder.startswith(f"{ancestor}/")
+
+
+def data_tree(data: dict[str, bytes], folder: str) -> dict[str, Any]:
+    """The document OPA holds at `folder` when it loads the directory: the folder's data.json with
+    the data.json of each folder below it at its relative path (parents first, so children nest
+    into them). A file that is not a JSON object, or a key that clashes with a folder, is a
+    ValueError naming the file."""
+    tree: dict[str, Any] = {}
+    for path in sorted(data, key=lambda p: (p.count("/"), p)):
+        try:
+            document = json.loads(data[path])
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from err
+        if not isinstance(document, dict):
+            raise ValueError(f"{path}: not a JSON object")
+        relative = data_folder(path).removeprefix(folder).strip("/")
+        node = tree
+        for key in relative.split("/") if relative else []:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{path}: its folder {key!r} clashes with a key of the data above it")
+        node.update(document)
+    return tree
 
 
 def revision(files: dict[str, bytes]) -> str:
@@ -200,20 +234,7 @@ class PolicySync:
                 self._pushed[path] = b""  # held but deleted on disk: removed below
 
     def _push(self, files: dict[str, bytes]) -> dict[str, str]:
-        errors: dict[str, str] = {}
-        for path, content in sorted(files.items()):
-            if not path.endswith(DATA_FILE) or self._pushed.get(path) == content:
-                continue
-            target = Path(path).parent.as_posix()
-            if target in ("", "."):  # it would replace all of OPA's data, the inventory too
-                errors[path] = "not loaded: a data.json at the top of the policy directory is not supported"
-                continue
-            try:
-                document = json.loads(content)
-                self.writer.put_data(target, document)
-                self._pushed[path] = content
-            except (ValueError, PolicyLoadError) as err:
-                errors[path] = f"not loaded: {err}"
+        errors = self._push_data({p: c for p, c in files.items() if p.endswith(DATA_FILE)})
         pending = sorted(
             (p for p, c in files.items() if p.endswith(".rego") and self._pushed.get(p) != c), key=load_order
         )
@@ -240,6 +261,30 @@ class PolicySync:
                     errors[path] = f"not deleted: {err}"
                     continue
             del self._pushed[path]
+        return errors
+
+    def _push_data(self, data: dict[str, bytes]) -> dict[str, str]:
+        """Put each changed data file's folder. A PUT at a folder replaces all OPA holds there, the
+        data of the folders below it too (labgate/config holds labgate/config/scheduling): so the
+        document put is the folder's tree, as `opa run` loaded it, in one PUT that no decision sees
+        half done. A changed folder below another changed one goes with it."""
+        errors: dict[str, str] = {}
+        changed = sorted({data_folder(p) for p, c in data.items() if self._pushed.get(p) != c})
+        for folder in changed:
+            if any(is_below(folder, other) for other in changed):
+                continue
+            path = f"{folder}/{DATA_FILE}"
+            if folder in ("", "."):  # it would replace all of OPA's data, the inventory too
+                errors[DATA_FILE] = (
+                    "not loaded: a data.json at the top of the policy directory is not supported"
+                )
+                continue
+            members = {p: c for p, c in data.items() if p == path or is_below(data_folder(p), folder)}
+            try:
+                self.writer.put_data(folder, data_tree(members, folder))
+                self._pushed.update(members)
+            except (ValueError, PolicyLoadError) as err:
+                errors[path] = f"not loaded: {err}"
         return errors
 
     def _record(self, attempted: str | None, error: str | None) -> PolicyStatus:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from devcluster.admission_stream import VERDICT_PREFIX, AdmissionStream, Call
 from devcluster.image import ImageBuildError, build
 from devcluster.kubectl import kubectl
 from devcluster.node import node_problem
@@ -30,12 +31,17 @@ from devcluster.node_chart import (
     RELEASE,
     ChartImages,
     chart_values,
+    chart_with_policies,
     helm,
     helm_install,
+    helm_upgrade,
+    provenance_values,
     push_chart_images,
 )
 from devcluster.node_cluster import NodeCluster
-from devcluster.tools import REPO_ROOT
+from devcluster.node_images import push_binary_image
+from devcluster.node_runtime import NodeImageStore
+from devcluster.tools import REPO_ROOT, tool
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -48,6 +54,8 @@ class Installed:
     cluster: NodeCluster
     images: ChartImages
     install_seconds: float
+    values: dict[str, Any]
+    workdir: Path
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +80,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         # Shown with -s: the figures in docs/operations.md.
         print(f"helm install to ready: {seconds} s (bring-up: {started.bring_up_seconds})")
         print("\n".join(pull_events(started) + restarts(started)))
-        yield Installed(started, images, seconds)
+        yield Installed(started, images, seconds, values, workdir)
     assert started.leftovers() == [], "the node left nothing behind"
 
 
@@ -172,8 +180,9 @@ def test_the_validating_webhook_configuration_calls_the_charts_service(installed
     assert ready == {p["status"]["podIP"] for p in component_pods(installed, "webhook")}
 
 
-def offline_verdict(manifest: Path) -> str:
-    """What `labgate check` shows alice for `manifest` in team-a (the host-process webhook's message)."""
+def offline_verdict(manifest: Path, policies: Path = REPO_ROOT / "policies") -> str:
+    """What `labgate check` shows alice for `manifest` in team-a under `policies` (the host-process
+    webhook's message)."""
     checked = subprocess.run(
         [
             sys.executable,
@@ -191,7 +200,7 @@ def offline_verdict(manifest: Path) -> str:
             "--tenants",
             str(EXAMPLES / "tenants.yaml"),
             "--policies",
-            str(REPO_ROOT / "policies"),
+            str(policies),
         ],
         capture_output=True,
         text=True,
@@ -221,6 +230,191 @@ def test_a_researchers_sweep_is_refused_as_the_host_stack_refuses_it_and_her_exp
     assert sweep.returncode == 1, sweep.stdout
     assert f"admission webhook {expected}" in sweep.stderr, sweep.stderr
     assert admin(installed, "get", "job", "lr-sweep", "-n", "team-a").returncode != 0, "no Job was created"
+
+
+# examples/experiment-pod.yaml's image: from a registry no policy names yet.
+ELSEWHERE_IMAGE = "registry.lab.example/team-a/trainer:v1"
+
+
+def small_pod(name: str, image: str) -> dict[str, Any]:
+    """A pod in team-a that runs `image` once (the one-file images run `opa version`)."""
+    resources = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": image, "args": ["version"], "resources": resources}],
+        },
+    }
+
+
+def webhook_pod_names(installed: Installed) -> set[str]:
+    """The webhook pods that are not terminating (a rolled-out pod stays a while: its preStop delay)."""
+    pods = component_pods(installed, "webhook")
+    return {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def tail_is_refused(calls: list[Call], name: str, *, since: float, count: int) -> bool:
+    """The last `count` calls of `name` after `since` were all refused by policy (both replicas had
+    their turns: the apiserver spreads calls over the Service's endpoints)."""
+    recent = [c for c in calls if c.object == name and c.at >= since][-count:]
+    return len(recent) == count and all(c.is_policy_verdict for c in recent)
+
+
+def test_helm_upgrade_with_a_changed_policy_drops_no_admission_call_and_the_new_policy_decides(
+    installed: Installed,
+) -> None:
+    """The infra team's upgrade: cluster-wide allowed registries (policies/labgate/config/data.json,
+    the node's registry only) and the webhook's registry settings (which roll the webhook pods),
+    while a researcher's admission requests keep arriving. No call fails for any reason but the new
+    rule's verdict; the image from elsewhere is refused with [image-registry] after it, the
+    registry's image admitted throughout."""
+    cluster = installed.cluster
+    kubeconfig = cluster.control_plane.admin_kubeconfig
+    workdir = installed.workdir / "upgrade"
+    chart, policies = chart_with_policies(workdir)
+    config_file = policies / "labgate" / "config" / "data.json"
+    config = json.loads(config_file.read_text())
+    config["allowed_registries"] = [f"{cluster.registry.host}/labgate"]
+    config_file.write_text(json.dumps(config, indent=2) + "\n")
+    elsewhere = small_pod("from-elsewhere", ELSEWHERE_IMAGE)
+    (workdir / "from-elsewhere.json").write_text(json.dumps(elsewhere))
+    expected = offline_verdict(workdir / "from-elsewhere.json", policies)
+    assert expected.startswith(
+        '"validate.labgate.io" denied the request: [image-registry] Pod "from-elsewhere"'
+    )
+    objects = {"allowed": small_pod("from-the-registry", installed.images.opa), "elsewhere": elsewhere}
+    before_pods = webhook_pod_names(installed)
+    alice = cluster.control_plane.kubeconfig_for(*ALICE)
+    with AdmissionStream(alice, "team-a", objects, workdir) as stream:
+        poll(lambda: sum(c.object == "elsewhere" for c in stream.calls) >= 4, "calls before the upgrade")
+        began = stream.seconds()
+        upgrade_seconds = helm_upgrade(
+            kubeconfig, chart, {**installed.values, **upgrade_values(installed)}, workdir
+        )
+        rolled_out = stream.seconds()
+        poll(
+            lambda: tail_is_refused(stream.calls, "elsewhere", since=rolled_out, count=6),
+            lambda: f"the new policy decides on every replica; last calls {stream.calls[-6:]}",
+            timeout=120,
+        )
+        decided = stream.seconds()
+    calls = list(stream.calls)
+    failed = [c for c in calls if c.is_failed]
+    # Shown with -s: the figures in docs/operations.md.
+    print(
+        f"helm upgrade to rolled out: {upgrade_seconds} s; {len(calls)} calls in {calls[-1].at:.0f} s "
+        f"({sum(began <= c.at <= rolled_out for c in calls)} during the upgrade); failed: {len(failed)}; "
+        f"new policy on every replica {decided - began:.1f} s after the upgrade began"
+    )
+    assert failed == [], f"calls that failed for a reason other than the policy: {failed[:5]}"
+    refused = [c for c in calls if c.object == "allowed" and not c.is_admitted]
+    assert refused == [], f"the registry's image stays admitted (upgrade {began}-{rolled_out} s)"
+    before = [c for c in calls if c.object == "elsewhere" and c.at < began]
+    assert before, "calls before the upgrade"
+    assert all(c.is_admitted for c in before), "before the upgrade the old policy admitted it"
+    refusals = {c.message for c in calls if c.object == "elsewhere" and not c.is_admitted}
+    assert refusals == {f"admission webhook {expected}"}, refusals
+    after = webhook_pod_names(installed)
+    assert after.isdisjoint(before_pods), "the upgrade rolled the webhook pods"
+    assert len(after) == 2
+    assert all(is_ready(p) for p in component_pods(installed, "webhook") if p["metadata"]["name"] in after)
+
+
+def upgrade_values(installed: Installed) -> dict[str, Any]:
+    """The install's values plus the webhook's registry settings for the node's registry."""
+    webhook = {**installed.values["webhook"], **provenance_values(installed.cluster.registry.host)["webhook"]}
+    return {"webhook": webhook}
+
+
+def pulled_events(installed: Installed, namespace: str) -> list[dict[str, Any]]:
+    """The kubelet's image events (Pulling, Pulled) in `namespace`."""
+    events: list[dict[str, Any]] = get_json(installed, "events", "-n", namespace)["items"]
+    return [e for e in events if e.get("reason") in {"Pulling", "Pulled"}]
+
+
+def test_an_unsigned_image_is_refused_before_any_pull_and_the_signed_one_pulled_by_its_digest(
+    installed: Installed,
+) -> None:
+    """Read from the node's containerd, not from the pod's status: the chart's images are the pinned
+    digests; once team-a requires signatures (its Tenant's spec.images), an unsigned image is refused
+    at admission and never reaches the node, and the signed one is admitted and pulled by digest."""
+    cluster = installed.cluster
+    store = NodeImageStore.read(cluster.node)
+    for reference in (installed.images.labgate, installed.images.opa, installed.images.kubectl):
+        if reference == installed.images.kubectl and store.digest_of(reference) is None:
+            continue  # the pre-delete hook's image is pulled at uninstall only
+        assert store.digest_of(reference) == reference.partition("@")[2], (reference, store.images)
+    host = cluster.registry.host
+    key, public_key = cluster.images.generate_key_pair("release")
+    opa = tool("opa").binary()
+    # The same binary as two images (their configs differ, so do their digests); one is signed.
+    signed = push_binary_image(
+        cluster.images, opa, f"{host}/labgate/tool", tag="signed", env={"BUILD": "signed"}
+    )
+    unsigned = push_binary_image(
+        cluster.images, opa, f"{host}/labgate/tool", tag="unsigned", env={"BUILD": "unsigned"}
+    )
+    cluster.images.sign("v2", key, signed)
+    signed_digest, unsigned_digest = signed.partition("@")[2], unsigned.partition("@")[2]
+    before = NodeImageStore.read(cluster.node)
+    assert not before.holds(signed_digest)
+    assert not before.holds(unsigned_digest)
+    images = {
+        "registries": [f"{host}/labgate"],
+        "requireSignature": True,
+        "signingKeys": [{"name": "release", "publicKey": public_key}],
+    }
+    patched = admin(
+        installed, "patch", "tenant", "team-a", "--type=merge", "-p", json.dumps({"spec": {"images": images}})
+    )
+    assert patched.returncode == 0, patched.stderr
+    alice = installed.cluster.control_plane.kubeconfig_for(*ALICE)
+    unsigned_pod = json.dumps(small_pod("unsigned-tool", unsigned))
+    refusal = f'{VERDICT_PREFIX}image-signature] Pod "unsigned-tool"'
+    answers: list[str] = []
+
+    def is_refused_as_unsigned() -> bool:
+        tried = kubectl(alice, "create", "--dry-run=server", "-f", "-", stdin=unsigned_pod)
+        answers.append(tried.stdout + tried.stderr)
+        return tried.returncode == 1 and refusal in tried.stderr
+
+    # Every replica has the patched Tenant once a few tries in a row are refused.
+    poll(
+        lambda: all(is_refused_as_unsigned() for _ in range(4)),
+        lambda: f"the Tenant's signature rule decides; last answer: {answers[-1:]}",
+    )
+    created = kubectl(alice, "create", "-f", "-", stdin=unsigned_pod)
+    assert created.returncode == 1, created.stdout
+    assert refusal in created.stderr, created.stderr
+    assert unsigned_digest in created.stderr, created.stderr
+    assert "trusted keys: release" in created.stderr, created.stderr
+    # The legitimate counterpart: the signed image is admitted, and the kubelet pulls it by digest.
+    created = kubectl(alice, "create", "-f", "-", stdin=json.dumps(small_pod("signed-tool", signed)))
+    assert created.returncode == 0, created.stderr
+
+    def has_run() -> bool:
+        pod = get_json(installed, "pod", "signed-tool", "-n", "team-a")
+        return pod["status"].get("phase") in {"Succeeded", "Failed"}
+
+    poll(
+        has_run,
+        lambda: f"signed-tool ran: {get_json(installed, 'pod', 'signed-tool', '-n', 'team-a')['status']}",
+        timeout=120,
+    )
+    pod = get_json(installed, "pod", "signed-tool", "-n", "team-a")
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert image_ids(pod) == {"main": signed}
+    after = NodeImageStore.read(cluster.node)
+    assert after.digest_of(signed) == signed_digest, after.images
+    assert not after.holds(unsigned_digest), "nothing of the refused image reached the node"
+    events = pulled_events(installed, "team-a")
+    # Shown with -s: the figures in docs/operations.md.
+    print("\n".join(f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in events))
+    assert any(e["reason"] == "Pulling" and signed in e["message"] for e in events), events
+    assert not any(unsigned_digest in e["message"] for e in events), events
 
 
 def labgate_webhook_configurations(installed: Installed) -> list[str]:

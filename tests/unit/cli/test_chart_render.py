@@ -19,6 +19,7 @@ from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from labgate.core.tenant import DEFAULT_PRIORITY_CLASS
 from rbac.desired import shared_priority_classes
+from webhook.provenance.settings import ProvenanceSettings
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,
@@ -431,13 +432,43 @@ def test_webhook_deployment_replicas_spread_and_disruption_budget(default_manife
     assert budget["spec"]["minAvailable"] == 1
 
 
+def test_a_terminating_webhook_pod_keeps_answering_and_its_opa_outlives_it(
+    default_manifests: list[Manifest],
+) -> None:
+    """A rollout sends no call to a pod that stopped, nor to one whose OPA is gone
+    (tests/e2e/test_node_helm.py measures it on a real node)."""
+    deployment = one(default_manifests, "Deployment", "labgate-webhook")
+    webhook = one(default_manifests, "ValidatingWebhookConfiguration")["webhooks"][0]
+    labgate_delay = container(deployment, "labgate")["lifecycle"]["preStop"]["sleep"]["seconds"]
+    opa_delay = container(deployment, "opa")["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert labgate_delay == 5
+    assert opa_delay >= labgate_delay + webhook["timeoutSeconds"]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > opa_delay
+
+
+def test_webhook_registry_settings_reach_the_provenance_settings(render: Renderer) -> None:
+    provenance = {"insecureRegistries": ["172.31.254.1:5000"], "registryTimeoutSeconds": 2.0}
+    manifests = render({"webhook": {"provenance": provenance}})
+    labgate = container(one(manifests, "Deployment", "labgate-webhook"), "labgate")
+    env = {e["name"]: e.get("value", "") for e in labgate["env"]}
+    settings = ProvenanceSettings.model_validate(
+        {
+            "insecure_registries": json.loads(env["LABGATE_PROVENANCE_INSECURE_REGISTRIES"]),
+            "registry_timeout_seconds": env["LABGATE_PROVENANCE_REGISTRY_TIMEOUT_SECONDS"],
+        }
+    )
+    assert settings.is_insecure("172.31.254.1:5000")
+    assert settings.timeout_for("172.31.254.1:5000") == 2.0
+
+
 def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manifest]) -> None:
     deployment = one(default_manifests, "Deployment", "labgate-webhook")
     labgate = container(deployment, "labgate")
     assert labgate["args"] == ["serve"]
     env = {e["name"]: e.get("value") for e in labgate["env"]}
     fields = {f"LABGATE_{name.upper()}" for name in Settings.model_fields}
-    assert set(env) <= fields
+    provenance = {f"LABGATE_PROVENANCE_{name.upper()}" for name in ProvenanceSettings.model_fields}
+    assert set(env) <= fields | provenance
     assert env["LABGATE_OPA_URL"] == "http://127.0.0.1:8181"
     assert env["LABGATE_NAMESPACE"] == NAMESPACE
     # A refused policy is recorded on the ConfigMap the policies really come from.
@@ -451,6 +482,8 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert (env["LABGATE_MAX_IN_FLIGHT"], env["LABGATE_MAX_WAITING_ADMISSIONS"]) == ("64", "256")
     # The values the chart sets are values Settings accepts.
     Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
+    assert float(env["LABGATE_PROVENANCE_REGISTRY_TIMEOUT_SECONDS"]) == 1.0
+    assert "LABGATE_PROVENANCE_INSECURE_REGISTRIES" not in env, "HTTPS to every registry unless told"
     # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.
     assert labgate["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert labgate["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}

@@ -1,0 +1,136 @@
+"""A steady stream of admission requests through the apiserver, every answer recorded: what a
+`helm upgrade` (a rollout, a policy change) does to the calls made while it runs.
+
+    with AdmissionStream(kubeconfig, "team-a", {"allowed": pod, "refused-later": other}, workdir) as stream:
+        ...                                    # helm upgrade, rollout
+    stream.calls                               # every Call: which object, when, HTTP status, message
+
+Each call is a server-side dry run (`POST .../pods?dryRun=All`): it goes through both of labgate's
+webhooks (sideEffects NoneOnDryRun) and stores nothing, so the stream costs the node no pod. The
+objects are sent in turn, one call at a time, about `rate` calls a second.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import yaml
+
+# How labgate's own refusals read in the apiserver's answer; anything else that is not a success
+# is the machinery failing (the webhook unreachable, a timeout, a 500), never the policy's verdict.
+VERDICT_PREFIX = 'admission webhook "validate.labgate.io" denied the request: ['
+
+
+@dataclass(frozen=True)
+class Call:
+    """One admission request: which object, seconds since the stream began, and the answer."""
+
+    object: str
+    at: float
+    status: int  # the HTTP status; 0 when no answer came (connection refused, a timeout)
+    message: str
+
+    @property
+    def is_admitted(self) -> bool:
+        return self.status in (200, 201)
+
+    @property
+    def is_policy_verdict(self) -> bool:
+        """Refused by labgate's policy (a 403 carrying a rule id), not failed."""
+        return self.status == 403 and self.message.startswith(VERDICT_PREFIX)
+
+    @property
+    def is_failed(self) -> bool:
+        return not self.is_admitted and not self.is_policy_verdict
+
+
+class AdmissionStream:
+    """A background thread sending `objects` (name -> Pod manifest) to the apiserver as the
+    kubeconfig's user, in turn, until the context exits."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        objects: Mapping[str, dict[str, Any]],
+        workdir: Path,
+        *,
+        rate: float = 4.0,
+    ):
+        self.namespace = namespace
+        self.objects = dict(objects)
+        self.interval = 1.0 / rate
+        self.calls: list[Call] = []
+        self._server, self._ssl = _credentials(kubeconfig, workdir)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="admission-stream", daemon=True)
+        self._began = 0.0
+
+    def __enter__(self) -> AdmissionStream:
+        self._began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def seconds(self) -> float:
+        """Seconds since the stream began (the `at` of the calls)."""
+        return round(time.monotonic() - self._began, 2)
+
+    def _run(self) -> None:
+        url = f"{self._server}/api/v1/namespaces/{self.namespace}/pods"
+        # A new connection per call would hide nothing and cost the loaded machine; one client, as kubectl keeps.
+        with httpx.Client(verify=self._ssl, timeout=15.0) as client:
+            while not self._stop.is_set():
+                for name, manifest in self.objects.items():
+                    began = time.monotonic()
+                    self.calls.append(self._call(client, url, name, manifest))
+                    self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+                    if self._stop.is_set():
+                        return
+
+    def _call(self, client: httpx.Client, url: str, name: str, manifest: dict[str, Any]) -> Call:
+        at = self.seconds()
+        try:
+            answer = client.post(url, params={"dryRun": "All"}, json=manifest)
+        except httpx.HTTPError as error:
+            return Call(name, at, 0, f"{type(error).__name__}: {error}")
+        message = ""
+        if answer.status_code not in (200, 201):
+            try:
+                message = str(answer.json().get("message", answer.text))
+            except json.JSONDecodeError:
+                message = answer.text
+        return Call(name, at, answer.status_code, message)
+
+
+def _credentials(kubeconfig: Path, workdir: Path) -> tuple[str, ssl.SSLContext]:
+    """The server and a TLS context with the kubeconfig's CA and client certificate (embedded data,
+    as devcluster writes them)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    certificate, key = workdir / "stream-client.crt", workdir / "stream-client.key"
+    certificate.write_bytes(base64.b64decode(user["client-certificate-data"]))
+    key.write_bytes(base64.b64decode(user["client-key-data"]))
+    key.chmod(0o600)
+    context = ssl.create_default_context(
+        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+    )
+    context.load_cert_chain(certificate, key)
+    return str(cluster["server"]), context
