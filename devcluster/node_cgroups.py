@@ -49,10 +49,17 @@ class NodeCgroups:
     def pids(self) -> set[int]:
         """Every process in the node's cgroups, in any hierarchy."""
         found: set[int] = set()
+        for directory in self._directories():
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(line) for line in (directory / "cgroup.procs").read_text().split())
+        return found
+
+    def _directories(self) -> list[Path]:
+        """Every cgroup under the node's roots, deepest first. The walk skips what vanishes while it
+        reads: a container's shim removes its cgroup as the container ends, at any moment."""
+        found: list[Path] = []
         for path in self.existing():
-            for procs in path.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError, ValueError):
-                    found.update(int(line) for line in procs.read_text().split())
+            found += [Path(top) for top, _, _ in os.walk(path, topdown=False)]
         return found
 
     def kill_all(self, *, timeout: float = 15.0) -> None:
@@ -70,10 +77,8 @@ class NodeCgroups:
         """Remove the node's cgroups, deepest first (a cgroup whose last process just died may be
         busy for a moment: retried, bounded)."""
         deadline = time.monotonic() + timeout
-        for path in self.existing():
-            for directory in sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                _rmdir(directory, deadline)
-            _rmdir(path, deadline)
+        for directory in self._directories():
+            _rmdir(directory, deadline)
 
 
 def _rmdir(directory: Path, deadline: float) -> None:
