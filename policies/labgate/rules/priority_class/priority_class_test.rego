@@ -1,7 +1,7 @@
-package labgate.rules.scheduling_test
+package labgate.rules.priority_class_test
 
 import data.labgate.lib.testdata
-import data.labgate.rules.scheduling
+import data.labgate.rules.priority_class
 
 priority_classes := {
 	"research-default": {"value": 0, "preemptionPolicy": "PreemptLowerPriority"},
@@ -22,7 +22,7 @@ generous := json.patch(inventory, [{"op": "add", "path": "/tenants/team-a/spec/s
 }}])
 
 messages(kind, user, obj, inv) := {v.message |
-	some v in scheduling.violation with input as testdata.workload_input(kind, "team-a", user, obj)
+	some v in priority_class.violation with input as testdata.workload_input(kind, "team-a", user, obj)
 		with data.inventory as inv
 }
 
@@ -43,7 +43,7 @@ test_system_classes_are_refused_even_when_listed if {
 }
 
 test_a_class_the_tenant_does_not_list_is_refused if {
-	violations := scheduling.violation with input as testdata.workload_input("Job", "team-a", testdata.alice, job_with({"priorityClassName": "research-high"}))
+	violations := priority_class.violation with input as testdata.workload_input("Job", "team-a", testdata.alice, job_with({"priorityClassName": "research-high"}))
 		with data.inventory as inventory
 	violations == {{
 		"rule": "priority-class",
@@ -88,36 +88,13 @@ test_preempting_under_a_never_class_is_refused if {
 test_the_platform_and_other_namespaces_are_not_judged if {
 	pod := pod_with({"priorityClassName": "system-node-critical", "priority": 2000001000, "nodeName": "n1"})
 	messages("Pod", testdata.cluster_admin, pod, inventory) == set()
-	count(scheduling.violation) == 0 with input as testdata.workload_input("Pod", "default", testdata.alice, pod)
+	count(priority_class.violation) == 0 with input as testdata.workload_input("Pod", "default", testdata.alice, pod)
 		with data.inventory as inventory
 }
 
 test_a_running_pods_update_is_not_judged if {
 	pod := pod_with({"priorityClassName": "research-default", "priority": 0, "nodeName": "n1"})
 	request := testdata.request("UPDATE", "Pod", "team-a", testdata.alice, pod, pod)
-	count(scheduling.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", pod)}
+	count(priority_class.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", pod)}
 		with data.inventory as inventory
-}
-
-test_node_name_is_refused if {
-	violations := scheduling.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_with({"nodeName": "gpu-node-7"}))
-		with data.inventory as inventory
-	violations == {{
-		"rule": "placement-node-name",
-		"field": "spec.nodeName",
-		"message": `[placement-node-name] Pod "x" spec.nodeName names node "gpu-node-7": that skips the scheduler, and with it taints, node pools and quotas. Fix: remove spec.nodeName; labgate places GPU pods on your tenant's pools (or use a nodeSelector within them)`,
-	}}
-	messages("Job", testdata.alice, job_with({"nodeName": "gpu-node-7"}), inventory) == {`[placement-node-name] Job "j" spec.template.spec.nodeName names node "gpu-node-7": that skips the scheduler, and with it taints, node pools and quotas. Fix: remove spec.template.spec.nodeName; labgate places GPU pods on your tenant's pools (or use a nodeSelector within them)`}
-}
-
-test_runtime_class_must_be_allowed if {
-	messages("Job", testdata.alice, job_with({"runtimeClassName": "runc-privileged"}), generous) == {`[placement-runtime-class] Job "j" spec.template.spec.runtimeClassName asks RuntimeClass "runc-privileged"; tenant "team-a" may use "gvisor". Fix: remove spec.template.spec.runtimeClassName, or ask the infra team to add "runc-privileged" to spec.scheduling.runtimeClasses of Tenant "team-a"`}
-	messages("Job", testdata.alice, job_with({"runtimeClassName": "gvisor"}), generous) == set()
-	messages("Pod", testdata.alice, pod_with({"runtimeClassName": "gvisor"}), inventory) == {`[placement-runtime-class] Pod "x" spec.runtimeClassName asks RuntimeClass "gvisor"; tenant "team-a" may use none. Fix: remove spec.runtimeClassName, or ask the infra team to add "gvisor" to spec.scheduling.runtimeClasses of Tenant "team-a"`}
-}
-
-test_scheduler_must_be_allowed if {
-	messages("Pod", testdata.alice, pod_with({"schedulerName": "default-scheduler"}), inventory) == set()
-	messages("Pod", testdata.alice, pod_with({"schedulerName": "volcano"}), generous) == set()
-	messages("Pod", testdata.alice, pod_with({"schedulerName": "my-scheduler"}), generous) == {`[placement-scheduler] Pod "x" spec.schedulerName asks scheduler "my-scheduler"; tenant "team-a" may use "default-scheduler", "volcano". Fix: remove spec.schedulerName, or ask the infra team to add "my-scheduler" to spec.scheduling.schedulers of Tenant "team-a"`}
 }

@@ -1,8 +1,24 @@
-package labgate.rules.gpu_quota_test
+package labgate.rules.queue_wait_test
 
 import data.labgate.lib.testdata
+import data.labgate.rules.gpu_quota
+import data.labgate.rules.queue_wait
 
-# queue-wait's tests (split from gpu_quota_test.rego, whose helpers they use: one package).
+# A Job of `parallelism` pods, each asking `per_pod` h100 GPUs.
+sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
+	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": per_pod})],
+	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+})
+
+job_input(job, usage) := object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"gpu_usage": usage})
+
+# queue-wait's findings and gpu_quota's together: a workload gpu_quota refuses waits nowhere.
+gpu_violations := gpu_quota.violation | queue_wait.violation
+
+violations(input_doc) := v if {
+	v := gpu_violations with input as input_doc
+		with data.inventory as testdata.gpu_inventory
+}
 
 _kueue_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
 
@@ -56,11 +72,18 @@ test_no_queue_wait_outside_kueue_on_update_or_when_unfit if {
 # A bare pod queued by Kueue's pod integration waits behind its gate, unscheduled: it has no pods
 # to start, so "waits whole, no pod started" (a Job's words) would tell its author nothing true.
 test_a_queued_pod_beyond_what_is_free_says_it_waits_behind_the_gate if {
-	pod := json.patch(gpu_pod("train", "h100", {"nvidia.com/gpu": "2"}), [{
-		"op": "add", "path": "/spec/schedulingGates",
-		"value": [{"name": "kueue.x-k8s.io/admission"}],
-	}])
-	input_doc := object.union(pod_input("vision", testdata.vera, pod, {"total": 8, "by_model": {"h100": 8}}), {"gpu_queued": _none_queued})
+	pod := json.patch(
+		testdata.pod("train", {
+			"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "2"})],
+			"nodeSelector": {"nvidia.com/gpu.product": "h100"},
+		}),
+		[{
+			"op": "add", "path": "/spec/schedulingGates",
+			"value": [{"name": "kueue.x-k8s.io/admission"}],
+		}],
+	)
+	pod_doc := object.union(testdata.workload_input("Pod", "vision", testdata.vera, pod), {"gpu_usage": {"total": 8, "by_model": {"h100": 8}}})
+	input_doc := object.union(pod_doc, {"gpu_queued": _none_queued})
 	found := gpu_violations with input as input_doc
 		with data.inventory as _kueue_inventory
 		with data.labgate.config.queue as {"default_local_queue": "default", "pod_integration": true}

@@ -1,12 +1,16 @@
-package labgate.rules.gpu_quota
+# METADATA
+# title: Where a workload Kueue queues waits
+# description: |
+#   queue-wait: where a workload Kueue queues waits, and why. The counterpart of gpu-quota-pending
+#   (rules.gpu_quota) for a tenant Kueue manages; the limits, free GPUs and arithmetic are
+#   rules.gpu_quota's, so the two say the same numbers.
+package labgate.rules.queue_wait
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
 import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
-
-# queue-wait: where a workload Kueue queues waits, and why (split from gpu_quota.rego, whose
-# helpers it uses: one package). The counterpart of gpu-quota-pending for a tenant Kueue manages.
+import data.labgate.rules.gpu_quota
 
 # METADATA
 # title: A workload Kueue queues says where it waits and why when applied
@@ -22,10 +26,10 @@ import data.labgate.lib.tenancy
 #   rule_id: queue-wait
 violation contains {"rule": rule_id, "message": msg, "field": _queue_label_field, "if_admitted": true} if {
 	input.request.operation == "CREATE"
-	_has_usage
-	_waits_in_kueue
+	gpu_quota.has_usage
+	gpu_quota.waits_in_kueue
 	tenant := kueue.managed_tenant
-	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
+	count(gpu_quota.unfit_limits(tenant)) == 0 # refused: nothing will wait
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf("[%s] %s %s. Fix: none, it starts by itself (watch: kubectl get workloads -n %s)", [
 		rule_id, tenancy.object_ref, _wait_text(tenant), input.request.namespace,
@@ -45,21 +49,21 @@ _queue_name := q if {
 # The limit the workload's GPUs, all at once, leave the least room under (it is the one Kueue waits
 # on); undefined when the workload asks no GPUs under any limit.
 _wait_limit(tenant) := min(ranked)[2] if {
-	ranked := {[_free(tenant, m) - _all_at_once(m), _total_last(m), m] |
-		some m in _checked_limits(tenant)
-		count(_terms(m)) > 0
+	ranked := {[gpu_quota.free_gpus(tenant, m) - gpu_quota.all_at_once(m), gpu_quota.total_last(m), m] |
+		some m in gpu_quota.checked_limits(tenant)
+		count(gpu_quota.limit_terms(m)) > 0
 	}
 	count(ranked) > 0
 }
 
 _wait_text(tenant) := sprintf("waits in LocalQueue %s: it runs %s; tenant %q uses %s, so it %s until %s are free (%v now)%s", [
-	_local_queue, _arithmetic(_terms(model), model), tenant.metadata.name, _usage_text(tenant, model),
-	_how_it_waits, gpu_text.plural(_all_at_once(model), _gpu_word(model)), _free(tenant, model), _ahead_text,
+	_local_queue, gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model), tenant.metadata.name, gpu_quota.usage_text(tenant, model),
+	_how_it_waits, gpu_text.plural(gpu_quota.all_at_once(model), gpu_quota.gpu_word(model)), gpu_quota.free_gpus(tenant, model), _ahead_text,
 ]) if {
 	model := _wait_limit(tenant)
-	_all_at_once(model) > _free(tenant, model)
+	gpu_quota.all_at_once(model) > gpu_quota.free_gpus(tenant, model)
 } else := sprintf("is queued in LocalQueue %s: it runs %s; tenant %q uses %s, so it fits now and starts once Kueue admits it%s", [
-	_local_queue, _arithmetic(_terms(model), model), tenant.metadata.name, _usage_text(tenant, model), _ahead_text,
+	_local_queue, gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model), tenant.metadata.name, gpu_quota.usage_text(tenant, model), _ahead_text,
 ]) if {
 	model := _wait_limit(tenant)
 } else := sprintf("is queued in LocalQueue %s and starts once Kueue admits it (%s)%s", [

@@ -1,5 +1,5 @@
 # METADATA
-# title: Priority, node choice, runtime class and scheduler
+# title: Priority classes
 # description: |
 #   What a tenant's pod templates may ask of the scheduler. Priority classes: only labgate's research
 #   classes (data.labgate.config.scheduling.research_priority_classes) and those the Tenant lists in
@@ -8,11 +8,10 @@
 #   the class or from an explicit spec.priority; and no preemptionPolicy PreemptLowerPriority on a
 #   class configured Never. Class values come from data.inventory.priority_classes (the webhook
 #   watches PriorityClasses); without those facts only names and explicit numbers are judged.
-#   spec.nodeName is refused (it skips the scheduler, and with it taints and node pools);
-#   runtimeClassName and schedulerName must be in the config's list or the Tenant's.
+#   Node choice, runtime class and scheduler: rules.placement (node_choice.rego).
 #   Pods are judged when created (these fields cannot change on a running pod), other workloads
 #   when created or changed; the platform (trusted requesters, so controller-made pods) is not.
-package labgate.rules.scheduling
+package labgate.rules.priority_class
 
 import data.labgate.lib.tenancy
 
@@ -221,76 +220,5 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	msg := sprintf(
 		"[%s] %s %s asks PreemptLowerPriority, but PriorityClass %q is configured Never (its pods wait, they do not evict others). Fix: remove %s",
 		[rule_id, tenancy.object_ref, field, name, field],
-	)
-}
-
-# --- Node choice ---
-
-# METADATA
-# title: Pods are placed by the scheduler, not by naming a node
-# custom:
-#   rule_id: placement-node-name
-violation contains {"rule": rule_id, "message": msg, "field": field} if {
-	some t in _templates
-	node := t.template.spec.nodeName
-	is_string(node)
-	node != ""
-	field := _field(t.template, "nodeName")
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s %s names node %q: that skips the scheduler, and with it taints, node pools and quotas. Fix: remove %s; labgate places GPU pods on your tenant's pools (or use a nodeSelector within them)",
-		[rule_id, tenancy.object_ref, field, node, field],
-	)
-}
-
-# --- Runtime class and scheduler: from an allowed list ---
-
-_allowed_runtime_classes(tenant) := {c | some c in _array(_config.runtime_classes)} | {c |
-	some c in _array(object.get(_scheduling(tenant), "runtimeClasses", []))
-}
-
-_allowed_schedulers(tenant) := {s | some s in _array(_config.schedulers)} | {s |
-	some s in _array(object.get(_scheduling(tenant), "schedulers", []))
-}
-
-# METADATA
-# title: Only the runtime classes the cluster or the tenant allows
-# custom:
-#   rule_id: placement-runtime-class
-violation contains {"rule": rule_id, "message": msg, "field": field} if {
-	some t in _templates
-	name := t.template.spec.runtimeClassName
-	is_string(name)
-	name != ""
-	not name in _allowed_runtime_classes(t.tenant)
-	field := _field(t.template, "runtimeClassName")
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s %s asks RuntimeClass %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to spec.scheduling.runtimeClasses of Tenant %q",
-		[
-			rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name,
-			_quoted(_allowed_runtime_classes(t.tenant)), field, name, t.tenant.metadata.name,
-		],
-	)
-}
-
-# METADATA
-# title: Only the schedulers the cluster or the tenant allows
-# custom:
-#   rule_id: placement-scheduler
-violation contains {"rule": rule_id, "message": msg, "field": field} if {
-	some t in _templates
-	name := t.template.spec.schedulerName
-	is_string(name)
-	name != ""
-	not name in _allowed_schedulers(t.tenant)
-	field := _field(t.template, "schedulerName")
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s %s asks scheduler %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to spec.scheduling.schedulers of Tenant %q",
-		[
-			rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name,
-			_quoted(_allowed_schedulers(t.tenant)), field, name, t.tenant.metadata.name,
-		],
 	)
 }
