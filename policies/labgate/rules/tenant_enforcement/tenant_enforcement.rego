@@ -1,9 +1,19 @@
-# Tenant enforcement names known rules (part of package labgate.rules.tenant_spec).
+# METADATA
+# title: Tenant enforcement names known rules
+# description: |
 #   spec.enforcement maps rule ids to modes. A misspelt id would be accepted and do nothing (the rule
 #   keeps enforcing while its admins believe it relaxed, or the other way round), so every key must
 #   be a rule id of the loaded policies: data.labgate.rule_ids.known, generated from every rule's
 #   custom.rule_id by `labgate policy rule-ids --write` (and checked by `labgate policy test`).
-package labgate.rules.tenant_spec
+package labgate.rules.tenant_enforcement
+
+_is_tenant_write if {
+	input.request.kind.group == "labgate.io"
+	input.request.kind.kind == "Tenant"
+	input.request.operation in {"CREATE", "UPDATE"}
+}
+
+_name := input.request.object.metadata.name
 
 _known_rule_ids := {id | some id in data.labgate.rule_ids.known}
 

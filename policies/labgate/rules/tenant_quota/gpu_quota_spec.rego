@@ -1,74 +1,12 @@
-# METADATA
-# title: Tenant specs that would collide
-# description: |
-#   Checks on Tenant objects themselves, beyond the CRD schema: two tenants may not claim the same
-#   namespace, nor overlapping namespace prefixes, since either would hand one team the other's work.
-#   Applies to everyone, the infra team included: a collision is a mistake, not a permission.
-package labgate.rules.tenant_spec
+package labgate.rules.tenant_quota
 
 import data.labgate.lib.gpu
 
-_is_tenant_write if {
-	input.request.kind.group == "labgate.io"
-	input.request.kind.kind == "Tenant"
-	input.request.operation in {"CREATE", "UPDATE"}
-}
+# tenant-quota-below-usage and tenant-quota-beyond-pools: a Tenant's own GPU quota (spec.gpu) judged
+# when the Tenant is written, against what it uses and what its pools' nodes hold. Announced, not
+# refused. One package with tenant_quota.rego (the quota of a tenant's pods), so its own helper names.
 
-_name := input.request.object.metadata.name
-
-_others := {name: tenant |
-	some name, tenant in data.inventory.tenants
-	name != _name
-}
-
-_owner_of_namespace(namespace) := owner if {
-	some owner, tenant in _others
-	namespace in object.get(tenant, ["spec", "namespaces", "names"], [])
-} else := owner if {
-	owner := data.inventory.namespaces[namespace].labels[data.labgate.config.tenant_label]
-	owner != _name
-	_others[owner]
-}
-
-# METADATA
-# title: A namespace belongs to one tenant
-# custom:
-#   rule_id: tenant-namespace-conflict
-violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.namespaces.names[%d]", [i])} if {
-	input.request.kind.kind == "Tenant" # first, for rule indexing
-	input.request.kind.group == "labgate.io"
-	_is_tenant_write
-	some i, namespace in object.get(input.request.object, ["spec", "namespaces", "names"], [])
-	owner := _owner_of_namespace(namespace)
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: choose another namespace, or remove it from Tenant %q first",
-		[rule_id, _name, i, namespace, owner, owner],
-	)
-}
-
-# METADATA
-# title: Namespace prefixes do not overlap
-# custom:
-#   rule_id: tenant-namespace-conflict
-violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.prefix"} if {
-	input.request.kind.kind == "Tenant" # first, for rule indexing
-	input.request.kind.group == "labgate.io"
-	_is_tenant_write
-	prefix := input.request.object.spec.namespaces.prefix
-	some owner, tenant in _others
-	theirs := tenant.spec.namespaces.prefix
-	_overlap(prefix, theirs)
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] Tenant %q spec.namespaces.prefix %q overlaps the prefix %q of tenant %q: researchers of both could create the same namespaces. Fix: choose a prefix neither starts the other",
-		[rule_id, _name, prefix, theirs, owner],
-	)
-}
-
-_overlap(a, b) if startswith(a, b)
-
-_overlap(a, b) if startswith(b, a)
+_tenant_name := input.request.object.metadata.name
 
 # --- A quota lowered below what the tenant uses ---
 
@@ -112,7 +50,7 @@ violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] Tenant %q uses %v %s, above the new limit %v (%s): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods",
-		[rule_id, _name, over.used, over.word, over.limit, over.field],
+		[rule_id, _tenant_name, over.used, over.word, over.limit, over.field],
 	)
 }
 
@@ -176,6 +114,6 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.gpu.
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] Tenant %q spec.gpu.models[%s] is %v, but the nodes of its pools hold %s: %s wait for a node. Fix: lower spec.gpu.models[%s] to %v, or add %s nodes to its pools",
-		[rule_id, _name, model, quota, _pool_text(model), _waiting_text(model), model, _pool_gpus(model), model],
+		[rule_id, _tenant_name, model, quota, _pool_text(model), _waiting_text(model), model, _pool_gpus(model), model],
 	)
 }
