@@ -1,7 +1,7 @@
-package labgate.rules.volume_claim_template_test
+package labgate.rules.volume_claim_test
 
 import data.labgate.lib.testdata
-import data.labgate.rules.volume_claim_template
+import data.labgate.rules.volume_claim
 
 controller := {"username": "system:serviceaccount:kube-system:ephemeral-volume-controller", "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
 
@@ -39,7 +39,7 @@ volumes := {
 statefulset_kind := {"group": "apps", "version": "v1", "kind": "StatefulSet"}
 
 pod_violations(operation, user, pod) := violations if {
-	violations := volume_claim_template.violation with input as {
+	violations := volume_claim.violation with input as {
 		"request": testdata.request(operation, "Pod", "team-a", user, pod, null),
 		"pod_templates": testdata.pod_templates("Pod", pod),
 		"persistent_volumes": volumes,
@@ -48,7 +48,7 @@ pod_violations(operation, user, pod) := violations if {
 }
 
 statefulset_violations(operation, user, sts) := violations if {
-	violations := volume_claim_template.violation with input as {
+	violations := volume_claim.violation with input as {
 		"request": object.union(testdata.request(operation, "Deployment", "team-a", user, sts, null), {"kind": statefulset_kind, "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"}}),
 		"pod_templates": [{"path": "spec.template.spec", "spec": sts.spec.template.spec, "metadata": {}, "replicas": 1}],
 		"persistent_volumes": volumes,
@@ -57,7 +57,7 @@ statefulset_violations(operation, user, sts) := violations if {
 }
 
 pvc_violations(operation, user, claim) := violations if {
-	violations := volume_claim_template.violation with input as {
+	violations := volume_claim.violation with input as {
 		"request": testdata.request(operation, "PersistentVolumeClaim", "team-a", user, claim, claim),
 		"pod_templates": [],
 	}

@@ -1,25 +1,26 @@
-# METADATA
-# title: Claim templates, selectors and data sources reach only the tenant's own volumes
-# description: |
-#   A claim made from a template binds what the template says, whoever creates the claim: a generic
-#   ephemeral volume (spec.volumes[].ephemeral.volumeClaimTemplate, in a Pod or any workload's pod
-#   template) and a StatefulSet's spec.volumeClaimTemplates become PersistentVolumeClaims that
-#   kube-controller-manager creates. So in a tenant's namespace:
-#   - a claim template's spec.volumeName must name a volume of the same tenant (labelled
-#     labgate.io/tenant with its name, or bound to a claim in one of its namespaces); the webhook
-#     reads every volume a template names and gives them as input.persistent_volumes
-#     (name -> {name, exists, labels, claimRef});
-#   - a claim's or claim template's spec.selector binds any volume whose labels it matches, so it
-#     must require the tenant's own label (matchLabels labgate.io/tenant: <tenant>, or a
-#     matchExpressions "In" of that key with only the tenant's name): judged by what it could ever
-#     match, not by the volumes that exist today;
-#   - a claim's spec.dataSourceRef may name another namespace (cross-namespace data sources): it
-#     must be one of the tenant's own namespaces.
-#   Judged on CREATE and UPDATE for every requester (a controller acting on a tenant's template acts
-#   for the tenant) but cluster admins (system:masters), and not while the object is being deleted.
-package labgate.rules.volume_claim_template
+package labgate.rules.volume_claim
 
 import data.labgate.lib.tenancy
+
+# volume-claim-template, volume-claim-selector, volume-claim-data-source: claim templates,
+# selectors and data sources reach only the tenant's own volumes (one package with volume_claim.rego,
+# so its own helper names).
+# A claim made from a template binds what the template says, whoever creates the claim: a generic
+# ephemeral volume (spec.volumes[].ephemeral.volumeClaimTemplate, in a Pod or any workload's pod
+# template) and a StatefulSet's spec.volumeClaimTemplates become PersistentVolumeClaims that
+# kube-controller-manager creates. So in a tenant's namespace:
+# - a claim template's spec.volumeName must name a volume of the same tenant (labelled
+#   labgate.io/tenant with its name, or bound to a claim in one of its namespaces); the webhook
+#   reads every volume a template names and gives them as input.persistent_volumes
+#   (name -> {name, exists, labels, claimRef});
+# - a claim's or claim template's spec.selector binds any volume whose labels it matches, so it
+#   must require the tenant's own label (matchLabels labgate.io/tenant: <tenant>, or a
+#   matchExpressions "In" of that key with only the tenant's name): judged by what it could ever
+#   match, not by the volumes that exist today;
+# - a claim's spec.dataSourceRef may name another namespace (cross-namespace data sources): it
+#   must be one of the tenant's own namespaces.
+# Judged on CREATE and UPDATE for every requester (a controller acting on a tenant's template acts
+# for the tenant) but cluster admins (system:masters), and not while the object is being deleted.
 
 _is_cluster_admin if "system:masters" in input.request.userInfo.groups
 
@@ -55,7 +56,7 @@ _claims contains {"field": sprintf("spec.volumeClaimTemplates[%d].spec", [i]), "
 }
 
 # The tenant a volume belongs to, and why; undefined for a volume of no tenant.
-_owner(volume) := {"tenant": name, "why": sprintf("it is labelled %s=%s", [tenancy.tenant_label, name])} if {
+_volume_owner(volume) := {"tenant": name, "why": sprintf("it is labelled %s=%s", [tenancy.tenant_label, name])} if {
 	name := volume.labels[tenancy.tenant_label]
 } else := {"tenant": name, "why": sprintf("it is bound to a claim in namespace %q", [ref.namespace])} if {
 	ref := volume.claimRef
@@ -67,9 +68,9 @@ _volume_problem(name) := "which labgate could not read (retry)" if {
 } else := "which does not exist (a volume created later could be another tenant's)" if {
 	not input.persistent_volumes[name].exists
 } else := sprintf("which belongs to no tenant (no %s label, no claim of a tenant)", [tenancy.tenant_label]) if {
-	not _owner(input.persistent_volumes[name])
+	not _volume_owner(input.persistent_volumes[name])
 } else := sprintf("which belongs to tenant %q (%s)", [owner.tenant, owner.why]) if {
-	owner := _owner(input.persistent_volumes[name])
+	owner := _volume_owner(input.persistent_volumes[name])
 	owner.tenant != tenancy.namespace_tenant.metadata.name
 }
 
