@@ -5,7 +5,7 @@
 #   spec.gpu.models. A Pod created in a tenant namespace (by anyone: a Job's pods count too) is
 #   refused when its demand (lib.gpu) plus what the tenant already uses or has reserved
 #   (input.gpu_usage, gathered by the webhook from the quota ledger) exceeds a limit (the models a
-#   tenant may use: rules.gpu_models; what cannot be counted: rules.gpu_countable). A workload whose
+#   tenant may use: rules.gpu_model; what cannot be counted: rules.gpu_countable). A workload whose
 #   pods, all running at once, could never fit the limits is
 #   refused when applied; one whose pods will wait for GPUs now is announced. A tenant without
 #   spec.gpu.total has no total limit; its per-model limits, when it lists any, still hold.

@@ -1,8 +1,8 @@
-package labgate.rules.provenance_test
+package labgate.rules.image_test
 
 import data.labgate.admission
 import data.labgate.lib.testdata
-import data.labgate.rules.provenance
+import data.labgate.rules.image as image_rules
 
 digest := "sha256:0b3a6b7a8d4f0e3b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b"
 
@@ -35,7 +35,7 @@ pod_with(images) := testdata.pod("train-1", {"containers": [{"name": "main", "im
 
 violations_for(namespace, user, obj, images) := violations if {
 	workload := testdata.workload_input("Pod", namespace, user, obj)
-	violations := provenance.violation with input as object.union(workload, {"images": images})
+	violations := image_rules.violation with input as object.union(workload, {"images": images})
 		with data.inventory as inventory
 }
 
@@ -86,7 +86,7 @@ test_registry_entries_are_normalised if {
 test_docker_hub_aliases_in_entries_match_docker_io if {
 	image := "nginx"
 	f := fact(image, "docker.io", "library/nginx", "latest", ["release"])
-	count(provenance.violation) == 0 with input as object.union(
+	count(image_rules.violation) == 0 with input as object.union(
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
 		{"images": {image: f}},
 	)
@@ -97,7 +97,7 @@ test_docker_hub_aliases_in_entries_match_docker_io if {
 test_cluster_wide_registries_alone_restrict_every_tenant if {
 	image := "quay.io/someone/tool:v2"
 	f := fact(image, "quay.io", "someone/tool", "v2", [])
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: f}},
 	)
@@ -119,7 +119,7 @@ test_signature_required_without_keys_says_so if {
 	no_keys := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/images", "value": {"requireSignature": true}}])
 	image := "registry.lab.example/b/tool:v1"
 	f := fact(image, "registry.lab.example", "b/tool", "v1", [])
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: f}},
 	)
@@ -130,7 +130,7 @@ test_signature_required_without_keys_says_so if {
 test_signing_keys_alone_require_signatures if {
 	keys_only := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/images", "value": {"signingKeys": [{"name": "k", "publicKey": "PEM"}]}}])
 	image := "registry.lab.example/b/tool:v1"
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
 	)
@@ -142,7 +142,7 @@ digest_inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tena
 
 test_tag_is_refused_when_tenant_requires_digests if {
 	image := "registry.lab.example/b/tool:v1"
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image])),
 		{"images": {image: fact(image, "registry.lab.example", "b/tool", "v1", [])}},
 	)
@@ -156,7 +156,7 @@ test_tag_is_refused_when_tenant_requires_digests if {
 
 test_digest_rule_needs_no_facts if {
 	image := "busybox"
-	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
+	violations := image_rules.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
 		with data.inventory as digest_inventory
 	[v.message | some v in violations] == [concat("", [`[image-digest] Pod "train-1" spec.containers[0] ("main") runs image "busybox", which is not pinned by digest; tenant "team-b" requires digests (spec.images.requireDigest). Fix: write it as <image>@sha256:<digest> (`, "`crane digest <image>`", ` prints the digest)`])]
 }
@@ -164,7 +164,7 @@ test_digest_rule_needs_no_facts if {
 test_pinned_images_pass_the_digest_rule if {
 	pinned := concat("@", ["registry.lab.example/b/tool", digest])
 	tagged_and_pinned := concat("@", ["registry.lab.example/b/tool:v1", digest])
-	violations := provenance.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([pinned, tagged_and_pinned]))
+	violations := image_rules.violation with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([pinned, tagged_and_pinned]))
 		with data.inventory as digest_inventory
 	count(violations) == 0
 }
@@ -193,12 +193,12 @@ test_errors_refuse_even_for_tenants_without_image_rules if {
 }
 
 test_missing_facts_are_refused_when_the_tenant_needs_them if {
-	violations := provenance.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer]))
+	violations := image_rules.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([trainer]))
 		with data.inventory as inventory
 	[v.message | some v in violations] == [`[image-unverifiable] Pod "train-1" spec.containers[0] ("main") runs image "registry.lab.example/research/trainer:v1", which labgate could not check for tenant "team-a": labgate has no facts about it. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team`]
 
 	# team-b needs none.
-	count(provenance.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([trainer]))
+	count(image_rules.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([trainer]))
 		with data.inventory as inventory
 }
 
@@ -215,7 +215,7 @@ test_init_and_ephemeral_containers_of_templates_are_checked if {
 		unsigned: fact(unsigned, "registry.lab.example", "research/setup", "v1", []),
 		stranger: fact(stranger, "docker.io", "library/busybox", "latest", ["release"]),
 	}
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Deployment", "team-a", testdata.alice, deployment),
 		{"images": images},
 	)
@@ -241,7 +241,7 @@ test_decision_applies_the_tenants_mode_to_image_signature if {
 test_an_unreachable_registry_outside_the_allowed_ones_is_refused_for_its_registry if {
 	facts := {"evil.example/x/y:v1": {"reference": "evil.example/x/y:v1", "normalized": "evil.example/x/y:v1", "registry": "evil.example", "repository": "x/y", "tag": "v1", "digest": null, "signed_by": [], "error": "registry evil.example did not answer"}}
 	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": {"registries": ["registry.lab.example"]}}])
-	violations := provenance.violation with input as {
+	violations := image_rules.violation with input as {
 		"request": testdata.pod_request("team-a", testdata.alice),
 		"pod_templates": [{"path": "spec", "spec": {"containers": [{"name": "main", "image": "evil.example/x/y:v1"}]}}],
 		"images": facts,
@@ -261,7 +261,7 @@ registries_only := json.patch(testdata.inventory, [{"op": "add", "path": "/tenan
 
 test_a_registries_only_tenant_admits_allowed_images_when_the_registry_is_unreachable if {
 	image := "registry.lab.example/research/trainer:v1"
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
 		{"images": _unreachable(image, "registry.lab.example", "research/trainer"), "image_references": {image: reference("registry.lab.example", "research/trainer")}},
 	)
@@ -271,7 +271,7 @@ test_a_registries_only_tenant_admits_allowed_images_when_the_registry_is_unreach
 	# requireDigest: a pinned image is seen as written, the registry is not needed either.
 	pinned := concat("@", ["registry.lab.example/research/trainer", digest])
 	digest_only := json.patch(registries_only, [{"op": "add", "path": "/tenants/team-a/spec/images/requireDigest", "value": true}])
-	count(provenance.violation) == 0 with input as object.union(
+	count(image_rules.violation) == 0 with input as object.union(
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([pinned])),
 		{"images": _unreachable(pinned, "registry.lab.example", "research/trainer")},
 	)
@@ -280,7 +280,7 @@ test_a_registries_only_tenant_admits_allowed_images_when_the_registry_is_unreach
 
 test_a_registries_only_tenant_still_refuses_other_registries_when_unreachable if {
 	image := "evil.example/x/y:v1"
-	violations := provenance.violation with input as object.union(
+	violations := image_rules.violation with input as object.union(
 		testdata.workload_input("Pod", "team-a", testdata.alice, pod_with([image])),
 		{"images": _unreachable(image, "evil.example", "x/y"), "image_references": {image: reference("evil.example", "x/y")}},
 	)
@@ -299,7 +299,7 @@ reference(registry, repository) := {"registry": registry, "repository": reposito
 
 cluster_list_violations(image, references) := violations if {
 	workload := testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
-	violations := provenance.violation with input as object.union(workload, {"image_references": references})
+	violations := image_rules.violation with input as object.union(workload, {"image_references": references})
 		with data.inventory as inventory
 		with data.labgate.config.allowed_registries as ["registry.lab.example"]
 }
@@ -330,7 +330,7 @@ test_no_allowed_registries_anywhere_leaves_unparsable_references_to_the_kubelet 
 	image := "Registry.Lab.Example/UPPER:v1"
 	workload := testdata.workload_input("Pod", "team-b", testdata.bob, pod_with([image]))
 	refs := {image: {"registry": null, "repository": null, "error": "repository name must be lowercase"}}
-	v := provenance.violation with input as object.union(workload, {"image_references": refs})
+	v := image_rules.violation with input as object.union(workload, {"image_references": refs})
 		with data.inventory as inventory
 	count(v) == 0
 }
@@ -375,7 +375,7 @@ retagged_fact := fact(retagged, "registry.lab.example", "research/trainer", "v2"
 pod_update(user, new_images, old_images, images) := violations if {
 	new := pod_with(new_images)
 	request := testdata.request("UPDATE", "Pod", "team-a", user, new, pod_with(old_images))
-	violations := provenance.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new), "images": images}
+	violations := image_rules.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new), "images": images}
 		with data.inventory as inventory
 }
 
@@ -397,6 +397,6 @@ test_a_digest_set_on_a_running_pod_and_unchanged_tags_are_admitted if {
 	# Tenants that do not require signatures are not asked for digests on update.
 	new := pod_with(["docker.io/someone/x:v2"])
 	request := testdata.request("UPDATE", "Pod", "team-b", testdata.bob, new, pod_with(["docker.io/someone/x:v1"]))
-	count(provenance.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+	count(image_rules.violation) == 0 with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
 		with data.inventory as inventory
 }

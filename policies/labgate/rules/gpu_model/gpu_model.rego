@@ -4,7 +4,7 @@
 #   A tenant that lists models (spec.gpu.models) gets only those: a pod asking another model, or
 #   naming none while several are listed, is refused (a Pod when it is created, other workloads when
 #   people apply them: lib.gpu checked_templates). A MIG resource is its own model.
-package labgate.rules.gpu_models
+package labgate.rules.gpu_model
 
 import data.labgate.lib.gpu
 import data.labgate.lib.tenancy

@@ -1,8 +1,8 @@
-package labgate.rules.gpu_models_test
+package labgate.rules.gpu_model_test
 
 import data.labgate.lib.testdata
 import data.labgate.rules.gpu_countable
-import data.labgate.rules.gpu_models
+import data.labgate.rules.gpu_model
 import data.labgate.rules.gpu_preemptible
 import data.labgate.rules.gpu_quota
 
@@ -19,7 +19,7 @@ violations(input_doc) := v if {
 		with data.inventory as testdata.gpu_inventory
 }
 
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
+gpu_violations := ((gpu_quota.violation | gpu_model.violation) | gpu_preemptible.violation) | gpu_countable.violation
 
 # --- gpu-quota-pending: pods that will wait, announced at apply time ---
 

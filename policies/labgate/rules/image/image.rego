@@ -17,7 +17,7 @@
 #   answer refuses nothing else: a registries-only or requireDigest tenant does not depend on it.
 #   Pods the platform creates are not checked again: their templates were checked when the workload was
 #   applied.
-package labgate.rules.provenance
+package labgate.rules.image
 
 import data.labgate.lib.tenancy
 

@@ -7,7 +7,7 @@
 #   created only by that tenant, tenant members create namespaces only for a tenant, and a tenant has
 #   at most so many namespaces. Who may change the labels afterwards: rules.tenant_identity.
 #   Trusted requesters (the platform) are never refused here.
-package labgate.rules.namespace_ownership
+package labgate.rules.namespace
 
 import data.labgate.lib.tenancy
 
