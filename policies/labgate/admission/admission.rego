@@ -1,5 +1,6 @@
 # METADATA
 # title: labgate admission entry point
+# entrypoint: true
 # description: |
 #   The one query the webhook makes per admission request: data.labgate.admission.decision.
 #   It gathers the `violation` set of every package under data.labgate.rules, applies each rule's

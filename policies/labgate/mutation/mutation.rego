@@ -1,5 +1,6 @@
 # METADATA
 # title: labgate mutations
+# entrypoint: true
 # description: |
 #   What the mutating webhook changes before the validating webhook decides: `patch`, a JSON Patch
 #   (RFC 6902, "add" operations with whole values, pointers into input.request.object, parents before

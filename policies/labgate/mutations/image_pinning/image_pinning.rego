@@ -14,10 +14,10 @@ import data.labgate.lib.tenancy
 template_changes[template.path] := changes if {
 	tenant := tenancy.namespace_tenant
 	some template in json_patch.mutated_templates
-	changes := array.concat(
-		array.concat(_pins(tenant, template), _unpinned(tenant, template)),
+	changes := array.flatten([
+		_pins(tenant, template), _unpinned(tenant, template),
 		_volume_pinning_changes(tenant, template),
-	)
+	])
 }
 
 _pins(tenant, template) := [{"rule": "image-digest-pin", "ops": [op], "warning": warning} |

@@ -16,7 +16,7 @@ changes := [change |
 	input.request.operation == "CREATE"
 	kueue.managed_tenant
 	kueue.is_queued(input.request.object)
-	some change in array.concat(array.concat(_queue_label_change, _suspend_change), _gate_change)
+	some change in array.flatten([_queue_label_change, _suspend_change, _gate_change])
 ]
 
 _queue_label_change := [{"rule": "queue-name", "ops": [op], "warning": warning} |

@@ -71,6 +71,10 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	)
 }
 
+# METADATA
+# title: No pod names a claim that asks admin access
+# custom:
+#   rule_id: dra-admin-access
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resourceClaims", [template.path])} if {
 	_is_judged
 	tenancy.namespace_tenant
@@ -80,7 +84,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resour
 	fact := input.resource_claims[sprintf("%s/%s", [kind, name])]
 	fact.found
 	some ask in admin_requests(fact.spec, "spec")
-	rule_id := "dra-admin-access"
+	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim without adminAccess",
 		[rule_id, tenancy.object_ref, template.path, kind, name, ask.request, _why],
