@@ -86,6 +86,6 @@ default reads_gpu_usage := false
 reads_gpu_usage if tenancy.namespace_tenant.spec.gpu.overQuota == "preemptible"
 
 # Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
-inventory_revision := data.inventory.revision
-
 default inventory_revision := null
+
+inventory_revision := data.inventory.revision

@@ -37,9 +37,9 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.enfo
 
 # " Did you mean "gpu-quota"?" for the known rule id most like `key` (the share of two-letter pieces the
 # two have in common, at least half), else nothing.
-_suggestion(key) := sprintf(" Did you mean %q?", [_nearest(key)]) if _nearest(key)
-
 default _suggestion(_) := ""
+
+_suggestion(key) := sprintf(" Did you mean %q?", [_nearest(key)]) if _nearest(key)
 
 _nearest(key) := nearest if {
 	scores := {id: _likeness(key, id) | some id in _known_rule_ids}
@@ -48,12 +48,12 @@ _nearest(key) := nearest if {
 	nearest := min({id | some id, score in scores; score == best})
 }
 
+default _pairs(_) := set()
+
 _pairs(word) := {substring(word, i, 2) | some i in numbers.range(0, count(word) - 2)} if count(word) >= 2
 
-default _pairs(_) := set()
+default _likeness(_, _) := 0
 
 _likeness(a, b) := (2 * count(_pairs(a) & _pairs(b))) / (count(_pairs(a)) + count(_pairs(b))) if {
 	count(_pairs(a)) + count(_pairs(b)) > 0
 }
-
-default _likeness(_, _) := 0
