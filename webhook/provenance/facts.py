@@ -1,7 +1,7 @@
 """Image facts for the policies: for each image a pod names, what it is (normalised reference, digest)
 and which of the tenant's keys signed it, or why labgate could not tell.
 
-Facts are gathered, not judged: Rego (`labgate.rules.provenance`) decides. The webhook puts them in the
+Facts are gathered, not judged: Rego (`labgate.rules.image`) decides. The webhook puts them in the
 policy input as `input.images[<reference as written>]`:
 
     {"reference": "nginx", "normalized": "docker.io/library/nginx:latest", "registry": "docker.io",

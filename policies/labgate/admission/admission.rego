@@ -1,5 +1,6 @@
 # METADATA
 # title: labgate admission entry point
+# entrypoint: true
 # description: |
 #   The one query the webhook makes per admission request: data.labgate.admission.decision.
 #   It gathers the `violation` set of every package under data.labgate.rules, applies each rule's
@@ -66,12 +67,12 @@ decision := {
 # pod is to be decided against (what the pods before it in the batch leave).
 decisions := [d | some item in input.batch; d := decision with input as item]
 
-tenant_name := tenancy.claimed_tenant_name
-
 default tenant_name := null
+
+tenant_name := tenancy.claimed_tenant_name
 
 # Which copy of the tenants OPA holds; null when it holds none (it drops pushed data when it reloads
 # its policies), so the webhook pushes them again instead of deciding without tenants.
-inventory_revision := data.inventory.revision
-
 default inventory_revision := null
+
+inventory_revision := data.inventory.revision

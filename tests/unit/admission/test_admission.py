@@ -136,7 +136,7 @@ def test_the_request_document_is_the_wire_form_model_dump_gives(overrides: dict[
 
 def test_policy_input_says_where_every_image_comes_from_without_asking_a_registry() -> None:
     # The registry allowlist is decided from the reference alone, for every tenant (Rego:
-    # labgate.rules.provenance reads input.image_references).
+    # labgate.rules.image reads input.image_references).
     obj = {
         "spec": {
             "template": {

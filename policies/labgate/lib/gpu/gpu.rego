@@ -77,7 +77,7 @@ is_unknown_vendor_resource(resource) if {
 	_in_domain(domain, vendor)
 }
 
-_in_domain(domain, domain)
+_in_domain(domain, vendor) if domain == vendor
 
 _in_domain(domain, vendor) if endswith(domain, concat("", [".", vendor]))
 

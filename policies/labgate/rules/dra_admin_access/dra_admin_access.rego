@@ -1,5 +1,5 @@
 # METADATA
-# title: No tenant gets admin access to devices
+# title: No tenant claim gets admin access to devices
 # description: |
 #   A Dynamic Resource Allocation request with adminAccess: true is given devices even when they are
 #   allocated to other pods (for monitoring and maintenance), so with it one tenant's pod reaches the
@@ -9,8 +9,7 @@
 #     `exactly` and their firstAvailable subrequests; a template's spec.spec) ask adminAccess: true;
 #   - a pod template that names (spec.resourceClaims) a claim or template that asks it, read through
 #     by the webhook into input.resource_claims (a claim made before this rule);
-#   - setting the label resource.kubernetes.io/admin-access on a tenant's namespace (CREATE, or an
-#     UPDATE that adds or changes it): the label is the cluster admins'.
+#   The namespace label that lets claims ask it: rules.namespace_admin_access.
 #   Judged for every requester but cluster admins (system:masters), and not while an object is
 #   being deleted.
 package labgate.rules.dra_admin_access
@@ -72,6 +71,10 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	)
 }
 
+# METADATA
+# title: No pod names a claim that asks admin access
+# custom:
+#   rule_id: dra-admin-access
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resourceClaims", [template.path])} if {
 	_is_judged
 	tenancy.namespace_tenant
@@ -81,7 +84,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resour
 	fact := input.resource_claims[sprintf("%s/%s", [kind, name])]
 	fact.found
 	some ask in admin_requests(fact.spec, "spec")
-	rule_id := "dra-admin-access"
+	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim without adminAccess",
 		[rule_id, tenancy.object_ref, template.path, kind, name, ask.request, _why],
@@ -92,36 +95,4 @@ _reference(ref) := ["ResourceClaim", ref.resourceClaimName] if {
 	is_string(ref.resourceClaimName)
 } else := ["ResourceClaimTemplate", ref.resourceClaimTemplateName] if {
 	is_string(ref.resourceClaimTemplateName)
-}
-
-_new_label := input.request.object.metadata.labels[admin_access_label]
-
-_is_label_changed if input.request.operation == "CREATE"
-
-_is_label_changed if {
-	input.request.operation == "UPDATE"
-	not input.request.oldObject.metadata.labels[admin_access_label] == _new_label
-}
-
-# A tenant's namespace: labelled for a tenant now or before.
-_is_tenant_namespace if input.request.object.metadata.labels[tenancy.tenant_label]
-
-_is_tenant_namespace if input.request.oldObject.metadata.labels[tenancy.tenant_label]
-
-# METADATA
-# title: The admin-access namespace label is the cluster admins'
-# custom:
-#   rule_id: namespace-admin-access
-violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
-	_is_judged
-	input.request.kind.group == ""
-	input.request.kind.kind == "Namespace"
-	_is_tenant_namespace
-	_new_label
-	_is_label_changed
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s may not set the label %s=%s on namespace %q: it lets claims in the namespace ask admin access to devices allocated to others, other tenants' pods included; only cluster admins set it. Fix: remove the label",
-		[rule_id, tenancy.describe_user(input.request.userInfo), admin_access_label, _new_label, input.request.name],
-	)
 }

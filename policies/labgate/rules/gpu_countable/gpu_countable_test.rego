@@ -2,7 +2,7 @@ package labgate.rules.gpu_countable_test
 
 import data.labgate.lib.testdata
 import data.labgate.rules.gpu_countable
-import data.labgate.rules.gpu_models
+import data.labgate.rules.gpu_model
 import data.labgate.rules.gpu_preemptible
 import data.labgate.rules.gpu_quota
 
@@ -18,7 +18,7 @@ violations(input_doc) := v if {
 		with data.inventory as testdata.gpu_inventory
 }
 
-gpu_violations := ((gpu_quota.violation | gpu_models.violation) | gpu_preemptible.violation) | gpu_countable.violation
+gpu_violations := ((gpu_quota.violation | gpu_model.violation) | gpu_preemptible.violation) | gpu_countable.violation
 
 # --- gpu-dra-unsupported ---
 

@@ -5,7 +5,7 @@
 #   spec.gpu.models. A Pod created in a tenant namespace (by anyone: a Job's pods count too) is
 #   refused when its demand (lib.gpu) plus what the tenant already uses or has reserved
 #   (input.gpu_usage, gathered by the webhook from the quota ledger) exceeds a limit (the models a
-#   tenant may use: rules.gpu_models; what cannot be counted: rules.gpu_countable). A workload whose
+#   tenant may use: rules.gpu_model; what cannot be counted: rules.gpu_countable). A workload whose
 #   pods, all running at once, could never fit the limits is
 #   refused when applied; one whose pods will wait for GPUs now is announced. A tenant without
 #   spec.gpu.total has no total limit; its per-model limits, when it lists any, still hold.
@@ -149,13 +149,13 @@ _alone_over(tenant, d) := array.concat(
 
 _quota_fix(tenant, d) := sprintf(
 	"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting cannot help)",
-	[gpu_text.plural(over.limit, _gpu_word(_node_model(over.model))), over.limit],
+	[gpu_text.plural(over.limit, gpu_word(_node_model(over.model))), over.limit],
 ) if {
 	over := _binding_over(tenant, d)
 	over.is_node
 } else := sprintf(
 	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
-	[gpu_text.plural(over.limit, _gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
+	[gpu_text.plural(over.limit, gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
 	over := _binding_over(tenant, d)
 } else := "lower the request, wait for running pods to finish, or delete a pod that waits for a node" if {
@@ -193,7 +193,7 @@ _node_over(d) := [{"model": model, "limit": n, "is_node": true} |
 # refusal (32 asked of 24 GPUs, 16 h100 and nodes of 8: "ask at most 8", not 16, then wait forever).
 _binding_over(tenant, d) := overs[min(ranked)[2]] if {
 	overs := array.concat(_alone_over(tenant, d), _node_over(d))
-	ranked := {[o.limit, _total_last(o.model), i] | some i, o in overs}
+	ranked := {[o.limit, total_last(o.model), i] | some i, o in overs}
 	count(ranked) > 0
 }
 
@@ -209,7 +209,7 @@ _replicas(template) := object.get(template, "replicas", 1)
 
 # What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
 # model: [{"pods", "each"}] for the templates that ask any.
-_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
+limit_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
 	some t in input.pod_templates
 	d := gpu.template_demand[t.path]
 	each := _per_pod(d, model)
@@ -237,18 +237,18 @@ _per_pod(d, "") := d.total
 
 _per_pod(d, model) := object.get(d.by_model, model, 0) if model != ""
 
-_arithmetic(terms, model) := sprintf("%s = %v", [
-	concat(" + ", [sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, _gpu_word(model))]) | some t in terms]),
+arithmetic_text(terms, model) := sprintf("%s = %v", [
+	concat(" + ", [sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, gpu_word(model))]) | some t in terms]),
 	sum([n | some t in terms; n := t.pods * t.each]),
 ])
 
-_gpu_word("") := "GPU"
+gpu_word("") := "GPU"
 
-_gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
+gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
 
 _limit_text(tenant, "") := sprintf("tenant %q has %v in total", [tenant.metadata.name, tenant.spec.gpu.total])
 
-_limit_text(tenant, model) := sprintf("tenant %q has %s", [tenant.metadata.name, gpu_text.plural(_models(tenant)[model], _gpu_word(model))]) if {
+_limit_text(tenant, model) := sprintf("tenant %q has %s", [tenant.metadata.name, gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if {
 	model != ""
 }
 
@@ -289,13 +289,13 @@ _pod_count(terms) := sum([t.pods | some t in terms])
 _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and the largest node of your pools has %v, so ask at most %s per pod", [
 	gpu_text.plural(_pod_count(terms), "pod"),
 	n,
-	gpu_text.plural(n, _gpu_word(model)),
+	gpu_text.plural(n, gpu_word(model)),
 ]) if {
 	is_gang
 	n := _node_cap(terms, model)
 	n < floor(limit / _pod_count(terms))
 } else := sprintf("ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled)%s", [
-	gpu_text.plural(n, _gpu_word(model)),
+	gpu_text.plural(n, gpu_word(model)),
 	n,
 	_at_once_text(terms, limit, n),
 ]) if {
@@ -304,7 +304,7 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and th
 	n < limit
 } else := sprintf("its %s start together, so ask at most %s per pod, or %s", [
 	gpu_text.plural(_pod_count(terms), "pod"),
-	gpu_text.plural(floor(limit / _pod_count(terms)), _gpu_word(model)),
+	gpu_text.plural(floor(limit / _pod_count(terms)), gpu_word(model)),
 	_raise_text(model, tenant),
 ]) if {
 	is_gang
@@ -312,7 +312,7 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and th
 } else := sprintf("%s (its %s start together, so even 1 %s each is too many)", [
 	_raise_text(model, tenant),
 	gpu_text.plural(_pod_count(terms), "pod"),
-	_gpu_word(model),
+	gpu_word(model),
 ]) if {
 	is_gang
 } else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
@@ -339,7 +339,7 @@ _unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask 
 } else := sprintf("lower the replica counts or the GPUs per pod until they total at most %v", [limit])
 
 # The limits a workload is checked against: the total ("") when the tenant has one, and each model.
-_checked_limits(tenant) := {"" | _has_total(tenant)} | object.keys(_models(tenant))
+checked_limits(tenant) := {"" | _has_total(tenant)} | object.keys(_models(tenant))
 
 # METADATA
 # title: A workload whose pods can never all run within the GPU quota is refused when applied
@@ -349,26 +349,26 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	not gpu.is_pod
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
-	some model in _checked_limits(tenant)
-	terms := _terms(model)
+	some model in checked_limits(tenant)
+	terms := limit_terms(model)
 	count(terms) > 0
 	limit := _limit(tenant, model)
-	_all_at_once(model) > limit
+	all_at_once(model) > limit
 	not _said_by_a_model_limit(tenant, model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s; %s. Fix: %s",
-		[rule_id, tenancy.object_ref, _arithmetic(terms, model), _limit_text(tenant, model), _unfit_fix(terms, limit, model, tenant)],
+		[rule_id, tenancy.object_ref, arithmetic_text(terms, model), _limit_text(tenant, model), _unfit_fix(terms, limit, model, tenant)],
 	)
 }
 
-_all_at_once(model) := sum([n | some t in _terms(model); n := t.pods * t.each])
+all_at_once(model) := sum([n | some t in limit_terms(model); n := t.pods * t.each])
 
 # When every GPU asked is of one model whose limit is no larger than the total, the model's refusal
 # says all the total's would.
 _said_by_a_model_limit(tenant, "") if {
 	some model in object.keys(_models(tenant))
-	_all_at_once(model) == _all_at_once("")
+	all_at_once(model) == all_at_once("")
 	_limit(tenant, model) <= _limit(tenant, "")
 }
 
@@ -383,35 +383,35 @@ _used_of("") := _used_total
 
 _used_of(model) := _used(model) if model != ""
 
-_has_usage if is_object(input.gpu_usage)
+has_usage if is_object(input.gpu_usage)
 
 # The limits the workload's pods, all at once, can never fit (gpu-quota-unfit refuses it).
-_unfit_limits(tenant) := {model |
-	some model in _checked_limits(tenant)
-	count(_terms(model)) > 0
-	_all_at_once(model) > _limit(tenant, model)
+unfit_limits(tenant) := {model |
+	some model in checked_limits(tenant)
+	count(limit_terms(model)) > 0
+	all_at_once(model) > _limit(tenant, model)
 }
 
 # The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
 _pending_limits(tenant) := {model |
-	some model in _checked_limits(tenant)
-	count(_terms(model)) > 0
-	_all_at_once(model) <= _limit(tenant, model)
-	_all_at_once(model) + _used_of(model) > _limit(tenant, model)
+	some model in checked_limits(tenant)
+	count(limit_terms(model)) > 0
+	all_at_once(model) <= _limit(tenant, model)
+	all_at_once(model) + _used_of(model) > _limit(tenant, model)
 }
 
-_free(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
+free_gpus(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
 
 _can_start(tenant, model, terms) := "no pod can start now" if {
 	count(terms) == 1
-	floor(_free(tenant, model) / terms[0].each) == 0
-} else := sprintf("only %s can start now", [gpu_text.plural(floor(_free(tenant, model) / terms[0].each), "pod")]) if {
+	floor(free_gpus(tenant, model) / terms[0].each) == 0
+} else := sprintf("only %s can start now", [gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")]) if {
 	count(terms) == 1
-} else := sprintf("only %s are free now", [gpu_text.plural(_free(tenant, model), _gpu_word(model))])
+} else := sprintf("only %s are free now", [gpu_text.plural(free_gpus(tenant, model), gpu_word(model))])
 
-_usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
+usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
 
-_usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural(_models(tenant)[model], _gpu_word(model))]) if model != ""
+usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if model != ""
 
 # METADATA
 # title: A workload whose pods will wait for GPUs says so when applied
@@ -426,28 +426,28 @@ _usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural
 violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
 	not gpu.is_pod
 	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
-	_has_usage
-	not _waits_in_kueue
+	has_usage
+	not waits_in_kueue
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
-	count(_unfit_limits(tenant)) == 0 # refused: nothing will wait
+	count(unfit_limits(tenant)) == 0 # refused: nothing will wait
 	pending := _pending_limits(tenant)
 	some model in pending
 	_is_binding(tenant, pending, model)
-	terms := _terms(model)
+	terms := limit_terms(model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s; tenant %q uses %s now, so %s and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (%s)",
 		[
-			rule_id, tenancy.object_ref, _arithmetic(terms, model), tenant.metadata.name,
-			_usage_text(tenant, model), _can_start(tenant, model, terms),
+			rule_id, tenancy.object_ref, arithmetic_text(terms, model), tenant.metadata.name,
+			usage_text(tenant, model), _can_start(tenant, model, terms),
 			object.get(_replica_field, input.request.kind.kind, "its replica count"),
 		],
 	)
 }
 
 # A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
-_waits_in_kueue if {
+waits_in_kueue if {
 	kueue.managed_tenant
 	kueue.is_queued(input.request.object)
 }
@@ -455,18 +455,18 @@ _waits_in_kueue if {
 # One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
 # several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
 _is_binding(tenant, pending, model) if {
-	ranked := {[_startable(tenant, m), _total_last(m), m] | some m in pending}
+	ranked := {[_startable(tenant, m), total_last(m), m] | some m in pending}
 	min(ranked)[2] == model
 }
 
-_startable(tenant, model) := floor(_free(tenant, model) / terms[0].each) if {
-	terms := _terms(model)
+_startable(tenant, model) := floor(free_gpus(tenant, model) / terms[0].each) if {
+	terms := limit_terms(model)
 	count(terms) == 1
-} else := _free(tenant, model)
+} else := free_gpus(tenant, model)
 
-_total_last("") := 1
+total_last("") := 1
 
-_total_last(model) := 0 if model != ""
+total_last(model) := 0 if model != ""
 
 # --- CronJob runs that may overlap ---
 
@@ -484,11 +484,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyP
 	tenant := tenancy.namespace_tenant
 	count(gpu.checked_templates) > 0
 	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
-	terms := _terms("")
+	terms := limit_terms("")
 	count(terms) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
-		[rule_id, tenancy.object_ref, _arithmetic(terms, ""), tenant.metadata.name],
+		[rule_id, tenancy.object_ref, arithmetic_text(terms, ""), tenant.metadata.name],
 	)
 }

@@ -34,7 +34,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 		"[%s] %s asks %s%s; the largest node of your pools has %s, so no node can ever hold it. Fix: ask at most %s per pod (more pods for more GPUs), or ask the infra team for larger %s nodes in your pools",
 		[
 			rule_id, _pod_ref(template), gpu_text.describe_asks(template.spec), _per_pod_text,
-			gpu_text.plural(n, _gpu_word(_node_model(model))), gpu_text.plural(n, _gpu_word(_node_model(model))),
+			gpu_text.plural(n, gpu_word(_node_model(model))), gpu_text.plural(n, gpu_word(_node_model(model))),
 			_node_model_word(model),
 		],
 	)
@@ -49,15 +49,15 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	is_gang
 	tenancy.namespace_tenant
 	some model in _gang_models
-	terms := _terms(model)
+	terms := limit_terms(model)
 	held := _pools[model]
 	not _is_larger_than_a_node(terms, held)
-	_all_at_once(model) > _gang_room(terms, held)
+	all_at_once(model) > _gang_room(terms, held)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s, which start together; the nodes of your pools hold %s (%s, the largest %v)%s, so it would wait for ever. Fix: %s, or ask the infra team for more %s nodes in your pools",
 		[
-			rule_id, tenancy.object_ref, _arithmetic(terms, model), gpu_text.plural(held.gpus, _gpu_word(model)),
+			rule_id, tenancy.object_ref, arithmetic_text(terms, model), gpu_text.plural(held.gpus, gpu_word(model)),
 			gpu_text.plural(held.nodes, "node"), held.largest_node, _room_text(terms, held),
 			_gang_fix(terms, held), model,
 		],

@@ -70,14 +70,14 @@ _judged_tenant := tenant if {
 # The limits the growth goes past what is free under (a workload that can never fit at all is
 # gpu-quota-unfit's to refuse).
 _scale_overs(tenant) := {model |
-	some model in _checked_limits(tenant)
+	some model in checked_limits(tenant)
 	_growth(model) > 0
 	_growth(model) + _used_of(model) > _limit(tenant, model)
 }
 
 # The limit that binds: the one that lets the fewest more replicas (several templates: GPUs) start.
 _scale_binding(tenant) := min(ranked)[2] if {
-	ranked := {[_scale_room(tenant, m), _total_last(m), m] | some m in _scale_overs(tenant)}
+	ranked := {[_scale_room(tenant, m), total_last(m), m] | some m in _scale_overs(tenant)}
 	count(ranked) > 0
 }
 
@@ -86,9 +86,9 @@ _single_growth := g if {
 	some g in replica_growths
 }
 
-_scale_room(tenant, model) := floor(_free(tenant, model) / _per_pod(gpu.demand(_single_growth.spec), model)) if {
+_scale_room(tenant, model) := floor(free_gpus(tenant, model) / _per_pod(gpu.demand(_single_growth.spec), model)) if {
 	_per_pod(gpu.demand(_single_growth.spec), model) > 0
-} else := _free(tenant, model)
+} else := free_gpus(tenant, model)
 
 # METADATA
 # title: A replica count raised past the GPUs the tenant has free is refused at the call
@@ -102,15 +102,15 @@ _scale_room(tenant, model) := floor(_free(tenant, model) / _per_pod(gpu.demand(_
 #   rule_id: gpu-quota-scale
 violation contains {"rule": rule_id, "message": msg, "field": _scale_field} if {
 	count(replica_growths) > 0 # first: most requests grow nothing
-	_has_usage
+	has_usage
 	tenant := _judged_tenant
-	count(_unfit_limits(tenant)) == 0 # refused as unfit: that says it
+	count(unfit_limits(tenant)) == 0 # refused as unfit: that says it
 	model := _scale_binding(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf("[%s] %s scales %s, which asks %s more; tenant %q uses %s (%v free). Fix: %s", [
 		rule_id, _workload_ref, concat(" and ", [_growth_text(g) | some g in replica_growths]),
-		gpu_text.plural(_growth(model), _gpu_word(model)), tenant.metadata.name,
-		_usage_text(tenant, model), _free(tenant, model), _scale_fix(tenant, model),
+		gpu_text.plural(_growth(model), gpu_word(model)), tenant.metadata.name,
+		usage_text(tenant, model), free_gpus(tenant, model), _scale_fix(tenant, model),
 	])
 }
 
@@ -165,7 +165,7 @@ _scale_fix(tenant, model) := sprintf("scale to at most %v replicas (what fits no
 ]) if {
 	_most_ever(tenant, model)
 } else := sprintf("raise the replica counts by at most %s in all, or wait for running pods to finish", [
-	gpu_text.plural(_free(tenant, model), _gpu_word(model)),
+	gpu_text.plural(free_gpus(tenant, model), gpu_word(model)),
 ])
 
 # The most replicas of the one growing template the limit could ever hold (nothing else running).

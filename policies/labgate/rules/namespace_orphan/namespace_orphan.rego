@@ -6,7 +6,7 @@
 #   (a listed member, not the platform) may therefore create a namespace only under a tenant they
 #   belong to: one of its spec.namespaces.names or a name starting with its spec.namespaces.prefix
 #   (the mutation then labels it). A name under another tenant's prefix is refused too. A namespace
-#   that carries the tenant label is judged by labgate.rules.namespace_ownership instead.
+#   that carries the tenant label is judged by labgate.rules.namespace instead.
 #   People who are members of no tenant are not restricted here (the RBAC labgate provisions gives
 #   researchers namespace creation; others get it from the cluster's own RBAC).
 package labgate.rules.namespace_orphan

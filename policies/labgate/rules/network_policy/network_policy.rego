@@ -184,16 +184,19 @@ _peers contains {
 	some j, peer in object.get(rule, key, [])
 }
 
+_everyone := {"ingress": "every source", "egress": "every destination"}
+
 _peers contains {
 	"direction": direction,
 	"field": sprintf("spec.%s[%d]", [direction, i]),
 	"peer": {"namespaceSelector": {}, "ipBlocks": [{"cidr": "0.0.0.0/0"}, {"cidr": "::/0"}]},
-	"shown": sprintf("no %q peers: %s", [key, {"ingress": "every source", "egress": "every destination"}[direction]]),
+	"shown": sprintf("no %q peers: %s", [key, everyone]),
 	"explicit": false,
 } if {
 	some direction, key in _peer_keys
 	some i, rule in object.get(input.request.object, ["spec", direction], [])
 	not _has_peers(rule, key)
+	everyone := _everyone[direction]
 }
 
 _peer_keys := {"ingress": "from", "egress": "to"}

@@ -60,13 +60,9 @@ _changes_field := f if {
 } else := "metadata"
 
 # The tenants whose admins must agree: the one the namespace leaves and the one it joins.
-_approving_tenants contains name if {
-	name := _old_tenant
-}
+_approving_tenants contains _old_tenant
 
-_approving_tenants contains name if {
-	name := _new_tenant
-}
+_approving_tenants contains _new_tenant
 
 _admins_text(name) := sprintf("no Tenant %q exists", [name]) if {
 	not data.inventory.tenants[name]
@@ -155,7 +151,7 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	object.get(input.request, "namespace", "") != ""
 	not tenancy.is_trusted_requester
 	some path in _metadata_paths
-	claimed := object.get(input.request, array.concat(["object"], array.concat(path, ["labels", tenancy.tenant_label])), null)
+	claimed := object.get(input.request, array.flatten(["object", path, "labels", tenancy.tenant_label]), null)
 	claimed != null
 	claimed != tenancy.namespace_tenant_name
 	field := concat(".", [sprintf("%v", [p]) | some p in array.concat(path, ["labels"])])

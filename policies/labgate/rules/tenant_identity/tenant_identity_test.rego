@@ -1,7 +1,7 @@
 package labgate.rules.tenant_identity_test
 
 import data.labgate.lib.testdata
-import data.labgate.rules.namespace_ownership
+import data.labgate.rules.namespace as namespace_rules
 import data.labgate.rules.tenant_identity
 
 namespace(name, labels, annotations) := {
@@ -16,7 +16,7 @@ update_namespace(user, old, new) := testdata.request("UPDATE", "Namespace", "", 
 
 # Both rule packages about namespaces and labgate's labels: each test pins what they find together,
 # as before they were split by concern.
-namespace_violations := namespace_ownership.violation | tenant_identity.violation
+namespace_violations := namespace_rules.violation | tenant_identity.violation
 
 violations_for(request) := violations if {
 	violations := namespace_violations with input.request as request

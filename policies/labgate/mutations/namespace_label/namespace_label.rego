@@ -1,0 +1,37 @@
+# METADATA
+# title: A new namespace's tenant label
+# description: |
+#   A Namespace created by a listed member of the one tenant whose spec.namespaces.prefix its name
+#   starts with gets that tenant's label (config tenant_label). Gathered by labgate.mutation.
+package labgate.mutations.namespace_label
+
+import data.labgate.lib.json_patch
+import data.labgate.lib.tenancy
+
+_is_namespace_create if {
+	input.request.kind.kind == "Namespace"
+	input.request.kind.group == ""
+	input.request.operation == "CREATE"
+}
+
+_namespace_name := object.get(input.request, ["object", "metadata", "name"], "")
+
+_prefix_tenants := {name |
+	some name, tenant in data.inventory.tenants
+	prefix := object.get(tenant, ["spec", "namespaces", "prefix"], "")
+	prefix != ""
+	startswith(_namespace_name, prefix)
+}
+
+# [{"rule", "ops", "warning"}]: the label, at most.
+changes := [{"rule": "namespace-label", "ops": [op], "warning": warning} |
+	_is_namespace_create
+	not tenancy.is_trusted_requester
+	count(_prefix_tenants) == 1
+	some name in _prefix_tenants
+	tenancy.is_listed_member(data.inventory.tenants[name], input.request.userInfo)
+	labels := object.get(input.request.object, ["metadata", "labels"], null)
+	not tenancy.tenant_label in object.keys(json_patch.object_or_empty(labels))
+	op := json_patch.label_op(labels, tenancy.tenant_label, name)
+	warning := sprintf("labgate labelled namespace %q %s=%s", [_namespace_name, tenancy.tenant_label, name])
+]

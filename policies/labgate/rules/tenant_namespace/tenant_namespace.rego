@@ -1,0 +1,70 @@
+# METADATA
+# title: Tenants whose namespaces would collide
+# description: |
+#   Checks on Tenant objects themselves, beyond the CRD schema: two tenants may not claim the same
+#   namespace, nor overlapping namespace prefixes, since either would hand one team the other's work.
+#   Applies to everyone, the infra team included: a collision is a mistake, not a permission.
+#   A Tenant's GPU quota: rules.tenant_quota; its spec.enforcement: rules.tenant_enforcement.
+package labgate.rules.tenant_namespace
+
+_is_tenant_write if {
+	input.request.kind.group == "labgate.io"
+	input.request.kind.kind == "Tenant"
+	input.request.operation in {"CREATE", "UPDATE"}
+}
+
+_name := input.request.object.metadata.name
+
+_others := {name: tenant |
+	some name, tenant in data.inventory.tenants
+	name != _name
+}
+
+_owner_of_namespace(namespace) := owner if {
+	some owner, tenant in _others
+	namespace in object.get(tenant, ["spec", "namespaces", "names"], [])
+} else := owner if {
+	owner := data.inventory.namespaces[namespace].labels[data.labgate.config.tenant_label]
+	owner != _name
+	_others[owner]
+}
+
+# METADATA
+# title: A namespace belongs to one tenant
+# custom:
+#   rule_id: tenant-namespace-conflict
+violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.namespaces.names[%d]", [i])} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
+	_is_tenant_write
+	some i, namespace in object.get(input.request.object, ["spec", "namespaces", "names"], [])
+	owner := _owner_of_namespace(namespace)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: choose another namespace, or remove it from Tenant %q first",
+		[rule_id, _name, i, namespace, owner, owner],
+	)
+}
+
+# METADATA
+# title: Namespace prefixes do not overlap
+# custom:
+#   rule_id: tenant-namespace-conflict
+violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.prefix"} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
+	_is_tenant_write
+	prefix := input.request.object.spec.namespaces.prefix
+	some owner, tenant in _others
+	theirs := tenant.spec.namespaces.prefix
+	_overlap(prefix, theirs)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		"[%s] Tenant %q spec.namespaces.prefix %q overlaps the prefix %q of tenant %q: researchers of both could create the same namespaces. Fix: choose a prefix neither starts the other",
+		[rule_id, _name, prefix, theirs, owner],
+	)
+}
+
+_overlap(a, b) if startswith(a, b)
+
+_overlap(a, b) if startswith(b, a)
