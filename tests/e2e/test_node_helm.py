@@ -178,7 +178,7 @@ def offline_verdict(manifest: Path) -> str:
         [
             sys.executable,
             "-m",
-            "labgate.cli.main",
+            "cli.main",
             "check",
             "-f",
             str(manifest),
