@@ -50,6 +50,7 @@ from webhook.policy_engine import BlockingOpa
 from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 
+# Not __name__: docs/infra.md shows the audit's lines under this name.
 log = logging.getLogger("labgate.audit")
 
 Manifest = dict[str, Any]

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from labgate.core.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
 from webhook.opa_management import PolicyLoadError
 
-log = logging.getLogger("labgate.policy_sync")
+log = logging.getLogger(__name__)
 
 DATA_FILE = "data.json"
 SKIPPED_DIRECTORIES = frozenset({"samples", "testdata"})

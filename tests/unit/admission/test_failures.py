@@ -74,7 +74,7 @@ def test_every_failure_refuses_as_the_policy_engine_unavailable_with_its_reason(
     error: Exception, label: str, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     before = count(label)
-    with caplog.at_level(logging.ERROR, logger="labgate.webhook"):
+    with caplog.at_level(logging.ERROR, logger="webhook.failures"):
         refusal = failures.refuse(error, attempt())
     assert (refusal.rule, refusal.code, refusal.reason) == (
         "policy-engine-unavailable",
