@@ -1,4 +1,6 @@
-"""The queue oracle: where Kueue manages a tenant, the queue cannot be skipped and the tenant's GPUs
+"""The queue oracle: where Kueue manages a tenant, no pod skips the queue and its GPUs have one count.
+
+The queue oracle: where Kueue manages a tenant, the queue cannot be skipped and the tenant's GPUs
 have one count, judged from the API state alone.
 
 Like tests/isolation_oracle.py, it reads only what the API holds (Tenants as declared, namespaces,

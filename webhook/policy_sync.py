@@ -1,4 +1,6 @@
-"""The policy directory, kept loaded in OPA: new files and folders live within seconds, a broken
+"""Keeps OPA's policies and data as the policy directory holds them, through OPA's REST API.
+
+The policy directory, kept loaded in OPA: new files and folders live within seconds, a broken
 policy visible.
 
 OPA's own `--watch` follows only the directories that existed when it started and reports a policy
