@@ -19,6 +19,7 @@ WORKDIR /src
 # lock file that pins every dependency (and the build backend) to the versions the tests ran with.
 # Not devcluster/ (the local control plane is a development tool) and not tests/.
 COPY pyproject.toml README.md toolchain/image-constraints.txt ./
+COPY cli ./cli
 COPY labgate ./labgate
 COPY webhook ./webhook
 COPY rbac ./rbac

@@ -1,4 +1,6 @@
-"""A Job controller launching a large Job through labgate, against the same Job where labgate does not
+"""The Job launch benchmark: a large Job launched through labgate, against the same Job it does not see.
+
+A Job controller launching a large Job through labgate, against the same Job where labgate does not
 look; with `--kueue`, the same again in a second stack where Kueue runs beside labgate (issues 20, 21).
 
     .venv/bin/python -m benchmarks.job_launch --pods 1000 --rounds 1 --window 60 --kueue --write docs/benchmarks.md

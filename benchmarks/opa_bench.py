@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from labgate.cli.offline_admission import (
+from cli.offline_admission import (
     DECISION_QUERY,
     OPA_IGNORES,
     Facts,
@@ -33,8 +33,8 @@ from labgate.cli.offline_admission import (
     facts_from_manifests,
     load_manifests,
 )
-from labgate.cli.opa_binary import find_opa
-from labgate.cli.policy_samples import find_samples, inventory_path, load_sample
+from cli.opa_binary import find_opa
+from cli.policy_samples import find_samples, inventory_path, load_sample
 from webhook.policy_input import PolicyInput
 
 PLATFORM_NAMESPACE = "labgate-system"

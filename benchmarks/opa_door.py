@@ -35,9 +35,9 @@ from typing import Any
 from opa_client import AsyncOpaClient
 
 from benchmarks.opa_bench import decision_inputs
+from cli.offline_admission import OPA_IGNORES
+from cli.opa_binary import find_opa
 from devcluster.processes import ManagedProcess, free_port, wait_until
-from labgate.cli.offline_admission import OPA_IGNORES
-from labgate.cli.opa_binary import find_opa
 from webhook.policy_engine import OpaSession
 
 # The sample asked: a GPU pod admitted within its quota (every GPU rule evaluates on it).

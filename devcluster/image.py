@@ -1,4 +1,6 @@
-"""The labgate container image, built without Docker: the Dockerfile's own instructions run against a
+"""The labgate container image, built from the Dockerfile without Docker (debootstrap, umoci).
+
+The labgate container image, built without Docker: the Dockerfile's own instructions run against a
 Debian root filesystem and packed as an OCI image.
 
     python -m devcluster.image build      # (toolchain/build-image.sh) -> an OCI archive for `ctr image import`

@@ -1,4 +1,6 @@
-"""Kueue beside labgate in the local stack (opt-in: `LabgateStack(kueue=True)`), run out of cluster
+"""Kueue beside labgate in the local stack, run out of cluster as the stack's other processes are.
+
+Kueue beside labgate in the local stack (opt-in: `LabgateStack(kueue=True)`), run out of cluster
 against the local apiserver as the other processes are.
 
     with LabgateStack(workdir, nodes=NodeSimulation(pools), kueue=True) as stack:

@@ -85,7 +85,7 @@ class LabgateLauncher(Protocol):
 
 
 class HostLauncher:
-    """`python -m labgate.cli.main ARGS...` from this checkout."""
+    """`python -m cli.main ARGS...` from this checkout."""
 
     def launch(
         self,
@@ -98,7 +98,7 @@ class HostLauncher:
         writable: Sequence[Path] = (),
         detached: bool = False,
     ) -> ManagedProcess:
-        argv = [sys.executable, "-m", "labgate.cli.main", *args]
+        argv = [sys.executable, "-m", "cli.main", *args]
         return spawn(workdir, name, argv, detached=detached, env={**env, "PYTHONPATH": str(REPO_ROOT)})
 
 

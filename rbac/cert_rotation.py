@@ -38,7 +38,7 @@ from labgate.core.certificates import KeyPair, issue_serving_cert, make_ca
 from labgate.core.kube import ApiException, KubeApi
 from rbac.runtime import WRITES, PeriodicTask
 
-log = logging.getLogger("labgate.reconciler")
+log = logging.getLogger(__name__)
 
 Step = Literal["create", "trust-next", "serve-next", "drop-previous", "renew-serving", "none"]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from labgate.core.api_resources import LEASE
 from labgate.core.kube import ApiException, KubeApi
 
-log = logging.getLogger("labgate.leader")
+log = logging.getLogger(__name__)
 
 
 def _micro_time(moment: dt.datetime) -> str:

@@ -1,4 +1,6 @@
-"""The GPUs a tenant's pods hold that Kueue did not admit (pure: plain facts in, a sum out), which the
+"""The GPUs a tenant's pods hold outside Kueue (pure), taken off its ClusterQueue's GPU quota.
+
+The GPUs a tenant's pods hold that Kueue did not admit (pure: plain facts in, a sum out), which the
 reconciler takes off its ClusterQueue's GPU quota (rbac/queues.py), so that Kueue admits only what
 is free.
 

@@ -1,4 +1,6 @@
-"""A tenant's Kueue queues, as plain manifests (pure: no API calls), for a cluster where Kueue runs
+"""A tenant's Kueue queues as plain manifests (pure): flavors, a ClusterQueue and LocalQueues.
+
+A tenant's Kueue queues, as plain manifests (pure: no API calls), for a cluster where Kueue runs
 beside labgate (reconcile --kueue; chart kueue.enabled).
 
 - One ResourceFlavor per node pool named in any Tenant's spec.placement.nodePools, named as the pool:

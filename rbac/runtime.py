@@ -23,7 +23,7 @@ from labgate.core.kube import ApiException
 from labgate.core.tenant import TENANT_LABEL
 from rbac.desired import object_key
 
-log = logging.getLogger("labgate.reconciler")
+log = logging.getLogger(__name__)
 
 # Every write of the reconciler is under this one field manager.
 FIELD_MANAGER = "labgate-reconciler"

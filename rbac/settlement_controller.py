@@ -42,7 +42,7 @@ from rbac.claim_index import ClaimIndex
 from rbac.runtime import WRITES, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.tenant_events import TenantEvents, tenant_key
 
-log = logging.getLogger("labgate.reconciler")
+log = logging.getLogger(__name__)
 
 POD = Kind("Pod", "", "v1", "pods", is_namespaced=True)
 # How long the uids of deleted pods are remembered (a late reservation of one is released at once).

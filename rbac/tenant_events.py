@@ -10,7 +10,7 @@ from labgate.core.api_resources import EVENT
 from labgate.core.kube import ApiException, KubeApi
 from rbac.runtime import FIELD_MANAGER, ObjectCache
 
-log = logging.getLogger("labgate.reconciler")
+log = logging.getLogger(__name__)
 
 
 def now_timestamp() -> str:

@@ -3,7 +3,7 @@
 Isolation is what a tenant's pods can touch, whoever created the objects. This module reads only
 what the API holds (Tenants as declared, namespaces, nodes, pods, PersistentVolumes and their
 claims, ResourceClaims and their allocations, ConfigMaps) and shares no code with labgate (no import
-of labgate, webhook or rbac: quantities, pools and ownership are worked out here again), so that a
+of cli, labgate, webhook or rbac: quantities, pools and ownership are worked out here again), so that a
 mistake in labgate cannot hide in the tests that check it. For every tenant it asserts:
 
 - placement: each of its bound pods runs on a node of one of its own pools or of a shared pool.

@@ -1,9 +1,11 @@
-"""The queue oracle: where Kueue manages a tenant, the queue cannot be skipped and the tenant's GPUs
+"""The queue oracle: where Kueue manages a tenant, no pod skips the queue and its GPUs have one count.
+
+The queue oracle: where Kueue manages a tenant, the queue cannot be skipped and the tenant's GPUs
 have one count, judged from the API state alone.
 
 Like tests/isolation_oracle.py, it reads only what the API holds (Tenants as declared, namespaces,
 nodes, pods, Kueue's Workloads and ClusterQueues, events) and shares no code with labgate (no import
-of labgate, webhook or rbac; bound GPUs come from tests.cluster_truth, which follows the scheduler's
+of cli, labgate, webhook or rbac; bound GPUs come from tests.cluster_truth, which follows the scheduler's
 rules), so that a mistake in labgate cannot hide in the tests that check it. A tenant is Kueue's when
 a ClusterQueue's namespaceSelector selects one of its namespaces. For every such tenant:
 

@@ -1,4 +1,6 @@
-"""The bound on admission requests one replica decides at once, and the fair line of those waiting
+"""The admission gate (pure): a bound on requests decided at once, its slots shared fairly by tenants.
+
+The bound on admission requests one replica decides at once, and the fair line of those waiting
 for a slot (pure: who gets the next slot, whether a request waits or is refused; the waiting itself
 is webhook/admission_line.py's).
 

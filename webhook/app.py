@@ -37,6 +37,7 @@ from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
 from webhook.serving import AdmissionServer, DecisionTrace
 from webhook.settings import Settings, get_settings
 
+# Not __name__: the refusal line's logger is in docs/operations.md and tests/unit/admission/test_app.py.
 log = logging.getLogger("labgate.webhook")
 
 

@@ -47,7 +47,7 @@ from labgate.core.errors import LabgateError
 from labgate.core.metrics import DECISION_RECORDS_DROPPED
 from webhook.review import AdmissionRequest
 
-log = logging.getLogger("labgate.decision_log")
+log = logging.getLogger(__name__)
 
 Verdict = Literal["allowed", "refused"]
 

@@ -20,7 +20,7 @@ from labgate.core.decisions import Decision, Mutation
 from webhook.policy_engine import PolicyEngineUnavailableError
 from webhook.policy_input import PolicyInput
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer")
 

@@ -38,7 +38,7 @@ from webhook.reservations import is_pod_create, reservation_key, takes_gpus_now
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # The most a Tenant write waits for the nodes of its pools (only a warning depends on them).
 POOL_NODES_SECONDS = 2.0

@@ -24,7 +24,7 @@ from webhook import refusals
 from webhook.refusals import Refusal
 from webhook.review import AdmissionRequest
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

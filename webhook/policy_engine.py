@@ -6,7 +6,7 @@ webhook's time under load; opa-python-client's query encodes with it, and measur
 side: docs/benchmarks.md), no retries (a retry would spend the apiserver's deadline) and a hard
 deadline of `timeout` seconds. The admission path (`PolicyEngine`) uses it on the webhook's event
 loop; any failure becomes PolicyEngineUnavailableError, which the webhook turns into a refusal, never
-an admission. The scheduled audit (`labgate.cli.audit_service.ServerOpa`) asks its decisions through
+an admission. The scheduled audit (`cli.audit_service.ServerOpa`) asks its decisions through
 `BlockingOpa`, the same session on a private event loop thread. Writing policies and data into OPA is
 `webhook.opa_management`'s (opa-python-client).
 """

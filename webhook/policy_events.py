@@ -24,7 +24,7 @@ from labgate.core.api_resources import EVENT, Kind
 from labgate.core.kube import KubeApi
 from webhook.policy_sync import PolicyStatus
 
-log = logging.getLogger("labgate.policy_sync")
+log = logging.getLogger(__name__)
 
 CONFIG_MAP = Kind("ConfigMap", "", "v1", "configmaps", is_namespaced=True)
 COMPONENT = "labgate-webhook"

@@ -1,7 +1,7 @@
 """The policy input (pure): the one definition of what Python gives Rego as `input`, naming every key
 the policies read. Built by `webhook.admission.build_policy_input` (request, pod templates, image
 references) and completed by the facts room (`webhook.facts`: secrets, the claimed volume, GPU
-usage, resource claims, image facts) or, offline, by `labgate.cli.offline_admission`.
+usage, resource claims, image facts) or, offline, by `cli.offline_admission`.
 
 A key that is absent is a fact the request does not need (no tenant, no pod templates, ...): the
 rules treat it as undefined. `data.labgate.admission.decisions` takes `{"batch": [input, ...]}`.

@@ -41,7 +41,7 @@ from labgate.core.policy_reports import (
 )
 from webhook.review import AdmissionRequest
 
-log = logging.getLogger("labgate.policy_reports")
+log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 ObjectKey = tuple[str, str, str]

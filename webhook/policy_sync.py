@@ -1,4 +1,6 @@
-"""The policy directory, kept loaded in OPA: new files and folders live within seconds, a broken
+"""Keeps OPA's policies and data as the policy directory holds them, through OPA's REST API.
+
+The policy directory, kept loaded in OPA: new files and folders live within seconds, a broken
 policy visible.
 
 OPA's own `--watch` follows only the directories that existed when it started and reports a policy
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 from labgate.core.metrics import POLICY_RELOAD_ERROR, POLICY_RELOADS, POLICY_REVISION
 from webhook.opa_management import PolicyLoadError
 
-log = logging.getLogger("labgate.policy_sync")
+log = logging.getLogger(__name__)
 
 DATA_FILE = "data.json"
 SKIPPED_DIRECTORIES = frozenset({"samples", "testdata"})

@@ -27,7 +27,7 @@ from labgate.core.tenant import NodePool, Placement
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.pool_capacity import NodeGpus, capacity_document, node_gpus, pool_capacity
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # Each list of a pool's nodes; the caller bounds the whole read too.
 LIST_TIMEOUT_SECONDS = 2.0

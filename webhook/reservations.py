@@ -38,7 +38,7 @@ from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest, AdmissionResponse
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # A lost compare-and-swap re-reads the ledger and decides again; this many times at most.
 MAX_LEDGER_ATTEMPTS = 8

@@ -16,7 +16,7 @@ from labgate.core.kube import ApiException, KubeApi
 from labgate.core.workload_catalog import WorkloadKind
 from webhook.admission import scaled_workload_document
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # The read's own bound; the caller bounds the whole fact too (webhook.facts).
 READ_TIMEOUT_SECONDS = 1.0

@@ -26,7 +26,7 @@ from webhook.usage_recount import Recount
 
 __all__ = ["AdmissionServer", "DecisionTrace", "InventoryState", "WatchedFacts"]
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 
 def count_findings(decision: Decision) -> None:

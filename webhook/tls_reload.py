@@ -8,7 +8,7 @@ import ssl
 import threading
 from pathlib import Path
 
-log = logging.getLogger("labgate.tls")
+log = logging.getLogger(__name__)
 
 
 class CertificateReloader:

@@ -32,7 +32,7 @@ from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.live_usage import live_usage, unlisted_reservations
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # The whole count (the ledger read and one list per namespace) is bounded by this, and so are the
 # counts after it that wait for a release (`recount_after_release`).

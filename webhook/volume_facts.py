@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from webhook.read_shares import Read, unshared
 
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 # The most volumes one request's templates may have read; beyond, the rule refuses the rest as unread.
 MAX_TEMPLATE_VOLUMES = 16

@@ -23,7 +23,7 @@ from labgate.gpu_accounting.ledger import (
     newer,
 )
 
-log = logging.getLogger("labgate.quota_ledger")
+log = logging.getLogger(__name__)
 
 
 class LedgerStore:

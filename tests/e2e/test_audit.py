@@ -15,7 +15,7 @@ import pytest
 
 from devcluster.processes import ManagedProcess, free_port, spawn, wait_until
 from devcluster.stack import LabgateStack, opa_argv
-from devcluster.tools import ensure_tools
+from devcluster.tools import REPO_ROOT, ensure_tools
 from tests.e2e.conftest import TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import eventually
 
@@ -49,7 +49,7 @@ def audit(stack: LabgateStack, tmp_path: Path) -> Iterator[str]:
             [
                 sys.executable,
                 "-m",
-                "labgate.cli.main",
+                "cli.main",
                 "audit",
                 "--every=1",
                 f"--opa-url={opa_url}",
@@ -59,6 +59,8 @@ def audit(stack: LabgateStack, tmp_path: Path) -> Iterator[str]:
                 f"--metrics-port={metrics_port}",
                 "--metrics-address=127.0.0.1",
             ],
+            # This checkout's command line, wherever pytest was started from (as the stack's HostLauncher).
+            env={"PYTHONPATH": str(REPO_ROOT)},
         )
         processes.append(loop)
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"

@@ -379,7 +379,7 @@ def test_webhook_becomes_ready_with_the_charts_rbac(
     process = spawn(
         tmp_path,
         "chart-webhook",
-        [sys.executable, "-m", "labgate.cli.main", "serve"],
+        [sys.executable, "-m", "cli.main", "serve"],
         env={
             "LABGATE_OPA_URL": stack.opa_url,
             "LABGATE_KUBECONFIG": str(kubeconfig),
@@ -445,7 +445,7 @@ def test_the_audit_reads_the_cluster_and_writes_reports_with_the_charts_rbac(
             [
                 sys.executable,
                 "-m",
-                "labgate.cli.main",
+                "cli.main",
                 "audit",
                 f"--kubeconfig={kubeconfig}",
                 f"--policies={stack.policy_dir}",

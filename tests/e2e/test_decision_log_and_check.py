@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
+from cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
+from cli.policy_samples import find_samples, inventory_path, load_sample
 from devcluster.kubectl import kubectl
 from devcluster.stack import LabgateStack
 from devcluster.tools import REPO_ROOT, binary
-from labgate.cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
-from labgate.cli.policy_samples import find_samples, inventory_path, load_sample
 from tests.e2e.conftest import TenantFactory, pod_manifest
 
 pytestmark = pytest.mark.chart
@@ -28,7 +28,7 @@ POLICIES = REPO_ROOT / "policies"
 
 def labgate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "labgate.cli.main", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, check=False
     )
 
 

@@ -47,7 +47,7 @@ top = sorted({f.parts[0] for f in record if f.suffix == ".py" and len(f.parts) >
 print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(), "site": site, "dists": dists, "labgate_top_level": top,
     "importable": {m: importlib.util.find_spec(m) is not None
-                   for m in ("labgate", "webhook", "rbac", "devcluster", "tests")},
+                   for m in ("cli", "labgate", "webhook", "rbac", "devcluster", "tests")},
     "src_exists": os.path.exists("/src"),
 }))
 """
@@ -145,8 +145,9 @@ def test_the_image_holds_what_the_dockerfile_installs(containerd: Containerd, im
     assert installed == {name: lock[name] for name in installed}
     # The packages the Dockerfile copies, and no others: no dev cluster, no tests.
     assert report["labgate_top_level"] == sorted(copied_packages(parse_dockerfile(DOCKERFILE.read_text())))
-    assert report["labgate_top_level"] == ["labgate", "rbac", "webhook"]
+    assert report["labgate_top_level"] == ["cli", "labgate", "rbac", "webhook"]
     assert report["importable"] == {
+        "cli": True,
         "labgate": True,
         "webhook": True,
         "rbac": True,

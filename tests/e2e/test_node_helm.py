@@ -187,7 +187,7 @@ def offline_verdict(manifest: Path, policies: Path = REPO_ROOT / "policies") -> 
         [
             sys.executable,
             "-m",
-            "labgate.cli.main",
+            "cli.main",
             "check",
             "-f",
             str(manifest),

@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli.offline_admission import Facts, facts_from_manifests, load_manifests
 from devcluster.processes import ManagedProcess, free_port, wait_until
 from devcluster.stack import POLICY_DIR, opa_argv
 from devcluster.tools import binary, ensure_tools
-from labgate.cli.offline_admission import Facts, facts_from_manifests, load_manifests
 from labgate.core.logs import FIELDS_ATTRIBUTE, JsonFormatter
 from tests.unit.apps import EmptyCluster, app_without_cluster
 from webhook.decision_log import verify

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labgate.cli.main import main
+from cli.main import main
 from labgate.core.decisions import Decision, Finding
 from webhook.decision_log import (
     GENESIS,

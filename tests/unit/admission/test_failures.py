@@ -11,6 +11,7 @@ import pkgutil
 
 import pytest
 
+import cli
 import labgate
 import rbac
 import webhook
@@ -73,7 +74,7 @@ def test_every_failure_refuses_as_the_policy_engine_unavailable_with_its_reason(
     error: Exception, label: str, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     before = count(label)
-    with caplog.at_level(logging.ERROR, logger="labgate.webhook"):
+    with caplog.at_level(logging.ERROR, logger="webhook.failures"):
         refusal = failures.refuse(error, attempt())
     assert (refusal.rule, refusal.code, refusal.reason) == (
         "policy-engine-unavailable",
@@ -109,7 +110,7 @@ def test_a_body_that_is_not_an_admission_review_is_a_bad_request_with_its_field(
 
 def _error_classes() -> list[type[BaseException]]:
     found: list[type[BaseException]] = []
-    for package in (labgate, webhook, rbac):
+    for package in (cli, labgate, webhook, rbac):
         for module_info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             module = importlib.import_module(module_info.name)
             for _, value in inspect.getmembers(module, inspect.isclass):

@@ -1,13 +1,13 @@
 """The webhook's labgate-admission PolicyReport drops the results of objects that were deleted
 (issue 22 item 8): the scheduled audit, which lists every workload of every tenant namespace anyway,
-prunes them (labgate.cli.audit_service.prune_admission_reports, deciding with the pure
+prunes them (cli.audit_service.prune_admission_reports, deciding with the pure
 labgate.core.policy_reports.without_gone)."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from labgate.cli.audit_service import ADMISSION_RESULT_GRACE_SECONDS, prune_admission_reports
+from cli.audit_service import ADMISSION_RESULT_GRACE_SECONDS, prune_admission_reports
 from labgate.core.api_resources import Kind
 from labgate.core.kube import KubeApi
 from labgate.core.policy_reports import ResourceRef, result, without_gone

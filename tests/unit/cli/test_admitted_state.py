@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from labgate.cli.admitted_state import as_admitted, is_bound_by_scheduler
-from labgate.cli.policy_impact import export_snapshot
+from cli.admitted_state import as_admitted, is_bound_by_scheduler
+from cli.policy_impact import export_snapshot
 from labgate.core.api_resources import Kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS
 
@@ -101,10 +101,10 @@ def test_the_exported_snapshot_holds_pods_as_admitted() -> None:
 
 @pytest.mark.tools  # the policies, through the pinned opa
 def test_the_audit_refuses_a_pinned_pod_and_not_a_scheduled_one() -> None:
+    from cli.offline_admission import OfflineOpa, facts_from_manifests
+    from cli.policy_impact import audit_rows, cluster_items, evaluate
     from devcluster.stack import POLICY_DIR
     from devcluster.tools import binary, ensure_tools
-    from labgate.cli.offline_admission import OfflineOpa, facts_from_manifests
-    from labgate.cli.policy_impact import audit_rows, cluster_items, evaluate
 
     ensure_tools("opa")
     cluster = _Cluster([BOUND, PINNED])

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 from urllib3 import HTTPResponse
 
-from labgate.cli.audit_service import ReportWriteError, write_policy_reports
+from cli.audit_service import ReportWriteError, write_policy_reports
 from labgate.core.kube import ApiException, KubeApi
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.offline_admission import apply_patch, parse_gpu_usage
 from devcluster.tools import REPO_ROOT, ensure_tools
-from labgate.cli.offline_admission import apply_patch, parse_gpu_usage
 from labgate.core.decisions import PatchOperation
 from labgate.gpu_accounting.ledger import GpuAmount
 
@@ -103,7 +103,7 @@ POLICY_TEST_TIMEOUT = pytest.mark.timeout(450)
 
 def labgate(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
+        [sys.executable, "-m", "cli.main", *map(str, args)],
         capture_output=True,
         text=True,
         check=False,

@@ -1,4 +1,4 @@
-"""The files generated from labgate's Python (labgate/cli/generated.py) are what the Python says: a
+"""The files generated from labgate's Python (cli/generated.py) are what the Python says: a
 workload kind, the tenant label or a PriorityClass name edited in one place only fails here."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster.tools import REPO_ROOT
-from labgate.cli.generated import (
+from cli.generated import (
     CHART_HELPERS,
     CONFIG_DATA,
     SCHEDULING_DATA,
@@ -20,7 +19,8 @@ from labgate.cli.generated import (
     stale_files,
     write_generated_files,
 )
-from labgate.cli.main import main
+from cli.main import main
+from devcluster.tools import REPO_ROOT
 from labgate.core.tenant import PREEMPTIBLE_PRIORITY_CLASS, TENANT_LABEL
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
 
@@ -112,7 +112,7 @@ def test_a_policy_directory_with_another_tenant_label_fails_the_policy_test_step
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The infra team's copy of the policies is checked against the labgate that will run them."""
-    from labgate.cli.main import _generated_step
+    from cli.main import _generated_step
 
     policies = tmp_path / "policies"
     shutil.copytree(REPO_ROOT / "policies" / "labgate" / "config", policies / "labgate" / "config")

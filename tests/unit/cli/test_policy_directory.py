@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labgate.cli.main import main
+from cli.main import main
 
 POD = """apiVersion: v1
 kind: Pod

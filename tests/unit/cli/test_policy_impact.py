@@ -80,7 +80,7 @@ def _snapshot(h100: int) -> dict[str, Any]:
 
 def labgate(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "labgate.cli.main", *map(str, args)],
+        [sys.executable, "-m", "cli.main", *map(str, args)],
         capture_output=True,
         text=True,
         check=False,
@@ -192,7 +192,7 @@ def test_policy_diff_of_identical_policies_changes_nothing(snapshots: dict[str, 
 
 
 def test_policy_reports_hold_every_finding_per_namespace_and_clear_fixed_ones() -> None:
-    from labgate.cli.policy_impact import policy_reports
+    from cli.policy_impact import policy_reports
 
     rows = [
         {
@@ -230,7 +230,7 @@ def test_policy_reports_hold_every_finding_per_namespace_and_clear_fixed_ones() 
 def test_a_pod_behind_kueues_gate_is_replayed_against_the_whole_usage() -> None:
     """Issue 20: the ledger holds nothing of a gated pod, so its replay takes none of it away; a pod
     that runs is replayed against the usage without its own GPUs."""
-    from labgate.cli.policy_impact import Snapshot, cluster_items
+    from cli.policy_impact import Snapshot, cluster_items
     from labgate.gpu_accounting.ledger import GpuAmount
 
     tenant = {

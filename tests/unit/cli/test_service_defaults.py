@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from labgate.cli.main import build_parser, main
+from cli.main import build_parser, main
 from labgate.core.logs import JsonFormatter
 
 

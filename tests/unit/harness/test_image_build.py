@@ -45,7 +45,7 @@ def test_the_dockerfile_copies_exactly_the_packages_pyproject_ships() -> None:
         if (path / "__init__.py").is_file()
         and any(re.fullmatch(p.replace("*", ".*"), path.name) for p in patterns)
     }
-    assert shipped == {"labgate", "webhook", "rbac"}
+    assert shipped == {"cli", "labgate", "webhook", "rbac"}
     assert copied_packages(_dockerfile_instructions()) == shipped
     # The local control plane and the tests are development tools: in neither the wheel nor the image.
     assert "devcluster" not in shipped
@@ -120,7 +120,7 @@ def _fake_checkout(root: Path) -> Path:
         (root / name).write_text(name)
     (root / "toolchain").mkdir()
     (root / "toolchain" / LOCK_FILE.name).write_text("pip==1\n")
-    for package in ("labgate", "webhook", "rbac", "devcluster"):
+    for package in ("cli", "labgate", "webhook", "rbac", "devcluster"):
         (root / package).mkdir()
         (root / package / "__init__.py").write_text(f'"""{package}"""\n')
     return root

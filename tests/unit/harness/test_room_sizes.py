@@ -1,6 +1,6 @@
-"""One room, one job, kept so: no shipped class over 250 lines and no function over 60 (labgate/,
-webhook/, rbac/; the benchmarks and the dev cluster are not shipped). A class or function that grows
-past them is doing two jobs: split it by job rather than raising the bound."""
+"""One room, one job, kept so: no shipped class over 250 lines and no function over 60 (cli/,
+labgate/, webhook/, rbac/; the benchmarks and the dev cluster are not shipped). A class or function
+that grows past them is doing two jobs: split it by job rather than raising the bound."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-SHIPPED = ("labgate", "webhook", "rbac")
+SHIPPED = ("cli", "labgate", "webhook", "rbac")
 MAX_CLASS_LINES = 250
 MAX_FUNCTION_LINES = 60
 

@@ -30,7 +30,7 @@ def test_a_unit_test_cannot_get_a_pinned_tool() -> None:
 def test_a_command_a_unit_test_runs_finds_no_opa() -> None:
     assert "LABGATE_OPA" not in os.environ
     result = subprocess.run(
-        [sys.executable, "-c", "from labgate.cli.opa_binary import find_opa; find_opa()"],
+        [sys.executable, "-c", "from cli.opa_binary import find_opa; find_opa()"],
         capture_output=True,
         text=True,
         timeout=30,

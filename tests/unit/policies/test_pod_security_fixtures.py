@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from cli.offline_admission import admission_request, facts_from_manifests, load_manifests
 from devcluster.tools import REPO_ROOT, binary, ensure_tools, go_module_dir, pinned_versions
-from labgate.cli.offline_admission import admission_request, facts_from_manifests, load_manifests
 from tests.policy_eval import eval_policies
 from webhook.admission import build_policy_input
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labgate.cli.policy_samples import RULE_IDS_FILE, rule_ids_document, rule_ids_in
+from cli.policy_samples import RULE_IDS_FILE, rule_ids_document, rule_ids_in
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
+from cli.policy_samples import Sample, find_samples, inventory_path, load_sample
 from devcluster.stack import POLICY_DIR
 from devcluster.tools import binary, ensure_tools
-from labgate.cli.offline_admission import OfflineOpa, admission_request, facts_from_manifests, load_manifests
-from labgate.cli.policy_samples import Sample, find_samples, inventory_path, load_sample
 from webhook.decision_reuse import COMPLETION_INDEX, IDENTITY_FIELDS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, find_pod_templates
 

@@ -37,7 +37,7 @@ A sample is one YAML file in a directory named `samples` beside a policy
       message_contains: ['[tenant-membership] user "bob"']   # optional: in the warnings or refusal
 
 All samples share one set of tenants: policies/samples/inventory.yaml, Tenant, Namespace and Secret
-manifests as an infra team applies them (labgate.cli.offline_admission.facts_from_manifests), so the
+manifests as an infra team applies them (cli.offline_admission.facts_from_manifests), so the
 same file serves `labgate check --tenants` and a cluster for end-to-end runs.
 """
 
@@ -52,7 +52,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from labgate.cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request, scale_request
+from cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request, scale_request
 from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.review import Operation
 

@@ -1,6 +1,6 @@
 """An object the cluster holds, as it was when admitted: what the audit judges (pure).
 
-The audit (labgate.cli.policy_impact) evaluates existing objects as if they were applied again. A
+The audit (cli.policy_impact) evaluates existing objects as if they were applied again. A
 field the platform set after admission is no part of what the requester asked, and must not be
 held against them:
 

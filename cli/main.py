@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without the offline check
-    from labgate.cli.offline_admission import CheckResult, OfflineOpa
+    from cli.offline_admission import CheckResult, OfflineOpa
     from labgate.gpu_accounting.ledger import GpuAmount
     from rbac.reconciler import PolicyConfig
     from webhook.pod_templates import WorkloadKind
@@ -182,8 +182,8 @@ _OPA_HELP = "the opa binary (default: $LABGATE_OPA, else opa on PATH, else a che
 
 
 def _opa_binary(explicit: str | None = None) -> str:
-    from labgate.cli.offline_admission import OfflineCheckError
-    from labgate.cli.opa_binary import OpaNotFoundError, find_opa
+    from cli.offline_admission import OfflineCheckError
+    from cli.opa_binary import OpaNotFoundError, find_opa
 
     try:
         return find_opa(explicit)
@@ -199,7 +199,7 @@ def _image_facts(path: Path) -> dict[str, Any]:
     """input.images from a YAML or JSON mapping: image as written -> facts."""
     import yaml
 
-    from labgate.cli.offline_admission import OfflineCheckError
+    from cli.offline_admission import OfflineCheckError
 
     try:
         facts = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -211,7 +211,7 @@ def _image_facts(path: Path) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from labgate.cli.offline_admission import (
+    from cli.offline_admission import (
         OfflineCheckError,
         OfflineOpa,
         check_json,
@@ -268,7 +268,7 @@ def _check_one(
 ) -> CheckResult:
     """Evaluate one manifest of `labgate check` as the researcher of `args`; in text mode, print what
     kubectl would show them (and dry-run findings on standard error)."""
-    from labgate.cli.offline_admission import (
+    from cli.offline_admission import (
         admission_request,
         dry_run_lines,
         researcher_view,
@@ -300,7 +300,7 @@ def _check_one(
 
 def _opa_steps(opa: str, policies: Path) -> list[str]:
     """opa fmt, check --strict and test on `policies`, reported; the titles of those that failed."""
-    from labgate.cli.offline_admission import run_opa
+    from cli.offline_admission import run_opa
 
     failed: list[str] = []
     # Samples are YAML data to OPA: leave them out of compiling and testing (as the server does).
@@ -335,7 +335,7 @@ def _fmt_failure(output: str) -> str:
 
 def _rule_ids_step(policies: Path, *, write: bool = False) -> list[str]:
     """data.labgate.rule_ids (what a Tenant's spec.enforcement may name) matches the rules' METADATA."""
-    from labgate.cli.policy_samples import RULE_IDS_FILE, rule_ids_document
+    from cli.policy_samples import RULE_IDS_FILE, rule_ids_document
 
     target = policies / RULE_IDS_FILE
     wanted = rule_ids_document(policies)
@@ -356,7 +356,7 @@ def _rule_ids_step(policies: Path, *, write: bool = False) -> list[str]:
 def _generated_step(policies: Path) -> list[str]:
     """The policy files generated from labgate's Python (workload kinds, tenant label, PriorityClass
     names) say what this labgate says: a copy edited by hand, or from another labgate version, fails."""
-    from labgate.cli.generated import stale_policy_files
+    from cli.generated import stale_policy_files
 
     stale = stale_policy_files(policies)
     if not stale:
@@ -372,13 +372,13 @@ def _generated_step(policies: Path) -> list[str]:
 
 def _sample_runs(opa: str, policies: Path, platform_namespace: str) -> list[str]:
     """Every policy sample, reported; the names of those that failed."""
-    from labgate.cli.offline_admission import (
+    from cli.offline_admission import (
         OfflineCheckError,
         OfflineOpa,
         facts_from_manifests,
         load_manifests,
     )
-    from labgate.cli.policy_samples import find_samples, inventory_path, run_sample
+    from cli.policy_samples import find_samples, inventory_path, run_sample
 
     samples = find_samples(policies)
     if not samples:
@@ -413,7 +413,7 @@ def _policy_test(args: argparse.Namespace) -> int:
     policies = _policy_directory("policy test", args.policies)
     if policies is None:
         return 2
-    from labgate.cli.offline_admission import OfflineCheckError
+    from cli.offline_admission import OfflineCheckError
 
     try:
         opa = _opa_binary(args.opa)
@@ -454,7 +454,7 @@ def _policy_rule_ids(args: argparse.Namespace) -> int:
     if policies is None:
         return 2
     if not args.write:
-        from labgate.cli.policy_samples import rule_ids_document
+        from cli.policy_samples import rule_ids_document
 
         print(rule_ids_document(policies), end="")
         return 0
@@ -462,7 +462,7 @@ def _policy_rule_ids(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from labgate.cli.generated import generated_files, stale_files, write_generated_files
+    from cli.generated import generated_files, stale_files, write_generated_files
 
     root = Path(args.root)
     if not (root / "charts" / "labgate").is_dir() or not (root / "policies").is_dir():
@@ -487,7 +487,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _snapshot_from(args: argparse.Namespace) -> Any:
     """The objects to evaluate: --snapshot FILE, else the live cluster (--kubeconfig; read-only)."""
-    from labgate.cli.policy_impact import export_snapshot, load_snapshot
+    from cli.policy_impact import export_snapshot, load_snapshot
 
     if args.snapshot:
         return load_snapshot(Path(args.snapshot))
@@ -498,7 +498,7 @@ def _snapshot_from(args: argparse.Namespace) -> Any:
 
 
 def _snapshot_export(args: argparse.Namespace) -> int:
-    from labgate.cli.policy_impact import dump_snapshot
+    from cli.policy_impact import dump_snapshot
 
     text = dump_snapshot(_snapshot_from(argparse.Namespace(snapshot=None, kubeconfig=args.kubeconfig)))
     if args.output in (None, "-"):
@@ -510,7 +510,7 @@ def _snapshot_export(args: argparse.Namespace) -> int:
 
 
 def _impact_opa(args: argparse.Namespace, policies: Path, snapshot: Any) -> Any:
-    from labgate.cli.offline_admission import OfflineOpa, facts_from_manifests
+    from cli.offline_admission import OfflineOpa, facts_from_manifests
 
     facts = facts_from_manifests(snapshot.definitions, platform_namespace=args.platform_namespace)
     return OfflineOpa(_opa_binary(args.opa), policies, facts)
@@ -522,8 +522,8 @@ REPORT_HINT = "kubectl get policyreport labgate-audit -n <namespace> -o yaml"
 def _audit(args: argparse.Namespace) -> int:
     import json
 
-    from labgate.cli.offline_admission import OfflineCheckError
-    from labgate.cli.policy_impact import audit_rows, cluster_items, evaluate, grouped_text
+    from cli.offline_admission import OfflineCheckError
+    from cli.policy_impact import audit_rows, cluster_items, evaluate, grouped_text
     from webhook.pod_templates import load_workload_kinds
 
     policies = _policy_directory("audit", args.policies)
@@ -543,8 +543,8 @@ def _audit(args: argparse.Namespace) -> int:
     if args.write_reports:
         import time
 
-        from labgate.cli.audit_service import ReportWriteError, write_policy_reports
-        from labgate.cli.policy_impact import policy_reports, tenant_namespaces
+        from cli.audit_service import ReportWriteError, write_policy_reports
+        from cli.policy_impact import policy_reports, tenant_namespaces
         from labgate.core.kube import KubeApi, api_client
 
         kube = KubeApi(
@@ -567,14 +567,14 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _audit_every(args: argparse.Namespace, policies: Path, kinds: Any) -> int:
-    """The scheduled audit (labgate/cli/audit_service.py): until SIGTERM, every --every seconds."""
+    """The scheduled audit (cli/audit_service.py): until SIGTERM, every --every seconds."""
     import signal
     import threading
 
     from prometheus_client import start_http_server
 
-    from labgate.cli.audit_service import AuditLoop, ServerOpa
-    from labgate.cli.offline_admission import Facts, OfflineOpa
+    from cli.audit_service import AuditLoop, ServerOpa
+    from cli.offline_admission import Facts, OfflineOpa
     from labgate.core.kube import KubeApi, api_client
     from webhook.opa_management import PolicyStore
     from webhook.policy_sync import PolicySync
@@ -620,8 +620,8 @@ def _audit_every(args: argparse.Namespace, policies: Path, kinds: Any) -> int:
 def _policy_diff(args: argparse.Namespace) -> int:
     import json
 
-    from labgate.cli.offline_admission import OfflineCheckError
-    from labgate.cli.policy_impact import (
+    from cli.offline_admission import OfflineCheckError
+    from cli.policy_impact import (
         cluster_items,
         decision_log_items,
         diff_rows,
@@ -839,7 +839,7 @@ def _add_repository_commands(commands: Any) -> None:
         "generate",
         help="write the chart and policy files generated from labgate's Python (workload kinds, names)",
         description="Write charts/labgate/templates/_generated.tpl, policies/labgate/workloads/data.json and "
-        "the generated keys of policies/labgate/config/ from labgate's Python (labgate/cli/generated.py). "
+        "the generated keys of policies/labgate/config/ from labgate's Python (cli/generated.py). "
         "With --check, write nothing and exit 1 when any of them is stale.",
     )
     generate.add_argument("--root", default=".", help="the repository checkout (default: .)")

@@ -16,7 +16,7 @@ Everything here runs the pinned `opa eval` (webhook.offline_admission), never th
 cluster is only read. GPU usage: a Pod is evaluated with its tenant's usage minus its own GPUs
 (it is already counted); other workloads without usage (their pods are already counted), so the
 preview does not mistake running work for new demand. Objects read from a cluster are judged as they
-were admitted (labgate.cli.admitted_state: the scheduler's binding is not held against a Pod).
+were admitted (cli.admitted_state: the scheduler's binding is not held against a Pod).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from labgate.cli.admitted_state import as_admitted
-from labgate.cli.offline_admission import (
+from cli.admitted_state import as_admitted
+from cli.offline_admission import (
     CheckResult,
     Facts,
     OfflineCheckError,

@@ -1,7 +1,7 @@
 """The scheduled audit: `labgate audit --every SECONDS`, as Gatekeeper's audit runs in the cluster.
 
 Every run reads the cluster (list calls), evaluates every workload in tenant namespaces and every
-Tenant against the current policies (labgate.cli.policy_impact, the same evaluation as `labgate
+Tenant against the current policies (cli.policy_impact, the same evaluation as `labgate
 audit`), replaces the `labgate-audit` PolicyReport of every tenant namespace, and sets:
 
 - `labgate_audit_violations{rule,mode,tenant}`: findings of the last run (Gatekeeper's
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labgate.cli.offline_admission import Facts, OfflineCheckError, OfflineOpa, facts_from_manifests
-from labgate.cli.policy_impact import (
+from cli.offline_admission import Facts, OfflineCheckError, OfflineOpa, facts_from_manifests
+from cli.policy_impact import (
     audit_rows,
     cluster_items,
     evaluate,
@@ -50,6 +50,7 @@ from webhook.policy_engine import BlockingOpa
 from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 
+# Not __name__: docs/infra.md shows the audit's lines under this name.
 log = logging.getLogger("labgate.audit")
 
 Manifest = dict[str, Any]

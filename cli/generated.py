@@ -36,7 +36,7 @@ POLICY_SCHEDULING = Path("labgate/config/scheduling/data.json")
 WORKLOADS_DATA = POLICIES / POLICY_WORKLOADS
 CONFIG_DATA = POLICIES / POLICY_CONFIG
 SCHEDULING_DATA = POLICIES / POLICY_SCHEDULING
-GENERATED_BY = "labgate generate (labgate/cli/generated.py); do not edit, see docs/architecture.md"
+GENERATED_BY = "labgate generate (cli/generated.py); do not edit, see docs/architecture.md"
 
 
 def _go_string(text: str) -> str:

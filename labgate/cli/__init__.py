@@ -1,1 +1,0 @@
-"""The `labgate` command: serve, reconcile, check, policy test, decisions verify."""
