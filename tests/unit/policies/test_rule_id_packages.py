@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 
 _PACKAGE = re.compile(r"^package\s+([\w.]+)\s*$", re.MULTILINE)
-# As labgate.cli.policy_samples reads them for `labgate policy rule-ids`.
+# As cli.policy_samples reads them for `labgate policy rule-ids`.
 _RULE_ID = re.compile(r"^#\s+rule_id:\s*([a-z0-9][a-z0-9-]*)\s*$", re.MULTILINE)
 
 # rule id -> why it stays in a package whose name it does not start with.
