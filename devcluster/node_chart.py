@@ -1,7 +1,10 @@
 """labgate's Helm chart on a real node (devcluster.node_cluster): its three images pushed to the node's
 registry and the values that pin each of them by digest.
 
-    images = push_chart_images(cluster, build().archive, workdir)   # labgate, OPA, kubectl; by digest
+    release = install_chart(cluster, build().archive, workdir)    # pushed by digest, installed, ready
+    release.images, release.values, release.seconds               # what it ran, with, and took
+
+    images = push_chart_images(cluster, build().archive, workdir)   # the steps install_chart takes
     values = chart_values(images, apiserver_address=..., client_ca_pem=...)
     seconds = helm_install(kubeconfig, values, workdir)            # `helm install --wait` to ready
     chart, policies = chart_with_policies(workdir)                 # a copy whose policies/ you edit
@@ -143,6 +146,29 @@ def _helm_release(
     if released.returncode != 0:
         raise RuntimeError(f"helm {verb} failed: {released.stderr.strip()}")
     return round(time.monotonic() - began, 1)
+
+
+@dataclass(frozen=True)
+class ChartRelease:
+    """The chart as installed on the node: its images, the values it was installed with and the
+    seconds `helm install --wait` took to ready."""
+
+    images: ChartImages
+    values: dict[str, Any]
+    seconds: float
+
+
+def install_chart(cluster: NodeCluster, labgate_archive: Path, workdir: Path) -> ChartRelease:
+    """Push the chart's images to the node's registry and `helm install` it with chart_values (the
+    node's apiserver address and webhook client CA), as every node test installs it."""
+    images = push_chart_images(cluster, labgate_archive, workdir)
+    values = chart_values(
+        images,
+        apiserver_address=cluster.network.host_address,
+        client_ca_pem=cluster.control_plane.webhook_client_ca_file.read_bytes(),
+    )
+    seconds = helm_install(cluster.control_plane.admin_kubeconfig, values, workdir)
+    return ChartRelease(images, values, seconds)
 
 
 def chart_with_policies(workdir: Path) -> tuple[Path, Path]:

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.image import ImageBuildError, build
 from devcluster.kubectl import kubectl
+from devcluster.node import node_problem
 from devcluster.stack import POLICY_DIR, LabgateStack, NodeSimulation
 from tests import isolation_oracle
 
@@ -244,3 +246,15 @@ def isolation_violations(stack: LabgateStack) -> list[str]:
         return list(json.loads(listed.stdout)["items"])
 
     return isolation_oracle.violations(isolation_oracle.collect(list_items))
+
+
+def labgate_image_or_skip() -> Path:
+    """The labgate image's OCI archive for the `node` tests (devcluster.image builds it); the test is
+    skipped, with the reason, where a real node cannot run or the image cannot be built here."""
+    problem = node_problem()
+    if problem is not None:
+        pytest.skip(f"a real node cannot run here: {problem}")
+    try:
+        return build().archive
+    except ImageBuildError as error:
+        pytest.skip(f"the labgate image cannot be built here: {error}")

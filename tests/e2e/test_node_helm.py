@@ -23,25 +23,22 @@ from typing import Any
 import pytest
 
 from devcluster.admission_stream import VERDICT_PREFIX, AdmissionStream, Call
-from devcluster.image import ImageBuildError, build
 from devcluster.kubectl import kubectl
-from devcluster.node import node_problem
 from devcluster.node_chart import (
     NAMESPACE,
     RELEASE,
     ChartImages,
-    chart_values,
     chart_with_policies,
     helm,
-    helm_install,
     helm_upgrade,
+    install_chart,
     provenance_values,
-    push_chart_images,
 )
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import push_binary_image
 from devcluster.node_runtime import NodeImageStore
 from devcluster.tools import REPO_ROOT, tool
+from tests.e2e.conftest import labgate_image_or_skip
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -60,27 +57,15 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    problem = node_problem()
-    if problem is not None:
-        pytest.skip(f"a real node cannot run here: {problem}")
-    try:
-        image = build()
-    except ImageBuildError as error:
-        pytest.skip(f"the labgate image cannot be built here: {error}")
+    archive = labgate_image_or_skip()
     workdir = tmp_path_factory.mktemp("node-helm")
     started = NodeCluster(workdir / "cluster")
     with started:
-        images = push_chart_images(started, image.archive, workdir)
-        values = chart_values(
-            images,
-            apiserver_address=started.network.host_address,
-            client_ca_pem=started.control_plane.webhook_client_ca_file.read_bytes(),
-        )
-        seconds = helm_install(started.control_plane.admin_kubeconfig, values, workdir)
+        release = install_chart(started, archive, workdir)
         # Shown with -s: the figures in docs/operations.md.
-        print(f"helm install to ready: {seconds} s (bring-up: {started.bring_up_seconds})")
+        print(f"helm install to ready: {release.seconds} s (bring-up: {started.bring_up_seconds})")
         print("\n".join(pull_events(started) + restarts(started)))
-        yield Installed(started, images, seconds, values, workdir)
+        yield Installed(started, release.images, release.seconds, release.values, workdir)
     assert started.leftovers() == [], "the node left nothing behind"
 
 

@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 
-from devcluster.image import ImageBuildError, build
 from devcluster.kubectl import kubectl
-from devcluster.node import node_problem
-from devcluster.node_chart import NAMESPACE, RELEASE, chart_values, helm_install, push_chart_images
+from devcluster.node_chart import NAMESPACE, RELEASE, install_chart
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import build_echo
+from tests.e2e.conftest import labgate_image_or_skip
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -52,23 +51,11 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    problem = node_problem()
-    if problem is not None:
-        pytest.skip(f"a real node cannot run here: {problem}")
-    try:
-        image = build()
-    except ImageBuildError as error:
-        pytest.skip(f"the labgate image cannot be built here: {error}")
+    archive = labgate_image_or_skip()
     workdir = tmp_path_factory.mktemp("node-netpol")
     started = NodeCluster(workdir / "cluster")
     with started:
-        images = push_chart_images(started, image.archive, workdir)
-        values = chart_values(
-            images,
-            apiserver_address=started.network.host_address,
-            client_ca_pem=started.control_plane.webhook_client_ca_file.read_bytes(),
-        )
-        helm_install(started.control_plane.admin_kubeconfig, values, workdir)
+        install_chart(started, archive, workdir)
         echo = started.push_binary(build_echo(workdir / "echo"), "labgate/echo")
         yield Lab(started, echo, started.network.host_address)
     assert started.leftovers() == [], "the node left nothing behind"
