@@ -23,6 +23,42 @@ if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without
     from labgate.gpu_accounting.ledger import GpuAmount
     from rbac.reconciler import PolicyConfig
     from webhook.pod_templates import WorkloadKind
+    from webhook.settings import Settings
+
+
+class _ServeRefusedError(Exception):
+    """`labgate serve` cannot start: the exit code and what to do about it."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _serving_files(settings: Settings) -> tuple[Path, Path]:
+    """The certificate and key files to serve, once they exist (waiting the bounded
+    LABGATE_TLS_WAIT_SECONDS); _ServeRefusedError when the settings or the files do not allow serving."""
+    from webhook.tls_reload import wait_for_files
+
+    cert_file, key_file = settings.tls_cert_file, settings.tls_key_file
+    if cert_file is None or key_file is None:
+        raise _ServeRefusedError(2, "LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required")
+    if settings.tls_client_ca_file is None and not settings.allow_unauthenticated_callers:
+        raise _ServeRefusedError(
+            2,
+            "LABGATE_TLS_CLIENT_CA_FILE is required: the CA of the client certificate the "
+            "apiserver presents to webhooks (see docs/operations.md, 'Authenticating the apiserver'); set "
+            "LABGATE_ALLOW_UNAUTHENTICATED_CALLERS=true only where the apiserver cannot present one",
+        )
+    missing = wait_for_files((cert_file, key_file), timeout=settings.tls_wait_seconds)
+    if missing:
+        raise _ServeRefusedError(
+            1,
+            f"no certificate in {', '.join(map(str, missing))} after {settings.tls_wait_seconds:.0f}s "
+            "(LABGATE_TLS_WAIT_SECONDS). In the chart's self-signed mode the reconciler's leader writes it: "
+            "see its log (kubectl logs -l app.kubernetes.io/component=reconciler); with cert-manager, "
+            "`kubectl describe certificate`",
+        )
+    return cert_file, key_file
 
 
 def _serve(_: argparse.Namespace) -> int:
@@ -36,24 +72,18 @@ def _serve(_: argparse.Namespace) -> int:
     from webhook.tls_reload import CertificateReloader
 
     settings = get_settings()
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        print("labgate serve: LABGATE_TLS_CERT_FILE and LABGATE_TLS_KEY_FILE are required", file=sys.stderr)
-        return 2
-    if settings.tls_client_ca_file is None and not settings.allow_unauthenticated_callers:
-        print(
-            "labgate serve: LABGATE_TLS_CLIENT_CA_FILE is required: the CA of the client certificate the "
-            "apiserver presents to webhooks (see docs/operations.md, 'Authenticating the apiserver'); set "
-            "LABGATE_ALLOW_UNAUTHENTICATED_CALLERS=true only where the apiserver cannot present one",
-            file=sys.stderr,
-        )
-        return 2
+    try:
+        cert_file, key_file = _serving_files(settings)
+    except _ServeRefusedError as refused:
+        print(f"labgate serve: {refused}", file=sys.stderr)
+        return refused.code
     app = create_app(settings)
     config = admission_server_config(app, settings)
     config.load()  # builds the SSLContext that the reloader refreshes when the files are renewed
     if config.ssl is None:
         print("labgate serve: TLS did not load", file=sys.stderr)
         return 2
-    reloader = CertificateReloader(config.ssl, settings.tls_cert_file, settings.tls_key_file)
+    reloader = CertificateReloader(config.ssl, cert_file, key_file)
     reloader.start()
     servers = [uvicorn.Server(config)]
     if settings.health_port:
@@ -119,8 +149,16 @@ def _reconcile(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from labgate.core.kube import api_client
+    from rbac.cert_lifetimes import lifetimes_from
     from rbac.reconciler import Reconciler
 
+    try:
+        lifetimes = lifetimes_from(
+            args.certificate_duration, args.certificate_renew_before, args.certificate_ca_duration
+        )
+    except ValueError as error:
+        print(f"labgate reconcile: certificates.selfSigned: {error}", file=sys.stderr)
+        return 2
     kubeconfig = _Path(args.kubeconfig) if args.kubeconfig else None
     api = api_client(kubeconfig)
     certificates = None
@@ -135,6 +173,7 @@ def _reconcile(args: argparse.Namespace) -> int:
             kube,
             configuration_name=args.webhook_configuration,
             dns_names=(f"{service}.{args.namespace}.svc", f"{service}.{args.namespace}.svc.cluster.local"),
+            lifetimes=lifetimes,
             replicas=lambda: endpoint_replicas(kube, namespace=args.namespace, service=service, port=port),
         )
     reconciler = Reconciler(
@@ -144,6 +183,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
         certificates=certificates,
+        certificate_check_seconds=args.certificate_check_seconds,
         policy=_reconciler_policy_config(args),
         kueue=args.kueue,
     )
@@ -886,6 +926,21 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
+    )
+    reconcile.add_argument(
+        "--certificate-duration", default="720h", help="the serving certificate's lifetime (Go duration)"
+    )
+    reconcile.add_argument(
+        "--certificate-renew-before", default="168h", help="renew a certificate this long before it expires"
+    )
+    reconcile.add_argument(
+        "--certificate-ca-duration", default="8760h", help="the CA's lifetime (Go duration)"
+    )
+    reconcile.add_argument(
+        "--certificate-check-seconds",
+        type=float,
+        default=30.0,
+        help="how often the leader checks the certificates and takes the rotation's next step",
     )
     reconcile.add_argument(
         "--gpu-config",

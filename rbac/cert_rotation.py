@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from labgate.core.api_resources import MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION, Kind
 from labgate.core.certificates import KeyPair, issue_serving_cert, make_ca
 from labgate.core.kube import ApiException, KubeApi
+from rbac.cert_lifetimes import DEFAULT_LIFETIMES, Lifetimes
 from rbac.runtime import WRITES, PeriodicTask
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,6 @@ class Observation:
 
     bundles_in_configurations: tuple[frozenset[str], ...]
     served_issuers: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Lifetimes:
-    ca: dt.timedelta = dt.timedelta(days=365)
-    serving: dt.timedelta = dt.timedelta(days=30)
-    renew_before: dt.timedelta = dt.timedelta(days=7)
 
 
 def _expires(pair: KeyPair) -> dt.datetime:
@@ -127,6 +121,9 @@ def next_step(  # noqa: PLR0911 - one return per rotation step reads best
     if len(state.bundle) > 1:
         if observation.served_issuers == frozenset({current}):
             return replace(state, bundle=(state.ca.cert_pem,)), "drop-previous"
+        if _expires(state.serving) - now <= lifetimes.renew_before:
+            # A replica that cannot be asked must not stop renewals: the bundle trusts both CAs.
+            return replace(state, serving=serving_of(state.ca)), "renew-serving"
         return state, "none"
     if _expires(state.ca) - now <= lifetimes.renew_before + lifetimes.serving:
         # The CA must outlive every serving certificate it signs: rotate it while there is room.
@@ -224,7 +221,7 @@ class CertificateManager:
         configuration_name: str,
         dns_names: tuple[str, ...],
         ip_addresses: tuple[str, ...] = (),
-        lifetimes: Lifetimes = Lifetimes(),
+        lifetimes: Lifetimes = DEFAULT_LIFETIMES,
         replicas: Callable[[], list[tuple[str, int]]],
     ):
         self.store = store
@@ -254,7 +251,10 @@ class CertificateManager:
         for host, port in self.replicas():
             try:
                 issuer = issuer_fingerprint(served_certificate(host, port), candidates)
-            except OSError:
+            except OSError as error:
+                # The previous CA stays trusted until every replica can be asked (a NetworkPolicy in
+                # front of the webhook's port that leaves out the reconciler's pods, say).
+                log.warning("webhook certificates: cannot read what %s:%d serves: %s", host, port, error)
                 issuer = None
             issuers.add(issuer or "unknown")
         return Observation(bundles_in_configurations=tuple(bundles), served_issuers=frozenset(issuers))

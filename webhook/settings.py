@@ -51,6 +51,13 @@ class Settings(BaseSettings):
     port: int = Field(default=8443, description="HTTPS port.")
     tls_cert_file: Path | None = Field(default=None, description="PEM serving certificate (chain).")
     tls_key_file: Path | None = Field(default=None, description="PEM private key of the serving certificate.")
+    tls_wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="At start, wait this long for the certificate and key files to appear (a Secret "
+        "volume the reconciler or cert-manager has not filled yet) before giving up; 0: do not wait.",
+    )
     tls_client_ca_file: Path | None = Field(
         default=None,
         description="PEM CA bundle of the client certificate the apiserver presents (its AdmissionConfiguration "

@@ -1,11 +1,15 @@
 """Serve renewed certificates without a restart: the webhook's SSLContext loads the files again when
-they change (labgate's rotation, a kubelet-updated Secret volume, or cert-manager)."""
+they change (labgate's rotation, a kubelet-updated Secret volume, or cert-manager). At start, the
+files may not exist yet (the chart's pods mount the Secret before labgate or cert-manager has written
+it): `wait_for_files` waits for them, within a bound, instead of exiting into a restart loop."""
 
 from __future__ import annotations
 
 import logging
 import ssl
 import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -58,3 +62,32 @@ class CertificateReloader:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+
+
+def wait_for_files(
+    paths: Sequence[Path],
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Path]:
+    """Wait until every path is a non-empty file, at most `timeout` seconds; the ones still missing
+    (none: all there). Says once in the log what it waits for."""
+    deadline = clock() + timeout
+    said = False
+    while True:
+        missing = [path for path in paths if not _is_written(path)]
+        if not missing or clock() >= deadline:
+            return missing
+        if not said:
+            log.info("waiting up to %.0fs for %s", timeout, ", ".join(map(str, missing)))
+            said = True
+        sleep(interval)
+
+
+def _is_written(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False

@@ -14,10 +14,10 @@ from kubernetes.client.exceptions import ApiException
 
 from devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack
 from labgate.core.kube import KubeApi
+from rbac.cert_lifetimes import Lifetimes
 from rbac.cert_rotation import (
     CertificateManager,
     FileStore,
-    Lifetimes,
     fingerprint,
     issuer_fingerprint,
     served_certificate,

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from cli.main import build_parser, main
 from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from labgate.core.tenant import DEFAULT_PRIORITY_CLASS
+from rbac.cert_lifetimes import Lifetimes, lifetimes_from
 from rbac.desired import shared_priority_classes
 from webhook.provenance.settings import ProvenanceSettings
 from webhook.registration import (
@@ -487,6 +489,11 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.
     assert labgate["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert labgate["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # A pod waiting for its certificate is not killed by the liveness probe before its wait is over.
+    startup = labgate["startupProbe"]
+    assert startup["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert float(env["LABGATE_TLS_WAIT_SECONDS"]) == 300
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300 + 60
     assert labgate["ports"] == [
         {"name": "https", "containerPort": int(env["LABGATE_PORT"]), "protocol": "TCP"},
         {"name": "health", "containerPort": int(env["LABGATE_HEALTH_PORT"]), "protocol": "TCP"},
@@ -509,11 +516,18 @@ def test_only_the_control_plane_reaches_the_admission_port(render: Renderer) -> 
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pods.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     admission, metrics = policy["spec"]["ingress"]
-    assert admission == {
-        "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
-        "ports": [{"port": "https", "protocol": "TCP"}],
-    }
+    reconcilers = one(manifests, "Deployment", "labgate-reconciler")["spec"]["template"]["metadata"]["labels"]
+    # The apiserver, and the reconciler's leader asking each pod which CA its certificate is of
+    # (self-signed mode: without it the previous CA is never dropped, and renewals stop behind it).
+    assert admission["from"][0] == {"ipBlock": {"cidr": "10.0.0.0/24"}}
+    assert admission["from"][1]["podSelector"]["matchLabels"].items() <= reconcilers.items()
+    assert not admission["from"][1]["podSelector"]["matchLabels"].items() <= pods.items()
+    assert len(admission["from"]) == 2
+    assert admission["ports"] == [{"port": "https", "protocol": "TCP"}]
     assert metrics["ports"] == [{"port": "health", "protocol": "TCP"}]
+    # cert-manager mode: nobody in the cluster needs to look.
+    cert_manager = one(render(CERT_MANAGER), "NetworkPolicy", "labgate-webhook")
+    assert cert_manager["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
 
 
 @pytest.mark.parametrize("component", ["reconciler", "audit"])
@@ -605,6 +619,31 @@ def test_every_container_runs_restricted(default_manifests: list[Manifest]) -> N
             assert context["allowPrivilegeEscalation"] is False
             assert context["readOnlyRootFilesystem"] is True
             assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_self_signed_lifetimes_reach_the_reconciler_as_it_reads_them(render: Renderer) -> None:
+    """certificates.selfSigned as the reconciler's flags, parsed by `labgate reconcile`'s own parser
+    into the lifetimes its rotation uses (the defaults are the rotation's defaults)."""
+    selected = {"duration": "2h", "renewBefore": "1h", "caDuration": "4h", "checkSeconds": 5}
+    for values, expected in (
+        ({}, Lifetimes()),
+        ({"certificates": {"selfSigned": selected}}, lifetimes_from("2h", "1h", "4h")),
+    ):
+        reconciler = one(render(values), "Deployment", "labgate-reconciler")
+        args = build_parser().parse_args(container(reconciler, "reconciler")["args"])
+        read = lifetimes_from(
+            args.certificate_duration, args.certificate_renew_before, args.certificate_ca_duration
+        )
+        assert read == expected
+        assert args.certificate_check_seconds == (5 if values else 30)
+
+
+def test_lifetimes_that_would_never_rest_stop_the_reconciler_with_the_value_to_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["reconcile", "--certificate-duration=720h", "--certificate-renew-before=720h"])
+    assert code == 2
+    assert "renewBefore 720h must be shorter than duration 720h" in capsys.readouterr().err
 
 
 def test_reconciler_deployment_elects_a_leader_in_the_release_namespace(render: Renderer) -> None:

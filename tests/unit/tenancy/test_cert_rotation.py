@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from rbac.cert_lifetimes import Lifetimes
 from rbac.cert_rotation import (
     CertificateState,
-    Lifetimes,
     Observation,
     fingerprint,
     issuer_fingerprint,
@@ -83,11 +83,35 @@ def test_a_ca_rotation_takes_three_steps_each_waiting_for_the_last_to_be_visible
         seen(serving).bundles_in_configurations,
         frozenset({fingerprint(state.ca.cert_pem), fingerprint(serving.ca.cert_pem)}),
     )
-    assert next_step(serving, mixed, now=near_ca_expiry, lifetimes=LONG, dns_names=NAMES)[1] == "none"
+    # (At the time the new serving certificate was issued: it is made with the real clock.)
+    assert next_step(serving, mixed, now=NOW, lifetimes=LONG, dns_names=NAMES)[1] == "none"
 
     done, step = next_step(serving, seen(serving), now=near_ca_expiry, lifetimes=LONG, dns_names=NAMES)
     assert step == "drop-previous"
     assert done.bundle == (serving.ca.cert_pem,)
+
+
+def test_a_replica_that_cannot_be_asked_keeps_the_previous_ca_but_never_stops_renewals() -> None:
+    """Mid-rotation (both CAs trusted, the new one served), a replica whose certificate cannot be
+    read (a NetworkPolicy in the way) holds the previous CA in the bundle; its serving certificate
+    is still renewed before it expires, or the webhook would go dark behind the wait."""
+    state = fresh()
+    near_ca_expiry = NOW + dt.timedelta(days=330)
+    trusting, _ = next_step(state, seen(state), now=near_ca_expiry, lifetimes=LONG, dns_names=NAMES)
+    serving, step = next_step(trusting, seen(trusting), now=near_ca_expiry, lifetimes=LONG, dns_names=NAMES)
+    assert step == "serve-next"
+    unasked = Observation(seen(serving).bundles_in_configurations, frozenset({"unknown"}))
+    assert next_step(serving, unasked, now=NOW, lifetimes=LONG, dns_names=NAMES) == (serving, "none")
+    renewed, step = next_step(
+        serving, unasked, now=NOW + dt.timedelta(days=24), lifetimes=LONG, dns_names=NAMES
+    )
+    assert step == "renew-serving"
+    assert renewed.bundle == serving.bundle, "both CAs stay trusted"
+    assert renewed.ca == serving.ca
+    assert issuer_fingerprint(renewed.serving.cert_pem, list(renewed.bundle)) == fingerprint(
+        serving.ca.cert_pem
+    )
+    assert renewed.serving != serving.serving
 
 
 def test_split_bundle_round_trips() -> None:
