@@ -3,7 +3,7 @@
 
     with AdmissionStream(kubeconfig, "team-a", {"allowed": pod, "refused-later": other}, workdir) as stream:
         ...                                    # helm upgrade, rollout
-    stream.calls                               # every Call: which object, when, HTTP status, message
+    stream.calls                               # every Call: which object, when, HTTP status, message, took
 
 Each call is a server-side dry run (`POST .../pods?dryRun=All`): it goes through both of labgate's
 webhooks (sideEffects NoneOnDryRun) and stores nothing, so the stream costs the node no pod. The
@@ -39,6 +39,7 @@ class Call:
     at: float
     status: int  # the HTTP status; 0 when no answer came (connection refused, a timeout)
     message: str
+    took: float = 0.0  # seconds from sending the request to its answer (or to the error)
 
     @property
     def is_admitted(self) -> bool:
@@ -105,17 +106,19 @@ class AdmissionStream:
 
     def _call(self, client: httpx.Client, url: str, name: str, manifest: dict[str, Any]) -> Call:
         at = self.seconds()
+        began = time.monotonic()
         try:
             answer = client.post(url, params={"dryRun": "All"}, json=manifest)
         except httpx.HTTPError as error:
-            return Call(name, at, 0, f"{type(error).__name__}: {error}")
+            return Call(name, at, 0, f"{type(error).__name__}: {error}", time.monotonic() - began)
+        took = time.monotonic() - began
         message = ""
         if answer.status_code not in (200, 201):
             try:
                 message = str(answer.json().get("message", answer.text))
             except json.JSONDecodeError:
                 message = answer.text
-        return Call(name, at, answer.status_code, message)
+        return Call(name, at, answer.status_code, message, took)
 
 
 def _credentials(kubeconfig: Path, workdir: Path) -> tuple[str, ssl.SSLContext]:
