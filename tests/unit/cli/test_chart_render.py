@@ -461,6 +461,23 @@ def test_webhook_registry_settings_reach_the_provenance_settings(render: Rendere
     )
     assert settings.is_insecure("172.31.254.1:5000")
     assert settings.timeout_for("172.31.254.1:5000") == 2.0
+    assert "LABGATE_PROVENANCE_CA_BUNDLE" not in env, "the public roots only, unless told"
+
+
+def test_a_registry_ca_config_map_is_mounted_where_the_provenance_settings_read_it(render: Renderer) -> None:
+    manifests = render({"webhook": {"provenance": {"registryCAConfigMap": "lab-registry-ca"}}})
+    pod = one(manifests, "Deployment", "labgate-webhook")["spec"]["template"]["spec"]
+    labgate = container({"spec": {"template": {"spec": pod}}}, "labgate")
+    env = {e["name"]: e.get("value", "") for e in labgate["env"]}
+    bundle = Path(env["LABGATE_PROVENANCE_CA_BUNDLE"])
+    mount = next(m for m in labgate["volumeMounts"] if Path(m["mountPath"]) == bundle.parent)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"] == {
+        "name": "lab-registry-ca",
+        "items": [{"key": "ca.crt", "path": bundle.name}],
+    }
+    assert mount["readOnly"] is True
+    assert ProvenanceSettings.model_validate({"ca_bundle": str(bundle)}).ca_bundle == bundle
 
 
 def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manifest]) -> None:
