@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labgate.core.errors import LabgateError
+
 if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without the offline check
     from cli.offline_admission import CheckResult, OfflineOpa
     from labgate.gpu_accounting.ledger import GpuAmount
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # imported where used, so that `labgate serve` starts without
     from webhook.settings import Settings
 
 
-class _ServeRefusedError(Exception):
+class _ServeRefusedError(LabgateError):
     """`labgate serve` cannot start: the exit code and what to do about it."""
 
     def __init__(self, code: int, message: str):
@@ -898,15 +900,8 @@ def _add_repository_commands(commands: Any) -> None:
     decisions_verify.set_defaults(handler=_decisions_verify)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labgate", description="labgate admission control for research clusters"
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="run the admission webhook")
-    serve.set_defaults(handler=_serve)
-
+def _add_reconcile_command(commands: Any) -> None:
+    """`labgate reconcile` and its flags (the chart's reconciler Deployment passes them)."""
     reconcile = commands.add_parser(
         "reconcile", help="run the tenant reconciler (RBAC, namespaces, quotas, ...)"
     )
@@ -965,6 +960,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
     )
     reconcile.set_defaults(handler=_reconcile)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labgate", description="labgate admission control for research clusters"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the admission webhook")
+    serve.set_defaults(handler=_serve)
+
+    _add_reconcile_command(commands)
 
     _add_check_command(commands)
     _add_policy_commands(commands)

@@ -13,10 +13,11 @@ to the opa binary.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,11 +33,7 @@ from labgate.gpu_accounting.ledger import GpuAmount
 from webhook.admission import (
     build_policy_input,
     build_response,
-    is_scale_up,
-    is_tenant_update,
-    is_tenant_write,
     namespace_document,
-    needs_gpu_usage,
     scaled_kind,
     scaled_workload_document,
     status_open_nodes,
@@ -47,6 +44,7 @@ from webhook.admission import (
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.registration import VALIDATING_WEBHOOK_NAME
+from webhook.request_class import RequestClass, classify
 from webhook.review import AdmissionRequest, AdmissionResponse, GroupVersionResource, Operation
 
 # What the OPA server leaves out of policies/ (webhook/devcluster/stack.py, the chart): so must we.
@@ -516,28 +514,24 @@ class OfflineOpa:
         facts = with_namespace(self.facts, request.namespace) if request.namespace else self.facts
         tenant = facts.tenant_of(namespace) if namespace else None
 
-        def policy_input(req: AdmissionRequest) -> PolicyInput:
-            built = build_policy_input(request=req, kinds=kinds)
-            if req.namespace:  # the webhook adds the namespace's restricted Secrets
-                built["secrets"] = facts.secrets.get(req.namespace, {})
-            if images is not None:
-                built["images"] = images
-            if claim_users is not None:
-                built["claim_users"] = claim_users
-            if tenant_pool_gpus is not None and is_tenant_write(req):
-                built["tenant_pool_gpus"] = tenant_pool_gpus
-            if scaled_workload is not None and is_scale_up(req) and (kind := scaled_kind(req, kinds)):
-                built["scaled_workload"] = scaled_workload_document(kind, scaled_workload)
-            return built
-
-        mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request), facts=facts))
+        policy_input = functools.partial(
+            _request_input,
+            secrets=facts.secrets,
+            kinds=kinds,
+            images=images,
+            claim_users=claim_users,
+            tenant_pool_gpus=tenant_pool_gpus,
+            scaled_workload=scaled_workload,
+        )
+        mutation = _parsed(Mutation, self.eval(MUTATION_QUERY, policy_input(request)[0], facts=facts))
         mutated = request
         if mutation.patch and request.object is not None:
             mutated = with_request_object(request, apply_patch(request.object, mutation.patch))
-        decision_input = policy_input(mutated)
+        decision_input, request_class = policy_input(mutated)
         _add_gathered_facts(
             decision_input,
             mutated,
+            request_class,
             has_tenant=bool(tenant),
             gpu_usage=gpu_usage,
             gpu_pools=gpu_pools,
@@ -549,9 +543,37 @@ class OfflineOpa:
         return CheckResult(request=mutated, mutation=mutation, decision=decision, response=response)
 
 
+def _request_input(
+    req: AdmissionRequest,
+    *,
+    secrets: Mapping[str, dict[str, dict[str, Any]]],
+    kinds: tuple[WorkloadKind, ...],
+    images: dict[str, Any] | None,
+    claim_users: dict[str, Any] | None,
+    tenant_pool_gpus: dict[str, dict[str, int]] | None,
+    scaled_workload: dict[str, Any] | None,
+) -> tuple[PolicyInput, RequestClass]:
+    """The policy input the webhook builds from the request and the facts read for it (the given
+    ones standing for the registry's and the API's answers), and what kind of request it is."""
+    built = build_policy_input(request=req, kinds=kinds)
+    request_class = classify(req, built["pod_templates"])
+    if req.namespace:  # the webhook adds the namespace's restricted Secrets
+        built["secrets"] = secrets.get(req.namespace, {})
+    if images is not None:
+        built["images"] = images
+    if claim_users is not None:
+        built["claim_users"] = claim_users
+    if tenant_pool_gpus is not None and request_class.is_tenant_write:
+        built["tenant_pool_gpus"] = tenant_pool_gpus
+    if scaled_workload is not None and request_class.is_scale_up and (kind := scaled_kind(req, kinds)):
+        built["scaled_workload"] = scaled_workload_document(kind, scaled_workload)
+    return built, request_class
+
+
 def _add_gathered_facts(
     decision_input: PolicyInput,
     mutated: AdmissionRequest,
+    request_class: RequestClass,
     *,
     has_tenant: bool,
     gpu_usage: GpuAmount | None,
@@ -561,16 +583,15 @@ def _add_gathered_facts(
 ) -> None:
     """What the webhook gathers for the decision beside the request (webhook.facts): the tenant's
     GPU usage, what its status says, what its live pods ask; each only where the webhook adds it."""
-    if (has_tenant and needs_gpu_usage(mutated, decision_input["pod_templates"])) or (
-        gpu_usage is not None and is_tenant_update(mutated)
+    if (has_tenant and request_class.needs_gpu_usage) or (
+        gpu_usage is not None and request_class.is_tenant_update
     ):
         # the webhook adds the tenant's usage from the quota ledger
         decision_input["gpu_usage"] = (gpu_usage or GpuAmount()).to_document()
         pools = None if gpu_pools is None else status_pool_gpus(gpu_pools)
         if pools is not None:  # the webhook's, from the Tenant's status
             decision_input["gpu_pools"] = pools
-    is_pod_create = (mutated.kind.group, mutated.kind.kind, mutated.operation) == ("", "Pod", "CREATE")
-    if has_tenant and tenant_usage and is_pod_create:
+    if has_tenant and tenant_usage and request_class.is_pod_create:
         decision_input["tenant_usage"] = tenant_usage  # the webhook's, from the reconciler's sum
     nodes = None if open_nodes is None else status_open_nodes(open_nodes)
     if has_tenant and nodes is not None and mutated.operation == "CREATE" and decision_input["pod_templates"]:

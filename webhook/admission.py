@@ -11,7 +11,6 @@ from typing import Any, cast
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
-from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
@@ -58,21 +57,6 @@ def replicas_before(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) 
     return {t.path: t.replicas for t in old}
 
 
-def _scale_replicas(scale: Mapping[str, Any] | None) -> int:
-    spec = (scale or {}).get("spec")
-    replicas = spec.get("replicas") if isinstance(spec, Mapping) else None
-    return replicas if isinstance(replicas, int) else 0
-
-
-def is_scale_up(request: AdmissionRequest) -> bool:
-    """A scale call (the Scale subresource, `kubectl scale`) that raises the replica count: the
-    policies get the workload's pod templates (`input.scaled_workload`) and the tenant's GPU usage,
-    to judge the growth (gpu-quota-scale). A scale down needs neither."""
-    if request.sub_resource != "scale" or request.operation != "UPDATE":
-        return False
-    return _scale_replicas(request.object) > _scale_replicas(request.old_object)
-
-
 def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> WorkloadKind | None:
     """The workload kind whose Scale the request writes (its resource among `kinds`), or None."""
     for kind in kinds:
@@ -106,48 +90,6 @@ def request_document(request: AdmissionRequest) -> dict[str, Any]:
 _AS_PARSED = {"object", "old_object", "dry_run"}
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-
-
-def is_tenant_update(request: AdmissionRequest) -> bool:
-    """A change to a Tenant: the policies get its own GPU usage (`input.gpu_usage`), so a quota
-    lowered below it is said (tenant-quota-below-usage)."""
-    return (request.kind.group, request.kind.kind, request.operation) == ("labgate.io", "Tenant", "UPDATE")
-
-
-def is_tenant_write(request: AdmissionRequest) -> bool:
-    """A Tenant created or changed (not its status): the policies get what the nodes of its pools
-    hold, read live, so a quota beyond them is said when applied (tenant-quota-beyond-pools)."""
-    return (
-        (request.kind.group, request.kind.kind) == ("labgate.io", "Tenant")
-        and request.operation in ("CREATE", "UPDATE")
-        and not request.sub_resource
-    )
-
-
-def is_admission_gate_removal(request: AdmissionRequest) -> bool:
-    """A Pod UPDATE that removes Kueue's admission gate: from now on the pod can be scheduled, so its
-    GPUs are judged against the quota and reserved, as at a CREATE (lib.gpu.judged_pod_template)."""
-    return (
-        (request.kind.group, request.kind.kind, request.operation) == ("", "Pod", "UPDATE")
-        and not request.sub_resource
-        and is_behind_admission_gate(request.old_object)
-        and not is_behind_admission_gate(request.object)
-    )
-
-
-def needs_gpu_usage(request: AdmissionRequest, pod_templates: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the policies get the tenant's GPU usage (`input.gpu_usage`): a Pod being created or let
-    through Kueue's admission gate (the quota is checked and reserved), a workload with pod
-    templates being created (its pods that will wait for GPUs are announced at apply time), and a
-    workload's replica count changed, by an UPDATE or a scale up (what it adds is judged against
-    what is free: gpu-quota-scale; its own pods are counted already)."""
-    if is_admission_gate_removal(request) or is_scale_up(request):
-        return True
-    if request.operation == "UPDATE" and not request.sub_resource:
-        return bool(pod_templates) and (request.kind.group, request.kind.kind) != ("", "Pod")
-    return request.operation == "CREATE" and (
-        (request.kind.group == "" and request.kind.kind == "Pod") or bool(pod_templates)
-    )
 
 
 def image_references(pod_templates: Sequence[Mapping[str, Any]]) -> dict[str, ImageReferenceDocument]:

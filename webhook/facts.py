@@ -13,17 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
-from webhook.admission import (
-    build_policy_input,
-    is_scale_up,
-    is_tenant_update,
-    is_tenant_write,
-    needs_gpu_usage,
-    scaled_kind,
-)
+from webhook.admission import build_policy_input, scaled_kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import PolicyInput
 from webhook.read_shares import Read, ReadShares
@@ -34,7 +27,7 @@ from webhook.references import (
     claim_references,
     pull_credential_references,
 )
-from webhook.reservations import is_pod_create, reservation_key, takes_gpus_now
+from webhook.request_class import RequestClass, classify
 from webhook.review import AdmissionRequest
 from webhook.volume_facts import template_volume_names, template_volumes
 
@@ -146,23 +139,13 @@ class WorkloadUsageSource(Protocol):
     def workloads_of(self, tenant: str) -> dict[str, int]: ...
 
 
-def swapped_claim(request: AdmissionRequest) -> tuple[str, str] | None:
-    """(kind, name) of a ResourceClaim or ResourceClaimTemplate being created or deleted: one a live
-    pod names may not be swapped under it (dra-claim-in-use), so the policy needs its users."""
-    if request.kind.group != "resource.k8s.io" or request.operation not in ("CREATE", "DELETE"):
-        return None
-    if request.kind.kind not in ("ResourceClaim", "ResourceClaimTemplate") or request.sub_resource:
-        return None
-    name = request.name or ((request.object or {}).get("metadata") or {}).get("name")
-    return (request.kind.kind, name) if isinstance(name, str) and name else None
+class Gathered(NamedTuple):
+    """What FactGatherer.gather hands on: the policy input, the request's tenant (None outside any)
+    and what kind of request it is."""
 
-
-def claimed_volume(request: AdmissionRequest) -> str | None:
-    """The PersistentVolume a claim names (spec.volumeName), for the volume-claim rule."""
-    if (request.kind.group, request.kind.kind) != ("", "PersistentVolumeClaim"):
-        return None
-    name = ((request.object or {}).get("spec") or {}).get("volumeName")
-    return name if isinstance(name, str) and name else None
+    policy_input: PolicyInput
+    tenant: str | None
+    request_class: RequestClass
 
 
 class FactGatherer:
@@ -202,18 +185,22 @@ class FactGatherer:
         self.reads = reads if reads is not None else ReadShares()
 
     def _add_gpu_usage(
-        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
+        self,
+        request: AdmissionRequest,
+        request_class: RequestClass,
+        policy_input: PolicyInput,
+        tenant: str | None,
     ) -> None:
         """The tenant's GPU usage, where the policies read it (from the cached ledger: no I/O)."""
         if self.gpu_usage is None:
             return
-        if tenant and needs_gpu_usage(request, policy_input["pod_templates"]):
+        if tenant and request_class.needs_gpu_usage:
             # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
             # preemptible (when the tenant allows it); the validation decides and reserves, and warns
             # at apply time about a workload's pods that will wait for GPUs.
             # A pod reserved before (a gate removal retried after its first try failed) is not
             # counted twice: its reservation is replaced.
-            excluding = reservation_key(request) if takes_gpus_now(request) else None
+            excluding = request_class.reservation_key if request_class.takes_gpus_now else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
             held = (
                 self.inventory.held_by_unscheduled(tenant)
@@ -232,14 +219,15 @@ class FactGatherer:
             pools = self.inventory.pool_gpus(tenant) if isinstance(self.inventory, PoolGpus) else None
             if pools is not None:  # gpu-quota-node refuses by it; a refusal's Fix names the largest node
                 policy_input["gpu_pools"] = pools
-        if is_tenant_update(request) and request.name:
+        if request_class.is_tenant_update and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
                 policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()
             except Exception:
                 log.exception("no GPU usage of tenant %s for its update", request.name)
 
-    async def gather(self, request: AdmissionRequest) -> tuple[PolicyInput, str | None]:
-        """The policy input and the tenant that owns the request's namespace. Raises
+    async def gather(self, request: AdmissionRequest) -> Gathered:
+        """The policy input, the tenant that owns the request's namespace, and what kind of request
+        it is (classified once, here, where its pod templates are found). Raises
         TooManyReferencesError, before reading any of them, when the request's templates name more
         objects to read than `max_references`."""
         namespace = request.namespace or (request.name if request.kind.kind == "Namespace" else None)
@@ -249,15 +237,16 @@ class FactGatherer:
                 await asyncio.to_thread(self.inventory.ensure_namespace, namespace)
             tenant = self.inventory.tenant_of(namespace)
         policy_input = build_policy_input(request=request, kinds=self.workload_kinds)
+        request_class = classify(request, policy_input["pod_templates"])
         if request.namespace and self.secrets is not None:
             policy_input["secrets"] = self.secrets.in_namespace(request.namespace)
-        volume_name = claimed_volume(request)
+        volume_name = request_class.claimed_volume
         if volume_name is not None and self.volumes is not None:
             try:
                 policy_input["persistent_volume"] = await asyncio.to_thread(self.volumes.volume, volume_name)
             except Exception:  # the rule refuses a claim whose volume it could not see
                 log.exception("could not read PersistentVolume %s", volume_name)
-        swapped = swapped_claim(request)
+        swapped = request_class.swapped_claim
         if tenant and request.namespace and swapped is not None and self.claims is not None:
             policy_input["claim_users"] = await self.claims.users_of(request.namespace, *swapped)
         templates_doc = cast(list[dict[str, Any]], policy_input["pod_templates"])
@@ -268,11 +257,11 @@ class FactGatherer:
             policy_input["persistent_volumes"] = await template_volumes(
                 template_names, self.volumes, read=self.reads.of(tenant)
             )
-        self._add_gpu_usage(request, policy_input, tenant)
+        self._add_gpu_usage(request, request_class, policy_input, tenant)
         self._add_open_nodes(request, policy_input, tenant)
-        await self._add_tenant_pool_gpus(request, policy_input)
-        await self._add_scaled_workload(request, policy_input, tenant)
-        if tenant and self.workload_usage is not None and is_pod_create(request):
+        await self._add_tenant_pool_gpus(request, request_class, policy_input)
+        await self._add_scaled_workload(request, request_class, policy_input, tenant)
+        if tenant and self.workload_usage is not None and request_class.is_pod_create:
             # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
             # (no round trip); nothing when it has none.
             self._add_tenant_usage(policy_input, self.workload_usage.workloads_of(tenant))
@@ -284,7 +273,7 @@ class FactGatherer:
                 policy_input["resource_claims"] = claims
             if images is not None:
                 policy_input["images"] = images
-        return policy_input, tenant
+        return Gathered(policy_input, tenant, request_class)
 
     def _add_open_nodes(
         self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
@@ -298,10 +287,12 @@ class FactGatherer:
         if nodes is not None:
             policy_input["open_nodes"] = nodes
 
-    async def _add_tenant_pool_gpus(self, request: AdmissionRequest, policy_input: PolicyInput) -> None:
+    async def _add_tenant_pool_gpus(
+        self, request: AdmissionRequest, request_class: RequestClass, policy_input: PolicyInput
+    ) -> None:
         """On a Tenant write, what the nodes of its pools hold (tenant-quota-beyond-pools), read live
         within POOL_NODES_SECONDS. Only for a warning: a slow or failed read leaves it out, never refuses."""
-        if self.pool_nodes is None or not is_tenant_write(request):
+        if self.pool_nodes is None or not request_class.is_tenant_write:
             return
         pool_nodes = self.pool_nodes
         try:
@@ -317,12 +308,16 @@ class FactGatherer:
             policy_input["tenant_pool_gpus"] = capacity
 
     async def _add_scaled_workload(
-        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
+        self,
+        request: AdmissionRequest,
+        request_class: RequestClass,
+        policy_input: PolicyInput,
+        tenant: str | None,
     ) -> None:
         """On a scale up in a tenant namespace, the workload's pod templates (gpu-quota-scale), read
         live within SCALED_WORKLOAD_SECONDS; a slow read is said in the fact, and the policy refuses."""
         kind = scaled_kind(request, self.workload_kinds)
-        if self.scaled_workloads is None or kind is None or not is_scale_up(request):
+        if self.scaled_workloads is None or kind is None or not request_class.is_scale_up:
             return
         if not tenant or not request.namespace or not request.name:
             return

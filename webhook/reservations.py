@@ -33,7 +33,7 @@ from labgate.gpu_accounting.ledger import (
     with_reservation,
 )
 from webhook import refusals
-from webhook.admission import build_response, is_admission_gate_removal
+from webhook.admission import build_response
 from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.review import AdmissionRequest, AdmissionResponse
@@ -60,26 +60,6 @@ class DecisionTrace:
 
     decision: Decision | None = None
     tenant: str | None = None
-
-
-def is_pod_create(request: AdmissionRequest) -> bool:
-    return request.kind.group == "" and request.kind.kind == "Pod" and request.operation == "CREATE"
-
-
-def takes_gpus_now(request: AdmissionRequest) -> bool:
-    """A request after which its pod may hold GPUs: a Pod CREATE, or the removal of Kueue's admission
-    gate (a pod created behind it reserved nothing). What it reserves is the policy's `demand`, which
-    is nothing for a pod created behind the gate."""
-    return is_pod_create(request) or is_admission_gate_removal(request)
-
-
-def reservation_key(request: AdmissionRequest) -> str:
-    """What a GPU pod's reservation is keyed by: the uid the apiserver gave the pod it is creating.
-    Never the pod's name: a CREATE of a name that exists is validated before the apiserver finds the
-    name taken, and must not touch the reservation or record of the pod that holds it. (Without a uid,
-    which a real apiserver always sends to validating webhooks, a key no pod can ever have.)"""
-    uid = (request.object or {}).get("metadata", {}).get("uid")
-    return str(uid) if uid else f"no-pod-uid/{request.uid}"
 
 
 def decides_alike(decision: Decision, at: GpuAmount) -> bool:
@@ -223,15 +203,17 @@ class GpuReservations:
         tenant: str,
         trace: DecisionTrace,
         decision: Decision,
+        *,
+        key: str,
     ) -> AdmissionResponse:
-        """Reserve the GPUs of an admitted pod by compare-and-swap on its tenant's ledger; a lost race
+        """Reserve the GPUs of an admitted pod (under `key`, its RequestClass.reservation_key) by
+        compare-and-swap on its tenant's ledger; a lost race
         decides again with the new usage (never two admissions spending the same GPUs).
 
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
         next batch; a batch is decided against a running ledger (each pod against what the pods
         before it leave) and written in one compare-and-swap. A Job's thousand pods cost a few
         writes and, within the quota's headroom, no further evaluation."""
-        key = reservation_key(request)
         future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
         decided = GpuAmount.from_document(policy_input.get("gpu_usage"))
         self._pending.setdefault(tenant, []).append(

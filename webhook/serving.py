@@ -16,11 +16,11 @@ from webhook import refusals
 from webhook.admission import build_mutation_response, build_response
 from webhook.decision_reuse import DecisionReuse
 from webhook.evaluation import Evaluator
-from webhook.facts import FactGatherer, InventoryState
+from webhook.facts import FactGatherer, Gathered, InventoryState
 from webhook.ledger_sums import LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.references import TooManyReferencesError
-from webhook.reservations import GPU_QUOTA_RULE, DecisionTrace, GpuReservations, takes_gpus_now
+from webhook.reservations import GPU_QUOTA_RULE, DecisionTrace, GpuReservations
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.usage_recount import Recount
 
@@ -130,13 +130,13 @@ class AdmissionServer:
 
     async def _gather(
         self, request: AdmissionRequest, trace: DecisionTrace | None
-    ) -> tuple[PolicyInput, str | None] | AdmissionResponse:
+    ) -> Gathered | AdmissionResponse:
         """The request's facts and tenant, or the refusal when they cannot be trusted or read:
         facts too old, or more objects to read than the bound."""
         if (age := self.stale_facts_age()) is not None:
             return refusals.facts_stale(age=age, bound=self.watched.max_age).response(request)
         try:
-            policy_input, tenant = await self.facts.gather(request)
+            gathered = await self.facts.gather(request)
         except TooManyReferencesError as err:
             if trace is not None:
                 trace.tenant = self.inventory.tenant_of(request.namespace or "")
@@ -147,8 +147,8 @@ class AdmissionServer:
                 bound=err.bound,
             ).response(request)
         if trace is not None:
-            trace.tenant = tenant
-        return policy_input, tenant
+            trace.tenant = gathered.tenant
+        return gathered
 
     async def validate(
         self, request: AdmissionRequest, trace: DecisionTrace | None = None
@@ -157,18 +157,19 @@ class AdmissionServer:
         gathered = await self._gather(request, trace)
         if isinstance(gathered, AdmissionResponse):
             return gathered
-        policy_input, tenant = gathered
+        policy_input, tenant, request_class = gathered
         # Every request is decided at once against the cached usage, side by side with the others;
         # only a pod that this admits and that asks for GPUs waits for its tenant's next ledger batch.
         decision = await self.reuse.decide(policy_input)
-        if tenant and _is_refused_for_quota_alone(decision) and takes_gpus_now(request):
+        if tenant and _is_refused_for_quota_alone(decision) and request_class.takes_gpus_now:
             policy_input, decision = await self._decide_at_live_count(tenant, policy_input, decision)
         trace.decision = decision
         reserves = decision.allowed and decision.gpu_demand.total > 0 and not request.dry_run
-        if tenant and reserves and takes_gpus_now(request):
+        if tenant and reserves and request_class.takes_gpus_now:
             if self.reservations is None:
                 return refusals.engine_unavailable("no GPU quota ledger to reserve in").response(request)
-            return await self.reservations.reserve(request, policy_input, tenant, trace, decision)
+            key = request_class.reservation_key
+            return await self.reservations.reserve(request, policy_input, tenant, trace, decision, key=key)
         count_findings(decision)
         return build_response(request=request, decision=decision)
 
@@ -213,5 +214,6 @@ class AdmissionServer:
         gathered = await self._gather(request, trace)
         if isinstance(gathered, AdmissionResponse):
             return gathered
-        policy_input, _ = gathered
-        return build_mutation_response(request=request, mutation=await self.reuse.mutate(policy_input))
+        return build_mutation_response(
+            request=request, mutation=await self.reuse.mutate(gathered.policy_input)
+        )

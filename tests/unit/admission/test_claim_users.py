@@ -10,7 +10,8 @@ import pytest
 
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.claims import ClaimFacts, claim_users
-from webhook.facts import FactGatherer, swapped_claim
+from webhook.facts import FactGatherer
+from webhook.request_class import swapped_claim
 from webhook.review import AdmissionRequest
 
 
@@ -136,7 +137,7 @@ def test_users_are_gathered_for_claims_being_created_or_deleted_only(
 def test_the_gatherer_gives_the_policy_the_users_of_a_claim_being_deleted() -> None:
     pods = _Pods(PODS[:2])
     gatherer = FactGatherer(inventory=_Inventory(), claims=ClaimFacts(pods))
-    policy_input, tenant = asyncio.run(gatherer.gather(_request("ResourceClaim", "DELETE")))
+    policy_input, tenant, _ = asyncio.run(gatherer.gather(_request("ResourceClaim", "DELETE")))
     assert tenant == "vision"
     assert [pod["name"] for pod in policy_input["claim_users"]["pods"]] == ["done", "train-1"]
     assert pods.listed == ["vision"]

@@ -85,7 +85,7 @@ def test_claims_and_images_are_fetched_at_the_same_time() -> None:
     async def run() -> PolicyInput:
         meeting = _Meeting()
         gatherer = FactGatherer(inventory=_Inventory(), claims=meeting, images=meeting)
-        policy_input, tenant = await gatherer.gather(_pod())
+        policy_input, tenant, _ = await gatherer.gather(_pod())
         assert tenant == "vision"
         return policy_input
 
@@ -140,7 +140,7 @@ def _tenant_change(operation: str) -> AdmissionRequest:
 )
 def test_a_tenant_update_gets_its_own_gpu_usage(operation: str, *, fail: bool, usage: Any) -> None:
     gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(fail))
-    policy_input, _ = asyncio.run(gatherer.gather(_tenant_change(operation)))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_tenant_change(operation)))
     assert policy_input.get("gpu_usage") == usage
 
 
@@ -152,10 +152,10 @@ class _HoldingInventory(_Inventory):
 
 def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
     gatherer = FactGatherer(inventory=_HoldingInventory(), gpu_usage=_Usage())
-    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
     # An inventory that cannot tell: nothing added.
-    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
     assert "gpu_held" not in plain
 
 
@@ -166,9 +166,9 @@ class _PoolsInventory(_Inventory):
 
 def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
     gatherer = FactGatherer(inventory=_PoolsInventory(), gpu_usage=_Usage())
-    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
-    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
     assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
 
 
@@ -182,12 +182,12 @@ class _OpenNodesInventory(_Inventory):
 
 
 def test_a_pod_created_gets_where_a_pod_without_tolerations_can_land() -> None:
-    policy_input, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(_pod()))
+    policy_input, _, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(_pod()))
     assert policy_input.get("open_nodes") == _TAINTED
-    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
+    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
     assert "open_nodes" not in plain  # no status yet: nothing said
     update = _pod().model_copy(update={"operation": "UPDATE"})
-    changed, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(update))
+    changed, _, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(update))
     assert "open_nodes" not in changed  # a running pod's update is not where it is placed
 
 
@@ -254,9 +254,9 @@ class _QueueingInventory(_Inventory):
 
 def test_a_gpu_request_gets_what_kueue_holds_queued() -> None:
     gatherer = FactGatherer(inventory=_QueueingInventory(), gpu_usage=_Usage())
-    policy_input, _ = asyncio.run(gatherer.gather(_pod()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_queued") == {"workloads": 1, "gpus": 32}
-    plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
     assert "gpu_queued" not in plain
 
 
@@ -300,7 +300,7 @@ def test_a_pod_create_gets_its_tenants_live_usage_for_tenant_quota() -> None:
     usage = {"cpu": 6000, "memory": 1 << 30, "pods": 3}
     workloads = _Workloads(usage)
     gatherer = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
-    policy_input, _ = asyncio.run(gatherer.gather(_cpu_pod()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_cpu_pod()))
     assert policy_input["tenant_usage"] == usage
     assert workloads.asked == ["vision"]
 

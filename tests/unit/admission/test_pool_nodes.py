@@ -107,7 +107,7 @@ def _write(operation: str, tenant: dict[str, Any], sub_resource: str | None = No
 
 def _gather(nodes: _Nodes, request: AdmissionRequest) -> PolicyInput:
     server = admission_server(_Engine(), FactSources(inventory=_Inventory(), pool_nodes=_reader(nodes)))
-    policy_input, _ = asyncio.run(server.facts.gather(request))
+    policy_input, _, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 
 
@@ -141,7 +141,7 @@ def test_a_slow_api_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(facts, "POOL_NODES_SECONDS", 0.05)
     server = admission_server(_Engine(), FactSources(inventory=_Inventory(), pool_nodes=_Slow()))
-    policy_input, _ = asyncio.run(server.facts.gather(_write("CREATE", _tenant([]))))
+    policy_input, _, _ = asyncio.run(server.facts.gather(_write("CREATE", _tenant([]))))
     assert "tenant_pool_gpus" not in policy_input
 
 

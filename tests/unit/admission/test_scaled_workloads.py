@@ -16,9 +16,10 @@ from labgate.core.kube import ApiException, KubeApi
 from labgate.core.workload_catalog import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook import facts
-from webhook.admission import build_policy_input, is_scale_up, needs_gpu_usage, scaled_kind
+from webhook.admission import build_policy_input, scaled_kind
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
+from webhook.request_class import is_scale_up, needs_gpu_usage
 from webhook.review import AdmissionRequest
 from webhook.scaled_workloads import ScaledWorkloads
 
@@ -99,7 +100,7 @@ def _gather(door: _Door, request: AdmissionRequest, tenant: str | None = "vision
 
     reader = ScaledWorkloads(cast(KubeApi, door), timeout=0.5)
     gatherer = FactGatherer(inventory=_Tenants(), gpu_usage=_Usage(), scaled_workloads=reader)
-    policy_input, _ = asyncio.run(gatherer.gather(request))
+    policy_input, _, _ = asyncio.run(gatherer.gather(request))
     return policy_input
 
 
@@ -155,7 +156,7 @@ def test_a_slow_read_is_not_waited_for_and_is_said(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(facts, "SCALED_WORKLOAD_SECONDS", 0.05)
     gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), scaled_workloads=_Slow())
-    policy_input, _ = asyncio.run(gatherer.gather(_scale(0, 5)))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_scale(0, 5)))
     assert policy_input["scaled_workload"] == {
         "kind": "Deployment",
         "error": "the API did not answer within 0.05 s",

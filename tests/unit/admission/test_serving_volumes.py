@@ -74,7 +74,7 @@ def _claim(spec: dict[str, Any], kind: str = "PersistentVolumeClaim") -> Admissi
 
 def _gather(volumes: _Volumes, request: AdmissionRequest) -> PolicyInput:
     server = admission_server(_Engine(), FactSources(inventory=_Inventory(), volumes=volumes))
-    policy_input, _ = asyncio.run(server.facts.gather(request))
+    policy_input, _, _ = asyncio.run(server.facts.gather(request))
     return policy_input
 
 

@@ -73,17 +73,17 @@ def test_the_server_gives_the_rule_the_volumes_a_pods_claim_templates_name() -> 
         "kind": "Pod",
         "spec": {"containers": [{"name": "m", "image": "i"}], "volumes": [_ephemeral("pv-b")]},
     }
-    policy_input, _ = asyncio.run(server.facts.gather(_request(pod, "Pod", "")))
+    policy_input, _, _ = asyncio.run(server.facts.gather(_request(pod, "Pod", "")))
     assert policy_input["persistent_volumes"] == {
         "pv-b": {"name": "pv-b", "exists": True, "labels": {"labgate.io/tenant": "nlp"}, "claimRef": None}
     }
     sts = {**_statefulset("pv-c"), "apiVersion": "apps/v1"}
     sts["spec"]["template"] = {"spec": {"containers": [{"name": "m", "image": "i"}]}}
-    policy_input, _ = asyncio.run(server.facts.gather(_request(sts, "StatefulSet", "apps")))
+    policy_input, _, _ = asyncio.run(server.facts.gather(_request(sts, "StatefulSet", "apps")))
     assert set(policy_input["persistent_volumes"]) == {"pv-c"}
     assert volumes.asked == ["pv-b", "pv-c"]
     plain = {"kind": "Pod", "spec": {"containers": [{"name": "m", "image": "i"}]}}
-    policy_input, _ = asyncio.run(server.facts.gather(_request(plain, "Pod", "")))
+    policy_input, _, _ = asyncio.run(server.facts.gather(_request(plain, "Pod", "")))
     assert "persistent_volumes" not in policy_input
     assert volumes.asked == ["pv-b", "pv-c"]
 

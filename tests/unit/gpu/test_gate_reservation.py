@@ -16,9 +16,8 @@ from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, Reservation, usage
 from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy
-from webhook.admission import is_admission_gate_removal, needs_gpu_usage
 from webhook.replica import FactSources, admission_server
-from webhook.reservations import takes_gpus_now
+from webhook.request_class import is_admission_gate_removal, needs_gpu_usage, takes_gpus_now
 from webhook.review import AdmissionRequest
 
 GATE = {"name": "kueue.x-k8s.io/admission"}
