@@ -29,6 +29,7 @@ from labgate.core.decisions import Decision, Mutation, PatchOperation
 from labgate.core.errors import LabgateError
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from labgate.gpu_accounting.ledger import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import (
     build_policy_input,
     build_response,
@@ -496,7 +497,7 @@ class OfflineOpa:
         claim_users: dict[str, Any] | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
-        tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
+        tenant_pool_gpus: PoolCapacityDocument | None = None,
         scaled_workload: dict[str, Any] | None = None,
         gpu_pools: dict[str, dict[str, int]] | None = None,
         open_nodes: dict[str, Any] | None = None,

@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request, scale_request
 from labgate.gpu_accounting.ledger import GpuAmount
+from webhook.admission import status_pool_gpus
 from webhook.review import Operation
 
 SAMPLES_DIR = "samples"
@@ -191,7 +192,8 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             images=sample.images,
             tenant_usage=sample.tenant_usage,
             claim_users=sample.claim_users,
-            tenant_pool_gpus=sample.tenant_pool_gpus,
+            # the sample writes what the nodes hold as the status does; checked as the webhook reads it
+            tenant_pool_gpus=status_pool_gpus(sample.tenant_pool_gpus or {}),
             scaled_workload=sample.scaled_workload,
             gpu_pools=sample.gpu_pools,
             open_nodes=sample.open_nodes,

@@ -12,6 +12,11 @@ from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
 from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
+from labgate.gpu_accounting.pool_capacity import (
+    PoolCapacityDocument,
+    capacity_document,
+    capacity_from_document,
+)
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
 from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
@@ -298,9 +303,9 @@ def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
     return {"workloads": workloads, "gpus": gpus}
 
 
-def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
+def pool_gpus(tenant: Object) -> PoolCapacityDocument | None:
     """What the Tenant's status says the nodes of its pools hold, per model: {"gpus", "nodes",
-    "largest_node"}, or None (the reconciler writes status.gpu.pools; rbac.tenant_status). Only a
+    "largestNode"}, or None (the reconciler writes status.gpu.pools; rbac.tenant_status). Only a
     status of the current spec counts: pools just changed are not judged by the old ones' nodes."""
     metadata, status = tenant.get("metadata") or {}, tenant.get("status") or {}
     pools = (status.get("gpu") or {}).get("pools")
@@ -309,17 +314,11 @@ def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
     return status_pool_gpus(pools)
 
 
-def status_pool_gpus(pools: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
-    """status.gpu.pools ({model: {gpus, nodes, largestNode}}) as the policies read it (input.gpu_pools:
-    {model: {"gpus", "nodes", "largest_node"}}); None when it says nothing (models whose numbers are not
-    positive integers are left out)."""
-    facts: dict[str, dict[str, int]] = {}
-    for model, held in pools.items():
-        numbers = [held.get(k) if isinstance(held, dict) else None for k in ("gpus", "nodes", "largestNode")]
-        counts = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-        if len(counts) == len(numbers):
-            facts[str(model)] = dict(zip(("gpus", "nodes", "largest_node"), counts, strict=True))
-    return facts or None
+def status_pool_gpus(pools: Mapping[str, Any]) -> PoolCapacityDocument | None:
+    """status.gpu.pools ({model: {gpus, nodes, largestNode}}) as the policies read it (input.gpu_pools,
+    the same spelling as input.tenant_pool_gpus), read through `ModelCapacity`; None when it says
+    nothing (models whose numbers are not positive integers are left out)."""
+    return capacity_document(capacity_from_document(pools)) or None
 
 
 def open_nodes(tenant: Object) -> dict[str, Any] | None:

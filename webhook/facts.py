@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import (
     build_policy_input,
     is_scale_up,
@@ -64,7 +65,7 @@ class QueuedWorkloads(Protocol):
 class PoolGpus(Protocol):
     """What the nodes of a tenant's pools hold per model (webhook.inventory.Inventory)."""
 
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None: ...
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None: ...
 
 
 @runtime_checkable
@@ -123,7 +124,7 @@ class PoolNodeFacts(Protocol):
     """What the nodes a Tenant object's pools select hold per model, read live
     (webhook.pool_nodes.PoolNodes); None when labgate cannot tell; raises when the API cannot say."""
 
-    def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None: ...
+    def capacity_of(self, tenant: Mapping[str, Any]) -> PoolCapacityDocument | None: ...
 
 
 class ScaledWorkloadFacts(Protocol):

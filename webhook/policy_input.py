@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 from labgate.core.gpu_amount import GpuDocument
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 
 
 class PodTemplateDocument(TypedDict):
@@ -62,8 +63,9 @@ class PolicyInput(TypedDict):
     # its status last said it: {"workloads", "gpus"} (queue-wait's text; webhook.admission.queued_in_kueue).
     gpu_queued: NotRequired[dict[str, Any]]
     # What the nodes of the tenant's pools hold per model, as the Tenant's status last said it:
-    # {model: {"gpus", "nodes", "largest_node"}} (gpu-quota-node; gpu-quota's Fix; webhook.admission.pool_gpus).
-    gpu_pools: NotRequired[dict[str, dict[str, int]]]
+    # {model: {"gpus", "nodes", "largestNode"}}, the spelling of status.gpu.pools and of
+    # tenant_pool_gpus (gpu-quota-node; gpu-quota's Fix; webhook.admission.pool_gpus).
+    gpu_pools: NotRequired[PoolCapacityDocument]
     # On a CREATE of pod templates in a tenant namespace: the cluster's nodes as a pod without
     # tolerations sees them, as the Tenant's status last said it, {"untainted", "tainted",
     # "taint_keys", "more_taint_keys"} (placement-no-untainted-node; webhook.admission.open_nodes).
@@ -71,7 +73,7 @@ class PolicyInput(TypedDict):
     # On a Tenant CREATE or UPDATE: what the nodes its pools select hold per model, read live,
     # {model: {"gpus", "nodes", "largestNode"}} (pool_capacity.capacity_document; absent when labgate
     # cannot tell or the read failed: tenant-quota-beyond-pools then reads the old object's status).
-    tenant_pool_gpus: NotRequired[dict[str, dict[str, int]]]
+    tenant_pool_gpus: NotRequired[PoolCapacityDocument]
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from labgate.core.api_resources import Object
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import open_nodes, pool_gpus, queued_in_kueue, unscheduled_holds
 
 
@@ -17,7 +18,7 @@ class TenantStatusFacts:
     def __init__(self) -> None:
         self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
         self._queued: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.queued_in_kueue
-        self._pools: dict[str, dict[str, dict[str, int]] | None] = {}  # tenant -> webhook.admission.pool_gpus
+        self._pools: dict[str, PoolCapacityDocument | None] = {}  # tenant -> webhook.admission.pool_gpus
         self._open_nodes: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.open_nodes
 
     def remember_status(self, tenant: Object) -> None:
@@ -39,7 +40,7 @@ class TenantStatusFacts:
         """{"workloads", "gpus"} Kueue holds queued of the tenant, as its status said (with Kueue)."""
         return self._queued.get(tenant)
 
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
         """What the nodes of the tenant's pools hold per model, as its status said (pool_gpus)."""
         return self._pools.get(tenant)
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput
@@ -160,14 +161,14 @@ def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
 
 
 class _PoolsInventory(_Inventory):
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
-        return {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}} if tenant == "vision" else None
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
+        return {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}} if tenant == "vision" else None
 
 
 def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
     gatherer = FactGatherer(inventory=_PoolsInventory(), gpu_usage=_Usage())
     policy_input, _ = asyncio.run(gatherer.gather(_pod()))
-    assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
+    assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
     plain, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
     assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
 
@@ -217,7 +218,7 @@ def test_the_open_nodes_are_read_from_the_status(nodes: Any, fact: Any) -> None:
     ("status", "pools"),
     [
         ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}},
-         {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}),
+         {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}),
         ({"observedGeneration": 1, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}}, None),
         ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": "16", "nodes": 2, "largestNode": 8}}}}, None),
         ({"observedGeneration": 2, "gpu": {}}, None),
