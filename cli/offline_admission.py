@@ -46,7 +46,7 @@ from webhook.admission import (
     warning_lines,
 )
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import ClaimUsersDocument, PolicyInput, SecretDocument
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.review import AdmissionRequest, AdmissionResponse, GroupVersionResource, Operation
 
@@ -99,7 +99,7 @@ class Facts:
     """What the webhook keeps in caches: data.inventory, and restricted Secrets by namespace."""
 
     inventory: dict[str, Any]
-    secrets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, SecretDocument]] = field(default_factory=dict)
 
     def tenant_of(self, namespace: str) -> str | None:
         """The tenant label of `namespace`, as webhook.inventory.InventorySync.tenant_of reads it."""
@@ -138,7 +138,7 @@ def facts_from_manifests(manifests: Iterable[dict[str, Any]], *, platform_namesp
     """
     tenants: dict[str, dict[str, Any]] = {}
     explicit: dict[str, dict[str, Any]] = {}
-    secrets: dict[str, dict[str, dict[str, Any]]] = {}
+    secrets: dict[str, dict[str, SecretDocument]] = {}
     for manifest in manifests:
         kind = manifest.get("kind")
         metadata = manifest.get("metadata") or {}
@@ -494,7 +494,7 @@ class OfflineOpa:
         *,
         gpu_usage: GpuAmount | None = None,
         images: dict[str, Any] | None = None,
-        claim_users: dict[str, Any] | None = None,
+        claim_users: ClaimUsersDocument | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
         tenant_pool_gpus: PoolCapacityDocument | None = None,

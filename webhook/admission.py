@@ -18,7 +18,15 @@ from labgate.gpu_accounting.pool_capacity import (
     capacity_from_document,
 )
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
-from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
+from webhook.policy_input import (
+    HeldDocument,
+    ImageReferenceDocument,
+    OpenNodesDocument,
+    PodTemplateDocument,
+    PolicyInput,
+    QueuedDocument,
+    ScaledWorkloadDocument,
+)
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 
@@ -86,11 +94,12 @@ def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> W
     return None
 
 
-def scaled_workload_document(kind: WorkloadKind, workload: Object) -> dict[str, Any]:
+def scaled_workload_document(kind: WorkloadKind, workload: Object) -> ScaledWorkloadDocument:
     """`input.scaled_workload`: the kind and pod templates of the workload a scale call resizes, as
     read from the API ({"kind", "error"} says instead why it could not be read)."""
     templates = find_pod_templates(workload, group=kind.group, kind=kind.kind, kinds=(kind,))
-    return {"kind": kind.kind, "pod_templates": [t.model_dump() for t in templates]}
+    pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
+    return {"kind": kind.kind, "pod_templates": pod_templates}
 
 
 def request_document(request: AdmissionRequest) -> dict[str, Any]:
@@ -282,7 +291,7 @@ def workload_priority_class_document(priority_class: Object) -> dict[str, Any]:
     return {"value": priority_class.get("value", 0)}
 
 
-def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
+def unscheduled_holds(tenant: Object) -> HeldDocument | None:
     """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
     (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""
     gpu = (tenant.get("status") or {}).get("gpu") or {}
@@ -292,7 +301,7 @@ def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     return {"gpus": held, "pods": [str(p) for p in pods]}
 
 
-def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
+def queued_in_kueue(tenant: Object) -> QueuedDocument | None:
     """What the Tenant's status says Kueue holds queued of it: {"workloads", "gpus"}, or None (the
     reconciler writes status.gpu.queuedWorkloads and queuedGpus from Kueue's Workloads, with Kueue
     only; rbac.tenant_status)."""
@@ -321,7 +330,7 @@ def status_pool_gpus(pools: Mapping[str, Any]) -> PoolCapacityDocument | None:
     return capacity_document(capacity_from_document(pools)) or None
 
 
-def open_nodes(tenant: Object) -> dict[str, Any] | None:
+def open_nodes(tenant: Object) -> OpenNodesDocument | None:
     """What the Tenant's status says of the cluster's nodes as a pod without tolerations sees them
     (the reconciler writes status.nodes; rbac.node_taints), as the policies read it (input.open_nodes);
     None when it says nothing (the cluster's fact: no generation to match)."""
@@ -329,7 +338,7 @@ def open_nodes(tenant: Object) -> dict[str, Any] | None:
     return status_open_nodes(nodes) if isinstance(nodes, dict) else None
 
 
-def status_open_nodes(nodes: Mapping[str, Any]) -> dict[str, Any] | None:
+def status_open_nodes(nodes: Mapping[str, Any]) -> OpenNodesDocument | None:
     """status.nodes ({untainted, tainted, taintKeys, moreTaintKeys}) as the policies read it
     (input.open_nodes: {"untainted", "tainted", "taint_keys", "more_taint_keys"}); None when it
     does not say all of that."""

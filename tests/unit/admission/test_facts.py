@@ -12,12 +12,29 @@ from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import (
+    ClaimFactDocument,
+    ClaimUsersDocument,
+    ImageFactDocument,
+    PolicyInput,
+)
 from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
 MEETING_TIMEOUT = 2.0
+
+
+_IMAGE: ImageFactDocument = {
+    "reference": "registry.lab.example/vision/train:v1",
+    "normalized": "registry.lab.example/vision/train:v1",
+    "registry": "registry.lab.example",
+    "repository": "vision/train",
+    "tag": "v1",
+    "digest": "sha256:aa",
+    "signed_by": [],
+    "error": None,
+}
 
 
 class _Meeting:
@@ -30,12 +47,12 @@ class _Meeting:
 
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ClaimFactDocument]:
         self.claims_started.set()
         await asyncio.wait_for(self.images_started.wait(), MEETING_TIMEOUT)
         return {"gpu-claim": {"found": True}}
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         raise AssertionError("a pod is not a claim")
 
     async def images_for(
@@ -45,19 +62,19 @@ class _Meeting:
         tenant_spec: dict[str, Any],
         pod_templates: list[dict[str, Any]],
         timeout: float,
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, ImageFactDocument] | None:
         self.images_started.set()
         await asyncio.wait_for(self.claims_started.wait(), MEETING_TIMEOUT)
-        return {"registry.lab.example/vision/train:v1": {"digest": "sha256:aa"}}
+        return {"registry.lab.example/vision/train:v1": _IMAGE}
 
 
 class _FailingClaims:
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ClaimFactDocument]:
         raise OSError("apiserver unreachable")
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         raise OSError("apiserver unreachable")
 
 
@@ -92,7 +109,7 @@ def test_claims_and_images_are_fetched_at_the_same_time() -> None:
 
     policy_input = asyncio.run(run())
     assert policy_input["resource_claims"] == {"gpu-claim": {"found": True}}
-    assert policy_input["images"] == {"registry.lab.example/vision/train:v1": {"digest": "sha256:aa"}}
+    assert policy_input["images"] == {"registry.lab.example/vision/train:v1": _IMAGE}
 
 
 def test_a_failure_to_read_the_claims_is_raised() -> None:
