@@ -178,6 +178,8 @@ class PolicyInput(TypedDict):
 
     # What the tenant's live pods ask, {"cpu": millicores, "memory": bytes, "pods": n}, summed by the
     # reconciler into the ledger (a Pod being created in a tenant namespace; tenant-quota). Absent: 0.
+    # The ledger's own `workloads` (gpu_accounting.ledger, a pydantic field), handed as it is: a
+    # TypedDict here would only be a cast of it.
     tenant_usage: NotRequired[dict[str, int]]
     # The ResourceClaims / templates the pod templates name, or why one could not be read
     # (webhook.claims.ClaimFacts).
