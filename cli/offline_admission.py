@@ -26,10 +26,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Mutation, PatchOperation
 from labgate.core.errors import LabgateError
 from labgate.core.tenant import RESTRICTED_SECRET_ANNOTATION, TENANT_LABEL
 from labgate.gpu_accounting.ledger import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import (
     build_policy_input,
     build_response,
@@ -42,7 +44,7 @@ from webhook.admission import (
     warning_lines,
 )
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import ClaimUsersDocument, ImageFactDocument, PolicyInput, SecretDocument
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.request_class import RequestClass, classify
 from webhook.review import AdmissionRequest, AdmissionResponse, GroupVersionResource, Operation
@@ -96,7 +98,7 @@ class Facts:
     """What the webhook keeps in caches: data.inventory, and restricted Secrets by namespace."""
 
     inventory: dict[str, Any]
-    secrets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, SecretDocument]] = field(default_factory=dict)
 
     def tenant_of(self, namespace: str) -> str | None:
         """The tenant label of `namespace`, as webhook.inventory.InventorySync.tenant_of reads it."""
@@ -135,7 +137,7 @@ def facts_from_manifests(manifests: Iterable[dict[str, Any]], *, platform_namesp
     """
     tenants: dict[str, dict[str, Any]] = {}
     explicit: dict[str, dict[str, Any]] = {}
-    secrets: dict[str, dict[str, dict[str, Any]]] = {}
+    secrets: dict[str, dict[str, SecretDocument]] = {}
     for manifest in manifests:
         kind = manifest.get("kind")
         metadata = manifest.get("metadata") or {}
@@ -491,10 +493,10 @@ class OfflineOpa:
         *,
         gpu_usage: GpuAmount | None = None,
         images: dict[str, Any] | None = None,
-        claim_users: dict[str, Any] | None = None,
+        claim_users: ClaimUsersDocument | None = None,
         kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         tenant_usage: dict[str, int] | None = None,
-        tenant_pool_gpus: dict[str, dict[str, int]] | None = None,
+        tenant_pool_gpus: PoolCapacityDocument | None = None,
         scaled_workload: dict[str, Any] | None = None,
         gpu_pools: dict[str, dict[str, int]] | None = None,
         open_nodes: dict[str, Any] | None = None,
@@ -546,12 +548,12 @@ class OfflineOpa:
 def _request_input(
     req: AdmissionRequest,
     *,
-    secrets: Mapping[str, dict[str, dict[str, Any]]],
+    secrets: Mapping[str, dict[str, SecretDocument]],
     kinds: tuple[WorkloadKind, ...],
-    images: dict[str, Any] | None,
-    claim_users: dict[str, Any] | None,
-    tenant_pool_gpus: dict[str, dict[str, int]] | None,
-    scaled_workload: dict[str, Any] | None,
+    images: dict[str, ImageFactDocument] | None,
+    claim_users: ClaimUsersDocument | None,
+    tenant_pool_gpus: PoolCapacityDocument | None,
+    scaled_workload: Object | None,
 ) -> tuple[PolicyInput, RequestClass]:
     """The policy input the webhook builds from the request and the facts read for it (the given
     ones standing for the registry's and the API's answers), and what kind of request it is."""

@@ -47,13 +47,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli.offline_admission import OfflineCheckError, OfflineOpa, admission_request, scale_request
 from labgate.gpu_accounting.ledger import GpuAmount
+from webhook.admission import status_pool_gpus
+from webhook.policy_input import ClaimUsersDocument
 from webhook.review import Operation
 
 SAMPLES_DIR = "samples"
@@ -190,8 +192,10 @@ def run_sample(opa: OfflineOpa, path: Path) -> SampleOutcome:
             gpu_usage=sample.gpu_usage,
             images=sample.images,
             tenant_usage=sample.tenant_usage,
-            claim_users=sample.claim_users,
-            tenant_pool_gpus=sample.tenant_pool_gpus,
+            # as the sample writes it: the policies, not this model, judge its shape
+            claim_users=cast(ClaimUsersDocument | None, sample.claim_users),
+            # the sample writes what the nodes hold as the status does; checked as the webhook reads it
+            tenant_pool_gpus=status_pool_gpus(sample.tenant_pool_gpus or {}),
             scaled_workload=sample.scaled_workload,
             gpu_pools=sample.gpu_pools,
             open_nodes=sample.open_nodes,

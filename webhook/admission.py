@@ -11,8 +11,21 @@ from typing import Any, cast
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.gpu_accounting.pool_capacity import (
+    PoolCapacityDocument,
+    capacity_document,
+    capacity_from_document,
+)
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind, find_pod_templates
-from webhook.policy_input import ImageReferenceDocument, PodTemplateDocument, PolicyInput
+from webhook.policy_input import (
+    HeldDocument,
+    ImageReferenceDocument,
+    OpenNodesDocument,
+    PodTemplateDocument,
+    PolicyInput,
+    QueuedDocument,
+    ScaledWorkloadDocument,
+)
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
 from webhook.review import AdmissionRequest, AdmissionResponse, ResponseStatus
 
@@ -65,11 +78,12 @@ def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> W
     return None
 
 
-def scaled_workload_document(kind: WorkloadKind, workload: Object) -> dict[str, Any]:
+def scaled_workload_document(kind: WorkloadKind, workload: Object) -> ScaledWorkloadDocument:
     """`input.scaled_workload`: the kind and pod templates of the workload a scale call resizes, as
     read from the API ({"kind", "error"} says instead why it could not be read)."""
     templates = find_pod_templates(workload, group=kind.group, kind=kind.kind, kinds=(kind,))
-    return {"kind": kind.kind, "pod_templates": [t.model_dump() for t in templates]}
+    pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
+    return {"kind": kind.kind, "pod_templates": pod_templates}
 
 
 def request_document(request: AdmissionRequest) -> dict[str, Any]:
@@ -219,7 +233,7 @@ def workload_priority_class_document(priority_class: Object) -> dict[str, Any]:
     return {"value": priority_class.get("value", 0)}
 
 
-def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
+def unscheduled_holds(tenant: Object) -> HeldDocument | None:
     """What the Tenant's status says admitted pods not yet scheduled hold: {"gpus", "pods"}, or None
     (the reconciler writes status.gpu.heldByUnscheduled and unscheduledPods; rbac.tenant_status)."""
     gpu = (tenant.get("status") or {}).get("gpu") or {}
@@ -229,7 +243,7 @@ def unscheduled_holds(tenant: Object) -> dict[str, Any] | None:
     return {"gpus": held, "pods": [str(p) for p in pods]}
 
 
-def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
+def queued_in_kueue(tenant: Object) -> QueuedDocument | None:
     """What the Tenant's status says Kueue holds queued of it: {"workloads", "gpus"}, or None (the
     reconciler writes status.gpu.queuedWorkloads and queuedGpus from Kueue's Workloads, with Kueue
     only; rbac.tenant_status)."""
@@ -240,9 +254,9 @@ def queued_in_kueue(tenant: Object) -> dict[str, Any] | None:
     return {"workloads": workloads, "gpus": gpus}
 
 
-def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
+def pool_gpus(tenant: Object) -> PoolCapacityDocument | None:
     """What the Tenant's status says the nodes of its pools hold, per model: {"gpus", "nodes",
-    "largest_node"}, or None (the reconciler writes status.gpu.pools; rbac.tenant_status). Only a
+    "largestNode"}, or None (the reconciler writes status.gpu.pools; rbac.tenant_status). Only a
     status of the current spec counts: pools just changed are not judged by the old ones' nodes."""
     metadata, status = tenant.get("metadata") or {}, tenant.get("status") or {}
     pools = (status.get("gpu") or {}).get("pools")
@@ -251,20 +265,14 @@ def pool_gpus(tenant: Object) -> dict[str, dict[str, int]] | None:
     return status_pool_gpus(pools)
 
 
-def status_pool_gpus(pools: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
-    """status.gpu.pools ({model: {gpus, nodes, largestNode}}) as the policies read it (input.gpu_pools:
-    {model: {"gpus", "nodes", "largest_node"}}); None when it says nothing (models whose numbers are not
-    positive integers are left out)."""
-    facts: dict[str, dict[str, int]] = {}
-    for model, held in pools.items():
-        numbers = [held.get(k) if isinstance(held, dict) else None for k in ("gpus", "nodes", "largestNode")]
-        counts = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-        if len(counts) == len(numbers):
-            facts[str(model)] = dict(zip(("gpus", "nodes", "largest_node"), counts, strict=True))
-    return facts or None
+def status_pool_gpus(pools: Mapping[str, Any]) -> PoolCapacityDocument | None:
+    """status.gpu.pools ({model: {gpus, nodes, largestNode}}) as the policies read it (input.gpu_pools,
+    the same spelling as input.tenant_pool_gpus), read through `ModelCapacity`; None when it says
+    nothing (models whose numbers are not positive integers are left out)."""
+    return capacity_document(capacity_from_document(pools)) or None
 
 
-def open_nodes(tenant: Object) -> dict[str, Any] | None:
+def open_nodes(tenant: Object) -> OpenNodesDocument | None:
     """What the Tenant's status says of the cluster's nodes as a pod without tolerations sees them
     (the reconciler writes status.nodes; rbac.node_taints), as the policies read it (input.open_nodes);
     None when it says nothing (the cluster's fact: no generation to match)."""
@@ -272,7 +280,7 @@ def open_nodes(tenant: Object) -> dict[str, Any] | None:
     return status_open_nodes(nodes) if isinstance(nodes, dict) else None
 
 
-def status_open_nodes(nodes: Mapping[str, Any]) -> dict[str, Any] | None:
+def status_open_nodes(nodes: Mapping[str, Any]) -> OpenNodesDocument | None:
     """status.nodes ({untainted, tainted, taintKeys, moreTaintKeys}) as the policies read it
     (input.open_nodes: {"untainted", "tainted", "taint_keys", "more_taint_keys"}); None when it
     does not say all of that."""

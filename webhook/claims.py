@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from labgate.core.api_resources import POD, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, Kind
+from webhook.policy_input import ClaimFactDocument, ClaimUserDocument, ClaimUsersDocument
 from webhook.read_shares import Read, unshared
 from webhook.references import claim_references
 
@@ -42,10 +43,10 @@ def _claim_fields(pod: Mapping[str, Any], kind: str, name: str) -> list[str]:
     return fields
 
 
-def claim_users(pods: Iterable[Mapping[str, Any]], kind: str, name: str) -> dict[str, Any]:
+def claim_users(pods: Iterable[Mapping[str, Any]], kind: str, name: str) -> ClaimUsersDocument:
     """input.claim_users: the pods that name claim `kind`/`name`, with what decides whether they are
     live (the policy decides): {"pods": [{"name", "field", "phase", "is_deleting"}]}."""
-    users = []
+    users: list[ClaimUserDocument] = []
     for pod in pods:
         fields = _claim_fields(pod, kind, name)
         if not fields:
@@ -62,7 +63,7 @@ def claim_users(pods: Iterable[Mapping[str, Any]], kind: str, name: str) -> dict
     return {"pods": sorted(users, key=lambda user: user["name"])}
 
 
-def claim_fact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+def claim_fact(kind: str, obj: Mapping[str, Any]) -> ClaimFactDocument:
     """What the policy gets of a claim that was read: its ResourceClaimSpec (a template's spec.spec)."""
     spec = obj.get("spec") or {}
     if kind == "ResourceClaimTemplate":
@@ -70,7 +71,7 @@ def claim_fact(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"found": True, "spec": spec}
 
 
-def missing_fact(reason: str) -> dict[str, Any]:
+def missing_fact(reason: str) -> ClaimFactDocument:
     return {"found": False, "reason": reason}
 
 
@@ -94,7 +95,7 @@ class ClaimFacts:
         self.reader = reader
         self.timeout = timeout
 
-    def _read(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    def _read(self, namespace: str, kind: str, name: str) -> ClaimFactDocument:
         try:
             obj = self.reader.get(_KINDS[kind], name, namespace=namespace, timeout=self.timeout)
         except Exception as err:  # refused (the API said no, a timeout): never counted as free
@@ -111,14 +112,14 @@ class ClaimFacts:
 
     async def for_templates(
         self, namespace: str, pod_templates: Iterable[Mapping[str, Any]], *, read: Read = unshared
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ClaimFactDocument]:
         """{"<kind>/<name>": fact} for every claim the templates name; {} when they name none.
         `read` runs each read (in the request's tenant's share of the pool: webhook/read_shares.py)."""
         references = sorted(claim_references(pod_templates))
         facts = await asyncio.gather(*(read(self._read, namespace, kind, name) for kind, name in references))
         return {f"{kind}/{name}": fact for (kind, name), fact in zip(references, facts, strict=True)}
 
-    def _users(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    def _users(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         try:
             pods = self.reader.list(POD, namespace=namespace).get("items") or []
         except Exception as err:  # refused, never "no users": deleting the claim could swap it
@@ -128,7 +129,7 @@ class ClaimFacts:
             return {"error": f"listing them failed: {type(err).__name__}"}
         return claim_users(pods, kind, name)
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         """input.claim_users for a claim (or template) being created or deleted: the pods of its
         namespace that name it. Listing the namespace's pods is one read, on a rare request."""
         return await asyncio.to_thread(self._users, namespace, kind, name)

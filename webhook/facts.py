@@ -16,9 +16,21 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import build_policy_input, scaled_kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import (
+    ClaimFactDocument,
+    ClaimUsersDocument,
+    HeldDocument,
+    ImageFactDocument,
+    OpenNodesDocument,
+    PolicyInput,
+    QueuedDocument,
+    ScaledWorkloadDocument,
+    SecretDocument,
+    VolumeDocument,
+)
 from webhook.read_shares import Read, ReadShares
 from webhook.references import (
     DEFAULT_MAX_REFERENCES,
@@ -43,28 +55,28 @@ SCALED_WORKLOAD_SECONDS = 1.5
 class UnscheduledHolds(Protocol):
     """What a tenant's admitted pods not yet scheduled hold (webhook.inventory.Inventory)."""
 
-    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None: ...
+    def held_by_unscheduled(self, tenant: str) -> HeldDocument | None: ...
 
 
 @runtime_checkable
 class QueuedWorkloads(Protocol):
     """What Kueue holds queued of a tenant (webhook.inventory.Inventory)."""
 
-    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None: ...
+    def queued_in_kueue(self, tenant: str) -> QueuedDocument | None: ...
 
 
 @runtime_checkable
 class PoolGpus(Protocol):
     """What the nodes of a tenant's pools hold per model (webhook.inventory.Inventory)."""
 
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None: ...
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None: ...
 
 
 @runtime_checkable
 class OpenNodes(Protocol):
     """The cluster's nodes as a pod without tolerations sees them (webhook.inventory.Inventory)."""
 
-    def open_nodes(self, tenant: str) -> dict[str, Any] | None: ...
+    def open_nodes(self, tenant: str) -> OpenNodesDocument | None: ...
 
 
 class InventoryState(Protocol):
@@ -90,40 +102,40 @@ class ImageFactSource(Protocol):
         tenant_spec: dict[str, Any],
         pod_templates: list[dict[str, Any]],
         timeout: float,
-    ) -> dict[str, dict[str, Any]] | None: ...
+    ) -> dict[str, ImageFactDocument] | None: ...
 
 
 class ClaimSource(Protocol):
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = ...
-    ) -> dict[str, dict[str, Any]]: ...
+    ) -> dict[str, ClaimFactDocument]: ...
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]: ...
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument: ...
 
 
 class SecretFacts(Protocol):
     @property
     def is_synced(self) -> bool: ...
 
-    def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]: ...
+    def in_namespace(self, namespace: str) -> dict[str, SecretDocument]: ...
 
 
 class VolumeFacts(Protocol):
-    def volume(self, name: str) -> dict[str, Any]: ...
+    def volume(self, name: str) -> VolumeDocument: ...
 
 
 class PoolNodeFacts(Protocol):
     """What the nodes a Tenant object's pools select hold per model, read live
     (webhook.pool_nodes.PoolNodes); None when labgate cannot tell; raises when the API cannot say."""
 
-    def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None: ...
+    def capacity_of(self, tenant: Mapping[str, Any]) -> PoolCapacityDocument | None: ...
 
 
 class ScaledWorkloadFacts(Protocol):
     """The pod templates of a workload being scaled, read live (webhook.scaled_workloads.ScaledWorkloads):
     {"kind", "pod_templates"}, or {"kind", "error"} when it could not be read."""
 
-    def fact(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]: ...
+    def fact(self, kind: WorkloadKind, namespace: str, name: str) -> ScaledWorkloadDocument: ...
 
 
 class GpuUsageSource(Protocol):
@@ -356,7 +368,7 @@ class FactGatherer:
 
     async def _claims_and_images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
-    ) -> tuple[dict[str, dict[str, Any]] | None, dict[str, dict[str, Any]] | None]:
+    ) -> tuple[dict[str, ClaimFactDocument] | None, dict[str, ImageFactDocument] | None]:
         """The DRA claims the templates name and their images' facts, fetched at the same time.
         A failure of either is raised once both are done (the claims' first)."""
         claims = asyncio.ensure_future(self._claims(tenant, namespace, pod_templates))
@@ -366,7 +378,7 @@ class FactGatherer:
 
     async def _claims(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, ClaimFactDocument] | None:
         """Claims (Dynamic Resource Allocation) count against the GPU quota: the policy needs them.
         Read within the tenant's share of the pool."""
         if self.claims is None:
@@ -375,7 +387,7 @@ class FactGatherer:
 
     async def _images(
         self, tenant: str, namespace: str, pod_templates: list[dict[str, Any]]
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, ImageFactDocument] | None:
         """The images' facts, for tenants with `spec.images` (None: none to gather)."""
         if self.images is None or (spec := self.inventory.tenant_spec(tenant)) is None:
             return None

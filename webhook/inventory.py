@@ -30,6 +30,7 @@ from webhook.admission import (
     tenant_document,
     workload_priority_class_document,
 )
+from webhook.policy_input import SecretDocument, VolumeDocument
 from webhook.tenant_status_facts import TenantStatusFacts
 
 log = logging.getLogger(__name__)
@@ -379,7 +380,7 @@ class RestrictedSecrets(WatchFed):
             else:
                 secrets[name] = found[2]
 
-    def in_namespace(self, namespace: str) -> dict[str, dict[str, Any]]:
+    def in_namespace(self, namespace: str) -> dict[str, SecretDocument]:
         """name -> {"annotations": {...}} for the restricted Secrets of `namespace`."""
         with self._lock:
             return {n: {"annotations": dict(a)} for n, a in self._by_namespace.get(namespace, {}).items()}
@@ -392,7 +393,7 @@ class PersistentVolumes:
     def __init__(self, kube: KubeApi):
         self._kube = kube
 
-    def volume(self, name: str) -> dict[str, Any]:
+    def volume(self, name: str) -> VolumeDocument:
         """{name, exists, labels, claimRef: {namespace, name} | None}; raises when the API cannot say."""
         obj = self._kube.get(PERSISTENT_VOLUME, name, timeout=2)
         if obj is None:
@@ -400,7 +401,7 @@ class PersistentVolumes:
         return volume_document(obj)
 
 
-def volume_document(obj: Object) -> dict[str, Any]:
+def volume_document(obj: Object) -> VolumeDocument:
     """What policies see of a PersistentVolume: its labels and the claim it is bound or reserved to."""
     metadata = obj.get("metadata", {})
     ref = (obj.get("spec") or {}).get("claimRef") or None

@@ -25,7 +25,13 @@ from labgate.core.api_resources import NODE
 from labgate.core.kube import KubeApi
 from labgate.core.tenant import NodePool, Placement
 from labgate.gpu_accounting.demand import GpuCounting
-from labgate.gpu_accounting.pool_capacity import NodeGpus, capacity_document, node_gpus, pool_capacity
+from labgate.gpu_accounting.pool_capacity import (
+    NodeGpus,
+    PoolCapacityDocument,
+    capacity_document,
+    node_gpus,
+    pool_capacity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +74,7 @@ class PoolNodes:
         self._counting = counting
         self._timeout = timeout
 
-    def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
+    def capacity_of(self, tenant: Mapping[str, Any]) -> PoolCapacityDocument | None:
         """{model: {gpus, nodes, largestNode}} of the nodes the Tenant's pools select; None, without
         reading, when labgate cannot tell (no pools, a pool selecting any node: see pool_capacity).
         Raises when the API cannot say."""

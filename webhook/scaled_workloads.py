@@ -9,12 +9,12 @@ cannot be read is said in the fact, and the policy refuses the scale (fail close
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from labgate.core.api_resources import Kind
 from labgate.core.kube import ApiException, KubeApi
 from labgate.core.workload_catalog import WorkloadKind
 from webhook.admission import scaled_workload_document
+from webhook.policy_input import ScaledWorkloadDocument
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class ScaledWorkloads:
         self._kube = kube
         self._timeout = timeout
 
-    def fact(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]:
+    def fact(self, kind: WorkloadKind, namespace: str, name: str) -> ScaledWorkloadDocument:
         """{"kind", "pod_templates"} of the workload, or {"kind", "error"} saying why it could not be
         read (it does not exist, the API refused or failed)."""
         try:

@@ -5,20 +5,20 @@ webhook keeps them aside, by tenant, and adds each to the input of the requests 
 
 from __future__ import annotations
 
-from typing import Any
-
 from labgate.core.api_resources import Object
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import open_nodes, pool_gpus, queued_in_kueue, unscheduled_holds
+from webhook.policy_input import HeldDocument, OpenNodesDocument, QueuedDocument
 
 
 class TenantStatusFacts:
     """The last status of each Tenant seen, as the facts the policies read (webhook.admission)."""
 
     def __init__(self) -> None:
-        self._held: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.unscheduled_holds
-        self._queued: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.queued_in_kueue
-        self._pools: dict[str, dict[str, dict[str, int]] | None] = {}  # tenant -> webhook.admission.pool_gpus
-        self._open_nodes: dict[str, dict[str, Any] | None] = {}  # tenant -> webhook.admission.open_nodes
+        self._held: dict[str, HeldDocument | None] = {}  # tenant -> webhook.admission.unscheduled_holds
+        self._queued: dict[str, QueuedDocument | None] = {}  # tenant -> webhook.admission.queued_in_kueue
+        self._pools: dict[str, PoolCapacityDocument | None] = {}  # tenant -> webhook.admission.pool_gpus
+        self._open_nodes: dict[str, OpenNodesDocument | None] = {}  # tenant -> webhook.admission.open_nodes
 
     def remember_status(self, tenant: Object) -> None:
         """What the Tenant's status says of GPUs held by pods not yet scheduled (refusals quote it),
@@ -31,18 +31,18 @@ class TenantStatusFacts:
         self._pools[name] = pool_gpus(tenant)
         self._open_nodes[name] = open_nodes(tenant)
 
-    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
+    def held_by_unscheduled(self, tenant: str) -> HeldDocument | None:
         """{"gpus", "pods"} held by the tenant's admitted pods not yet scheduled, as its status said."""
         return self._held.get(tenant)
 
-    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
+    def queued_in_kueue(self, tenant: str) -> QueuedDocument | None:
         """{"workloads", "gpus"} Kueue holds queued of the tenant, as its status said (with Kueue)."""
         return self._queued.get(tenant)
 
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
         """What the nodes of the tenant's pools hold per model, as its status said (pool_gpus)."""
         return self._pools.get(tenant)
 
-    def open_nodes(self, tenant: str) -> dict[str, Any] | None:
+    def open_nodes(self, tenant: str) -> OpenNodesDocument | None:
         """The cluster's nodes as a pod without tolerations sees them, as the tenant's status said."""
         return self._open_nodes.get(tenant)

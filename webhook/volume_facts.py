@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.policy_input import VolumeDocument
 from webhook.read_shares import Read, unshared
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ MAX_TEMPLATE_VOLUMES = 16
 
 
 class VolumeReader(Protocol):
-    def volume(self, name: str) -> dict[str, Any]: ...
+    def volume(self, name: str) -> VolumeDocument: ...
 
 
 def _field(document: Any, name: str) -> Any:
@@ -58,13 +59,13 @@ def template_volume_names(obj: Mapping[str, Any] | None, pod_templates: list[dic
 
 async def template_volumes(
     names: list[str], reader: VolumeReader, *, read: Read = unshared
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, VolumeDocument]:
     """name -> {name, exists, labels, claimRef} for the first MAX_TEMPLATE_VOLUMES names; a volume
     whose read failed is left out (the rule refuses what it could not see). `read` runs each read
     (in the request's tenant's share of the pool: webhook/read_shares.py)."""
     chosen = names[:MAX_TEMPLATE_VOLUMES]
     results = await asyncio.gather(*(read(reader.volume, name) for name in chosen), return_exceptions=True)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, VolumeDocument] = {}
     for name, result in zip(chosen, results, strict=True):
         if isinstance(result, BaseException):
             log.warning("could not read PersistentVolume %s: %s", name, result)

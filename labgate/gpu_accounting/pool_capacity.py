@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, TypeGuard
 
 from labgate.core.tenant import NodePool, Tenant
 from labgate.gpu_accounting.demand import GpuCounting, quantity
@@ -34,6 +34,24 @@ class NodeGpus:
     gpus: int
 
 
+class ModelCapacityDocument(TypedDict):
+    """One model's capacity in its one spelling: status.gpu.pools[model], and the policies'
+    input.gpu_pools[model] (read back from that status) and input.tenant_pool_gpus[model] (read live)."""
+
+    gpus: int
+    nodes: int
+    largestNode: int
+
+
+# model -> its capacity (status.gpu.pools, input.gpu_pools, input.tenant_pool_gpus).
+PoolCapacityDocument = dict[str, ModelCapacityDocument]
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    """A positive int (a bool is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 @dataclass(frozen=True, slots=True)
 class ModelCapacity:
     """Of one model, on the nodes of a tenant's pools: all their GPUs, how many nodes, the largest."""
@@ -42,9 +60,20 @@ class ModelCapacity:
     nodes: int
     largest_node: int
 
-    def document(self) -> dict[str, int]:
+    def document(self) -> ModelCapacityDocument:
         """As status.gpu.pools[model] says it."""
         return {"gpus": self.gpus, "nodes": self.nodes, "largestNode": self.largest_node}
+
+    @classmethod
+    def from_document(cls, held: object) -> ModelCapacity | None:
+        """A status.gpu.pools[model] as `document` writes it; None unless its three numbers are
+        positive ints (a status edited by hand, or of another version, says nothing)."""
+        if not isinstance(held, Mapping):
+            return None
+        gpus, nodes, largest = held.get("gpus"), held.get("nodes"), held.get("largestNode")
+        if _is_count(gpus) and _is_count(nodes) and _is_count(largest):
+            return cls(gpus=gpus, nodes=nodes, largest_node=largest)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +162,13 @@ def quota_condition(
     }
 
 
-def capacity_document(capacity: Mapping[str, ModelCapacity]) -> dict[str, dict[str, int]]:
+def capacity_document(capacity: Mapping[str, ModelCapacity]) -> PoolCapacityDocument:
     """status.gpu.pools: model -> {gpus, nodes, largestNode}."""
     return {model: held.document() for model, held in capacity.items()}
+
+
+def capacity_from_document(pools: Mapping[str, Any]) -> dict[str, ModelCapacity]:
+    """status.gpu.pools read back (`capacity_document`'s inverse): the models whose numbers are
+    positive ints (`ModelCapacity.from_document`); the others are left out."""
+    read = ((str(model), ModelCapacity.from_document(held)) for model, held in pools.items())
+    return {model: capacity for model, capacity in read if capacity is not None}

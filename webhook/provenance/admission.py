@@ -15,6 +15,7 @@ from typing import Any
 
 from labgate.core.api_resources import SERVICE_ACCOUNT, Kind
 from labgate.core.kube import ApiException, KubeApi
+from webhook.policy_input import ImageFactDocument
 from webhook.provenance.credentials import pull_credentials
 from webhook.provenance.facts import ImageFacts, SigningKey, images_input
 from webhook.provenance.reference import InvalidReferenceError, parse_reference, spec_images
@@ -35,14 +36,14 @@ def _pull_secret_names(spec: dict[str, Any]) -> list[str]:
     return [s["name"] for s in spec.get("imagePullSecrets") or [] if isinstance(s, dict) and s.get("name")]
 
 
-def with_pinned(images: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def with_pinned(images: dict[str, ImageFactDocument]) -> dict[str, ImageFactDocument]:
     """Add `pinned` (registry/repository@digest) to each fact that has a digest, for the mutation."""
-    out = {}
+    out: dict[str, ImageFactDocument] = {}
     for reference, fact in images.items():
-        pinned = None
-        if fact.get("digest") and not fact.get("error"):
+        pinned, digest = None, fact.get("digest")
+        if digest and not fact.get("error"):
             try:
-                pinned = parse_reference(reference).pinned(fact["digest"])
+                pinned = parse_reference(reference).pinned(digest)
             except InvalidReferenceError:
                 pinned = None
         out[reference] = {**fact, "pinned": pinned}
@@ -92,7 +93,7 @@ class ImageGatherer:
         tenant_spec: dict[str, Any],
         pod_templates: list[dict[str, Any]],
         timeout: float,
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, ImageFactDocument] | None:
         """`input.images`, or None when the tenant has no image rules (nothing is checked)."""
         images_spec = tenant_spec.get("images")
         references = template_images(pod_templates)

@@ -23,12 +23,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from labgate.core.coalesce import Coalescer
 from labgate.core.expiring_cache import ExpiringCache
+from webhook.policy_input import ImageFactDocument
 from webhook.provenance import cosign
 from webhook.provenance.cosign import Bundle, SimpleSigning, TrustedKey
 from webhook.provenance.credentials import PullCredentials, RegistryCredential
@@ -77,9 +78,10 @@ def trusted_keys(signing_keys: Sequence[SigningKey]) -> list[TrustedKey]:
     return keys
 
 
-def images_input(facts: dict[str, ImageFact]) -> dict[str, dict[str, Any]]:
-    """`input.images` for OPA: reference as written -> fact."""
-    return {reference: fact.model_dump() for reference, fact in facts.items()}
+def images_input(facts: dict[str, ImageFact]) -> dict[str, ImageFactDocument]:
+    """`input.images` for OPA: reference as written -> fact (ImageFact's fields are
+    ImageFactDocument's, without `pinned`)."""
+    return {reference: cast(ImageFactDocument, fact.model_dump()) for reference, fact in facts.items()}
 
 
 def _signature_identity(signature: cosign.Signature) -> str:

@@ -9,14 +9,32 @@ from typing import Any
 import pytest
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.facts import FactGatherer
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import (
+    ClaimFactDocument,
+    ClaimUsersDocument,
+    ImageFactDocument,
+    PolicyInput,
+)
 from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
 MEETING_TIMEOUT = 2.0
+
+
+_IMAGE: ImageFactDocument = {
+    "reference": "registry.lab.example/vision/train:v1",
+    "normalized": "registry.lab.example/vision/train:v1",
+    "registry": "registry.lab.example",
+    "repository": "vision/train",
+    "tag": "v1",
+    "digest": "sha256:aa",
+    "signed_by": [],
+    "error": None,
+}
 
 
 class _Meeting:
@@ -29,12 +47,12 @@ class _Meeting:
 
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ClaimFactDocument]:
         self.claims_started.set()
         await asyncio.wait_for(self.images_started.wait(), MEETING_TIMEOUT)
         return {"gpu-claim": {"found": True}}
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         raise AssertionError("a pod is not a claim")
 
     async def images_for(
@@ -44,19 +62,19 @@ class _Meeting:
         tenant_spec: dict[str, Any],
         pod_templates: list[dict[str, Any]],
         timeout: float,
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, ImageFactDocument] | None:
         self.images_started.set()
         await asyncio.wait_for(self.claims_started.wait(), MEETING_TIMEOUT)
-        return {"registry.lab.example/vision/train:v1": {"digest": "sha256:aa"}}
+        return {"registry.lab.example/vision/train:v1": _IMAGE}
 
 
 class _FailingClaims:
     async def for_templates(
         self, namespace: str, pod_templates: list[dict[str, Any]], *, read: Read = unshared
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ClaimFactDocument]:
         raise OSError("apiserver unreachable")
 
-    async def users_of(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    async def users_of(self, namespace: str, kind: str, name: str) -> ClaimUsersDocument:
         raise OSError("apiserver unreachable")
 
 
@@ -91,7 +109,7 @@ def test_claims_and_images_are_fetched_at_the_same_time() -> None:
 
     policy_input = asyncio.run(run())
     assert policy_input["resource_claims"] == {"gpu-claim": {"found": True}}
-    assert policy_input["images"] == {"registry.lab.example/vision/train:v1": {"digest": "sha256:aa"}}
+    assert policy_input["images"] == {"registry.lab.example/vision/train:v1": _IMAGE}
 
 
 def test_a_failure_to_read_the_claims_is_raised() -> None:
@@ -160,14 +178,14 @@ def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
 
 
 class _PoolsInventory(_Inventory):
-    def pool_gpus(self, tenant: str) -> dict[str, dict[str, int]] | None:
-        return {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}} if tenant == "vision" else None
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
+        return {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}} if tenant == "vision" else None
 
 
 def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
     gatherer = FactGatherer(inventory=_PoolsInventory(), gpu_usage=_Usage())
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
-    assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
+    assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
     assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
 
@@ -217,7 +235,7 @@ def test_the_open_nodes_are_read_from_the_status(nodes: Any, fact: Any) -> None:
     ("status", "pools"),
     [
         ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}},
-         {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}),
+         {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}),
         ({"observedGeneration": 1, "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}}, None),
         ({"observedGeneration": 2, "gpu": {"pools": {"h100": {"gpus": "16", "nodes": 2, "largestNode": 8}}}}, None),
         ({"observedGeneration": 2, "gpu": {}}, None),

@@ -24,7 +24,7 @@ from labgate.core.decisions import Decision, Mutation
 from webhook.app import Build, create_app
 from webhook.claims import ClaimFacts
 from webhook.pod_templates import WorkloadKind
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import ImageFactDocument, PolicyInput
 from webhook.read_shares import READS_PER_TENANT
 from webhook.replica import AdmissionOptions, FactSources, Replica, admission_server
 from webhook.review import AdmissionRequest
@@ -76,7 +76,7 @@ class _AdmitAll:
 class _NoImages:
     """Image facts' stand-in (their reads are bounded before they are asked)."""
 
-    async def images_for(self, **_: Any) -> dict[str, dict[str, Any]] | None:
+    async def images_for(self, **_: Any) -> dict[str, ImageFactDocument] | None:
         return None
 
 

@@ -407,7 +407,7 @@ def test_what_the_pools_nodes_hold_is_kept_from_the_status_and_not_pushed(sync: 
     }
     current = {**tenant("vision", "alice", status=measured), "metadata": {"name": "vision", "generation": 2}}
     sync.reflectors["tenants"].on_event("MODIFIED", current)
-    assert sync.sync.pool_gpus("vision") == {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}
+    assert sync.sync.pool_gpus("vision") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
     # A spec the status has not caught up with (its pools may be others): not its nodes.
     newer = {**current, "metadata": {"name": "vision", "generation": 3}}
     sync.reflectors["tenants"].on_event("MODIFIED", newer)

@@ -14,6 +14,7 @@ import pytest
 from labgate.core.api_resources import Kind
 from labgate.core.kube import KubeApi
 from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Engine, _Inventory
 from webhook import facts
 from webhook.policy_input import PolicyInput
@@ -135,7 +136,7 @@ def test_an_api_that_cannot_say_leaves_the_key_out_and_decides_on() -> None:
 
 def test_a_slow_api_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     class _Slow:
-        def capacity_of(self, tenant: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
+        def capacity_of(self, tenant: Mapping[str, Any]) -> PoolCapacityDocument | None:
             time.sleep(0.5)  # an API slower than the bound
             return {"h100": {"gpus": 8, "nodes": 1, "largestNode": 8}}
 

@@ -18,7 +18,7 @@ from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook import facts
 from webhook.admission import build_policy_input, scaled_kind
 from webhook.facts import FactGatherer
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import PolicyInput, ScaledWorkloadDocument
 from webhook.request_class import is_scale_up, needs_gpu_usage
 from webhook.review import AdmissionRequest
 from webhook.scaled_workloads import ScaledWorkloads
@@ -150,7 +150,7 @@ def test_a_workload_that_cannot_be_read_is_said_so_the_policy_refuses(door: _Doo
 
 def test_a_slow_read_is_not_waited_for_and_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     class _Slow:
-        def fact(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any]:
+        def fact(self, kind: WorkloadKind, namespace: str, name: str) -> ScaledWorkloadDocument:
             time.sleep(0.5)  # an API slower than the bound
             return {"kind": kind.kind, "pod_templates": []}
 

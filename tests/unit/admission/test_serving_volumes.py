@@ -9,7 +9,7 @@ import pytest
 
 from labgate.core.decisions import Decision, Mutation
 from webhook.inventory import volume_document
-from webhook.policy_input import PolicyInput
+from webhook.policy_input import PolicyInput, VolumeDocument
 from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
 
@@ -50,7 +50,7 @@ class _Volumes:
         self.asked: list[str] = []
         self.fails = fails
 
-    def volume(self, name: str) -> dict[str, Any]:
+    def volume(self, name: str) -> VolumeDocument:
         self.asked.append(name)
         if self.fails:
             raise OSError("apiserver unreachable")

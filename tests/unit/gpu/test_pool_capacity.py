@@ -12,6 +12,8 @@ from labgate.gpu_accounting.pool_capacity import (
     ModelCapacity,
     NodeGpus,
     Shortfall,
+    capacity_document,
+    capacity_from_document,
     node_gpus,
     pool_capacity,
     quota_condition,
@@ -117,3 +119,20 @@ def test_a_quota_the_pools_hold_is_a_true_condition() -> None:
     assert shortfalls(fits, capacity, COUNTING) == []
     condition = quota_condition(fits, capacity, COUNTING)
     assert (condition["status"], condition["reason"]) == ("True", "PoolsHoldQuota")
+
+
+# Issue 30 item 5: one spelling of a model's capacity, written to the status and read back from it.
+def test_the_capacity_reads_back_as_written_and_bad_numbers_say_nothing() -> None:
+    capacity = {"a100": ModelCapacity(gpus=4, nodes=1, largest_node=4), "h100": ModelCapacity(16, 2, 8)}
+    written = capacity_document(capacity)
+    assert written["h100"] == {"gpus": 16, "nodes": 2, "largestNode": 8}
+    assert capacity_from_document(written) == capacity
+    bad: dict[str, Any] = {
+        "a100": {"gpus": "4", "nodes": 1, "largestNode": 4},
+        "b200": {"gpus": True, "nodes": 1, "largestNode": 1},
+        "l4": {"gpus": 0, "nodes": 0, "largestNode": 0},
+        "t4": {"gpus": 4, "nodes": 1},
+        "v100": 8,
+        "h100": {"gpus": 16, "nodes": 2, "largestNode": 8},
+    }
+    assert capacity_from_document(bad) == {"h100": ModelCapacity(16, 2, 8)}

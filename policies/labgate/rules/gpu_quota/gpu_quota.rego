@@ -163,16 +163,16 @@ _quota_fix(tenant, d) := sprintf(
 } else := "lower the request or wait for running pods to finish"
 
 # What the nodes of the tenant's pools hold per model (input.gpu_pools, as the Tenant's status last
-# said it): {model: {"gpus", "nodes", "largest_node"}}; nothing when labgate does not know.
+# said it): {model: {"gpus", "nodes", "largestNode"}}; nothing when labgate does not know.
 _pools := object.get(input, "gpu_pools", {})
 
 # The largest node of the pools for a model the pod asks; for a pod that names no model, the largest
 # of any model. Undefined without facts.
 _largest_node(model) := n if {
-	n := _pools[model].largest_node
+	n := _pools[model].largestNode
 } else := n if {
 	model == gpu.unspecified_model
-	sizes := [p.largest_node | some p in _pools]
+	sizes := [p.largestNode | some p in _pools]
 	count(sizes) > 0
 	n := max(sizes)
 }

@@ -15,17 +15,17 @@ _inventory := json.patch(testdata.gpu_inventory, [
 ])
 
 test_a_pod_larger_than_any_node_of_its_pools_is_told_the_largest_node if {
-	pools := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}}
+	pools := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}
 	[v.message | some v in gpu_violations with input as _big_pod_input(pools) with data.inventory as _inventory] == [`[gpu-quota-node] Pod "big" asks 32 nvidia.com/gpu (h100); the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`, `[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
 }
 
 test_a_quota_smaller_than_the_largest_node_still_binds_first if {
-	pools := {"gpu_pools": {"h100": {"gpus": 64, "nodes": 2, "largest_node": 32}}}
+	pools := {"gpu_pools": {"h100": {"gpus": 64, "nodes": 2, "largestNode": 32}}}
 	[v.message | some v in gpu_violations with input as _big_pod_input(pools) with data.inventory as _inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
 }
 
 test_nodes_of_another_model_say_nothing_of_this_one if {
-	pools := {"gpu_pools": {"a100": {"gpus": 8, "nodes": 2, "largest_node": 4}}}
+	pools := {"gpu_pools": {"a100": {"gpus": 8, "nodes": 2, "largestNode": 4}}}
 	[v.message | some v in gpu_violations with input as _big_pod_input(pools) with data.inventory as _inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
 }
 
@@ -33,7 +33,7 @@ test_nodes_of_another_model_say_nothing_of_this_one if {
 test_a_pod_over_the_free_quota_and_larger_than_any_node_is_told_the_node_not_to_wait if {
 	input_doc := object.union(
 		pod_input("vision", testdata.vera, gpu_pod("train-16", "h100", {"nvidia.com/gpu": "16"}), {"total": 8, "by_model": {"h100": 8}}),
-		{"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}},
+		{"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}},
 	)
 	[v.message | some v in gpu_violations with input as input_doc with data.inventory as _inventory] == [`[gpu-quota-node] Pod "train-16" asks 16 nvidia.com/gpu (h100); the largest node of your pools has 8 h100 GPUs, so no node can ever hold it. Fix: ask at most 8 h100 GPUs per pod (more pods for more GPUs), or ask the infra team for larger h100 nodes in your pools`, `[gpu-quota] Pod "train-16" asks 16 nvidia.com/gpu (h100); tenant "vision" uses 8 of 16 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod: the largest node of your pools has 8 (a larger pod is never scheduled, so waiting cannot help)`]
 }
@@ -43,16 +43,16 @@ test_a_pod_over_the_free_quota_and_larger_than_any_node_is_told_the_node_not_to_
 test_a_pod_that_fits_a_node_and_the_quota_is_admitted if {
 	input_doc := object.union(
 		pod_input("vision", testdata.vera, gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"}), {"total": 0, "by_model": {}}),
-		{"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}},
+		{"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}},
 	)
 	count(gpu_violations) == 0 with input as input_doc with data.inventory as _inventory
-	larger := object.union(input_doc, {"gpu_pools": {"h100": {"gpus": 4, "nodes": 1, "largest_node": 4}}})
+	larger := object.union(input_doc, {"gpu_pools": {"h100": {"gpus": 4, "nodes": 1, "largestNode": 4}}})
 	{v.rule | some v in gpu_violations with input as larger with data.inventory as _inventory} == {"gpu-quota-node"}
 }
 
 # The same for a workload refused as a whole (gpu-quota-unfit): pods larger than any node are told
 # the node first, with how many of that size fit at once.
-_pools_of_8 := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}}
+_pools_of_8 := {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}}
 
 _sweep(parallelism, gpus) := testdata.job("sweep", parallelism, {}, {
 	"nodeSelector": {"nvidia.com/gpu.product": "h100"},

@@ -58,7 +58,7 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 		"[%s] %s runs %s, which start together; the nodes of your pools hold %s (%s, the largest %v)%s, so it would wait for ever. Fix: %s, or ask the infra team for more %s nodes in your pools",
 		[
 			rule_id, tenancy.object_ref, arithmetic_text(terms, model), gpu_text.plural(held.gpus, gpu_word(model)),
-			gpu_text.plural(held.nodes, "node"), held.largest_node, _room_text(terms, held),
+			gpu_text.plural(held.nodes, "node"), held.largestNode, _room_text(terms, held),
 			_gang_fix(terms, held), model,
 		],
 	)
@@ -87,13 +87,13 @@ _gang_models contains model if {
 # A pod larger than a node is said by the rule above, with the fix that comes first.
 _is_larger_than_a_node(terms, held) if {
 	some t in terms
-	t.each > held.largest_node
+	t.each > held.largestNode
 }
 
 # How many GPUs of the model the gang's pods can have at once on the pools' nodes: with one pod
 # size, only whole pods per node count (pods of 6 on nodes of 8 take a node each); an upper bound,
 # for the nodes may differ in size (never refused on what might fit).
-_gang_room(terms, held) := min([held.gpus, (held.nodes * floor(held.largest_node / terms[0].each)) * terms[0].each]) if {
+_gang_room(terms, held) := min([held.gpus, (held.nodes * floor(held.largestNode / terms[0].each)) * terms[0].each]) if {
 	count(terms) == 1
 } else := held.gpus
 

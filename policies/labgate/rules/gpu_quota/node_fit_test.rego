@@ -36,11 +36,11 @@ test_a_pod_of_one_node_is_admitted if {
 # Never refused on missing facts: no status yet, or no node of the model in it.
 test_without_the_pools_nodes_nothing_is_said if {
 	count(_all_rules(_pod_of("16"))) == 0
-	count(_all_rules(_with_pools(_pod_of("16"), {"a100": {"gpus": 8, "nodes": 1, "largest_node": 8}}))) == 0
+	count(_all_rules(_with_pools(_pod_of("16"), {"a100": {"gpus": 8, "nodes": 1, "largestNode": 8}}))) == 0
 }
 
 test_a_pod_naming_no_model_is_held_to_the_largest_node_of_any_model if {
-	pools := {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}, "a100": {"gpus": 4, "nodes": 1, "largest_node": 4}}
+	pools := {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}, "a100": {"gpus": 4, "nodes": 1, "largestNode": 4}}
 	big := pod_input("vision", testdata.vera, gpu_pod("any", "", {"nvidia.com/gpu": "12"}), {"total": 0, "by_model": {}})
 	_node_messages(_with_pools(big, pools)) == [`[gpu-quota-node] Pod "any" asks 12 nvidia.com/gpu (model unspecified); the largest node of your pools has 8 GPUs, so no node can ever hold it. Fix: ask at most 8 GPUs per pod (more pods for more GPUs), or ask the infra team for larger GPU nodes in your pools`]
 	fits := pod_input("vision", testdata.vera, gpu_pod("any", "", {"nvidia.com/gpu": "8"}), {"total": 0, "by_model": {}})

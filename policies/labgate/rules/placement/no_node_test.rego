@@ -26,7 +26,7 @@ _any_model_inventory := json.patch(testdata.gpu_inventory, [
 ])
 
 test_a_gpu_pod_whose_pools_have_no_node_of_its_model_is_told_so if {
-	input_doc := _pod_on_pools("a100", {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}})
+	input_doc := _pod_on_pools("a100", {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}})
 	_no_node_findings(input_doc) == {{
 		"rule": "placement-no-node",
 		"field": "spec.nodeSelector",
@@ -36,7 +36,7 @@ test_a_gpu_pod_whose_pools_have_no_node_of_its_model_is_told_so if {
 }
 
 test_a_gpu_pod_whose_pools_have_a_node_of_its_model_is_not_told if {
-	input_doc := _pod_on_pools("h100", {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largest_node": 8}}})
+	input_doc := _pod_on_pools("h100", {"gpu_pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}})
 	count(_no_node_findings(input_doc)) == 0
 }
 
