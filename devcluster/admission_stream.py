@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 import threading
 import time
@@ -29,6 +30,18 @@ import yaml
 # How labgate's own refusals read in the apiserver's answer; anything else that is not a success
 # is the machinery failing (the webhook unreachable, a timeout, a 500), never the policy's verdict.
 VERDICT_PREFIX = 'admission webhook "validate.labgate.io" denied the request: ['
+# A refusal by either of labgate's webhooks, with its rule id: a verdict (a 403) or labgate saying it
+# could not decide ([policy-engine-unavailable], a 503; [admission-overloaded], a 429).
+_LABGATE_REFUSAL = re.compile(r'admission webhook "[a-z.-]+labgate\.io" denied the request: \[([a-z0-9-]+)\]')
+# What the apiserver says when it could not get an answer from a webhook, and the cause's short name.
+_CALL_FAILURES = (
+    ("connection refused", "webhook connection refused"),
+    ("no endpoints available", "webhook has no endpoints"),
+    ("context deadline exceeded", "webhook timeout"),
+    ("Client.Timeout", "webhook timeout"),
+    ("connection reset", "webhook connection reset"),
+    ("EOF", "webhook connection closed (EOF)"),
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,25 @@ class Call:
     def is_failed(self) -> bool:
         return not self.is_admitted and not self.is_policy_verdict
 
+    @property
+    def reason(self) -> str:
+        """Why it was not admitted, in a few words: a labgate refusal's rule id in brackets
+        (`[gpu-quota]`, `[policy-engine-unavailable]`), or what failed on the way to the webhook
+        (`webhook connection refused`, `webhook timeout`, `client ReadTimeout`); "admitted" when it was,
+        and "unexplained <status>: <message>" for anything else."""
+        if self.is_admitted:
+            return "admitted"
+        if self.status == 0:
+            return f"client {self.message.partition(':')[0]}"
+        refusal = _LABGATE_REFUSAL.search(self.message)
+        if refusal is not None:
+            return f"[{refusal.group(1)}]"
+        if "failed calling webhook" in self.message:
+            return next(
+                (short for cue, short in _CALL_FAILURES if cue in self.message), "webhook call failed"
+            )
+        return f"unexplained {self.status}: {self.message[:160]}"
+
 
 class AdmissionStream:
     """A background thread sending `objects` (name -> Pod manifest) to the apiserver as the
@@ -72,7 +104,7 @@ class AdmissionStream:
         self.objects = dict(objects)
         self.interval = 1.0 / rate
         self.calls: list[Call] = []
-        self._server, self._ssl = _credentials(kubeconfig, workdir)
+        self._server, self._ssl = api_credentials(kubeconfig, workdir)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="admission-stream", daemon=True)
         self._began = 0.0
@@ -121,14 +153,15 @@ class AdmissionStream:
         return Call(name, at, answer.status_code, message, took)
 
 
-def _credentials(kubeconfig: Path, workdir: Path) -> tuple[str, ssl.SSLContext]:
+def api_credentials(kubeconfig: Path, workdir: Path) -> tuple[str, ssl.SSLContext]:
     """The server and a TLS context with the kubeconfig's CA and client certificate (embedded data,
-    as devcluster writes them)."""
+    as devcluster writes them); the certificate and key are written to `workdir` (one per user)."""
     config = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
     user = config["users"][0]["user"]
     workdir.mkdir(parents=True, exist_ok=True)
-    certificate, key = workdir / "stream-client.crt", workdir / "stream-client.key"
+    name = user_name(config)
+    certificate, key = workdir / f"{name}-client.crt", workdir / f"{name}-client.key"
     certificate.write_bytes(base64.b64decode(user["client-certificate-data"]))
     key.write_bytes(base64.b64decode(user["client-key-data"]))
     key.chmod(0o600)
@@ -137,3 +170,8 @@ def _credentials(kubeconfig: Path, workdir: Path) -> tuple[str, ssl.SSLContext]:
     )
     context.load_cert_chain(certificate, key)
     return str(cluster["server"]), context
+
+
+def user_name(config: dict[str, Any]) -> str:
+    """The kubeconfig's user name (its first user), safe as a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(config["users"][0]["name"]))

@@ -8,6 +8,7 @@ registry and the values that pin each of them by digest.
     values = chart_values(images, apiserver_address=..., client_ca_pem=...)
     seconds = helm_install(kubeconfig, values, workdir)            # `helm install --wait` to ready
     chart, policies = chart_with_policies(workdir)                 # a copy whose policies/ you edit
+    pods = release_pods(kubeconfig, "webhook")                     # the chart's webhook pods, as the API lists them
     seconds = helm_upgrade(kubeconfig, chart, values, workdir)     # `helm upgrade --wait`, rolled out
 
 The labgate image is the one toolchain/build-image.sh builds (devcluster.image). OPA and the
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devcluster.kubectl import kubectl
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import push_binary_image
 from devcluster.registry import ImageTools
@@ -183,3 +185,13 @@ def provenance_values(registry_host: str) -> dict[str, Any]:
     """The webhook's registry settings for the node's registry (plain HTTP at the host end of the
     node's veth), so that tenants' image rules (signatures) can be checked against it."""
     return {"webhook": {"provenance": {"insecureRegistries": [registry_host]}}}
+
+
+def release_pods(kubeconfig: Path, component: str) -> list[dict[str, Any]]:
+    """The release's pods of `component` (webhook, reconciler, ...) in NAMESPACE, as the API lists them."""
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
+    listed = kubectl(kubeconfig, "get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json")
+    if listed.returncode != 0:
+        raise RuntimeError(f"kubectl get pods: {listed.stderr.strip()}")
+    pods: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+    return pods

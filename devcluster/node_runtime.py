@@ -4,6 +4,10 @@ namespace the CRI plugin keeps the kubelet's images in) rather than from what th
     store = NodeImageStore.read(cluster.node)
     store.digest_of("host/labgate/opa@sha256:...")   # the digest the image record points at, or None
     store.holds("sha256:...")                        # an image record or a content blob with it
+    task_pid(cluster.node, "containerd://0f3c...")   # the host pid of a running container's process
+
+The node has no pid namespace of its own: the pid containerd reports for a container's task is the
+host's, so a test can signal it as the kernel would (an OOM kill, a crash).
 
 A pull by digest leaves an image record named by the reference and the manifest's blob in the
 content store; an image that was never pulled leaves neither.
@@ -50,3 +54,18 @@ class NodeImageStore:
     def holds(self, digest: str) -> bool:
         """Whether anything of `digest` is on the node: an image record pointing at it, or its blob."""
         return digest in self.content or digest in self.images.values()
+
+
+def task_pid(node: HasRuntime, container_id: str) -> int:
+    """The host pid of the running task of `container_id` (as a pod's status names it,
+    `containerd://<id>`, or the bare id), from containerd's own task list."""
+    wanted = container_id.removeprefix("containerd://")
+    listed = node.ctr("tasks", "ls")
+    if listed.returncode != 0:
+        raise RuntimeError(f"ctr tasks ls: {listed.stderr.strip()}")
+    # TASK PID STATUS, one task a line after the header.
+    for line in listed.stdout.splitlines()[1:]:
+        columns = line.split()
+        if len(columns) >= 3 and columns[0] == wanted and columns[2] == "RUNNING":
+            return int(columns[1])
+    raise LookupError(f"no running task {wanted} on the node: {listed.stdout}")

@@ -7,8 +7,9 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,3 +259,40 @@ def labgate_image_or_skip() -> Path:
         return build().archive
     except ImageBuildError as error:
         pytest.skip(f"the labgate image cannot be built here: {error}")
+
+
+def poll(check: Callable[[], bool], what: str | Callable[[], str], *, timeout: float = 90.0) -> None:
+    """Poll `check` (bounded) until it returns true; `what` (or what it returns) names it on failure."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what() if callable(what) else what}: not within {timeout:.0f}s"
+        time.sleep(0.5)
+
+
+def is_pod_ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return conditions.get("Ready") == "True"
+
+
+def provision_tenant(admin_kubeconfig: Path, name: str, spec: dict[str, Any]) -> None:
+    """Apply a Tenant of one namespace (`name`, labelled for it) with `spec` beside its namespaces,
+    as the cluster admin, and wait until labgate's reconciler reports it Ready (the node tests, where
+    the chart's reconciler provisions it)."""
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"labgate.io/tenant": name}},
+    }
+    tenant = {
+        "apiVersion": "labgate.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {"namespaces": {"names": [name]}, **spec},
+    }
+    # The namespace first (see TenantFactory.create).
+    for manifest in (namespace, tenant):
+        applied = kubectl(admin_kubeconfig, "apply", "-f", "-", stdin=json.dumps(manifest))
+        assert applied.returncode == 0, applied.stderr
+    waited = kubectl(admin_kubeconfig, "wait", "--for=condition=Ready", "--timeout=120s", f"tenant/{name}")
+    assert waited.returncode == 0, waited.stderr

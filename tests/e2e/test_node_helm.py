@@ -17,9 +17,8 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +40,13 @@ from devcluster.node_chart import (
     helm_upgrade,
     install_chart,
     provenance_values,
+    release_pods,
 )
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import push_binary_image
 from devcluster.node_runtime import NodeImageStore
 from devcluster.tools import REPO_ROOT, tool
-from tests.e2e.conftest import labgate_image_or_skip
+from tests.e2e.conftest import is_pod_ready, labgate_image_or_skip, poll
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -117,23 +117,8 @@ def get_json(installed: Installed, *args: str) -> dict[str, Any]:
     return found
 
 
-def poll(check: Callable[[], bool], what: str | Callable[[], str], *, timeout: float = 90.0) -> None:
-    """Poll `check` (bounded) until it returns true; `what` (or what it returns) names it on failure."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what() if callable(what) else what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
-
-
 def component_pods(installed: Installed, component: str) -> list[dict[str, Any]]:
-    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
-    pods: list[dict[str, Any]] = get_json(installed, "pods", "-n", NAMESPACE, "-l", selector)["items"]
-    return pods
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-    return conditions.get("Ready") == "True"
+    return release_pods(installed.cluster.control_plane.admin_kubeconfig, component)
 
 
 def image_ids(pod: dict[str, Any]) -> dict[str, str]:
@@ -145,7 +130,7 @@ def test_both_webhook_replicas_run_ready_from_the_pushed_digests(installed: Inst
     assert len(webhooks) == 2, [p["metadata"]["name"] for p in webhooks]
     for pod in webhooks:
         assert pod["status"]["phase"] == "Running", pod["status"]
-        assert is_ready(pod), pod["status"]
+        assert is_pod_ready(pod), pod["status"]
         assert pod["spec"]["nodeName"] == installed.cluster.node.name
         # The kubelet pulled what was pushed: the repository digest is the container's imageID.
         assert image_ids(pod) == {"labgate": installed.images.labgate, "opa": installed.images.opa}
@@ -411,7 +396,9 @@ def test_helm_upgrade_with_a_changed_policy_drops_no_admission_call_and_the_new_
     after = webhook_pod_names(installed)
     assert after.isdisjoint(before_pods), "the upgrade rolled the webhook pods"
     assert len(after) == 2
-    assert all(is_ready(p) for p in component_pods(installed, "webhook") if p["metadata"]["name"] in after)
+    assert all(
+        is_pod_ready(p) for p in component_pods(installed, "webhook") if p["metadata"]["name"] in after
+    )
 
 
 def upgrade_values(installed: Installed) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from devcluster.kubectl import kubectl
 from devcluster.node_chart import NAMESPACE, RELEASE, install_chart
 from devcluster.node_cluster import NodeCluster
 from devcluster.node_images import build_echo
-from tests.e2e.conftest import labgate_image_or_skip
+from tests.e2e.conftest import is_pod_ready, labgate_image_or_skip, poll, provision_tenant
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -65,14 +64,6 @@ def admin(lab: Lab, *args: str, stdin: str | None = None) -> subprocess.Complete
     return kubectl(lab.cluster.control_plane.admin_kubeconfig, *args, stdin=stdin)
 
 
-def poll(check: Callable[[], bool], what: str | Callable[[], str], *, timeout: float = 120.0) -> None:
-    """Poll `check` (bounded) until it returns true; `what` (or what it returns) names it on failure."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what() if callable(what) else what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
-
-
 @dataclass(frozen=True)
 class Team:
     """A Tenant of one namespace (its name), its admin's kubeconfig, and its pods' addresses."""
@@ -86,29 +77,10 @@ def provision(lab: Lab, name: str, network: dict[str, Any]) -> Team:
     """Apply a Tenant (labgate's reconciler provisions it) and start two echo servers in its namespace,
     created by the tenant's admin and admitted by labgate's webhook."""
     owner = f"admin-{name}"
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"labgate.io/tenant": name}},
-    }
-    tenant = {
-        "apiVersion": "labgate.io/v1alpha1",
-        "kind": "Tenant",
-        "metadata": {"name": name},
-        "spec": {
-            "members": {
-                "admins": [{"kind": "User", "name": owner}],
-                "researchers": [{"kind": "Group", "name": name}],
-            },
-            "namespaces": {"names": [name]},
-            "network": network,
-        },
-    }
-    for manifest in (namespace, tenant):
-        applied = admin(lab, "apply", "-f", "-", stdin=json.dumps(manifest))
-        assert applied.returncode == 0, applied.stderr
-    waited = admin(lab, "wait", "--for=condition=Ready", "--timeout=120s", f"tenant/{name}")
-    assert waited.returncode == 0, waited.stderr
+    members = {"admins": [{"kind": "User", "name": owner}], "researchers": [{"kind": "Group", "name": name}]}
+    provision_tenant(
+        lab.cluster.control_plane.admin_kubeconfig, name, {"members": members, "network": network}
+    )
     kubeconfig = lab.cluster.control_plane.kubeconfig_for(owner)
     for pod in ("one", "two"):
         created = kubectl(kubeconfig, "apply", "-n", name, "-f", "-", stdin=json.dumps(echo_pod(lab, pod)))
@@ -138,10 +110,9 @@ def ready_pod_ip(lab: Lab, namespace: str, name: str) -> str:
     def ready() -> bool:
         got = admin(lab, "get", "pod", name, "-n", namespace, "-o", "json")
         seen.update(json.loads(got.stdout) if got.returncode == 0 else {})
-        conditions = {c["type"]: c["status"] for c in seen.get("status", {}).get("conditions", [])}
-        return conditions.get("Ready") == "True"
+        return is_pod_ready(seen)
 
-    poll(ready, lambda: f"pod {namespace}/{name} Ready (status {seen.get('status')})")
+    poll(ready, lambda: f"pod {namespace}/{name} Ready (status {seen.get('status')})", timeout=120)
     address: str = seen["status"]["podIP"]
     return address
 
