@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import build_policy_input, scaled_kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -130,10 +131,27 @@ class GpuUsageSource(Protocol):
 
 
 class WorkloadUsageSource(Protocol):
-    """What a tenant's live pods ask of CPU, memory and pod slots (webhook.reservations.TenantRequests,
-    from the cached ledger the reconciler keeps current)."""
+    """What a tenant's live pods ask of CPU, memory and pod slots (TenantRequests, from the cached
+    ledger the reconciler keeps current)."""
 
     def workloads_of(self, tenant: str) -> dict[str, int]: ...
+
+
+class CachedLedgers(Protocol):
+    """The tenants' cached ledgers (labgate.gpu_accounting.ledger_store.LedgerCache)."""
+
+    def cached(self, tenant: str) -> Ledger: ...
+
+
+class TenantRequests:
+    """What each tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
+    reconciler last wrote it into the tenant's cached ledger: read, never reserved (no I/O)."""
+
+    def __init__(self, ledgers: CachedLedgers):
+        self.ledgers = ledgers
+
+    def workloads_of(self, tenant: str) -> dict[str, int]:
+        return self.ledgers.cached(tenant).workloads
 
 
 class Gathered(NamedTuple):

@@ -35,6 +35,7 @@ from webhook.facts import (
     PoolNodeFacts,
     ScaledWorkloadFacts,
     SecretFacts,
+    TenantRequests,
     TenantStatusSource,
     VolumeFacts,
 )
@@ -53,7 +54,7 @@ from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.read_shares import READS_PER_TENANT, ReadShares
 from webhook.references import DEFAULT_MAX_REFERENCES
-from webhook.reservations import GpuReservations, TenantRequests
+from webhook.reservations import GpuReservations
 from webhook.scaled_workloads import ScaledWorkloads
 from webhook.serving import AdmissionServer, UsageRecountSource, WatchedFacts, count_findings
 from webhook.settings import Settings

@@ -162,17 +162,6 @@ def _asks_of_round(
     return asks
 
 
-class TenantRequests:
-    """What each tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
-    reconciler last wrote it into the tenant's cached ledger: read, never reserved."""
-
-    def __init__(self, ledgers: LedgerAccess):
-        self.ledgers = ledgers
-
-    def workloads_of(self, tenant: str) -> dict[str, int]:
-        return self.ledgers.cached(tenant).workloads
-
-
 class GpuReservations:
     """The tenants' GPU reservations of one webhook replica: the batcher, its decisions, its writes."""
 

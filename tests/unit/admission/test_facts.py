@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
-from webhook.facts import FactGatherer
+from webhook.facts import FactGatherer, TenantRequests
 from webhook.policy_input import (
     ClaimFactDocument,
     ClaimUsersDocument,
@@ -353,3 +354,13 @@ def test_no_usage_and_no_pod_create_mean_no_tenant_usage() -> None:
     update = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
     assert "tenant_usage" not in asyncio.run(update.gather(_cpu_pod("UPDATE")))[0]
     assert workloads.asked == []
+
+
+def test_the_tenants_live_usage_is_read_from_its_cached_ledger() -> None:
+    class Cached:
+        def cached(self, tenant: str) -> Ledger:
+            return Ledger(tenant=tenant, workloads={"cpu": 6000, "pods": 3} if tenant == "vision" else {})
+
+    gatherer = FactGatherer(inventory=_Inventory(), workload_usage=TenantRequests(Cached()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_cpu_pod()))
+    assert policy_input["tenant_usage"] == {"cpu": 6000, "pods": 3}
