@@ -20,7 +20,8 @@ from webhook.facts import FactGatherer, Gathered, InventoryState
 from webhook.ledger_sums import LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.references import TooManyReferencesError
-from webhook.reservations import GPU_QUOTA_RULE, DecisionTrace, GpuReservations
+from webhook.reservation_batch import GPU_QUOTA_RULE
+from webhook.reservations import DecisionTrace, GpuReservations
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.usage_recount import Recount
 
