@@ -30,8 +30,8 @@ from labgate.gpu_accounting.ledger import (
 from webhook import refusals
 from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.policy_input import PolicyInput
-from webhook.reservation_batch import Asks, BatchDecision, PendingReservation
-from webhook.review import AdmissionRequest, AdmissionResponse
+from webhook.reservation_batch import Asks, BatchDecision, PendingReservation, Settled
+from webhook.review import AdmissionRequest
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,12 @@ class Evaluations(Protocol):
 
 
 @dataclass
-class DecisionTrace:
-    """Filled in while a request is served, for the decision log: the policy decision and the tenant."""
-
-    decision: Decision | None = None
-    tenant: str | None = None
-
-
-@dataclass
 class _Waiting:
     """A pending reservation and its caller, who waits for the response (and may give up at the
     deadline: then the response is done before its batch answers it)."""
 
     reservation: PendingReservation
-    trace: DecisionTrace
-    response: asyncio.Future[AdmissionResponse]
+    response: asyncio.Future[Settled]
 
 
 class GpuReservations:
@@ -94,11 +85,10 @@ class GpuReservations:
         request: AdmissionRequest,
         policy_input: PolicyInput,
         tenant: str,
-        trace: DecisionTrace,
         decision: Decision,
         *,
         key: str,
-    ) -> AdmissionResponse:
+    ) -> Settled:
         """Reserve the GPUs of an admitted pod (under `key`, its RequestClass.reservation_key) by
         compare-and-swap on its tenant's ledger; a lost race
         decides again with the new usage (never two admissions spending the same GPUs).
@@ -106,11 +96,14 @@ class GpuReservations:
         Group commit: the GPU pods of one tenant that arrive while a write is under way wait for the
         next batch; a batch is decided against a running ledger (each pod against what the pods
         before it leave) and written in one compare-and-swap. A Job's thousand pods cost a few
-        writes and, within the quota's headroom, no further evaluation."""
-        future: asyncio.Future[AdmissionResponse] = asyncio.get_running_loop().create_future()
+        writes and, within the quota's headroom, no further evaluation.
+
+        Returns the response and the decision it answers by: the batch's, at the usage the pods
+        before it left (the first decision when that usage is the one it was made at)."""
+        future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
         decided = GpuAmount.from_document(policy_input.get("gpu_usage"))
         pending = PendingReservation(request, policy_input, key, decision, decided, decision.gpu_demand)
-        self._pending.setdefault(tenant, []).append(_Waiting(pending, trace, future))
+        self._pending.setdefault(tenant, []).append(_Waiting(pending, future))
         if tenant not in self._committing:
             self._committing.add(tenant)
             task = asyncio.create_task(self._commit_batches(tenant))
@@ -150,7 +143,6 @@ class GpuReservations:
                 asks = decided.asks()
                 decided.learn(asks, await self._evaluate(decided, asks))
                 decision = decided.known_decision()
-            waiting.trace.decision = decision
             if decided.settle(decision, now=now()) == "ledger-full":
                 LEDGER_FULL.labels(ledger.tenant).inc()
         return decided
@@ -165,6 +157,7 @@ class GpuReservations:
     async def _commit(self, tenant: str, batch: list[_Waiting]) -> None:
         ledgers = self.ledgers
         ledger = ledgers.cached(tenant)
+        decided: BatchDecision | None = None
         for attempt in range(MAX_LEDGER_ATTEMPTS):
             decided = await self._decide_batch(ledger, batch)
             working = decided.working
@@ -186,16 +179,16 @@ class GpuReservations:
             if working is not ledger:
                 abandoned = [i.reservation.key for i in batch if i.response.done()]
                 await _release_abandoned(ledgers, tenant, abandoned, working)
-            for item, (response, _) in zip(batch, decided.settled, strict=True):
-                if item.trace.decision is not None:
-                    self.on_decided(item.trace.decision)
+            for item, settled in zip(batch, decided.settled, strict=True):
+                self.on_decided(settled.decision)
                 if not item.response.done():  # its caller may have given up at the deadline
-                    item.response.set_result(response)
+                    item.response.set_result(settled)
             return
         busy = refusals.ledger_busy(tenant, MAX_LEDGER_ATTEMPTS)
-        for item in batch:
-            if not item.response.done():
-                item.response.set_result(busy.response(item.reservation.request))
+        last = decided.settled if decided is not None else []
+        for item, settled in zip(batch, last, strict=True):
+            if not item.response.done():  # refused, with the decision of the last attempt
+                item.response.set_result(Settled(busy.response(item.reservation.request), settled.decision))
 
 
 async def _release_abandoned(ledgers: LedgerAccess, tenant: str, keys: list[str], written: Ledger) -> None:
