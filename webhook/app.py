@@ -33,8 +33,8 @@ from webhook.admission_line import AdmissionLine
 from webhook.failures import Attempt
 from webhook.pod_templates import WorkloadKind, load_workload_kinds
 from webhook.replica import Replica, build_replica
-from webhook.review import AdmissionRequest, AdmissionResponse, parse_review
-from webhook.serving import AdmissionServer, DecisionTrace
+from webhook.review import AdmissionRequest, parse_review
+from webhook.serving import AdmissionServer, Answer
 from webhook.settings import Settings, get_settings
 
 # Not __name__: the refusal line's logger is in docs/operations.md and tests/unit/admission/test_app.py.
@@ -122,7 +122,7 @@ def probes_only(app: ASGIApp) -> ASGIApp:
     return serve
 
 
-Handler = Callable[[AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]]
+Handler = Callable[[AdmissionRequest], Awaitable[Answer]]
 
 
 async def _serve(
@@ -146,20 +146,24 @@ async def _serve(
     try:
         # The wait for the slot is part of the deadline: the apiserver's timeout counts it too.
         deadline = settings.admission_deadline_seconds - (time.perf_counter() - started)
-        trace = DecisionTrace()
-        response, reason = await _decide(
-            review.request, handle, trace, settings=settings, size=len(body), deadline=deadline
+        answer, reason = await _decide(
+            review.request,
+            handle,
+            settings=settings,
+            size=len(body),
+            deadline=deadline,
+            tenant=None if tenant == NO_TENANT else tenant,
         )
         _account(
             request,
             review.request,
-            response,
-            trace,
+            answer,
             elapsed=time.perf_counter() - started,
             reason=reason,
             replica=replica,
         )
-        return Response(content=json_bytes.dumps(response.to_review()), media_type="application/json")
+        content = json_bytes.dumps(answer.response.to_review())
+        return Response(content=content, media_type="application/json")
     finally:
         line.leave(tenant)
 
@@ -167,14 +171,15 @@ async def _serve(
 async def _decide(
     request: AdmissionRequest,
     handle: Handler,
-    trace: DecisionTrace,
     *,
     settings: Settings,
     size: int,
     deadline: float,
-) -> tuple[AdmissionResponse, str | None]:
+    tenant: str | None,
+) -> tuple[Answer, str | None]:
     """The answer to `request` within the deadline, and the reason of a refusal of labgate's own
-    (its rule id; None for the policies' answer). A failure refuses (webhook/failures.py)."""
+    (its rule id; None for the policies' answer). A failure refuses (webhook/failures.py), under
+    `tenant`, the one the gate counted it for (the failed decision returned none)."""
     if size > settings.max_request_bytes:
         refusal = refusals.request_too_large(
             kind=request.kind.kind,
@@ -183,9 +188,9 @@ async def _decide(
             limit=settings.max_request_bytes,
             deadline=None,
         )
-        return refusal.response(request), refusal.rule
+        return Answer(refusal.response(request)), refusal.rule
     try:
-        return await asyncio.wait_for(handle(request, trace), timeout=deadline), None
+        return await asyncio.wait_for(handle(request), timeout=deadline), None
     except Exception as err:  # never admit, never a bare 500
         attempt = Attempt(
             request=request,
@@ -194,14 +199,13 @@ async def _decide(
             complex_request_bytes=settings.complex_request_bytes,
         )
         refusal = failures.refuse(err, attempt)
-        return refusal.response(request), refusal.rule
+        return Answer(refusal.response(request), tenant), refusal.rule
 
 
 def _account(
     request: Request,
     admission: AdmissionRequest,
-    response: AdmissionResponse,
-    trace: DecisionTrace,
+    answer: Answer,
     *,
     elapsed: float,
     reason: str | None,
@@ -209,20 +213,21 @@ def _account(
 ) -> None:
     """Metrics, the decision record and the PolicyReport findings of one answer."""
     webhook = request.url.path.strip("/")
+    response = answer.response
     ADMISSION_SECONDS.labels(webhook).observe(elapsed)
     ADMISSION_REQUESTS.labels(
-        webhook, "admitted" if response.allowed else "refused", trace.tenant or ""
+        webhook, "admitted" if response.allowed else "refused", answer.tenant or ""
     ).inc()
     if not response.allowed:
-        _log_refusal(webhook, admission, trace, elapsed=elapsed, reason=reason)
+        _log_refusal(webhook, admission, answer, elapsed=elapsed, reason=reason)
     # The validating webhook's verdict is the one to audit; the mutating one records patches.
     # Written by the log's one thread, in order, off the event loop.
     decisions = replica.decisions
     if decisions is not None and (webhook == "validate" or response.patch is not None):
         decisions.submit(
             request=admission,
-            decision=trace.decision,
-            tenant=trace.tenant,
+            decision=answer.decision,
+            tenant=answer.tenant,
             verdict="allowed" if response.allowed else "refused",
             patch_applied=response.patch is not None,
             latency_ms=elapsed * 1000,
@@ -232,18 +237,19 @@ def _account(
     # memory here, written by a thread (webhook/policy_reports.py); never raises, never waits.
     reports = replica.reports
     if reports is not None and webhook == "validate" and response.allowed:
-        reports.record(admission, trace.decision, trace.tenant)
+        reports.record(admission, answer.decision, answer.tenant)
 
 
 def refusal_fields(
-    webhook: str, admission: AdmissionRequest, trace: DecisionTrace, *, elapsed: float, reason: str | None
+    webhook: str, admission: AdmissionRequest, answer: Answer, *, elapsed: float, reason: str | None
 ) -> dict[str, object]:
     """The fields of a refusal's log line: which request, whose, which rules, how long it took."""
-    rules = [finding.rule for finding in trace.decision.denials] if trace.decision is not None else []
+    decision = answer.decision
+    rules = [finding.rule for finding in decision.denials] if decision is not None else []
     return {
         "webhook": webhook,
         "uid": admission.uid,
-        "tenant": trace.tenant or "",
+        "tenant": answer.tenant or "",
         "namespace": admission.namespace or "",
         "kind": admission.kind.kind,
         "operation": admission.operation,
@@ -254,16 +260,16 @@ def refusal_fields(
 
 
 def _log_refusal(
-    webhook: str, admission: AdmissionRequest, trace: DecisionTrace, *, elapsed: float, reason: str | None
+    webhook: str, admission: AdmissionRequest, answer: Answer, *, elapsed: float, reason: str | None
 ) -> None:
     """One structured line per refusal (docs/operations.md, Logs), for a pipeline that selects
     refusals by tenant or rule."""
-    fields = refusal_fields(webhook, admission, trace, elapsed=elapsed, reason=reason)
+    fields = refusal_fields(webhook, admission, answer, elapsed=elapsed, reason=reason)
     log.info("refused %s %s", fields["kind"], fields["uid"], extra={FIELDS_ATTRIBUTE: fields})
 
 
 Build = Callable[[Settings, tuple[WorkloadKind, ...]], Replica]
-Webhook = Callable[[AdmissionServer, AdmissionRequest, DecisionTrace], Awaitable[AdmissionResponse]]
+Webhook = Callable[[AdmissionServer, AdmissionRequest], Awaitable[Answer]]
 
 
 def _admission_route(

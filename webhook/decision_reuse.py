@@ -37,7 +37,7 @@ from labgate.core.decisions import Decision, Mutation
 from labgate.core.expiring_cache import ExpiringCache
 from labgate.core.metrics import DECISIONS_REUSED
 from webhook.policy_input import PolicyInput
-from webhook.reservations import holds_at, input_usage
+from webhook.reservation_batch import holds_at, input_usage
 
 # Metadata fields that differ between the copies of one pod and that no rule decides on
 # (generateName too: an Indexed Job's pods are "<job>-<index>-...").

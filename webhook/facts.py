@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import build_policy_input, scaled_kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -51,30 +52,15 @@ POOL_NODES_SECONDS = 2.0
 SCALED_WORKLOAD_SECONDS = 1.5
 
 
-@runtime_checkable
-class UnscheduledHolds(Protocol):
-    """What a tenant's admitted pods not yet scheduled hold (webhook.inventory.Inventory)."""
+class TenantStatusSource(Protocol):
+    """What the Tenants' statuses say that the policies quote, kept aside from the inventory
+    (webhook.tenant_status_facts.TenantStatusFacts); each None until a status says it."""
 
     def held_by_unscheduled(self, tenant: str) -> HeldDocument | None: ...
 
-
-@runtime_checkable
-class QueuedWorkloads(Protocol):
-    """What Kueue holds queued of a tenant (webhook.inventory.Inventory)."""
-
     def queued_in_kueue(self, tenant: str) -> QueuedDocument | None: ...
 
-
-@runtime_checkable
-class PoolGpus(Protocol):
-    """What the nodes of a tenant's pools hold per model (webhook.inventory.Inventory)."""
-
     def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None: ...
-
-
-@runtime_checkable
-class OpenNodes(Protocol):
-    """The cluster's nodes as a pod without tolerations sees them (webhook.inventory.Inventory)."""
 
     def open_nodes(self, tenant: str) -> OpenNodesDocument | None: ...
 
@@ -145,10 +131,27 @@ class GpuUsageSource(Protocol):
 
 
 class WorkloadUsageSource(Protocol):
-    """What a tenant's live pods ask of CPU, memory and pod slots (webhook.reservations.TenantRequests,
-    from the cached ledger the reconciler keeps current)."""
+    """What a tenant's live pods ask of CPU, memory and pod slots (TenantRequests, from the cached
+    ledger the reconciler keeps current)."""
 
     def workloads_of(self, tenant: str) -> dict[str, int]: ...
+
+
+class CachedLedgers(Protocol):
+    """The tenants' cached ledgers (labgate.gpu_accounting.ledger_store.LedgerCache)."""
+
+    def cached(self, tenant: str) -> Ledger: ...
+
+
+class TenantRequests:
+    """What each tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
+    reconciler last wrote it into the tenant's cached ledger: read, never reserved (no I/O)."""
+
+    def __init__(self, ledgers: CachedLedgers):
+        self.ledgers = ledgers
+
+    def workloads_of(self, tenant: str) -> dict[str, int]:
+        return self.ledgers.cached(tenant).workloads
 
 
 class Gathered(NamedTuple):
@@ -179,10 +182,12 @@ class FactGatherer:
         pool_nodes: PoolNodeFacts | None = None,
         scaled_workloads: ScaledWorkloadFacts | None = None,
         reads: ReadShares | None = None,
+        tenant_status: TenantStatusSource | None = None,
     ):
         """`reads`: the tenants' shares of the reads through to the API (READS_PER_TENANT each
-        without one)."""
+        without one). `tenant_status`: what the Tenants' statuses say (None: nothing of it)."""
         self.inventory = inventory
+        self.tenant_status = tenant_status
         self.scaled_workloads = scaled_workloads
         self.pool_nodes = pool_nodes
         self.workload_usage = workload_usage
@@ -214,28 +219,26 @@ class FactGatherer:
             # counted twice: its reservation is replaced.
             excluding = request_class.reservation_key if request_class.takes_gpus_now else None
             policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
-            held = (
-                self.inventory.held_by_unscheduled(tenant)
-                if isinstance(self.inventory, UnscheduledHolds)
-                else None
-            )
-            if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
-                policy_input["gpu_held"] = held
-            queued = (
-                self.inventory.queued_in_kueue(tenant)
-                if isinstance(self.inventory, QueuedWorkloads)
-                else None
-            )
-            if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
-                policy_input["gpu_queued"] = queued
-            pools = self.inventory.pool_gpus(tenant) if isinstance(self.inventory, PoolGpus) else None
-            if pools is not None:  # gpu-quota-node refuses by it; a refusal's Fix names the largest node
-                policy_input["gpu_pools"] = pools
+            if self.tenant_status is not None:
+                self._add_tenant_status(policy_input, self.tenant_status, tenant)
         if request_class.is_tenant_update and request.name:
             try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
                 policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()
             except Exception:
                 log.exception("no GPU usage of tenant %s for its update", request.name)
+
+    @staticmethod
+    def _add_tenant_status(policy_input: PolicyInput, status: TenantStatusSource, tenant: str) -> None:
+        """What the tenant's status says of its GPUs, where the policies read it (no I/O)."""
+        held = status.held_by_unscheduled(tenant)
+        if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
+            policy_input["gpu_held"] = held
+        queued = status.queued_in_kueue(tenant)
+        if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
+            policy_input["gpu_queued"] = queued
+        pools = status.pool_gpus(tenant)
+        if pools is not None:  # gpu-quota-node refuses by it; a refusal's Fix names the largest node
+            policy_input["gpu_pools"] = pools
 
     async def gather(self, request: AdmissionRequest) -> Gathered:
         """The policy input, the tenant that owns the request's namespace, and what kind of request
@@ -295,7 +298,9 @@ class FactGatherer:
         the status says it."""
         if not tenant or request.operation != "CREATE" or not policy_input["pod_templates"]:
             return
-        nodes = self.inventory.open_nodes(tenant) if isinstance(self.inventory, OpenNodes) else None
+        if self.tenant_status is None:
+            return
+        nodes = self.tenant_status.open_nodes(tenant)
         if nodes is not None:
             policy_input["open_nodes"] = nodes
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -31,7 +31,6 @@ from webhook.admission import (
     workload_priority_class_document,
 )
 from webhook.policy_input import SecretDocument, VolumeDocument
-from webhook.tenant_status_facts import TenantStatusFacts
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +99,14 @@ class InventorySnapshot:
         }
 
 
-class InventorySync(TenantStatusFacts):
+def _no_listener(tenant: Object) -> None:
+    return None
+
+
+class InventorySync:
     """Reflectors (Namespaces, Tenants, PriorityClasses; with Kueue its WorkloadPriorityClasses) that
-    write every change into OPA; what the Tenants' statuses say is kept aside (TenantStatusFacts)."""
+    write every change into OPA. A Tenant's status is never pushed: each Tenant seen is handed to
+    `tenant_seen` (webhook.tenant_status_facts.TenantStatusFacts keeps what the refusals quote)."""
 
     def __init__(
         self,
@@ -112,10 +116,13 @@ class InventorySync(TenantStatusFacts):
         platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         kueue: bool = False,
+        tenant_seen: Callable[[Object], None] = _no_listener,
     ):
         """`kube`: the door its watches and read-throughs use (reads only). `kueue`: Kueue runs beside
-        labgate (its CRDs are installed), so its WorkloadPriorityClasses are watched too."""
+        labgate (its CRDs are installed), so its WorkloadPriorityClasses are watched too.
+        `tenant_seen`: told of every Tenant listed, changed or read through (not of a deleted one)."""
         self._store = store
+        self._tenant_seen = tenant_seen
         self._watch_timeout = watch_timeout_seconds
         # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
         # watches, a read-through) and guards `_dirty`; `_push_lock` orders writes to OPA, which may
@@ -125,7 +132,6 @@ class InventorySync(TenantStatusFacts):
         # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
         # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
         self._dirty: set[tuple[str, str]] = set()
-        super().__init__()
         # Writes into OPA that completed: a decision made before one is not reused after it.
         self._writes = 0
         self._wake = threading.Event()
@@ -164,9 +170,8 @@ class InventorySync(TenantStatusFacts):
             )
 
     def _tenant_document(self, tenant: Object) -> Document:
-        """What OPA sees of a Tenant; what its status says is kept aside, never pushed
-        (TenantStatusFacts)."""
-        self.remember_status(tenant)
+        """What OPA sees of a Tenant; the whole Tenant, status and all, goes to `tenant_seen`."""
+        self._tenant_seen(tenant)
         return tenant_document(tenant)
 
     @property

@@ -35,6 +35,8 @@ from webhook.facts import (
     PoolNodeFacts,
     ScaledWorkloadFacts,
     SecretFacts,
+    TenantRequests,
+    TenantStatusSource,
     VolumeFacts,
 )
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
@@ -52,10 +54,11 @@ from webhook.provenance.registry import RegistryClient
 from webhook.provenance.settings import ProvenanceSettings, get_provenance_settings
 from webhook.read_shares import READS_PER_TENANT, ReadShares
 from webhook.references import DEFAULT_MAX_REFERENCES
-from webhook.reservations import GpuReservations, TenantRequests
+from webhook.reservations import GpuReservations
 from webhook.scaled_workloads import ScaledWorkloads
 from webhook.serving import AdmissionServer, UsageRecountSource, WatchedFacts, count_findings
 from webhook.settings import Settings
+from webhook.tenant_status_facts import TenantStatusFacts
 from webhook.usage_recount import UsageRecount
 
 # Every write the webhook makes goes under this field manager (ledgers, Events, PolicyReports).
@@ -95,7 +98,8 @@ class AdmissionOptions:
 @dataclass(frozen=True)
 class FactSources:
     """Where a request's facts come from. Watch-fed: the inventory, the ledgers, the restricted
-    secrets, and `age()`, how long ago the API last proved the stalest of them current. Read through:
+    secrets, what the Tenants' statuses say (fed by the inventory's Tenant watch), and `age()`, how
+    long ago the API last proved the stalest of them current. Read through:
     image facts, PersistentVolumes, DRA claims, a written Tenant's pools' nodes, a scaled workload,
     the tenant's GPU usage counted from its live pods. None: that fact is not gathered."""
 
@@ -109,6 +113,7 @@ class FactSources:
     pool_nodes: PoolNodeFacts | None = None
     scaled_workloads: ScaledWorkloadFacts | None = None
     usage_recount: UsageRecountSource | None = None
+    tenant_status: TenantStatusSource | None = None
 
 
 def _no_version() -> Hashable:
@@ -153,6 +158,7 @@ def admission_server(
         pool_nodes=sources.pool_nodes,
         scaled_workloads=sources.scaled_workloads,
         reads=ReadShares(options.reads_per_tenant),
+        tenant_status=sources.tenant_status,
     )
     watched = WatchedFacts(
         sources.inventory, ledgers, sources.secrets, age=sources.age, max_age=options.facts_max_age
@@ -219,29 +225,34 @@ def admission_reports(settings: Settings, kube: KubeApi) -> AdmissionReports | N
 
 @dataclass(frozen=True)
 class ClusterCaches:
-    """The watch-fed caches of the cluster a replica keeps: the inventory (pushed into OPA), the GPU
-    ledgers, the restricted secrets."""
+    """The watch-fed caches of the cluster a replica keeps: the inventory (pushed into OPA), what
+    the Tenants' statuses say (kept aside from it, fed by its Tenant watch), the GPU ledgers, the
+    restricted secrets."""
 
     inventory: InventorySync
+    statuses: TenantStatusFacts
     ledgers: LedgerCache
     secrets: RestrictedSecrets
 
     @classmethod
     def of(cls, settings: Settings, kube: KubeApi, ledger_writers: Executor) -> ClusterCaches:
         watch_timeout = settings.watch_timeout_seconds
+        statuses = TenantStatusFacts()
         inventory = InventorySync(
             kube,
             InventoryStore(settings.opa_url),
             platform_namespace=settings.namespace,
             watch_timeout_seconds=watch_timeout,
             kueue=settings.kueue,
+            tenant_seen=statuses.remember_status,
         )
         ledgers = LedgerCache(
             LedgerStore(kube, namespace=settings.namespace),
             watch_timeout_seconds=watch_timeout,
             writers=ledger_writers,
         )
-        return cls(inventory, ledgers, RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout))
+        secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
+        return cls(inventory, statuses, ledgers, secrets)
 
     def age(self) -> float:
         """Seconds since the API last proved the stalest of them current."""
@@ -267,6 +278,7 @@ def cluster_facts(
         inventory=inventory,
         ledgers=ledgers,
         secrets=caches.secrets,
+        tenant_status=caches.statuses,
         age=caches.age,
         images=ImageGatherer(ImageFacts(registry, provenance), kube),
         volumes=PersistentVolumes(kube),

@@ -20,11 +20,12 @@ from webhook.facts import FactGatherer, Gathered, InventoryState
 from webhook.ledger_sums import LedgerSums
 from webhook.policy_input import PolicyInput
 from webhook.references import TooManyReferencesError
-from webhook.reservations import GPU_QUOTA_RULE, DecisionTrace, GpuReservations
+from webhook.reservation_batch import GPU_QUOTA_RULE
+from webhook.reservations import GpuReservations
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.usage_recount import Recount
 
-__all__ = ["AdmissionServer", "DecisionTrace", "InventoryState", "WatchedFacts"]
+__all__ = ["AdmissionServer", "Answer", "InventoryState", "WatchedFacts"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,18 @@ def _is_refused_for_unlisted_pods(decision: Decision, recount: Recount) -> bool:
         and headroom is not None
         and (recount.usage - recount.unlisted).fits_within(headroom)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server answered one request, with what the decision log, the metrics and the
+    PolicyReports say of it: the tenant that owns the request (None outside any, or when the answer
+    came before its facts) and the policy's decision it answers by (None when there was none: a
+    refusal of labgate's own, a mutation)."""
+
+    response: AdmissionResponse
+    tenant: str | None = None
+    decision: Decision | None = None
 
 
 class Synced(Protocol):
@@ -128,34 +141,26 @@ class AdmissionServer:
         age = self.watched.age()
         return age if age > self.watched.max_age else None
 
-    async def _gather(
-        self, request: AdmissionRequest, trace: DecisionTrace | None
-    ) -> Gathered | AdmissionResponse:
+    async def _gather(self, request: AdmissionRequest) -> Gathered | Answer:
         """The request's facts and tenant, or the refusal when they cannot be trusted or read:
         facts too old, or more objects to read than the bound."""
         if (age := self.stale_facts_age()) is not None:
-            return refusals.facts_stale(age=age, bound=self.watched.max_age).response(request)
+            return Answer(refusals.facts_stale(age=age, bound=self.watched.max_age).response(request))
         try:
-            gathered = await self.facts.gather(request)
+            return await self.facts.gather(request)
         except TooManyReferencesError as err:
-            if trace is not None:
-                trace.tenant = self.inventory.tenant_of(request.namespace or "")
-            return refusals.too_many_references(
+            refusal = refusals.too_many_references(
                 kind=request.kind.kind,
                 name=refusals.request_name(request),
                 counts=err.references.counts(),
                 bound=err.bound,
-            ).response(request)
-        if trace is not None:
-            trace.tenant = gathered.tenant
-        return gathered
+            )
+            return Answer(refusal.response(request), self.inventory.tenant_of(request.namespace or ""))
 
-    async def validate(
-        self, request: AdmissionRequest, trace: DecisionTrace | None = None
-    ) -> AdmissionResponse:
-        trace = trace if trace is not None else DecisionTrace()
-        gathered = await self._gather(request, trace)
-        if isinstance(gathered, AdmissionResponse):
+    async def validate(self, request: AdmissionRequest) -> Answer:
+        """The validating webhook's answer, with the tenant and the policy's decision."""
+        gathered = await self._gather(request)
+        if isinstance(gathered, Answer):
             return gathered
         policy_input, tenant, request_class = gathered
         # Every request is decided at once against the cached usage, side by side with the others;
@@ -163,15 +168,16 @@ class AdmissionServer:
         decision = await self.reuse.decide(policy_input)
         if tenant and _is_refused_for_quota_alone(decision) and request_class.takes_gpus_now:
             policy_input, decision = await self._decide_at_live_count(tenant, policy_input, decision)
-        trace.decision = decision
         reserves = decision.allowed and decision.gpu_demand.total > 0 and not request.dry_run
         if tenant and reserves and request_class.takes_gpus_now:
             if self.reservations is None:
-                return refusals.engine_unavailable("no GPU quota ledger to reserve in").response(request)
+                refusal = refusals.engine_unavailable("no GPU quota ledger to reserve in")
+                return Answer(refusal.response(request), tenant, decision)
             key = request_class.reservation_key
-            return await self.reservations.reserve(request, policy_input, tenant, trace, decision, key=key)
+            reserved = await self.reservations.reserve(request, policy_input, tenant, decision, key=key)
+            return Answer(reserved.response, tenant, reserved.decision)
         count_findings(decision)
-        return build_response(request=request, decision=decision)
+        return Answer(build_response(request=request, decision=decision), tenant, decision)
 
     async def _decide_at_live_count(
         self, tenant: str, policy_input: PolicyInput, decision: Decision
@@ -208,12 +214,10 @@ class AdmissionServer:
         at_count: PolicyInput = {**policy_input, "gpu_usage": recount.usage.to_document()}
         return at_count, await self.evaluator.decide(at_count)
 
-    async def mutate(
-        self, request: AdmissionRequest, trace: DecisionTrace | None = None
-    ) -> AdmissionResponse:
-        gathered = await self._gather(request, trace)
-        if isinstance(gathered, AdmissionResponse):
+    async def mutate(self, request: AdmissionRequest) -> Answer:
+        """The mutating webhook's answer, with the tenant (a mutation is no decision to record)."""
+        gathered = await self._gather(request)
+        if isinstance(gathered, Answer):
             return gathered
-        return build_mutation_response(
-            request=request, mutation=await self.reuse.mutate(gathered.policy_input)
-        )
+        mutation = await self.reuse.mutate(gathered.policy_input)
+        return Answer(build_mutation_response(request=request, mutation=mutation), gathered.tenant)

@@ -1,7 +1,9 @@
 """What the Tenants' statuses say that the policies quote but OPA's inventory never holds: the
 reconciler writes them (rbac.tenant_status), they change often and decide nothing alone, so the
 webhook keeps them aside, by tenant, and adds each to the input of the requests that read it
-(webhook.facts)."""
+(webhook.facts). A part of its own, not a base of the inventory: the inventory's Tenant watch tells
+it of each Tenant seen (`remember_status`, handed to webhook.inventory.InventorySync by
+webhook.replica), the fact gatherer reads it (webhook.facts.TenantStatusSource)."""
 
 from __future__ import annotations
 

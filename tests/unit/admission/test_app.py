@@ -166,7 +166,8 @@ def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
         AdmissionOptions(facts_max_age=20.0),
     )
     request = AdmissionReview.model_validate(REVIEW).request
-    for answer in (asyncio.run(server.validate(request)), asyncio.run(server.mutate(request))):
+    for served in (asyncio.run(server.validate(request)), asyncio.run(server.mutate(request))):
+        answer = served.response
         assert answer.allowed is False
         assert answer.status is not None
         assert answer.status.code == 503

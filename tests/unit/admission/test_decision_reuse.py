@@ -199,7 +199,7 @@ def serve(
         answers = []
         for review in reviews:
             req = AdmissionRequest.model_validate(review)
-            answers.append((await server.validate(req), await server.mutate(req)))
+            answers.append(((await server.validate(req)).response, (await server.mutate(req)).response))
         return answers
 
     return asyncio.run(run())
@@ -273,7 +273,7 @@ def test_gpu_copies_reuse_the_decision_within_the_headroom_and_never_pass_the_qu
         for start in range(0, len(pods), 7):  # bursts of 7 arriving together
             chunk = list(enumerate(pods))[start : start + 7]
             answers = await asyncio.gather(*(server.validate(gpu_pod(i, m, n)) for i, (m, n) in chunk))
-            verdicts.extend(a.allowed for a in answers)
+            verdicts.extend(a.response.allowed for a in answers)
         return verdicts
 
     for headroom in (True, False):
@@ -299,7 +299,7 @@ def test_copies_arriving_together_wait_for_the_first_ones_evaluation() -> None:
         verdicts: list[bool] = []
         for start in range(0, 100, 10):
             burst = [server.validate(gpu_pod(i, "h100", 1)) for i in range(start, start + 10)]
-            verdicts.extend(a.allowed for a in await asyncio.gather(*burst))
+            verdicts.extend(a.response.allowed for a in await asyncio.gather(*burst))
         return verdicts
 
     assert asyncio.run(run()) == [True] * 100
@@ -317,7 +317,7 @@ def test_a_decision_for_a_gpu_pod_is_not_reused_beyond_its_headroom() -> None:
             AdmissionOptions(decision_reuse_seconds=5.0),
             version=lambda: 1,
         )
-        return [(await server.validate(gpu_pod(i, "h100", 2))).allowed for i in range(4)]
+        return [(await server.validate(gpu_pod(i, "h100", 2))).response.allowed for i in range(4)]
 
     assert asyncio.run(run()) == [True, True, False, False]
 

@@ -74,7 +74,7 @@ def test_requests_that_find_opa_without_its_inventory_at_once_share_one_push() -
                 *(server.validate(request(i, "h100", 0)) for i in range(CONCURRENT))
             )
         assert engine.asked_without == CONCURRENT, "every request found OPA without its inventory"
-        return [a.allowed for a in answers]
+        return [a.response.allowed for a in answers]
 
     assert asyncio.run(run()) == [True] * CONCURRENT
     assert inventory.pushes == 1

@@ -9,14 +9,18 @@ from typing import Any
 import pytest
 
 from labgate.core.gpu_amount import GpuAmount
+from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
-from webhook.facts import FactGatherer
+from webhook.facts import FactGatherer, TenantRequests
 from webhook.policy_input import (
     ClaimFactDocument,
     ClaimUsersDocument,
+    HeldDocument,
     ImageFactDocument,
+    OpenNodesDocument,
     PolicyInput,
+    QueuedDocument,
 )
 from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest
@@ -162,28 +166,49 @@ def test_a_tenant_update_gets_its_own_gpu_usage(operation: str, *, fail: bool, u
     assert policy_input.get("gpu_usage") == usage
 
 
+class _Statuses:
+    """What the Tenants' statuses say (webhook.tenant_status_facts.TenantStatusFacts), of "vision"
+    only: each fact given, or None (its status does not say it)."""
+
+    def __init__(
+        self,
+        *,
+        held: HeldDocument | None = None,
+        queued: QueuedDocument | None = None,
+        pools: PoolCapacityDocument | None = None,
+        open_nodes: OpenNodesDocument | None = None,
+    ) -> None:
+        self.held, self.queued, self.pools, self.nodes = held, queued, pools, open_nodes
+
+    def held_by_unscheduled(self, tenant: str) -> HeldDocument | None:
+        return self.held if tenant == "vision" else None
+
+    def queued_in_kueue(self, tenant: str) -> QueuedDocument | None:
+        return self.queued if tenant == "vision" else None
+
+    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
+        return self.pools if tenant == "vision" else None
+
+    def open_nodes(self, tenant: str) -> OpenNodesDocument | None:
+        return self.nodes if tenant == "vision" else None
+
+
 # Issue 22 item 6: a GPU pod's refusal quotes what the tenant's pods not yet scheduled hold.
-class _HoldingInventory(_Inventory):
-    def held_by_unscheduled(self, tenant: str) -> dict[str, Any] | None:
-        return {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]} if tenant == "vision" else None
-
-
 def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
-    gatherer = FactGatherer(inventory=_HoldingInventory(), gpu_usage=_Usage())
+    holding = _Statuses(held={"gpus": 8, "pods": ["gpu-experiment-dzjhx"]})
+    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=holding)
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
-    # An inventory that cannot tell: nothing added.
-    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
-    assert "gpu_held" not in plain
-
-
-class _PoolsInventory(_Inventory):
-    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None:
-        return {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}} if tenant == "vision" else None
+    # No status facts, or a status that does not say it: nothing added.
+    for statuses in (None, _Statuses()):
+        gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=statuses)
+        plain, _, _ = asyncio.run(gatherer.gather(_pod()))
+        assert "gpu_held" not in plain
 
 
 def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
-    gatherer = FactGatherer(inventory=_PoolsInventory(), gpu_usage=_Usage())
+    pools = _Statuses(pools={"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}})
+    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=pools)
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
@@ -191,21 +216,24 @@ def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
 
 
 # Issue 28 item 5: a pod that no node takes is told so at apply, from the Tenant's status.
-_TAINTED = {"untainted": 0, "tainted": 3, "taint_keys": ["labgate.io/pool"], "more_taint_keys": 0}
-
-
-class _OpenNodesInventory(_Inventory):
-    def open_nodes(self, tenant: str) -> dict[str, Any] | None:
-        return _TAINTED if tenant == "vision" else None
+_TAINTED: OpenNodesDocument = {
+    "untainted": 0,
+    "tainted": 3,
+    "taint_keys": ["labgate.io/pool"],
+    "more_taint_keys": 0,
+}
 
 
 def test_a_pod_created_gets_where_a_pod_without_tolerations_can_land() -> None:
-    policy_input, _, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(_pod()))
+    tainted = _Statuses(open_nodes=_TAINTED)
+    policy_input, _, _ = asyncio.run(
+        FactGatherer(inventory=_Inventory(), tenant_status=tainted).gather(_pod())
+    )
     assert policy_input.get("open_nodes") == _TAINTED
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
     assert "open_nodes" not in plain  # no status yet: nothing said
     update = _pod().model_copy(update={"operation": "UPDATE"})
-    changed, _, _ = asyncio.run(FactGatherer(inventory=_OpenNodesInventory()).gather(update))
+    changed, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), tenant_status=tainted).gather(update))
     assert "open_nodes" not in changed  # a running pod's update is not where it is placed
 
 
@@ -265,13 +293,9 @@ def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held
 
 
 # Issue 20: queue-wait quotes what Kueue holds queued of the tenant, as its status says it.
-class _QueueingInventory(_Inventory):
-    def queued_in_kueue(self, tenant: str) -> dict[str, Any] | None:
-        return {"workloads": 1, "gpus": 32} if tenant == "vision" else None
-
-
 def test_a_gpu_request_gets_what_kueue_holds_queued() -> None:
-    gatherer = FactGatherer(inventory=_QueueingInventory(), gpu_usage=_Usage())
+    queueing = _Statuses(queued={"workloads": 1, "gpus": 32})
+    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=queueing)
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_queued") == {"workloads": 1, "gpus": 32}
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
@@ -330,3 +354,13 @@ def test_no_usage_and_no_pod_create_mean_no_tenant_usage() -> None:
     update = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
     assert "tenant_usage" not in asyncio.run(update.gather(_cpu_pod("UPDATE")))[0]
     assert workloads.asked == []
+
+
+def test_the_tenants_live_usage_is_read_from_its_cached_ledger() -> None:
+    class Cached:
+        def cached(self, tenant: str) -> Ledger:
+            return Ledger(tenant=tenant, workloads={"cpu": 6000, "pods": 3} if tenant == "vision" else {})
+
+    gatherer = FactGatherer(inventory=_Inventory(), workload_usage=TenantRequests(Cached()))
+    policy_input, _, _ = asyncio.run(gatherer.gather(_cpu_pod()))
+    assert policy_input["tenant_usage"] == {"cpu": 6000, "pods": 3}

@@ -165,8 +165,8 @@ def _decide(
     api.released.set()
     server = _server(api, _Inventory(specs), Settings())
     request = AdmissionRequest.model_validate(review["request"])
-    response = asyncio.run(getattr(server, webhook)(request))
-    return response.model_dump(exclude_none=True), api.reads
+    answer = asyncio.run(getattr(server, webhook)(request))
+    return answer.response.model_dump(exclude_none=True), api.reads
 
 
 @pytest.mark.parametrize("webhook", ["validate", "mutate"])

@@ -18,6 +18,7 @@ import webhook.inventory
 from labgate.core.api_resources import NAMESPACE, TENANT, Kind
 from labgate.core.tenant import TENANT_LABEL
 from webhook.inventory import InventorySync
+from webhook.tenant_status_facts import TenantStatusFacts
 
 Object = dict[str, Any]
 
@@ -146,9 +147,15 @@ def tenant(name: str, *researchers: str, status: Object | None = None) -> Object
 
 class Sync:
     def __init__(
-        self, sync: InventorySync, reflectors: dict[str, FakeReflector], kube: FakeKube, opa: FakeOpa
+        self,
+        sync: InventorySync,
+        reflectors: dict[str, FakeReflector],
+        kube: FakeKube,
+        opa: FakeOpa,
+        statuses: TenantStatusFacts,
     ):
         self.sync, self.reflectors, self.kube, self.opa = sync, reflectors, kube, opa
+        self.statuses = statuses  # fed by the sync's Tenant watch, as webhook.replica wires them
 
     def list_everything(self, namespaces: list[Object], tenants: list[Object]) -> None:
         self.reflectors["namespaces"].deliver_list(namespaces)
@@ -167,9 +174,15 @@ def sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
     kube = FakeKube()
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
     opa = FakeOpa()
-    inventory = InventorySync(kube, opa, platform_namespace="labgate-system")  # type: ignore[arg-type]
+    statuses = TenantStatusFacts()
+    inventory = InventorySync(
+        kube,  # type: ignore[arg-type]
+        opa,
+        platform_namespace="labgate-system",
+        tenant_seen=statuses.remember_status,
+    )
     inventory.start()  # the pusher thread; the fake watches wait for the test
-    yield Sync(inventory, reflectors, kube, opa)
+    yield Sync(inventory, reflectors, kube, opa, statuses)
     inventory.stop()
     assert opa.closed
 
@@ -237,15 +250,15 @@ def test_a_status_only_change_of_a_tenant_writes_nothing(sync: Sync) -> None:
 # kept beside the inventory, never pushed to OPA (the status changes often and decides nothing).
 def test_what_pods_not_yet_scheduled_hold_is_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
-    assert sync.sync.held_by_unscheduled("vision") is None
+    assert sync.statuses.held_by_unscheduled("vision") is None
     waiting = {"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["gpu-experiment-dzjhx"]}}
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=waiting))
-    assert sync.sync.held_by_unscheduled("vision") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    assert sync.statuses.held_by_unscheduled("vision") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", "bob"))  # a real change
     sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
     assert [op["path"] for patch in sync.opa.patches for op in patch] == ["/tenants/vision"]
     assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
-    assert sync.sync.held_by_unscheduled("vision") is None  # its pod was bound since
+    assert sync.statuses.held_by_unscheduled("vision") is None  # its pod was bound since
 
 
 # Issue 20: where Kueue runs, its WorkloadPriorityClasses' values reach the policies (queue-priority).
@@ -282,10 +295,10 @@ def test_without_kueue_no_workload_priority_class_is_watched(sync: Sync) -> None
 # Issue 20: queue-wait quotes what Kueue holds queued, from the status too, never pushed.
 def test_what_kueue_holds_queued_is_kept_from_the_status(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
-    assert sync.sync.queued_in_kueue("vision") is None
+    assert sync.statuses.queued_in_kueue("vision") is None
     queued = {"gpu": {"queuedWorkloads": 1, "queuedGpus": 32}}
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=queued))
-    assert sync.sync.queued_in_kueue("vision") == {"workloads": 1, "gpus": 32}
+    assert sync.statuses.queued_in_kueue("vision") == {"workloads": 1, "gpus": 32}
     assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
 
 
@@ -400,18 +413,18 @@ def test_a_snapshot_stays_as_it_was_while_the_watches_change_the_inventory(sync:
 # Issue 22 item 6: gpu-quota's Fix names the largest node of the tenant's pools, as its status says.
 def test_what_the_pools_nodes_hold_is_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
-    assert sync.sync.pool_gpus("vision") is None
+    assert sync.statuses.pool_gpus("vision") is None
     measured = {
         "observedGeneration": 2,
         "gpu": {"pools": {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}},
     }
     current = {**tenant("vision", "alice", status=measured), "metadata": {"name": "vision", "generation": 2}}
     sync.reflectors["tenants"].on_event("MODIFIED", current)
-    assert sync.sync.pool_gpus("vision") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
+    assert sync.statuses.pool_gpus("vision") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
     # A spec the status has not caught up with (its pools may be others): not its nodes.
     newer = {**current, "metadata": {"name": "vision", "generation": 3}}
     sync.reflectors["tenants"].on_event("MODIFIED", newer)
-    assert sync.sync.pool_gpus("vision") is None
+    assert sync.statuses.pool_gpus("vision") is None
     sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
     assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
 
@@ -419,10 +432,10 @@ def test_what_the_pools_nodes_hold_is_kept_from_the_status_and_not_pushed(sync: 
 # Issue 28 item 5: where a pod without tolerations can land, kept from the status and not pushed.
 def test_the_open_nodes_are_kept_from_the_status_and_not_pushed(sync: Sync) -> None:
     sync.list_everything([namespace("team-a", "vision")], [tenant("vision", "alice")])
-    assert sync.sync.open_nodes("vision") is None
+    assert sync.statuses.open_nodes("vision") is None
     nodes = {"untainted": 0, "tainted": 3, "taintKeys": ["labgate.io/pool"]}
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status={"nodes": nodes}))
-    assert sync.sync.open_nodes("vision") == {
+    assert sync.statuses.open_nodes("vision") == {
         "untainted": 0,
         "tainted": 3,
         "taint_keys": ["labgate.io/pool"],

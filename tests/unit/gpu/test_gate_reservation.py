@@ -101,7 +101,7 @@ def test_a_pod_is_behind_the_gate_only_with_kueues_gate() -> None:
 
 def _validate(ledgers: Ledgers, request_: AdmissionRequest, total: int = 8) -> bool:
     server = admission_server(QuotaPolicy(total, {}), FactSources(inventory=Inventory(), ledgers=ledgers))
-    return asyncio.run(server.validate(request_)).allowed
+    return asyncio.run(server.validate(request_)).response.allowed
 
 
 def test_removing_the_gate_reserves_the_pods_gpus_by_its_uid() -> None:

@@ -18,6 +18,7 @@ from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
 from webhook.policy_input import PolicyInput
 from webhook.replica import FactSources, admission_server
 from webhook.review import AdmissionRequest
+from webhook.serving import Answer
 
 TENANT = "vision"
 
@@ -157,7 +158,7 @@ async def admit_together(pods: list[tuple[str, int]], policy: QuotaPolicy, ledge
     responses = await asyncio.gather(
         *(server.validate(request(i, model, count)) for i, (model, count) in enumerate(pods))
     )
-    return [r.allowed for r in responses]
+    return [r.response.allowed for r in responses]
 
 
 pods_strategy = st.lists(
@@ -203,3 +204,20 @@ def test_within_the_headroom_a_burst_needs_no_evaluation_beyond_the_first() -> N
     policy, ledgers = QuotaPolicy(total=1000, models={}), Ledgers()
     assert asyncio.run(admit_together(pods, policy, ledgers)) == [True] * 100
     assert policy.evaluations == 100
+
+
+def test_each_answer_carries_its_tenant_and_the_decision_it_was_answered_by() -> None:
+    """What the decision log records (webhook.serving.Answer): for a pod decided again in its batch,
+    the batch's decision (the refusal quotes the usage the pods before it left), not the first."""
+    policy = QuotaPolicy(total=4, models={})
+
+    async def run() -> list[Answer]:
+        server = admission_server(policy, FactSources(inventory=Inventory(), ledgers=Ledgers()))
+        return list(await asyncio.gather(*(server.validate(request(i, "h100", 2)) for i in range(3))))
+
+    answers = asyncio.run(run())
+    assert [a.response.allowed for a in answers] == [True, True, False]
+    assert {a.tenant for a in answers} == {TENANT}
+    refused = answers[2].decision
+    assert refused is not None
+    assert [f.message for f in refused.denials] == ["[gpu-quota] uses 4"]

@@ -85,7 +85,7 @@ def test_a_pod_the_api_deleted_does_not_refuse_the_next_and_the_quota_still_hold
     async def create_two() -> list[bool]:
         first = await server.validate(request(2, "h100", 8))
         second = await server.validate(request(3, "h100", 8))
-        return [first.allowed, second.allowed]
+        return [first.response.allowed, second.response.allowed]
 
     assert asyncio.run(create_two()) == [True, False]
     # The new pod is reserved against the ledger version the count was made at; nothing beyond.
@@ -98,14 +98,14 @@ def test_a_pod_the_api_deleted_does_not_refuse_the_next_and_the_quota_still_hold
 def test_the_count_is_made_only_for_a_refusal_by_the_quota() -> None:
     ledgers, pods = ledger_summing(0), Pods([])
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
-    assert asyncio.run(server.validate(request(1, "h100", 8))).allowed
+    assert asyncio.run(server.validate(request(1, "h100", 8))).response.allowed
     assert pods.lists == 0
 
 
 def test_a_count_that_fails_keeps_the_refusal() -> None:
     ledgers, pods = ledger_summing(16), Pods([live_pod("p1", 8)], broken=True)
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
-    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    response = asyncio.run(server.validate(request(2, "h100", 8))).response
     assert not response.allowed
     assert "[gpu-quota]" in (response.status.message if response.status else "")
     assert ledgers.writes == 0
@@ -124,7 +124,7 @@ def test_a_ledger_changed_after_the_count_is_decided_at_its_own_sum() -> None:
 
     ledgers.fresh = fresh_then_raced  # type: ignore[method-assign]
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
-    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    response = asyncio.run(server.validate(request(2, "h100", 8))).response
     assert not response.allowed
     assert ledgers.writes == 0
     assert "[gpu-quota]" in (response.status.message if response.status else "")
@@ -163,7 +163,7 @@ def test_a_refusal_by_the_reservation_of_a_pod_not_listed_waits_for_the_reconcil
     ledgers = ledger_reserving_a_pod_not_listed()
     pods = ReleasingPods([live_pod("p1", 8)], ledgers)
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
-    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    response = asyncio.run(server.validate(request(2, "h100", 8))).response
     assert response.allowed
     assert pods.lists == 2  # counted again once the ledger changed
     assert ledgers.writes == 1  # reserved against the released version, "2"
@@ -174,7 +174,7 @@ def test_a_reservation_of_a_pod_on_its_way_still_refuses_once_the_wait_is_over()
     ledgers = ledger_reserving_a_pod_not_listed()  # the ledger never changes: the pod is on its way
     pods = Pods([live_pod("p1", 8)])
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}), timeout=0.2)
-    response = asyncio.run(server.validate(request(2, "h100", 8)))
+    response = asyncio.run(server.validate(request(2, "h100", 8))).response
     assert not response.allowed
     assert "[gpu-quota] uses 16" in (response.status.message if response.status else "")
     assert (pods.lists, ledgers.writes) == (1, 0)
@@ -187,6 +187,6 @@ def test_no_wait_when_the_pods_listed_alone_refuse() -> None:
     ledgers.stored = ledgers.stored.model_copy(update={"settled": GpuAmount(16, {"h100": 16})})
     pods = ReleasingPods([live_pod("p1", 8), live_pod("p2", 8)], ledgers)
     server = server_with(ledgers, pods, QuotaPolicy(total=16, models={}))
-    response = asyncio.run(server.validate(request(3, "h100", 8)))
+    response = asyncio.run(server.validate(request(3, "h100", 8))).response
     assert not response.allowed
     assert pods.lists == 1
