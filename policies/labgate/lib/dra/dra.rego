@@ -35,7 +35,9 @@ _class_model(class, whole_model) := model if {
 _class_weight(class) := object.get(_dra_classes[class], "weight", 1)
 
 # Where each of a pod spec's claims comes from: {"field", "kind", "name", "key"}.
-claim_refs(spec) := [{"field": sprintf("resourceClaims[%d]", [i]), "kind": kind, "name": name, "key": concat("/", [kind, name])} |
+claim_refs(spec) := [{
+	"field": sprintf("resourceClaims[%d]", [i]), "kind": kind, "name": name, "key": concat("/", [kind, name]),
+} |
 	some i, ref in _array(object.get(spec, "resourceClaims", []))
 	[kind, name] := _claim_source(ref)
 ]
@@ -48,7 +50,9 @@ _claim_source(ref) := ["ResourceClaim", ref.resourceClaimName] if {
 
 # A ResourceClaimSpec's device requests, each as its alternatives: [{"class", "mode", "count"}]
 # (exactly: one; firstAvailable: each subrequest; older flat requests: the request itself).
-device_requests(claim_spec) := [{"field": sprintf("spec.devices.requests[%d]", [i]), "alternatives": _alternatives(request)} |
+device_requests(claim_spec) := [{
+	"field": sprintf("spec.devices.requests[%d]", [i]), "alternatives": _alternatives(request),
+} |
 	some i, request in _array(object.get(_object(claim_spec), ["devices", "requests"], []))
 ]
 
@@ -65,18 +69,38 @@ _alternative(request) := {
 }
 
 # Why labgate cannot count a device request, if it cannot (text; undefined when it can).
-request_problem(request) := sprintf("asks device class %q, which labgate neither counts as GPUs nor allows", [unknown[0]]) if {
-	unknown := [alt.class | some alt in request.alternatives; not alt.class in _dra_other_classes; not _dra_classes[alt.class]]
+request_problem(request) := sprintf(
+	"asks device class %q, which labgate neither counts as GPUs nor allows",
+	[unknown[0]],
+) if {
+	unknown := [alt.class |
+		some alt in request.alternatives
+		not alt.class in _dra_other_classes
+		not _dra_classes[alt.class]
+	]
 	count(unknown) > 0
-} else := sprintf("asks every device of class %q (allocationMode All), a number labgate cannot count", [all_devices[0]]) if {
+} else := sprintf(
+	"asks every device of class %q (allocationMode All), a number labgate cannot count",
+	[all_devices[0]],
+) if {
 	all_devices := [alt.class | some alt in request.alternatives; _dra_classes[alt.class]; alt.mode == "All"]
 	count(all_devices) > 0
-} else := "offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the scheduler picks one" if {
-	count({object.get(_dra_classes[alt.class], "model", "") | some alt in request.alternatives; _dra_classes[alt.class]}) > 1
+} else := concat("", [
+	"offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the ",
+	"scheduler picks one",
+]) if {
+	models := {object.get(_dra_classes[alt.class], "model", "") |
+		some alt in request.alternatives
+		_dra_classes[alt.class]
+	}
+	count(models) > 1
 }
 
 # What a device request asks of GPUs (the largest of its GPU alternatives), when it asks any.
-_request_asks(request, whole_model) := [{"resource": concat(" ", ["DRA", class]), "model": _class_model(class, whole_model), "count": n, "gpus": n * _class_weight(class)} |
+_request_asks(request, whole_model) := [{
+	"resource": concat(" ", ["DRA", class]), "model": _class_model(class, whole_model), "count": n,
+	"gpus": n * _class_weight(class),
+} |
 	not request_problem(request)
 	gpu_alternatives := [alt | some alt in request.alternatives; _dra_classes[alt.class]]
 	count(gpu_alternatives) > 0

@@ -164,7 +164,10 @@ _overhead(spec, resource) := n if {
 } else := 0
 
 # The scheduler's request of a pod spec for one resource.
-effective_request(spec, resource) := max([_running(spec, resource), _init_peak(spec, resource)]) + _overhead(spec, resource)
+effective_request(spec, resource) := max([
+	_running(spec, resource),
+	_init_peak(spec, resource),
+]) + _overhead(spec, resource)
 
 # Every GPU ask of a pod spec's containers: {"resource", "model", "count", "gpus"} per counted
 # resource, sorted by resource; count is the effective request, gpus what it weighs on the total.
@@ -192,7 +195,9 @@ unknown_resources(spec) := array.concat(
 # Resources of labgate's own domain (labgate.io/...) a pod spec asks: [{"field", "resource", "count"}].
 # They are counted for labgate by others (Kueue asks labgate.io/gpu-total for every nvidia.com/gpu a
 # workload asks, rbac/queues.py), and a pod that asks one itself changes that count.
-own_domain_resources(spec) := [{"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r)} |
+own_domain_resources(spec) := [{
+	"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r),
+} |
 	some group in ["initContainers", "containers"]
 	some i, c in _array(object.get(spec, group, []))
 	some r, _ in _asked(c)

@@ -53,7 +53,9 @@ alternatives(template) := [{"field": sprintf("%s[%d]", [_terms_field(template), 
 	requirements := array.concat(_selector_requirements(template.spec), _array(object.get(term, "matchExpressions", [])))
 ] if {
 	is_object(_required(template.spec))
-} else := [{"field": sprintf("%s.nodeSelector", [template.path]), "requirements": _selector_requirements(template.spec)}]
+} else := [
+	{"field": sprintf("%s.nodeSelector", [template.path]), "requirements": _selector_requirements(template.spec)},
+]
 
 # The labels every node of the pool carries.
 pool_selector(pool) := selector if {

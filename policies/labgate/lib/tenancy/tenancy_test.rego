@@ -13,7 +13,14 @@ service_account(namespace, name) := {
 	"groups": ["system:serviceaccounts", sprintf("system:serviceaccounts:%s", [namespace]), "system:authenticated"],
 }
 
-namespace_create(user, name, labels) := testdata.request("CREATE", "Namespace", "", user, {"metadata": {"name": name, "labels": labels}}, null)
+namespace_create(user, name, labels) := testdata.request(
+	"CREATE",
+	"Namespace",
+	"",
+	user,
+	{"metadata": {"name": name, "labels": labels}},
+	null,
+)
 
 # --- who owns the request's namespace ---
 
@@ -50,7 +57,8 @@ test_a_namespace_of_no_tenant_has_none if {
 
 test_trusted_users_groups_and_labgates_own_service_accounts_are_the_platform if {
 	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", testdata.cluster_admin)
-	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", {"username": "system:kube-scheduler", "groups": []})
+	tenancy.is_trusted_requester
+		with input.request as testdata.pod_request("team-a", {"username": "system:kube-scheduler", "groups": []})
 	reconciler := service_account("labgate-system", "labgate-reconciler")
 	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", reconciler)
 		with data.inventory as object.union(testdata.inventory, {"platform": {"namespace": "labgate-system"}})
@@ -121,6 +129,8 @@ test_containers_of_every_kind_are_listed_with_their_field if {
 		"initContainers": [{"name": "init"}],
 		"ephemeralContainers": [{"name": "debug"}],
 	}
-	{c.field | some c in tenancy.containers(spec)} == {"containers[0]", "containers[1]", "initContainers[0]", "ephemeralContainers[0]"}
+	{c.field | some c in tenancy.containers(spec)} == {
+		"containers[0]", "containers[1]", "initContainers[0]", "ephemeralContainers[0]",
+	}
 	count(tenancy.containers({})) == 0
 }

@@ -36,7 +36,10 @@ _suspend_change := [{"rule": "queue-unsuspend", "ops": [op], "warning": ""} |
 # spec.suspend, or spec.runPolicy.suspend (creating runPolicy when it is missing).
 _suspend_op(path) := {"op": "add", "path": json_patch.pointer_of(path), "value": true} if {
 	is_object(object.get(input.request.object, array.slice(path, 0, count(path) - 1), null))
-} else := {"op": "add", "path": json_patch.pointer_of(array.slice(path, 0, count(path) - 1)), "value": {path[count(path) - 1]: true}}
+} else := {
+	"op": "add", "path": json_patch.pointer_of(array.slice(path, 0, count(path) - 1)),
+	"value": {path[count(path) - 1]: true},
+}
 
 _gate_change := [{"rule": "queue-gate", "ops": [op], "warning": ""} |
 	kueue.is_pod

@@ -56,11 +56,17 @@ _metadata_parts(template) := array.slice(parts, 0, count(parts) - 1) if parts :=
 
 # Add the annotations (key -> value) at <parts>/metadata, creating what is missing (a parent before
 # its child).
-_annotation_ops(parts, values) := [{"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata"])), "value": {"annotations": values}}] if {
+_annotation_ops(parts, values) := [
+	{"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata"])), "value": {"annotations": values}},
+] if {
 	not is_object(object.get(input.request.object, array.concat(parts, ["metadata"]), null))
-} else := [{"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata", "annotations"])), "value": values}] if {
+} else := [
+	{"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata", "annotations"])), "value": values},
+] if {
 	not is_object(object.get(input.request.object, array.concat(parts, ["metadata", "annotations"]), null))
-} else := [{"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata", "annotations", key])), "value": value} |
+} else := [{
+	"op": "add", "path": json_patch.pointer_of(array.concat(parts, ["metadata", "annotations", key])), "value": value,
+} |
 	some key in sort(object.keys(values))
 	value := values[key]
 ]

@@ -66,7 +66,10 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	some ask in admin_requests(_claim_spec, _claim_prefix)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s (request %q) asks adminAccess: true: %s. Fix: remove adminAccess from the request; monitoring that needs it is the infra team's",
+		concat("", [
+			"[%s] %s %s (request %q) asks adminAccess: true: %s. Fix: remove adminAccess from the request; monitoring ",
+			"that needs it is the infra team's",
+		]),
 		[rule_id, tenancy.object_ref, ask.field, ask.request, _why],
 	)
 }
@@ -86,7 +89,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resour
 	some ask in admin_requests(fact.spec, "spec")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim without adminAccess",
+		concat("", [
+			"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim ",
+			"without adminAccess",
+		]),
 		[rule_id, tenancy.object_ref, template.path, kind, name, ask.request, _why],
 	)
 }

@@ -42,9 +42,18 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.priorityClas
 	not is_admitted
 	rule_id := rego.metadata.rule().custom.rule_id
 	reason := _preemptible_refusal(tenant)
-	msg := sprintf("[%s] %s is labelled %s=true but %s. Fix: remove the label; labgate marks pods beyond quota itself", [rule_id, tenancy.object_ref, _preemptible_label, reason])
+	msg := sprintf(
+		"[%s] %s is labelled %s=true but %s. Fix: remove the label; labgate marks pods beyond quota itself",
+		[rule_id, tenancy.object_ref, _preemptible_label, reason],
+	)
 }
 
-_preemptible_refusal(tenant) := sprintf("tenant %q admits no pods beyond quota (spec.gpu.overQuota is not preemptible)", [tenant.metadata.name]) if {
+_preemptible_refusal(tenant) := sprintf(
+	"tenant %q admits no pods beyond quota (spec.gpu.overQuota is not preemptible)",
+	[tenant.metadata.name],
+) if {
 	not _allows_preemptible(tenant)
-} else := sprintf("its priority class is %q, not %q", [object.get(_pod_template.spec, "priorityClassName", ""), _preemptible_class])
+} else := sprintf(
+	"its priority class is %q, not %q",
+	[object.get(_pod_template.spec, "priorityClassName", ""), _preemptible_class],
+)

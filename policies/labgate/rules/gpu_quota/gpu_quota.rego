@@ -18,7 +18,6 @@ package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
-import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_preemptible
 
@@ -77,7 +76,10 @@ overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.
 	_has_total(tenant)
 	d.total + _used_total > tenant.spec.gpu.total
 	parts := _model_overruns(tenant, d)
-} else := concat(", ", [sprintf("%v of %v %s GPUs", [o.used, o.limit, o.model]) | some o in _model_overrun_list(tenant, d)]) if {
+} else := concat(
+	", ",
+	[sprintf("%v of %v %s GPUs", [o.used, o.limit, o.model]) | some o in _model_overrun_list(tenant, d)],
+) if {
 	count(_model_overrun_list(tenant, d)) > 0
 }
 
@@ -89,7 +91,9 @@ _model_overrun_list(tenant, d) := [{"model": model, "used": _used(model), "limit
 	asked + _used(model) > limit
 ]
 
-_model_overruns(tenant, d) := [sprintf("%s: %v of %v", [o.model, o.used, o.limit]) | some o in _model_overrun_list(tenant, d)]
+_model_overruns(tenant, d) := [sprintf("%s: %v of %v", [o.model, o.used, o.limit]) |
+	some o in _model_overrun_list(tenant, d)
+]
 
 _in_parentheses(parts) := "" if {
 	count(parts) == 0
@@ -112,7 +116,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s asks %s; tenant %q uses %s%s. Fix: %s",
-		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text, _quota_fix(tenant, d)],
+		[
+			rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text,
+			_quota_fix(tenant, d),
+		],
 	)
 }
 
@@ -148,13 +155,19 @@ _alone_over(tenant, d) := array.concat(
 )
 
 _quota_fix(tenant, d) := sprintf(
-	"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting cannot help)",
+	concat("", [
+		"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting ",
+		"cannot help)",
+	]),
 	[gpu_text.plural(over.limit, gpu_word(_node_model(over.model))), over.limit],
 ) if {
 	over := _binding_over(tenant, d)
 	over.is_node
 } else := sprintf(
-	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
+	concat("", [
+		"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra ",
+		"team to raise %s of Tenant %q",
+	]),
 	[gpu_text.plural(over.limit, gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
 	over := _binding_over(tenant, d)
@@ -238,7 +251,10 @@ _per_pod(d, "") := d.total
 _per_pod(d, model) := object.get(d.by_model, model, 0) if model != ""
 
 arithmetic_text(terms, model) := sprintf("%s = %v", [
-	concat(" + ", [sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, gpu_word(model))]) | some t in terms]),
+	concat(
+		" + ",
+		[sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, gpu_word(model))]) | some t in terms],
+	),
 	sum([n | some t in terms; n := t.pods * t.each]),
 ])
 
@@ -248,7 +264,10 @@ gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
 
 _limit_text(tenant, "") := sprintf("tenant %q has %v in total", [tenant.metadata.name, tenant.spec.gpu.total])
 
-_limit_text(tenant, model) := sprintf("tenant %q has %s", [tenant.metadata.name, gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if {
+_limit_text(tenant, model) := sprintf(
+	"tenant %q has %s",
+	[tenant.metadata.name, gpu_text.plural(_models(tenant)[model], gpu_word(model))],
+) if {
 	model != ""
 }
 
@@ -286,11 +305,10 @@ _pod_count(terms) := sum([t.pods | some t in terms])
 
 # The Fix of gpu-quota-unfit. A gang: its pods cannot wait for each other, they can only ask less
 # each or get more quota.
-_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and the largest node of your pools has %v, so ask at most %s per pod", [
-	gpu_text.plural(_pod_count(terms), "pod"),
-	n,
-	gpu_text.plural(n, gpu_word(model)),
-]) if {
+_unfit_fix(terms, limit, model, tenant) := sprintf(
+	"its %s start together and the largest node of your pools has %v, so ask at most %s per pod",
+	[gpu_text.plural(_pod_count(terms), "pod"), n, gpu_text.plural(n, gpu_word(model))],
+) if {
 	is_gang
 	n := _node_cap(terms, model)
 	n < floor(limit / _pod_count(terms))
@@ -325,7 +343,10 @@ _at_once_text(terms, limit, each) := sprintf(", and run at most %s at once (%s)"
 	terms[0].pods * each > limit
 } else := ""
 
-_raise_text(model, tenant) := sprintf("ask the infra team to raise %s of Tenant %q", [_limit_field(model), tenant.metadata.name])
+_raise_text(model, tenant) := sprintf(
+	"ask the infra team to raise %s of Tenant %q",
+	[_limit_field(model), tenant.metadata.name],
+)
 
 # One template: how many pods of this size fit; several: only the sum can be named.
 _unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask fewer GPUs per pod", [
@@ -358,7 +379,10 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s; %s. Fix: %s",
-		[rule_id, tenancy.object_ref, arithmetic_text(terms, model), _limit_text(tenant, model), _unfit_fix(terms, limit, model, tenant)],
+		[
+			rule_id, tenancy.object_ref, arithmetic_text(terms, model), _limit_text(tenant, model),
+			_unfit_fix(terms, limit, model, tenant),
+		],
 	)
 }
 
@@ -405,90 +429,18 @@ free_gpus(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
 _can_start(tenant, model, terms) := "no pod can start now" if {
 	count(terms) == 1
 	floor(free_gpus(tenant, model) / terms[0].each) == 0
-} else := sprintf("only %s can start now", [gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")]) if {
+} else := sprintf(
+	"only %s can start now",
+	[gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")],
+) if {
 	count(terms) == 1
 } else := sprintf("only %s are free now", [gpu_text.plural(free_gpus(tenant, model), gpu_word(model))])
 
 usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
 
-usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if model != ""
-
-# METADATA
-# title: A workload whose pods will wait for GPUs says so when applied
-# description: |
-#   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
-#   refused one by one when the controller creates them (gpu-quota), which shows only in the
-#   workload's events (FailedCreate), until running pods finish. Said about the limit that binds
-#   (the fewest pods can start under it), never about a workload gpu-quota-unfit refuses, and only
-#   when the workload is admitted (`if_admitted`: labgate.admission drops it beside a refusal).
-# custom:
-#   rule_id: gpu-quota-pending
-violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
-	not gpu.is_pod
-	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
-	has_usage
-	not waits_in_kueue
-	tenant := tenancy.namespace_tenant
-	count(gpu.checked_templates) > 0
-	count(unfit_limits(tenant)) == 0 # refused: nothing will wait
-	pending := _pending_limits(tenant)
-	some model in pending
-	_is_binding(tenant, pending, model)
-	terms := limit_terms(model)
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s runs %s; tenant %q uses %s now, so %s and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (%s)",
-		[
-			rule_id, tenancy.object_ref, arithmetic_text(terms, model), tenant.metadata.name,
-			usage_text(tenant, model), _can_start(tenant, model, terms),
-			object.get(_replica_field, input.request.kind.kind, "its replica count"),
-		],
-	)
-}
-
-# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
-waits_in_kueue if {
-	kueue.managed_tenant
-	kueue.is_queued(input.request.object)
-}
-
-# One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
-# several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
-_is_binding(tenant, pending, model) if {
-	ranked := {[_startable(tenant, m), total_last(m), m] | some m in pending}
-	min(ranked)[2] == model
-}
-
-_startable(tenant, model) := floor(free_gpus(tenant, model) / terms[0].each) if {
-	terms := limit_terms(model)
-	count(terms) == 1
-} else := free_gpus(tenant, model)
-
-total_last("") := 1
-
-total_last(model) := 0 if model != ""
-
-# --- CronJob runs that may overlap ---
-
-# METADATA
-# title: A CronJob whose GPU runs may overlap says so when applied
-# description: |
-#   Announced, not refused (config rule_modes gives it warn): with concurrencyPolicy Allow (the
-#   default) a run that starts before the last one ends asks its GPUs on top of it, and its pods wait
-#   or are refused (gpu-quota) while the tenant is at its quota.
-# custom:
-#   rule_id: gpu-cronjob-overlap
-violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyPolicy"} if {
-	input.request.kind.kind == "CronJob" # first, for rule indexing
-	input.request.kind.group == "batch"
-	tenant := tenancy.namespace_tenant
-	count(gpu.checked_templates) > 0
-	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
-	terms := limit_terms("")
-	count(terms) > 0
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
-		[rule_id, tenancy.object_ref, arithmetic_text(terms, ""), tenant.metadata.name],
-	)
+usage_text(tenant, model) := sprintf(
+	"%v of %s",
+	[_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))],
+) if {
+	model != ""
 }

@@ -127,9 +127,13 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} i
 	reason := _scaled.error
 	_judged_tenant
 	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf("[%s] %s scales from %v to %v replicas, but labgate could not read it to count the GPUs its pods ask (%s). Fix: try again; if it persists, tell the infra team", [
-		rule_id, _workload_ref, _replicas_of(input.request.oldObject), _replicas_of(input.request.object), reason,
-	])
+	msg := sprintf(
+		concat("", [
+			"[%s] %s scales from %v to %v replicas, but labgate could not read it to count the GPUs its pods ask (%s). ",
+			"Fix: try again; if it persists, tell the infra team",
+		]),
+		[rule_id, _workload_ref, _replicas_of(input.request.oldObject), _replicas_of(input.request.object), reason],
+	)
 }
 
 # `Deployment "serve"`: a Scale's request names the workload's resource, not its kind.
@@ -142,22 +146,27 @@ _scale_field := "spec.replicas" if {
 } else := object.get(_replica_field, input.request.kind.kind, "its replica counts")
 
 # "from 0 to 5 replicas of 1 nvidia.com/gpu (h100) each"; the template named where there are several.
-_growth_text(g) := sprintf("%sfrom %v to %v replicas of %s each", [_template_text(g), g.before, g.after, gpu_text.describe_asks(g.spec)])
+_growth_text(g) := sprintf(
+	"%sfrom %v to %v replicas of %s each",
+	[_template_text(g), g.before, g.after, gpu_text.describe_asks(g.spec)],
+)
 
 _template_text(g) := sprintf("%s ", [trim_suffix(g.path, ".spec")]) if {
 	not _is_scale
 	count(input.pod_templates) > 1
 } else := ""
 
-_scale_fix(tenant, model) := sprintf("scale to at most %v replicas (what fits now), or wait for running pods to finish", [
-	_single_growth.before + _scale_room(tenant, model),
-]) if {
+_scale_fix(tenant, model) := sprintf(
+	"scale to at most %v replicas (what fits now), or wait for running pods to finish",
+	[_single_growth.before + _scale_room(tenant, model)],
+) if {
 	_fits_the_limit(tenant, model)
 	_scale_room(tenant, model) > 0
 } else := "wait for running pods to finish before scaling up (no replica more fits now)" if {
 	_fits_the_limit(tenant, model)
 } else := sprintf("scale to at most %v replicas (what fits now; at most %v ever fit %s), or %s", [
-	_single_growth.before + _scale_room(tenant, model), _most_ever(tenant, model), _limit_field(model), _raise_text(model, tenant),
+	_single_growth.before + _scale_room(tenant, model), _most_ever(tenant, model), _limit_field(model),
+	_raise_text(model, tenant),
 ]) if {
 	_scale_room(tenant, model) > 0
 } else := sprintf("no replica more fits now and at most %v ever fit %s: wait for running pods to finish, or %s", [

@@ -241,13 +241,20 @@ _applies(operations) := tenant if {
 	not tenancy.is_trusted_requester
 }
 
-_selector_fix(tenant) := sprintf("list peers that select only your tenant's namespaces (namespaceSelector matchLabels %s: %q)", [
-	tenancy.tenant_label, tenant.metadata.name,
-])
+_selector_fix(tenant) := sprintf(
+	"list peers that select only your tenant's namespaces (namespaceSelector matchLabels %s: %q)",
+	[tenancy.tenant_label, tenant.metadata.name],
+)
 
-_opening_fix(tenant, "ingress") := sprintf("ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant %q", [tenant.metadata.name])
+_opening_fix(tenant, "ingress") := sprintf(
+	"ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant %q",
+	[tenant.metadata.name],
+)
 
-_opening_fix(tenant, "egress") := sprintf("ask the infra team to add %q to the other Tenant's spec.network.allowIngressFromTenants", [tenant.metadata.name])
+_opening_fix(tenant, "egress") := sprintf(
+	"ask the infra team to add %q to the other Tenant's spec.network.allowIngressFromTenants",
+	[tenant.metadata.name],
+)
 
 _opens := {"ingress": "ingress from", "egress": "egress to"}
 
@@ -266,7 +273,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(outside) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open %s namespaces that are not tenant %q's (nor an allowed tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open %s namespaces that are not tenant %q's (nor an allowed ",
+			"tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
+		]),
 		[
 			rule_id, input.request.name, p.field, p.shown, _opens[p.direction], tenant.metadata.name,
 			concat(" and ", sort(outside)), _today_text(_selected_today(p.peer.namespaceSelector, allowed)),
@@ -294,7 +304,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(_ip_blocks(p.peer)) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open %s %s, but tenant %q has spec.network.allowEgress: false. Fix: %s, or ask the infra team to allow egress in Tenant %q",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open %s %s, but tenant %q has spec.network.allowEgress: false. Fix: ",
+			"%s, or ask the infra team to allow egress in Tenant %q",
+		]),
 		[
 			rule_id, input.request.name, p.field, p.shown, p.direction, _addresses[p.direction],
 			tenant.metadata.name, _ip_fix(p, tenant), tenant.metadata.name,
@@ -318,7 +331,10 @@ _metadata_fix(p) := sprintf("add the address to the ipBlock's except (%s)", [
 	concat(", ", [sprintf("%q", [_host_cidr(a)]) | some a in sort(_reachable_metadata(p))]),
 ]) if {
 	p.explicit
-} else := sprintf(`list "to" peers instead, e.g. ipBlock {"cidr": "0.0.0.0/0", "except": [%q]}`, [_host_cidr(data.labgate.config.metadata_addresses[0])])
+} else := sprintf(
+	`list "to" peers instead, e.g. ipBlock {"cidr": "0.0.0.0/0", "except": [%q]}`,
+	[_host_cidr(data.labgate.config.metadata_addresses[0])],
+)
 
 _host_cidr(address) := sprintf("%s/128", [address]) if contains(address, ":")
 
@@ -343,7 +359,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(reachable) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's credentials and no tenant may reach. Fix: %s",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's ",
+			"credentials and no tenant may reach. Fix: %s",
+		]),
 		[rule_id, input.request.name, p.field, p.shown, concat(", ", sort(reachable)), _metadata_fix(p)],
 	)
 }
@@ -363,7 +382,11 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.
 	_is_baseline(input.request[side])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not %s NetworkPolicy %q in namespace %q: it is labelled %s=labgate, a baseline labgate's reconciler owns. Fix: leave the baseline as it is and add a NetworkPolicy of your own beside it (policies add up), or ask the infra team to change the Tenant's spec.network",
+		concat("", [
+			"[%s] user %s may not %s NetworkPolicy %q in namespace %q: it is labelled %s=labgate, a baseline labgate's ",
+			"reconciler owns. Fix: leave the baseline as it is and add a NetworkPolicy of your own beside it (policies ",
+			"add up), or ask the infra team to change the Tenant's spec.network",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _verb[input.request.operation],
 			input.request.name, input.request.namespace, _managed_by_label,

@@ -46,7 +46,10 @@ limit(tenant, resource) := _units(resource, q) if {
 
 _limit_source(tenant, resource) := sprintf("spec.limits.%s of Tenant %q", [resource, tenant.metadata.name]) if {
 	tenant.spec.limits[resource] != null
-} else := sprintf("the default tenant_limits.%s (or set spec.limits.%s of Tenant %q)", [resource, resource, tenant.metadata.name])
+} else := sprintf(
+	"the default tenant_limits.%s (or set spec.limits.%s of Tenant %q)",
+	[resource, resource, tenant.metadata.name],
+)
 
 # A quantity ("500m", "8", 8, "64Gi") in counting units: millicores for cpu, bytes for memory.
 _units("cpu", q) := ceil(_number(q) * 1000)
@@ -72,7 +75,10 @@ _array(value) := value if {
 # A container's request of `resource` (a request wins over a limit; a limit alone is the request).
 _quantity(container, resource) := _units(resource, q) if {
 	resources_doc := _object(object.get(container, "resources", {}))
-	q := object.union(_object(object.get(resources_doc, "limits", {})), _object(object.get(resources_doc, "requests", {})))[resource]
+	q := object.union(
+		_object(object.get(resources_doc, "limits", {})),
+		_object(object.get(resources_doc, "requests", {})),
+	)[resource]
 } else := 0
 
 _containers(spec) := _array(object.get(spec, "containers", []))
@@ -175,7 +181,10 @@ _fix(tenant, resource, asked, lim) := sprintf(
 ) if {
 	asked > lim
 } else := sprintf(
-	"lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise %s",
+	concat("", [
+		"lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra ",
+		"team to raise %s",
+	]),
 	[_limit_source(tenant, resource)],
 )
 

@@ -1,0 +1,96 @@
+package labgate.rules.gpu_quota
+
+import data.labgate.lib.gpu
+import data.labgate.lib.kueue
+import data.labgate.lib.tenancy
+
+# What gpu_quota announces when a workload is applied instead of refusing it (config rule_modes gives
+# both warn): pods that will wait for GPUs (gpu-quota-pending) and CronJob runs that may overlap
+# (gpu-cronjob-overlap). Split from gpu_quota.rego, whose limits and arithmetic it uses: one package.
+
+# METADATA
+# title: A workload whose pods will wait for GPUs says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
+#   refused one by one when the controller creates them (gpu-quota), which shows only in the
+#   workload's events (FailedCreate), until running pods finish. Said about the limit that binds
+#   (the fewest pods can start under it), never about a workload gpu-quota-unfit refuses, and only
+#   when the workload is admitted (`if_admitted`: labgate.admission drops it beside a refusal).
+# custom:
+#   rule_id: gpu-quota-pending
+violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
+	not gpu.is_pod
+	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
+	has_usage
+	not waits_in_kueue
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	count(unfit_limits(tenant)) == 0 # refused: nothing will wait
+	pending := _pending_limits(tenant)
+	some model in pending
+	_is_binding(tenant, pending, model)
+	terms := limit_terms(model)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		concat("", [
+			"[%s] %s runs %s; tenant %q uses %s now, so %s and the rest wait (events: FailedCreate) until GPUs are ",
+			"free. Fix: wait for running pods to finish, or run fewer pods at once (%s)",
+		]),
+		[
+			rule_id, tenancy.object_ref, arithmetic_text(terms, model), tenant.metadata.name,
+			usage_text(tenant, model), _can_start(tenant, model, terms),
+			object.get(_replica_field, input.request.kind.kind, "its replica count"),
+		],
+	)
+}
+
+# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
+waits_in_kueue if {
+	kueue.managed_tenant
+	kueue.is_queued(input.request.object)
+}
+
+# One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
+# several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
+_is_binding(tenant, pending, model) if {
+	ranked := {[_startable(tenant, m), total_last(m), m] | some m in pending}
+	min(ranked)[2] == model
+}
+
+_startable(tenant, model) := floor(free_gpus(tenant, model) / terms[0].each) if {
+	terms := limit_terms(model)
+	count(terms) == 1
+} else := free_gpus(tenant, model)
+
+total_last("") := 1
+
+total_last(model) := 0 if model != ""
+
+# --- CronJob runs that may overlap ---
+
+# METADATA
+# title: A CronJob whose GPU runs may overlap says so when applied
+# description: |
+#   Announced, not refused (config rule_modes gives it warn): with concurrencyPolicy Allow (the
+#   default) a run that starts before the last one ends asks its GPUs on top of it, and its pods wait
+#   or are refused (gpu-quota) while the tenant is at its quota.
+# custom:
+#   rule_id: gpu-cronjob-overlap
+violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyPolicy"} if {
+	input.request.kind.kind == "CronJob" # first, for rule indexing
+	input.request.kind.group == "batch"
+	tenant := tenancy.namespace_tenant
+	count(gpu.checked_templates) > 0
+	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
+	terms := limit_terms("")
+	count(terms) > 0
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		concat("", [
+			"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its ",
+			"GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set ",
+			"spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
+		]),
+		[rule_id, tenancy.object_ref, arithmetic_text(terms, ""), tenant.metadata.name],
+	)
+}
