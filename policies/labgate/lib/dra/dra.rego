@@ -35,7 +35,7 @@ _class_model(class, whole_model) := model if {
 _class_weight(class) := object.get(_dra_classes[class], "weight", 1)
 
 # Where each of a pod spec's claims comes from: {"field", "kind", "name", "key"}.
-claim_refs(spec) := [{
+_claim_refs(spec) := [{
 	"field": sprintf("resourceClaims[%d]", [i]), "kind": kind, "name": name, "key": concat("/", [kind, name]),
 } |
 	some i, ref in _array(object.get(spec, "resourceClaims", []))
@@ -116,7 +116,7 @@ _gathered := _object(object.get(input, "resource_claims", {}))
 # claim shared by several pods is counted once per pod, which errs towards refusing); a device class
 # mapped to no model counts as `whole_model`.
 claim_asks(spec, whole_model) := [ask |
-	some ref in claim_refs(spec)
+	some ref in _claim_refs(spec)
 	claim := _gathered[ref.key]
 	claim.found == true
 	some request in device_requests(claim.spec)
@@ -125,7 +125,7 @@ claim_asks(spec, whole_model) := [ask |
 
 # Why a pod spec's claims cannot be counted: [{"field", "text"}].
 claim_problems(spec) := [{"field": ref.field, "text": text} |
-	some ref in claim_refs(spec)
+	some ref in _claim_refs(spec)
 	some text in _ref_problems(ref)
 ]
 

@@ -42,8 +42,9 @@ test_a_wider_toleration_is_not_covered if {
 }
 
 test_metadata_field_sits_beside_the_spec if {
-	node_pools.metadata_field({"path": "spec"}) == "metadata"
-	node_pools.metadata_field({"path": "spec.jobTemplate.spec.template.spec"}) == "spec.jobTemplate.spec.template.metadata"
+	node_pools._metadata_field({"path": "spec"}) == "metadata"
+	cronjob := {"path": "spec.jobTemplate.spec.template.spec"}
+	node_pools._metadata_field(cronjob) == "spec.jobTemplate.spec.template.metadata"
 }
 
 test_pool_models_come_from_the_selector_else_the_list if {

@@ -35,7 +35,7 @@ test_a_namespaced_request_is_owned_by_its_namespaces_tenant if {
 test_a_namespace_request_is_owned_by_the_label_it_carries if {
 	request := namespace_create(testdata.alice, "team-a-new", {"labgate.io/tenant": "team-a"})
 	tenancy.request_namespace == "team-a-new" with input.request as request
-	tenancy.namespace_labels == {"labgate.io/tenant": "team-a"} with input.request as request
+	tenancy._namespace_labels == {"labgate.io/tenant": "team-a"} with input.request as request
 	tenancy.namespace_tenant == team_a with input.request as request with data.inventory as testdata.inventory
 }
 
@@ -85,10 +85,10 @@ test_service_accounts_living_in_the_tenants_namespaces_are_members if {
 }
 
 test_a_namespace_is_the_tenants_by_its_label if {
-	tenancy.is_tenant_namespace("team-a-data", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("team-b", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("default", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("missing", "team-a") with data.inventory as testdata.inventory
+	tenancy._is_tenant_namespace("team-a-data", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("team-b", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("default", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("missing", "team-a") with data.inventory as testdata.inventory
 	tenancy.tenant_namespaces("team-a") == {"team-a", "team-a-data"} with data.inventory as testdata.inventory
 }
 

@@ -17,7 +17,7 @@ import data.labgate.lib.tenancy
 
 # Variables read by the NVIDIA container toolkit, ROCm (AMD) and oneAPI Level Zero (Intel) to select
 # devices or driver features.
-device_variables := {
+_device_variables := {
 	"NVIDIA_VISIBLE_DEVICES",
 	"NVIDIA_DRIVER_CAPABILITIES",
 	"NVIDIA_MIG_CONFIG_DEVICES",
@@ -54,7 +54,7 @@ _findings contains {
 	some template in input.pod_templates
 	some entry in tenancy.containers(template.spec)
 	some i, env in object.get(entry.container, "env", [])
-	env.name in device_variables
+	env.name in _device_variables
 }
 
 _findings contains {
@@ -71,7 +71,7 @@ _findings contains {
 	some i, source in object.get(entry.container, "envFrom", [])
 	is_string(source.prefix)
 	source.prefix != ""
-	some variable in device_variables
+	some variable in _device_variables
 	startswith(variable, source.prefix)
 }
 
@@ -117,7 +117,7 @@ _findings contains {
 	input.request.kind.kind in {"ConfigMap", "Secret"}
 	some group in ["data", "binaryData", "stringData"]
 	some key, _ in object.get(input.request.object, group, {})
-	key in device_variables
+	key in _device_variables
 }
 
 # Where a pod template's annotations are: metadata.annotations of a Pod, <template>.metadata.annotations.

@@ -76,7 +76,7 @@ test_device_variables_are_refused_in_every_container_whoever_creates_the_pod if 
 }
 
 test_every_vendors_variable_is_refused if {
-	every variable in device_visibility.device_variables {
+	every variable in device_visibility._device_variables {
 		spec := {"containers": [container({"env": [{"name": variable, "value": "0"}]})]}
 		messages(pod_violations(testdata.alice, spec)) == {message(
 			`Pod "train-1"`,
@@ -84,7 +84,7 @@ test_every_vendors_variable_is_refused if {
 			fix(variable),
 		)}
 	}
-	count(device_visibility.device_variables) == 8
+	count(device_visibility._device_variables) == 8
 }
 
 test_workload_templates_are_judged if {

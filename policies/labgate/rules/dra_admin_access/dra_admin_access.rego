@@ -27,7 +27,7 @@ _is_judged if {
 }
 
 # Where each request of a ResourceClaimSpec asks admin access: {"field", "request"}.
-admin_requests(spec, prefix) := {{"field": sprintf("%s.devices.requests[%d]%s", [prefix, i, where]), "request": name} |
+_admin_requests(spec, prefix) := {{"field": sprintf("%s.devices.requests[%d]%s", [prefix, i, where]), "request": name} |
 	some i, request in object.get(spec, ["devices", "requests"], [])
 	some [where, name] in _asks(request)
 }
@@ -63,7 +63,7 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	_is_judged
 	tenancy.namespace_tenant
 	input.request.kind.group == "resource.k8s.io"
-	some ask in admin_requests(_claim_spec, _claim_prefix)
+	some ask in _admin_requests(_claim_spec, _claim_prefix)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		concat("", [
@@ -86,7 +86,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resour
 	[kind, name] := _reference(ref)
 	fact := input.resource_claims[sprintf("%s/%s", [kind, name])]
 	fact.found
-	some ask in admin_requests(fact.spec, "spec")
+	some ask in _admin_requests(fact.spec, "spec")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		concat("", [

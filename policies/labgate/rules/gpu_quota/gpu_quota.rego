@@ -291,9 +291,9 @@ _gang_kinds := {
 	["trainer.kubeflow.org", "TrainJob"],
 }
 
-is_gang if [input.request.kind.group, input.request.kind.kind] in _gang_kinds
+_is_gang if [input.request.kind.group, input.request.kind.kind] in _gang_kinds
 
-is_gang if {
+_is_gang if {
 	input.request.kind.group == "batch"
 	input.request.kind.kind == "Job"
 	spec := input.request.object.spec
@@ -309,7 +309,7 @@ _unfit_fix(terms, limit, model, tenant) := sprintf(
 	"its %s start together and the largest node of your pools has %v, so ask at most %s per pod",
 	[gpu_text.plural(_pod_count(terms), "pod"), n, gpu_text.plural(n, gpu_word(model))],
 ) if {
-	is_gang
+	_is_gang
 	n := _node_cap(terms, model)
 	n < floor(limit / _pod_count(terms))
 } else := sprintf("ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled)%s", [
@@ -317,7 +317,7 @@ _unfit_fix(terms, limit, model, tenant) := sprintf(
 	n,
 	_at_once_text(terms, limit, n),
 ]) if {
-	not is_gang
+	not _is_gang
 	n := _node_cap(terms, model)
 	n < limit
 } else := sprintf("its %s start together, so ask at most %s per pod, or %s", [
@@ -325,14 +325,14 @@ _unfit_fix(terms, limit, model, tenant) := sprintf(
 	gpu_text.plural(floor(limit / _pod_count(terms)), gpu_word(model)),
 	_raise_text(model, tenant),
 ]) if {
-	is_gang
+	_is_gang
 	_pod_count(terms) <= limit
 } else := sprintf("%s (its %s start together, so even 1 %s each is too many)", [
 	_raise_text(model, tenant),
 	gpu_text.plural(_pod_count(terms), "pod"),
 	gpu_word(model),
 ]) if {
-	is_gang
+	_is_gang
 } else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
 
 # With pods of `each` GPUs, how many may run at once under `limit`, when fewer than the workload runs.
@@ -398,7 +398,7 @@ _said_by_a_model_limit(tenant, "") if {
 
 # A gang's refusal points at the GPUs its pods ask, not at how many run at once.
 _unfit_field := concat(".", [input.pod_templates[0].path, "containers"]) if {
-	is_gang
+	_is_gang
 } else := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
 
 # --- pods that will wait: a workload that fits its quota but not what is free now ---

@@ -49,7 +49,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 #   rule_id: gpu-quota-node
 violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	input.request.operation == "CREATE"
-	is_gang
+	_is_gang
 	tenancy.namespace_tenant
 	some model in _gang_models
 	terms := limit_terms(model)

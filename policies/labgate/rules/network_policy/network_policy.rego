@@ -29,7 +29,7 @@ _managed_by_label := "app.kubernetes.io/managed-by"
 _verb := {"CREATE": "create", "UPDATE": "change", "DELETE": "delete"}
 
 # Kubernetes label-selector semantics; a selector without requirements selects every namespace.
-namespace_selector_matches(selector, labels) if {
+_namespace_selector_matches(selector, labels) if {
 	every key, value in object.get(selector, "matchLabels", {}) {
 		labels[key] == value
 	}
@@ -96,17 +96,17 @@ _requires_absent(selector, key) if {
 	e.operator == "DoesNotExist"
 }
 
-may_be_absent(selector, key) if {
+_may_be_absent(selector, key) if {
 	not _requires_present(selector, key)
 }
 
 # The key can carry a value outside `excluded` (a finite set) and the selector still select it.
-may_have_value_outside(selector, key, _) if {
+_may_have_value_outside(selector, key, _) if {
 	not _requires_absent(selector, key)
 	count(_value_sets(selector, key)) == 0
 }
 
-may_have_value_outside(selector, key, excluded) if {
+_may_have_value_outside(selector, key, excluded) if {
 	not _requires_absent(selector, key)
 	sets := _value_sets(selector, key)
 	count(sets) > 0
@@ -115,9 +115,9 @@ may_have_value_outside(selector, key, excluded) if {
 	not v in _not_in_values(selector, key)
 }
 
-_satisfiable(selector, key) if may_be_absent(selector, key)
+_satisfiable(selector, key) if _may_be_absent(selector, key)
 
-_satisfiable(selector, key) if may_have_value_outside(selector, key, set())
+_satisfiable(selector, key) if _may_have_value_outside(selector, key, set())
 
 _name_label := data.labgate.config.namespace_name_label
 
@@ -136,7 +136,7 @@ _others_satisfiable(selector) if {
 
 # A namespace that is neither a platform namespace nor unnamed (every namespace has the name label).
 _selects_ordinary_namespace(selector) if {
-	may_have_value_outside(selector, _name_label, _platform_namespaces)
+	_may_have_value_outside(selector, _name_label, _platform_namespaces)
 	_others_satisfiable(selector)
 }
 
@@ -147,12 +147,12 @@ selects_outside(selector, allowed) := {kind | some kind in _outside_kinds; _sele
 _outside_kinds := {"namespaces of other tenants", "namespaces of no tenant"}
 
 _selects(selector, allowed, "namespaces of other tenants") if {
-	may_have_value_outside(selector, tenancy.tenant_label, allowed)
+	_may_have_value_outside(selector, tenancy.tenant_label, allowed)
 	_selects_ordinary_namespace(selector)
 }
 
 _selects(selector, _, "namespaces of no tenant") if {
-	may_be_absent(selector, tenancy.tenant_label)
+	_may_be_absent(selector, tenancy.tenant_label)
 	_selects_ordinary_namespace(selector)
 }
 
@@ -218,7 +218,7 @@ _selected_today(selector, allowed) := {_show_namespace(name, labels) |
 	labels := object.union(object.get(namespace, "labels", {}), {_name_label: name})
 	not object.get(labels, tenancy.tenant_label, null) in allowed
 	not _is_platform_namespace(name, labels)
-	namespace_selector_matches(selector, labels)
+	_namespace_selector_matches(selector, labels)
 }
 
 _is_platform_namespace(name, labels) if {

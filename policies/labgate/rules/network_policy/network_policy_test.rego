@@ -23,18 +23,18 @@ violations_for(operation, namespace, user, new, old) := violations if {
 
 test_namespace_selector_semantics if {
 	labels := {"labgate.io/tenant": "team-a", "purpose": "data"}
-	network_policy.namespace_selector_matches({}, labels)
-	network_policy.namespace_selector_matches({"matchLabels": {"purpose": "data"}}, labels)
-	not network_policy.namespace_selector_matches({"matchLabels": {"purpose": "data", "x": "y"}}, labels)
-	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "In", "values": ["data", "ci"]}]}, labels)
-	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, labels)
-	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "NotIn", "values": ["data"]}]}, labels)
-	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, labels)
-	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "Exists"}]}, labels)
-	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, labels)
-	network_policy.namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, labels)
-	not network_policy.namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "DoesNotExist"}]}, labels)
-	not network_policy.namespace_selector_matches(
+	network_policy._namespace_selector_matches({}, labels)
+	network_policy._namespace_selector_matches({"matchLabels": {"purpose": "data"}}, labels)
+	not network_policy._namespace_selector_matches({"matchLabels": {"purpose": "data", "x": "y"}}, labels)
+	network_policy._namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "In", "values": ["data", "ci"]}]}, labels)
+	not network_policy._namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, labels)
+	not network_policy._namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "NotIn", "values": ["data"]}]}, labels)
+	network_policy._namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, labels)
+	network_policy._namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "Exists"}]}, labels)
+	not network_policy._namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, labels)
+	network_policy._namespace_selector_matches({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}, labels)
+	not network_policy._namespace_selector_matches({"matchExpressions": [{"key": "purpose", "operator": "DoesNotExist"}]}, labels)
+	not network_policy._namespace_selector_matches(
 		{
 			"matchLabels": {"purpose": "data"},
 			"matchExpressions": [{"key": "labgate.io/tenant", "operator": "In", "values": ["team-b"]}],

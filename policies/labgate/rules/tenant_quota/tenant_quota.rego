@@ -115,7 +115,7 @@ _names(container, resource) if {
 # The pod-level request of `resource` (spec.resources: Kubernetes' PodLevelResources, cpu and
 # memory), undefined when the pod leaves it to its containers. A pod-level limit without a request
 # is the request when no container names the resource, as the apiserver defaults it.
-pod_level_request(spec, resource) := _units(resource, q) if {
+_pod_level_request(spec, resource) := _units(resource, q) if {
 	q := _pod_level(spec, "requests")[resource]
 } else := _units(resource, q) if {
 	q := _pod_level(spec, "limits")[resource]
@@ -129,12 +129,12 @@ _containers_name(spec, resource) if {
 
 _has_pod_level_request(spec, resource) if {
 	resource != "pods"
-	pod_level_request(spec, resource) >= 0
+	_pod_level_request(spec, resource) >= 0
 }
 
 # Before the overhead: the pod-level request where set, else what the containers ask together.
 _request(spec, resource) := n if {
-	n := pod_level_request(spec, resource)
+	n := _pod_level_request(spec, resource)
 } else := max([_running(spec, resource), _init_peak(spec, resource)])
 
 # What a pod spec asks of `resource` in counting units (a pod is one pod).
