@@ -11,7 +11,12 @@ package labgate.mutations.queue
 import data.labgate.lib.json_patch
 import data.labgate.lib.kueue
 
-# [{"rule", "ops", "warning"}]: the label, the suspension, the gate, in that order.
+# METADATA
+# title: What a workload Kueue queues gets on creation
+# description: |
+#   The changes ({rule, ops, warning}) in order: the default LocalQueue label when it names none,
+#   the suspension Kueue lifts when it admits the workload, and Kueue's scheduling gate on a bare
+#   pod; only where Kueue manages the tenant.
 changes := [change |
 	input.request.operation == "CREATE"
 	kueue.managed_tenant

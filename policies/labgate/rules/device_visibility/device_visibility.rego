@@ -28,7 +28,7 @@ _device_variables := {
 	"ZE_AFFINITY_MASK",
 }
 
-device_list_path := "nvidia-container-devices"
+_device_list_path := "nvidia-container-devices"
 
 _is_judged if {
 	input.request.operation in {"CREATE", "UPDATE"}
@@ -90,7 +90,7 @@ _findings contains {
 	some template in input.pod_templates
 	some entry in tenancy.containers(template.spec)
 	some i, mount in object.get(entry.container, "volumeMounts", [])
-	contains(mount.mountPath, device_list_path)
+	contains(mount.mountPath, _device_list_path)
 }
 
 _findings contains {

@@ -16,6 +16,11 @@ package labgate.rules.dra_admin_access
 
 import data.labgate.lib.tenancy
 
+# METADATA
+# title: The namespace label that lets claims ask admin access
+# description: |
+#   Kubernetes lets a ResourceClaim in a namespace with this label ask adminAccess to devices
+#   allocated to others; namespace_admin_access keeps tenants from setting it.
 admin_access_label := "resource.kubernetes.io/admin-access"
 
 _is_cluster_admin if "system:masters" in input.request.userInfo.groups

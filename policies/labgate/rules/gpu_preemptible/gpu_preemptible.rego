@@ -23,7 +23,12 @@ _allows_preemptible(tenant) if tenant.spec.gpu.overQuota == "preemptible"
 
 _is_marked_preemptible if object.get(_pod_template.metadata, ["labels", _preemptible_label], "") == "true"
 
-# The request's Pod is marked preemptible, by a tenant that allows it, at the preemptible priority.
+# METADATA
+# title: Whether the request's pod is admitted as preemptible
+# description: |
+#   The pod is marked preemptible, by a tenant that allows pods beyond quota (spec.gpu.overQuota
+#   preemptible), at the preemptible priority class; gpu_quota then gives it no GPU demand or
+#   headroom, so it holds no reservation in the ledger.
 is_admitted if {
 	_is_marked_preemptible
 	_allows_preemptible(tenancy.namespace_tenant)

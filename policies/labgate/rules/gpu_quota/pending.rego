@@ -44,7 +44,11 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_
 	)
 }
 
-# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
+# METADATA
+# title: Whether the workload waits in a Kueue queue
+# description: |
+#   A workload Kueue queues waits suspended until its queue admits it, so no pod is refused
+#   meanwhile and gpu-quota-pending has nothing to announce; queue_wait says how it waits instead.
 waits_in_kueue if {
 	kueue.managed_tenant
 	kueue.is_queued(input.request.object)
@@ -62,6 +66,13 @@ _startable(tenant, model) := floor(free_gpus(tenant, model) / terms[0].each) if 
 	count(terms) == 1
 } else := free_gpus(tenant, model)
 
+# METADATA
+# scope: document
+# title: The rank that puts a model's limit before the total
+# description: |
+#   Breaks ties between limits that bind equally (here, in gpu_quota's refusals and scale's, and in
+#   queue_wait): a model's limit (0) ranks before the tenant's total (1), so the message names the
+#   more specific limit.
 total_last("") := 1
 
 total_last(model) := 0 if model != ""

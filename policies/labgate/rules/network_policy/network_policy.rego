@@ -140,8 +140,12 @@ _selects_ordinary_namespace(selector) if {
 	_others_satisfiable(selector)
 }
 
-# What `selector` can select that `allowed` (tenant names) does not cover, now or later: a subset of
-# {"namespaces of other tenants", "namespaces of no tenant"}.
+# METADATA
+# title: What a namespace selector reaches beyond the allowed tenants
+# description: |
+#   The subset of {"namespaces of other tenants", "namespaces of no tenant"} that `selector` can
+#   select, now or once such namespaces are created, that the tenant names in `allowed` do not
+#   cover.
 selects_outside(selector, allowed) := {kind | some kind in _outside_kinds; _selects(selector, allowed, kind)}
 
 _outside_kinds := {"namespaces of other tenants", "namespaces of no tenant"}

@@ -25,7 +25,10 @@ package labgate.rules.tenant_quota
 import data.labgate.lib.gpu
 import data.labgate.lib.tenancy
 
-# The resources limited, in the order refusals name them.
+# METADATA
+# title: The resources a tenant's limits cover
+# description: |
+#   CPU, memory and pods, in the order refusals name them.
 resources := ["cpu", "memory", "pods"]
 
 _usage := object.get(input, "tenant_usage", {})
@@ -34,8 +37,11 @@ _used(resource) := object.get(_usage, resource, 0)
 
 _defaults := object.get(data.labgate.config, "tenant_limits", {})
 
-# The tenant's limit of `resource` in counting units (millicores, bytes, pods): its own, else the
-# infra team's default; undefined when neither sets one.
+# METADATA
+# title: A tenant's limit of one resource
+# description: |
+#   In counting units (millicores, bytes, pods): the Tenant's own spec.limits, else the infra team's
+#   default tenant_limits; undefined when neither sets one.
 limit(tenant, resource) := _units(resource, q) if {
 	q := tenant.spec.limits[resource]
 	q != null
@@ -137,7 +143,13 @@ _request(spec, resource) := n if {
 	n := _pod_level_request(spec, resource)
 } else := max([_running(spec, resource), _init_peak(spec, resource)])
 
-# What a pod spec asks of `resource` in counting units (a pod is one pod).
+# METADATA
+# scope: document
+# title: What a pod spec asks of one resource
+# description: |
+#   In counting units, as the quota counts it: a pod is one pod; CPU and memory are the pod-level
+#   request if set, else the larger of the running containers' sum and the init peak, plus the pod
+#   overhead.
 asks(_, "pods") := 1
 
 asks(spec, resource) := _request(spec, resource) + _overhead(spec, resource) if {
@@ -146,7 +158,12 @@ asks(spec, resource) := _request(spec, resource) + _overhead(spec, resource) if 
 
 # --- text ---
 
-# An amount as a Kubernetes quantity: "8" or "500m" CPUs, "8Gi", "512Mi" or bytes of memory, pods.
+# METADATA
+# scope: document
+# title: An amount as a Kubernetes quantity
+# description: |
+#   "8" or "500m" CPUs, "8Gi", "512Mi" or bytes of memory, a number of pods: how refusals write
+#   amounts so researchers can paste them into their specs.
 quantity_text("cpu", n) := sprintf("%v", [n / 1000]) if {
 	n % 1000 == 0
 } else := sprintf("%vm", [n])
@@ -161,7 +178,11 @@ quantity_text("memory", n) := sprintf("%vGi", [n / 1073741824]) if {
 
 quantity_text("pods", n) := sprintf("%v", [n])
 
-# An amount with its noun: "1 CPU", "8 CPUs", "500m CPU", "8Gi memory", "1 pod", "3 pods".
+# METADATA
+# title: An amount with its noun
+# description: |
+#   "1 CPU", "8 CPUs", "500m CPU", "8Gi memory", "1 pod", "3 pods": what the tenant-quota refusals
+#   say a pod asks, uses and may use.
 text(resource, n) := concat(" ", [quantity_text(resource, n), _noun(resource, n)])
 
 _noun("cpu", n) := "CPUs" if {
