@@ -39,15 +39,27 @@ _has_total(tenant) if is_number(tenant.spec.gpu.total)
 # nothing until Kueue removes the gate, and is reserved then).
 _pod_template := gpu.reserved_pod_template
 
+# METADATA
+# scope: document
+# title: The GPUs the webhook reserves for the request's pod
+# description: |
+#   What the request's Pod asks ({total, by_model}), which the webhook reserves in the quota ledger
+#   when the verdict is to admit; zero for anything else, for a pod behind Kueue's admission gate
+#   until the gate is removed, and for a preemptible pod beyond quota (tenant overQuota:
+#   preemptible), which holds no reservation.
 default demand := {"total": 0, "by_model": {}}
 
 # A preemptible pod beyond quota (tenant overQuota: preemptible) holds no reservation.
 demand := gpu.template_demand[_pod_template.path] if not gpu_preemptible.is_admitted
 
-# The most GPUs the tenant may use or have reserved, in total and per model, with the request's Pod
-# still admitted: the gpu-quota rule refuses it exactly when input.gpu_usage goes beyond one of these
-# (total null: no total limit; by_model only the models it asks that have a limit). The webhook
-# decides a burst of GPU pods against these numbers, and asks again only at the quota's edge.
+# METADATA
+# scope: document
+# title: The usage up to which the request's pod still fits the GPU quota
+# description: |
+#   The most GPUs the tenant may use or have reserved, in total and per model, with the pod still
+#   admitted: gpu-quota refuses it exactly when input.gpu_usage goes beyond one of these (total
+#   null: no total limit; by_model only the models it asks that have a limit). The webhook decides a
+#   burst of GPU pods against these numbers and asks again only at the quota's edge.
 default headroom := null
 
 headroom := {"total": _headroom_total(tenant, d), "by_model": by_model} if {
@@ -67,11 +79,18 @@ _headroom_total(tenant, d) := tenant.spec.gpu.total - d.total if _has_total(tena
 
 else := null
 
-# Whether demand `d` would go beyond one of the tenant's limits (for the mutation).
+# METADATA
+# title: Whether a GPU demand goes beyond one of the tenant's limits
+# description: |
+#   For the preemptible mutation: a pod whose demand `d` exceeds the total or a model's limit is
+#   admitted beyond quota as preemptible, where the tenant allows it.
 exceeds(tenant, d) if overrun_text(tenant, d)
 
-# The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)" (the mutation quotes
-# it when it admits a pod beyond them as preemptible).
+# METADATA
+# title: The limits a pod's demand would exceed, as text
+# description: |
+#   "12 of 16 GPUs (h100: 4 of 8)": what gpu-quota's refusal says the tenant uses, and what the
+#   mutation quotes when it admits a pod beyond them as preemptible.
 overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
 	_has_total(tenant)
 	d.total + _used_total > tenant.spec.gpu.total
@@ -220,8 +239,11 @@ _replica_field := {w.kind: w.replica_field |
 
 _replicas(template) := object.get(template, "replicas", 1)
 
-# What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
-# model: [{"pods", "each"}] for the templates that ask any.
+# METADATA
+# title: What a workload's pods ask all at once, per template
+# description: |
+#   [{pods, each, models}] for the templates that ask any GPUs, of the whole tenant (model "") or of
+#   one model: the terms of the arithmetic the unfit, pending and queue-wait messages show.
 limit_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
 	some t in input.pod_templates
 	d := gpu.template_demand[t.path]
@@ -250,6 +272,11 @@ _per_pod(d, "") := d.total
 
 _per_pod(d, model) := object.get(d.by_model, model, 0) if model != ""
 
+# METADATA
+# title: A workload's GPU arithmetic as text
+# description: |
+#   "4 pods × 2 h100 GPUs = 8": how the messages show what a workload asks all at once, so a
+#   researcher sees which number to lower.
 arithmetic_text(terms, model) := sprintf("%s = %v", [
 	concat(
 		" + ",
@@ -258,6 +285,11 @@ arithmetic_text(terms, model) := sprintf("%s = %v", [
 	sum([n | some t in terms; n := t.pods * t.each]),
 ])
 
+# METADATA
+# scope: document
+# title: The noun for the GPUs a limit counts
+# description: |
+#   "GPU" for the tenant's total, "h100 GPU" for a model's limit, pluralised by gpu_text.plural.
 gpu_word("") := "GPU"
 
 gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
@@ -359,7 +391,10 @@ _unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask 
 	count(terms) == 1
 } else := sprintf("lower the replica counts or the GPUs per pod until they total at most %v", [limit])
 
-# The limits a workload is checked against: the total ("") when the tenant has one, and each model.
+# METADATA
+# title: The GPU limits a workload is checked against
+# description: |
+#   The tenant's total ("") when it has one, and each model it lists in spec.gpu.models.
 checked_limits(tenant) := {"" | _has_total(tenant)} | object.keys(_models(tenant))
 
 # METADATA
@@ -386,6 +421,12 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	)
 }
 
+# METADATA
+# title: The GPUs a workload's pods ask when they all run
+# description: |
+#   The sum over its templates of pods × GPUs each, against the total ("") or one model's limit:
+#   more than the limit can never run (gpu-quota-unfit), more than what is free waits (gpu-quota-
+#   pending).
 all_at_once(model) := sum([n | some t in limit_terms(model); n := t.pods * t.each])
 
 # When every GPU asked is of one model whose limit is no larger than the total, the model's refusal
@@ -400,47 +441,3 @@ _said_by_a_model_limit(tenant, "") if {
 _unfit_field := concat(".", [input.pod_templates[0].path, "containers"]) if {
 	_is_gang
 } else := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
-
-# --- pods that will wait: a workload that fits its quota but not what is free now ---
-
-_used_of("") := _used_total
-
-_used_of(model) := _used(model) if model != ""
-
-has_usage if is_object(input.gpu_usage)
-
-# The limits the workload's pods, all at once, can never fit (gpu-quota-unfit refuses it).
-unfit_limits(tenant) := {model |
-	some model in checked_limits(tenant)
-	count(limit_terms(model)) > 0
-	all_at_once(model) > _limit(tenant, model)
-}
-
-# The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
-_pending_limits(tenant) := {model |
-	some model in checked_limits(tenant)
-	count(limit_terms(model)) > 0
-	all_at_once(model) <= _limit(tenant, model)
-	all_at_once(model) + _used_of(model) > _limit(tenant, model)
-}
-
-free_gpus(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
-
-_can_start(tenant, model, terms) := "no pod can start now" if {
-	count(terms) == 1
-	floor(free_gpus(tenant, model) / terms[0].each) == 0
-} else := sprintf(
-	"only %s can start now",
-	[gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")],
-) if {
-	count(terms) == 1
-} else := sprintf("only %s are free now", [gpu_text.plural(free_gpus(tenant, model), gpu_word(model))])
-
-usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
-
-usage_text(tenant, model) := sprintf(
-	"%v of %s",
-	[_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))],
-) if {
-	model != ""
-}

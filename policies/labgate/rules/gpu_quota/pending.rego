@@ -1,12 +1,78 @@
 package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
+import data.labgate.lib.gpu_text
 import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 
 # What gpu_quota announces when a workload is applied instead of refusing it (config rule_modes gives
 # both warn): pods that will wait for GPUs (gpu-quota-pending) and CronJob runs that may overlap
-# (gpu-cronjob-overlap). Split from gpu_quota.rego, whose limits and arithmetic it uses: one package.
+# (gpu-cronjob-overlap), with the free GPUs and usage they say (queue_wait says them too). Split from
+# gpu_quota.rego, whose limits and arithmetic it uses: one package.
+
+# --- pods that will wait: a workload that fits its quota but not what is free now ---
+
+_used_of("") := _used_total
+
+_used_of(model) := _used(model) if model != ""
+
+# METADATA
+# title: Whether the webhook gave the tenant's GPU usage
+# description: |
+#   The announcements about waiting pods need input.gpu_usage; without it (an offline check, an
+#   audit) nothing is said about what is free now.
+has_usage if is_object(input.gpu_usage)
+
+# METADATA
+# title: The limits a workload's pods can never fit all at once
+# description: |
+#   The limits gpu-quota-unfit refuses the workload for; a workload refused as unfit is not also
+#   announced as waiting.
+unfit_limits(tenant) := {model |
+	some model in checked_limits(tenant)
+	count(limit_terms(model)) > 0
+	all_at_once(model) > _limit(tenant, model)
+}
+
+# The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
+_pending_limits(tenant) := {model |
+	some model in checked_limits(tenant)
+	count(limit_terms(model)) > 0
+	all_at_once(model) <= _limit(tenant, model)
+	all_at_once(model) + _used_of(model) > _limit(tenant, model)
+}
+
+# METADATA
+# title: The GPUs of a limit still free now
+# description: |
+#   The limit less what the tenant uses or has reserved, never below zero; the waiting announcements
+#   and queue_wait say it.
+free_gpus(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
+
+_can_start(tenant, model, terms) := "no pod can start now" if {
+	count(terms) == 1
+	floor(free_gpus(tenant, model) / terms[0].each) == 0
+} else := sprintf(
+	"only %s can start now",
+	[gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")],
+) if {
+	count(terms) == 1
+} else := sprintf("only %s are free now", [gpu_text.plural(free_gpus(tenant, model), gpu_word(model))])
+
+# METADATA
+# scope: document
+# title: What the tenant uses of a limit, as text
+# description: |
+#   "6 of 8 h100 GPUs" or "6 of 16 GPUs": the usage against the total or a model's limit, as the
+#   waiting announcements and queue_wait say it.
+usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
+
+usage_text(tenant, model) := sprintf(
+	"%v of %s",
+	[_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))],
+) if {
+	model != ""
+}
 
 # METADATA
 # title: A workload whose pods will wait for GPUs says so when applied
