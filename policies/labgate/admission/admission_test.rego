@@ -20,7 +20,10 @@ test_enforced_violation_denies if {
 }
 
 test_warn_mode_admits_with_warning if {
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "warn"}])
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "warn"}],
+	)
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
 		with data.inventory as inventory
 	d.allowed
@@ -28,7 +31,10 @@ test_warn_mode_admits_with_warning if {
 }
 
 test_dry_run_mode_admits_and_records if {
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "dry-run"}])
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "dry-run"}],
+	)
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
 		with data.inventory as inventory
 	d.allowed
@@ -37,7 +43,10 @@ test_dry_run_mode_admits_and_records if {
 }
 
 test_unknown_mode_falls_back_to_enforce if {
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "off"}])
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "off"}],
+	)
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
 		with data.inventory as inventory
 	not d.allowed
@@ -72,7 +81,11 @@ test_mutated_gpu_pod_is_admitted if {
 		with data.inventory as testdata.gpu_inventory
 	count(patch) > 0
 	mutated := json.patch(pod, patch)
-	d := admission.decision with input as object.union(testdata.workload_input("Pod", "vision", testdata.vera, mutated), {"gpu_usage": {"total": 4, "by_model": {"h100": 2}}})
+	d := admission.decision
+		with input as object.union(
+			testdata.workload_input("Pod", "vision", testdata.vera, mutated),
+			{"gpu_usage": {"total": 4, "by_model": {"h100": 2}}},
+		)
 		with data.inventory as testdata.gpu_inventory
 	d.allowed
 	d.gpu_demand == {"total": 2, "by_model": {"h100": 2}}
@@ -102,7 +115,10 @@ test_config_default_mode_applies_to_every_tenant if {
 }
 
 test_tenant_mode_overrides_the_config_default if {
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "enforce"}])
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/enforcement/tenant-membership", "value": "enforce"}],
+	)
 	d := admission.decision with input.request as testdata.pod_request("team-b", testdata.alice)
 		with data.inventory as inventory
 		with data.labgate.config.rule_modes as {"tenant-membership": "warn"}

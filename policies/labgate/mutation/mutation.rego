@@ -47,11 +47,25 @@ _object_concerns := ["namespace_label", "queue"]
 
 _template_concerns := ["placement", "token_automount", "priority_class", "image_pinning", "preemptible"]
 
+# METADATA
+# title: The JSON Patch the mutating webhook returns
+# description: |
+#   Every concern's changes, the object's then each pod template's, followed by the annotations that
+#   record the template changes on the object, so its pods carry why labgate changed them.
 patch := array.concat(changes_patch, record.ops(_template_change_list))
 
-# The changes themselves, without the record of them (what the Rego tests compare).
+# METADATA
+# title: The changes themselves, without the record of them
+# description: |
+#   The operations of every concern in order, what the Rego tests compare; patch adds the record
+#   annotations to these.
 changes_patch := [op | some change in _changes; some op in change.ops]
 
+# METADATA
+# title: One short kubectl line per change
+# description: |
+#   What the mutations tell the researcher they changed (a pool placed on, a model selected, a token
+#   unmounted), each cut to one kubectl line.
 warnings := [json_patch.short(change.warning) | some change in _changes; change.warning != ""]
 
 # Every change as {"rule", "ops", "warning"}: the object's (the namespace's label, Kueue's), then
@@ -71,21 +85,33 @@ _template_change_list := [object.union(change, {"template": template.path}) |
 	some change in data.labgate.mutations[concern].template_changes[template.path]
 ]
 
-# The template changes' warnings travel on the object when the patch changes it anyway
-# (mutations.record), and the validating webhook says them when it admits. `warnings_now` are those
-# the mutating webhook says itself: a namespace's label, and warnings of a request it does not change.
+# METADATA
+# title: The warnings the mutating webhook says itself
+# description: |
+#   The template changes' warnings travel on the object when the patch changes it anyway
+#   (mutations.record), and the validating webhook says them when it admits; these are the rest: a
+#   namespace's label, and the warnings of a request the patch does not change.
 warnings_now := [json_patch.short(c.warning) | some c in _namespace_changes; c.warning != ""] if {
 	record.is_carried(_template_change_list)
 } else := warnings
 
-# Whether the patch depends on input.gpu_usage: only for a tenant whose GPU pods beyond quota are
-# admitted as preemptible. The webhook reuses a mutation for an identical pod created moments later
-# (a Job's copies) only at the same usage when it does.
+# METADATA
+# scope: document
+# title: Whether the patch depends on the tenant's GPU usage
+# description: |
+#   Only for a tenant whose GPU pods beyond quota are admitted as preemptible. The webhook reuses a
+#   mutation for an identical pod created moments later (a Job's copies) only at the same usage when
+#   it does.
 default reads_gpu_usage := false
 
 reads_gpu_usage if tenancy.namespace_tenant.spec.gpu.overQuota == "preemptible"
 
-# Tells the webhook whether OPA still holds the inventory it pushed (null after a policy reload).
+# METADATA
+# scope: document
+# title: Which copy of the tenants OPA mutated with
+# description: |
+#   Tells the mutating webhook whether OPA still holds the inventory it pushed: null after a policy
+#   reload, when OPA has dropped the pushed data.
 default inventory_revision := null
 
 inventory_revision := data.inventory.revision

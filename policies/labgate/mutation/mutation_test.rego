@@ -12,7 +12,9 @@ mutate(input_doc) := {"patch": p, "warnings": w} if {
 # The input the webhook would send for the patched object: the patch applied, templates found again.
 patched(input_doc) := object.union(input_doc, {
 	"request": object.union(input_doc.request, {"object": obj}),
-	"pod_templates": [object.union(t, {"spec": object.get(obj, split(t.path, "."), {})}) | some t in input_doc.pod_templates],
+	"pod_templates": [object.union(t, {"spec": object.get(obj, split(t.path, "."), {})}) |
+		some t in input_doc.pod_templates
+	],
 }) if {
 	obj := json.patch(input_doc.request.object, mutate(input_doc).patch)
 }
@@ -63,7 +65,10 @@ test_namespace_is_not_labelled_for_outsiders_platform_or_ambiguous_prefixes if {
 	mutate(namespace_input("vision-exp", testdata.cluster_admin, null)).patch == []
 	mutate(namespace_input("scratch", testdata.vera, null)).patch == []
 	mutate(namespace_input("vision-exp", testdata.vera, {"labgate.io/tenant": "team-a"})).patch == []
-	overlapping := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/team-a/spec/namespaces/prefix", "value": "vision-e"}])
+	overlapping := json.patch(
+		testdata.gpu_inventory,
+		[{"op": "add", "path": "/tenants/team-a/spec/namespaces/prefix", "value": "vision-e"}],
+	)
 	count(mutation.patch) == 0 with input as namespace_input("vision-exp", testdata.vera, null)
 		with data.inventory as overlapping
 }
@@ -96,7 +101,10 @@ test_a_pod_with_gpus_in_an_init_container_only_is_placed_and_given_the_model if 
 	})
 	mutate(input_doc) == {
 		"patch": [
-			{"op": "add", "path": "/spec/nodeSelector", "value": {"cloud.example/pool": "speech-a100-spot", "nvidia.com/gpu.product": "a100"}},
+			{
+				"op": "add", "path": "/spec/nodeSelector",
+				"value": {"cloud.example/pool": "speech-a100-spot", "nvidia.com/gpu.product": "a100"},
+			},
 			{"op": "add", "path": "/spec/tolerations", "value": [testdata.pool_toleration("speech"), testdata.spot_toleration]},
 		],
 		"warnings": [
@@ -128,7 +136,10 @@ test_on_demand_pod_goes_to_the_first_on_demand_pool_where_allowed if {
 		[{"op": "add", "path": "/pod_templates/0/metadata", "value": {"annotations": {"labgate.io/capacity": "on-demand"}}}],
 	)
 	p := mutate(input_doc).patch
-	p[0] == {"op": "add", "path": "/spec/nodeSelector", "value": {"labgate.io/node-pool": "a100-ondemand", "nvidia.com/gpu.product": "a100"}}
+	p[0] == {
+		"op": "add", "path": "/spec/nodeSelector",
+		"value": {"labgate.io/node-pool": "a100-ondemand", "nvidia.com/gpu.product": "a100"},
+	}
 	p[1] == {"op": "add", "path": "/spec/tolerations", "value": [testdata.pool_toleration("speech")]}
 	mutate(input_doc).warnings[0] == `labgate placed pod on on-demand pool "a100-ondemand"`
 	is_idempotent(input_doc)
@@ -136,7 +147,11 @@ test_on_demand_pod_goes_to_the_first_on_demand_pool_where_allowed if {
 
 test_on_demand_pod_stays_on_spot_where_not_allowed if {
 	input_doc := json.patch(
-		pod_input("vision", testdata.vera, {"nodeSelector": {"nvidia.com/gpu.product": "h100"}, "containers": [gpu_container("1")]}),
+		pod_input(
+			"vision",
+			testdata.vera,
+			{"nodeSelector": {"nvidia.com/gpu.product": "h100"}, "containers": [gpu_container("1")]},
+		),
 		[{"op": "add", "path": "/pod_templates/0/metadata", "value": {"annotations": {"labgate.io/capacity": "on-demand"}}}],
 	)
 	mutate(input_doc).patch[0] == {"op": "add", "path": "/spec/nodeSelector/labgate.io~1node-pool", "value": "h100-spot"}
@@ -146,7 +161,10 @@ test_single_model_is_selected_with_the_pool if {
 	input_doc := pod_input("speech", testdata.sam, {"containers": [gpu_container("1")]})
 	mutate(input_doc) == {
 		"patch": [
-			{"op": "add", "path": "/spec/nodeSelector", "value": {"cloud.example/pool": "speech-a100-spot", "nvidia.com/gpu.product": "a100"}},
+			{
+				"op": "add", "path": "/spec/nodeSelector",
+				"value": {"cloud.example/pool": "speech-a100-spot", "nvidia.com/gpu.product": "a100"},
+			},
 			{"op": "add", "path": "/spec/tolerations", "value": [testdata.pool_toleration("speech"), testdata.spot_toleration]},
 			{"op": "add", "path": "/spec/automountServiceAccountToken", "value": false},
 			{"op": "add", "path": "/spec/priorityClassName", "value": "research-default"},
@@ -177,17 +195,29 @@ test_single_model_is_selected_for_a_pod_that_chose_its_pool if {
 }
 
 test_pods_without_gpus_are_not_placed if {
-	input_doc := pod_input("speech", testdata.sam, {"priorityClassName": "urgent", "containers": [testdata.main_container]})
+	input_doc := pod_input(
+		"speech",
+		testdata.sam,
+		{"priorityClassName": "urgent", "containers": [testdata.main_container]},
+	)
 	mutate(input_doc).patch == [{"op": "add", "path": "/spec/automountServiceAccountToken", "value": false}]
 }
 
 test_job_template_is_placed_at_its_path if {
-	job := testdata.job("sweep", 4, {}, {"nodeSelector": {"nvidia.com/gpu.product": "h100"}, "containers": [gpu_container("8")]})
+	job := testdata.job(
+		"sweep",
+		4,
+		{},
+		{"nodeSelector": {"nvidia.com/gpu.product": "h100"}, "containers": [gpu_container("8")]},
+	)
 	input_doc := testdata.workload_input("Job", "vision", testdata.vera, job)
 	mutate(input_doc) == {
 		"patch": [
 			{"op": "add", "path": "/spec/template/spec/nodeSelector/labgate.io~1node-pool", "value": "h100-spot"},
-			{"op": "add", "path": "/spec/template/spec/tolerations", "value": [testdata.pool_toleration("vision"), testdata.spot_toleration]},
+			{
+				"op": "add", "path": "/spec/template/spec/tolerations",
+				"value": [testdata.pool_toleration("vision"), testdata.spot_toleration],
+			},
 			{"op": "add", "path": "/spec/template/spec/automountServiceAccountToken", "value": false},
 			{"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "research-default"},
 		],
@@ -230,14 +260,21 @@ test_training_resource_templates_are_each_mutated if {
 	]
 
 	# Long warnings are cut to fit one kubectl line.
-	mutate(input_doc).warnings[2] == `labgate turned off token automount (service account "operator") for template spec.pytorchReplicaSpecs.Master.templat...`
+	mutate(input_doc).warnings[2] == concat("", [
+		`labgate turned off token automount (service account "operator") for template `,
+		`spec.pytorchReplicaSpecs.Master.templat...`,
+	])
 	is_idempotent(input_doc)
 }
 
 # --- Service-account token automount ---
 
 test_listed_service_account_keeps_its_token if {
-	input_doc := pod_input("vision", testdata.vera, {"serviceAccountName": "operator", "containers": [testdata.main_container]})
+	input_doc := pod_input(
+		"vision",
+		testdata.vera,
+		{"serviceAccountName": "operator", "containers": [testdata.main_container]},
+	)
 	mutate(input_doc).patch == [{"op": "add", "path": "/spec/priorityClassName", "value": "research-default"}]
 }
 
@@ -255,7 +292,9 @@ test_token_already_mounted_on_a_pod_is_taken_out if {
 		{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
 		{"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
 	]}}
-	token_mount := {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}
+	token_mount := {
+		"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true,
+	}
 	data_mount := {"name": "data", "mountPath": "/data"}
 	input_doc := pod_input("team-a", testdata.alice, {
 		"serviceAccountName": "default",
@@ -282,12 +321,20 @@ test_token_already_mounted_on_a_pod_is_taken_out if {
 # --- Priority class ---
 
 test_pod_with_resolved_priority_gets_no_class if {
-	input_doc := pod_input("team-a", testdata.alice, {"automountServiceAccountToken": false, "priority": 0, "containers": [testdata.main_container]})
+	input_doc := pod_input(
+		"team-a",
+		testdata.alice,
+		{"automountServiceAccountToken": false, "priority": 0, "containers": [testdata.main_container]},
+	)
 	mutate(input_doc).patch == []
 }
 
 test_default_priority_class_is_set_on_templates if {
-	deployment := testdata.deployment("serve", {}, {"automountServiceAccountToken": false, "containers": [testdata.main_container]})
+	deployment := testdata.deployment(
+		"serve",
+		{},
+		{"automountServiceAccountToken": false, "containers": [testdata.main_container]},
+	)
 	input_doc := testdata.workload_input("Deployment", "team-a", testdata.alice, deployment)
 	mutate(input_doc) == {
 		"patch": [{"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "research-default"}],
@@ -324,20 +371,39 @@ test_tenant_without_pools_gets_only_the_defaults if {
 
 _pin_digest := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-_pin_images := {"registry.lab.example/vision/train:v1": {"pinned": concat("", ["registry.lab.example/vision/train@", _pin_digest])}}
+_pin_images := {
+	"registry.lab.example/vision/train:v1": {"pinned": concat("", ["registry.lab.example/vision/train@", _pin_digest])},
+}
 
-_pin_inventory(images_spec) := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": images_spec}])
+_pin_inventory(images_spec) := json.patch(
+	testdata.inventory,
+	[{"op": "add", "path": "/tenants/team-a/spec/images", "value": images_spec}],
+)
 
 _pin_input := {
 	"request": testdata.pod_request("team-a", testdata.alice),
-	"pod_templates": [{"path": "spec", "spec": {"containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}], "automountServiceAccountToken": false, "priority": 0}, "metadata": {}, "replicas": 1}],
+	"pod_templates": [
+		{
+			"path": "spec",
+			"spec": {
+				"containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}],
+				"automountServiceAccountToken": false, "priority": 0,
+			},
+			"metadata": {}, "replicas": 1,
+		},
+	],
 	"images": _pin_images,
 }
 
 test_tags_are_pinned_to_the_resolved_digest if {
 	result := mutation.changes_patch with input as _pin_input
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
-	result == [{"op": "add", "path": "/spec/containers/0/image", "value": concat("", ["registry.lab.example/vision/train@", _pin_digest])}]
+	result == [
+		{
+			"op": "add", "path": "/spec/containers/0/image",
+			"value": concat("", ["registry.lab.example/vision/train@", _pin_digest]),
+		},
+	]
 	warnings := mutation.warnings with input as _pin_input
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 	warnings == ["labgate pinned registry.lab.example/vision/train:v1 to sha256:0123456789ab"]
@@ -356,73 +422,6 @@ test_a_pinned_image_is_left_alone if {
 test_tenants_that_require_pinned_images_are_not_rewritten if {
 	mutation.patch == [] with input as _pin_input
 		with data.inventory as _pin_inventory({"requireDigest": true})
-}
-
-# --- beyond quota as preemptible ---
-
-_preempt_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
-
-_preempt_input(usage) := {
-	"request": object.union(testdata.pod_request("vision", testdata.vera), {"object": {"metadata": {"name": "extra"}}}),
-	"pod_templates": [{"path": "spec", "metadata": {"name": "extra"}, "replicas": 1, "spec": {
-		"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-		"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "h100-spot"},
-		"automountServiceAccountToken": false, "priority": 0,
-	}}],
-	"gpu_usage": usage,
-}
-
-test_a_pod_beyond_quota_is_marked_preemptible if {
-	patch := mutation.patch with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
-		with data.inventory as _preempt_inventory
-	{"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
-	{"op": "add", "path": "/spec/priority", "value": -100} in patch
-	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}} in patch
-}
-
-# The warning names the rule and the numbers (issue 22 item 12).
-test_the_preemptible_warning_says_the_rule_and_the_numbers if {
-	warnings := mutation.warnings with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
-		with data.inventory as _preempt_inventory
-	`[gpu-preemptible] asks 8 GPUs, uses 12 of 16 GPUs (h100: 4 of 8): admitted as preemptible, may be evicted` in warnings
-}
-
-test_a_pod_within_quota_is_not_marked if {
-	patch := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
-		with data.inventory as _preempt_inventory
-	not {"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"} in patch
-}
-
-# The webhook reuses a mutation for an identical pod at another GPU usage only when reads_gpu_usage
-# is false: then the patch must indeed be the same at any usage.
-test_without_preemptible_pods_the_patch_does_not_read_the_usage if {
-	not mutation.reads_gpu_usage with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
-		with data.inventory as testdata.gpu_inventory
-	over := mutation.patch with input as _preempt_input({"total": 12, "by_model": {"h100": 4}})
-		with data.inventory as testdata.gpu_inventory
-	within := mutation.patch with input as _preempt_input({"total": 0, "by_model": {}})
-		with data.inventory as testdata.gpu_inventory
-	over == within
-}
-
-test_with_preemptible_pods_the_patch_reads_the_usage if {
-	mutation.reads_gpu_usage with input as _preempt_input({"total": 0, "by_model": {}})
-		with data.inventory as _preempt_inventory
-}
-
-# Regression: the opt-out written on the Job's own metadata was ignored and the pods went to spot.
-test_on_demand_on_a_jobs_own_metadata_places_its_template_on_demand if {
-	job := json.patch(testdata.job("sweep", 1, {}, {"containers": [gpu_container("1")]}), [{
-		"op": "add", "path": "/metadata/annotations",
-		"value": {"labgate.io/capacity": "on-demand"},
-	}])
-	input_doc := testdata.workload_input("Job", "speech", testdata.sam, job)
-	mutate(input_doc).patch[0] == {
-		"op": "add", "path": "/spec/template/spec/nodeSelector",
-		"value": {"labgate.io/node-pool": "a100-ondemand", "nvidia.com/gpu.product": "a100"},
-	}
-	`labgate placed template spec.template.spec on on-demand pool "a100-ondemand"` in mutate(input_doc).warnings
-	is_idempotent(input_doc)
 }
 
 # --- the record of every change, on the object ---

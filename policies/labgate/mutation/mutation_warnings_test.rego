@@ -6,17 +6,21 @@ import data.labgate.lib.testdata
 import data.labgate.mutation
 
 # Issue 22 item 3: a tag whose registry did not answer is not pinned, and the warning says so.
-_unreachable_input := json.patch(_pin_input, [{"op": "replace", "path": "/images", "value": {"registry.lab.example/vision/train:v1": {
-	"registry": "registry.lab.example", "digest": null, "pinned": null,
-	"error": "registry registry.lab.example is unreachable (connection refused)",
-}}}])
+_unreachable_input := json.patch(_pin_input, [{"op": "replace", "path": "/images", "value": {
+	"registry.lab.example/vision/train:v1": {
+		"registry": "registry.lab.example", "digest": null, "pinned": null,
+		"error": "registry registry.lab.example is unreachable (connection refused)",
+	},
+}}])
 
 test_a_tag_whose_registry_did_not_answer_runs_unpinned_with_a_warning if {
 	mutation.patch == [] with input as _unreachable_input
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
 	warnings := mutation.warnings with input as _unreachable_input
 		with data.inventory as _pin_inventory({"registries": ["registry.lab.example"]})
-	warnings == ["labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as written"]
+	warnings == [
+		"labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as written",
+	]
 
 	# Where a signature is required the image is refused instead: no warning about pinning.
 	signed := _pin_inventory({"registries": ["registry.lab.example"], "requireSignature": true})
@@ -36,7 +40,10 @@ test_the_warnings_of_a_change_travel_on_the_object_not_in_the_mutating_response 
 }
 
 test_the_warnings_join_annotations_already_there if {
-	pod := json.patch(testdata.pod("train-1", {"containers": [gpu_container("1")]}), [{"op": "add", "path": "/metadata/annotations", "value": {"team": "x"}}])
+	pod := json.patch(
+		testdata.pod("train-1", {"containers": [gpu_container("1")]}),
+		[{"op": "add", "path": "/metadata/annotations", "value": {"team": "x"}}],
+	)
 	input_doc := testdata.workload_input("Pod", "speech", testdata.sam, pod)
 	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
 	[op.path | some op in full; contains(op.path, "annotations")] == [

@@ -11,8 +11,13 @@ exactly(name, class, n) := {"name": name, "exactly": {"deviceClassName": class, 
 
 _claims := {
 	"ResourceClaimTemplate/two-gpus": {"found": true, "spec": claim_spec([exactly("g", "gpu.nvidia.com", 2)])},
-	"ResourceClaim/shared": {"found": true, "spec": claim_spec([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}])},
-	"ResourceClaim/everything": {"found": true, "spec": claim_spec([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}])},
+	"ResourceClaim/shared": {
+		"found": true, "spec": claim_spec([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]),
+	},
+	"ResourceClaim/everything": {
+		"found": true,
+		"spec": claim_spec([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}]),
+	},
 	"ResourceClaim/nic": {"found": true, "spec": claim_spec([exactly("n", "rdma.example.com", 1)])},
 	"ResourceClaim/missing": {"found": false, "reason": "it does not exist in namespace \"vision\""},
 }
@@ -29,7 +34,8 @@ test_gpus_claimed_through_dra_count if {
 		{"name": "b", "resourceClaimName": "shared"},
 	])
 	gpu.demand(spec) == {"total": 4, "by_model": {"h100": 4}} with input.resource_claims as _claims
-	gpu_text.describe_asks(spec) == "3 DRA gpu.nvidia.com (h100), 1 nvidia.com/gpu (h100)" with input.resource_claims as _claims
+	gpu_text.describe_asks(spec) == "3 DRA gpu.nvidia.com (h100), 1 nvidia.com/gpu (h100)"
+		with input.resource_claims as _claims
 	dra.claim_problems(spec) == [] with input.resource_claims as _claims
 }
 
@@ -48,10 +54,28 @@ test_claims_that_cannot_be_counted_are_problems if {
 		{"name": "d", "resourceClaimTemplateName": "not-gathered"},
 	])
 	dra.claim_problems(spec) == [
-		{"field": "resourceClaims[0]", "text": `names ResourceClaim "everything", whose spec.devices.requests[0] asks every device of class "gpu.nvidia.com" (allocationMode All), a number labgate cannot count`},
-		{"field": "resourceClaims[1]", "text": `names ResourceClaim "nic", whose spec.devices.requests[0] asks device class "rdma.example.com", which labgate neither counts as GPUs nor allows`},
-		{"field": "resourceClaims[2]", "text": `names ResourceClaim "missing", which labgate could not read (it does not exist in namespace "vision")`},
-		{"field": "resourceClaims[3]", "text": `names ResourceClaimTemplate "not-gathered", which labgate could not read (not gathered)`},
+		{
+			"field": "resourceClaims[0]",
+			"text": concat("", [
+				`names ResourceClaim "everything", whose spec.devices.requests[0] asks every device of class `,
+				`"gpu.nvidia.com" (allocationMode All), a number labgate cannot count`,
+			]),
+		},
+		{
+			"field": "resourceClaims[1]",
+			"text": concat("", [
+				`names ResourceClaim "nic", whose spec.devices.requests[0] asks device class "rdma.example.com", which `,
+				`labgate neither counts as GPUs nor allows`,
+			]),
+		},
+		{
+			"field": "resourceClaims[2]",
+			"text": `names ResourceClaim "missing", which labgate could not read (it does not exist in namespace "vision")`,
+		},
+		{
+			"field": "resourceClaims[3]",
+			"text": `names ResourceClaimTemplate "not-gathered", which labgate could not read (not gathered)`,
+		},
 	] with input.resource_claims as _claims
 	gpu.demand(spec) == {"total": 1, "by_model": {"h100": 1}} with input.resource_claims as _claims
 }
@@ -77,9 +101,15 @@ test_first_available_of_different_models_is_a_problem if {
 		{"name": "h", "deviceClassName": "gpu.nvidia.com", "count": 1},
 		{"name": "a", "deviceClassName": "a100.nvidia.com", "count": 1},
 	]}
-	problem := dra.request_problem({"field": "x", "alternatives": dra.device_requests(claim_spec([request]))[0].alternatives}) with data.labgate.config.dra_device_classes as {
-		"gpu.nvidia.com": {"model": ""},
-		"a100.nvidia.com": {"model": "a100"},
-	}
-	problem == "offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the scheduler picks one"
+	problem := dra.request_problem({
+		"field": "x", "alternatives": dra.device_requests(claim_spec([request]))[0].alternatives,
+	})
+		with data.labgate.config.dra_device_classes as {
+			"gpu.nvidia.com": {"model": ""},
+			"a100.nvidia.com": {"model": "a100"},
+		}
+	problem == concat("", [
+		"offers alternatives (firstAvailable) of different GPU models, which labgate cannot count before the ",
+		"scheduler picks one",
+	])
 }

@@ -36,10 +36,10 @@ unspecified_model := "unspecified"
 
 # Resource domains of GPU vendors: a resource of one of these domains (or a subdomain) that labgate
 # neither counts nor lists as a companion is refused rather than ignored (gpu-resource-unknown).
-vendor_domains := {d | some d in object.get(_config, "gpu_vendor_domains", [])}
+_vendor_domains := {d | some d in object.get(_config, "gpu_vendor_domains", [])}
 
 # Resources of a vendor domain that are not GPUs and are not counted (Intel's millicores, ...).
-companion_resources := {r | some r in object.get(_config, "gpu_companion_resources", [])}
+_companion_resources := {r | some r in object.get(_config, "gpu_companion_resources", [])}
 
 _weights := object.get(_config, "gpu_resource_weights", {})
 
@@ -68,12 +68,12 @@ weight(resource) := w if {
 } else := 1
 
 # A resource of a GPU vendor's domain that labgate does not count and does not list as a companion.
-is_unknown_vendor_resource(resource) if {
+_is_unknown_vendor_resource(resource) if {
 	not is_gpu_resource(resource)
-	not resource in companion_resources
+	not resource in _companion_resources
 	contains(resource, "/")
 	domain := split(resource, "/")[0]
-	some vendor in vendor_domains
+	some vendor in _vendor_domains
 	_in_domain(domain, vendor)
 }
 
@@ -164,7 +164,10 @@ _overhead(spec, resource) := n if {
 } else := 0
 
 # The scheduler's request of a pod spec for one resource.
-effective_request(spec, resource) := max([_running(spec, resource), _init_peak(spec, resource)]) + _overhead(spec, resource)
+effective_request(spec, resource) := max([
+	_running(spec, resource),
+	_init_peak(spec, resource),
+]) + _overhead(spec, resource)
 
 # Every GPU ask of a pod spec's containers: {"resource", "model", "count", "gpus"} per counted
 # resource, sorted by resource; count is the effective request, gpus what it weighs on the total.
@@ -181,18 +184,20 @@ unknown_resources(spec) := array.concat(
 		some group in ["initContainers", "containers"]
 		some i, c in _array(object.get(spec, group, []))
 		some r, _ in _asked(c)
-		is_unknown_vendor_resource(r)
+		_is_unknown_vendor_resource(r)
 	],
 	[{"field": "overhead", "resource": r, "count": _amount(q)} |
 		some r, q in _object(object.get(spec, "overhead", {}))
-		is_unknown_vendor_resource(r)
+		_is_unknown_vendor_resource(r)
 	],
 )
 
 # Resources of labgate's own domain (labgate.io/...) a pod spec asks: [{"field", "resource", "count"}].
 # They are counted for labgate by others (Kueue asks labgate.io/gpu-total for every nvidia.com/gpu a
 # workload asks, rbac/queues.py), and a pod that asks one itself changes that count.
-own_domain_resources(spec) := [{"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r)} |
+own_domain_resources(spec) := [{
+	"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r),
+} |
 	some group in ["initContainers", "containers"]
 	some i, c in _array(object.get(spec, group, []))
 	some r, _ in _asked(c)

@@ -110,8 +110,11 @@ test_other_vendors_whole_gpus_count_as_the_selected_model if {
 }
 
 test_weights_scale_the_total_not_the_model if {
-	spec := {"containers": [testdata.gpu_container("main", {"nvidia.com/mig-7g.80gb": "2", "nvidia.com/mig-1g.10gb": "3"})]}
-	d := gpu.demand(spec) with data.labgate.config.gpu_resource_weights as {"nvidia.com/mig-7g.80gb": 4, "nvidia.com/mig-": 0}
+	spec := {
+		"containers": [testdata.gpu_container("main", {"nvidia.com/mig-7g.80gb": "2", "nvidia.com/mig-1g.10gb": "3"})],
+	}
+	d := gpu.demand(spec)
+		with data.labgate.config.gpu_resource_weights as {"nvidia.com/mig-7g.80gb": 4, "nvidia.com/mig-": 0}
 	d == {"total": 8, "by_model": {"mig-7g.80gb": 2, "mig-1g.10gb": 3}}
 }
 

@@ -7,9 +7,18 @@ package labgate.lib.gpu_text
 
 import data.labgate.lib.gpu
 
-# "8 nvidia.com/gpu (h100), 1 nvidia.com/mig-1g.10gb" for messages: per resource and model.
+# METADATA
+# title: A pod spec's GPU asks as text
+# description: |
+#   What a denial says a pod asks of GPUs: "8 nvidia.com/gpu (h100), 1 nvidia.com/mig-1g.10gb", per
+#   resource and model, every container and claim counted.
 describe_asks(spec) := describe(gpu.all_asks(spec))
 
+# METADATA
+# title: GPU asks as text
+# description: |
+#   Sums a list of asks ({resource, model, count}) per resource and model and names each, with its
+#   model unless the resource is a MIG slice that names its own.
 describe(list) := concat(", ", [text |
 	some key in sort({[a.resource, a.model] | some a in list})
 	n := sum([a.count | some a in list; [a.resource, a.model] == key])
@@ -28,7 +37,10 @@ _model_note(resource, model) := sprintf(" (%s)", [model]) if {
 	model != gpu.unspecified_model
 }
 
-# "1 GPU", "8 GPUs".
+# METADATA
+# title: A count with its noun
+# description: |
+#   "1 GPU", "8 GPUs": how the quota messages count pods and GPUs.
 plural(n, word) := sprintf("%v %s", [n, word]) if {
 	n == 1
 } else := sprintf("%v %ss", [n, word])

@@ -23,8 +23,10 @@ test_warnings_are_cut_to_one_line if {
 }
 
 test_the_subject_is_the_pod_or_the_template if {
-	json_patch.subject({"path": "spec"}) == "pod" with input as testdata.workload_input("Pod", "team-a", testdata.alice, testdata.pod("x", {}))
-	json_patch.subject({"path": "spec.template.spec"}) == "template spec.template.spec" with input as testdata.workload_input("Job", "team-a", testdata.alice, testdata.job("j", 1, {}, {}))
+	json_patch.subject({"path": "spec"}) == "pod"
+		with input as testdata.workload_input("Pod", "team-a", testdata.alice, testdata.pod("x", {}))
+	json_patch.subject({"path": "spec.template.spec"}) == "template spec.template.spec"
+		with input as testdata.workload_input("Job", "team-a", testdata.alice, testdata.job("j", 1, {}, {}))
 }
 
 test_values_of_another_type_are_empty if {

@@ -41,7 +41,8 @@ test_a_job_is_queued_and_a_deployment_is_a_workload_kueue_never_queues if {
 	not kueue.is_unqueued_workload with input as testdata.workload_input("Job", "vision", testdata.vera, job)
 	deployment := testdata.deployment("web", {}, gpu_spec)
 	kueue.is_unqueued_workload with input as testdata.workload_input("Deployment", "vision", testdata.vera, deployment)
-	not kueue.is_queued(deployment) with input as testdata.workload_input("Deployment", "vision", testdata.vera, deployment)
+	not kueue.is_queued(deployment)
+		with input as testdata.workload_input("Deployment", "vision", testdata.vera, deployment)
 }
 
 test_a_cronjob_runs_through_the_jobs_kueue_queues if {

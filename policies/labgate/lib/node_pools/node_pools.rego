@@ -23,15 +23,15 @@ _array(value) := value if {
 
 # Where a template's metadata lives: "metadata" for a Pod's "spec", "spec.template.metadata" for
 # "spec.template.spec".
-metadata_field(template) := concat(".", array.concat(array.slice(parts, 0, count(parts) - 1), ["metadata"])) if {
+_metadata_field(template) := concat(".", array.concat(array.slice(parts, 0, count(parts) - 1), ["metadata"])) if {
 	parts := split(template.path, ".")
 }
 
-template_annotations(template) := _object(object.get(_object(object.get(template, "metadata", {})), "annotations", {}))
+_template_annotations(template) := _object(object.get(_object(object.get(template, "metadata", {})), "annotations", {}))
 
 # The pod opts out of spot capacity (annotation labgate.io/capacity: on-demand): on its template, or,
 # for a workload (a Job, a training job), on the workload's own metadata, where people also write it.
-wants_on_demand(template) if template_annotations(template)[capacity_annotation] == "on-demand"
+wants_on_demand(template) if _template_annotations(template)[capacity_annotation] == "on-demand"
 
 wants_on_demand(_) if _workload_wants_on_demand
 
@@ -41,8 +41,8 @@ _workload_wants_on_demand if {
 }
 
 # Where the opt-out was written, for messages: the template's metadata, else the workload's.
-on_demand_field(template) := sprintf("%s.annotations", [metadata_field(template)]) if {
-	template_annotations(template)[capacity_annotation] == "on-demand"
+on_demand_field(template) := sprintf("%s.annotations", [_metadata_field(template)]) if {
+	_template_annotations(template)[capacity_annotation] == "on-demand"
 } else := "metadata.annotations"
 
 pools(tenant) := _array(object.get(tenant, ["spec", "placement", "nodePools"], []))
@@ -58,7 +58,7 @@ pool_label_values(tenant) := {pool.name | some pool in pools(tenant)} | {value |
 
 spot_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) == true]
 
-on_demand_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) != true]
+_on_demand_pools(tenant) := [pool | some pool in pools(tenant); object.get(pool, "spot", false) != true]
 
 # The GPU models a pool's nodes have: the model its nodeSelector names (gpu.model_label), else its
 # `models` list. Empty when the pool says neither: labgate does not know, and any model may go there.
@@ -96,14 +96,14 @@ fits(pool, tenant, template) if asked_model(tenant, template) in pool_models(poo
 
 # The pools labgate may put a GPU pod on when it names none: the tenant's spot pools, or, when the
 # pod asks on-demand capacity and the tenant allows it, its pools that are not spot.
-candidate_pools(tenant, template) := on_demand_pools(tenant) if {
+_candidate_pools(tenant, template) := _on_demand_pools(tenant) if {
 	_on_demand_allowed(tenant, template)
 } else := spot_pools(tenant)
 
 # The pool labgate puts a GPU pod on when it names none: the first candidate that has the model the
 # pod asks. Undefined when none has it (rules.placement refuses the pod then).
 default_pool(tenant, template) := [pool |
-	some pool in candidate_pools(tenant, template)
+	some pool in _candidate_pools(tenant, template)
 	fits(pool, tenant, template)
 ][0]
 

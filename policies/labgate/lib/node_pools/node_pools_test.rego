@@ -30,18 +30,27 @@ test_a_narrower_toleration_is_covered if {
 }
 
 test_a_wider_toleration_is_not_covered if {
-	not node_pools.covered_by({"key": "labgate.io/pool", "operator": "Exists", "effect": "NoSchedule"}, testdata.pool_toleration("vision"))
-	not node_pools.covered_by({"key": "labgate.io/pool", "operator": "Equal", "value": "vision"}, testdata.pool_toleration("vision"))
+	not node_pools.covered_by(
+		{"key": "labgate.io/pool", "operator": "Exists", "effect": "NoSchedule"},
+		testdata.pool_toleration("vision"),
+	)
+	not node_pools.covered_by(
+		{"key": "labgate.io/pool", "operator": "Equal", "value": "vision"},
+		testdata.pool_toleration("vision"),
+	)
 	not node_pools.covered_by(testdata.pool_toleration("speech"), testdata.pool_toleration("vision"))
 }
 
 test_metadata_field_sits_beside_the_spec if {
-	node_pools.metadata_field({"path": "spec"}) == "metadata"
-	node_pools.metadata_field({"path": "spec.jobTemplate.spec.template.spec"}) == "spec.jobTemplate.spec.template.metadata"
+	node_pools._metadata_field({"path": "spec"}) == "metadata"
+	cronjob := {"path": "spec.jobTemplate.spec.template.spec"}
+	node_pools._metadata_field(cronjob) == "spec.jobTemplate.spec.template.metadata"
 }
 
 test_pool_models_come_from_the_selector_else_the_list if {
-	node_pools.pool_models({"name": "p", "nodeSelector": {"nvidia.com/gpu.product": "h100"}, "models": ["a100"]}) == {"h100"}
+	node_pools.pool_models({"name": "p", "nodeSelector": {"nvidia.com/gpu.product": "h100"}, "models": ["a100"]}) == {
+		"h100",
+	}
 	node_pools.pool_models({"name": "p", "models": ["a100", "l4"]}) == {"a100", "l4"}
 	node_pools.pool_models({"name": "p"}) == set()
 }
@@ -52,7 +61,8 @@ test_describe_pool_names_capacity_and_models if {
 }
 
 test_foreign_pool_owners_are_the_other_tenants_keeping_that_pool if {
-	node_pools.foreign_pool_owners(testdata.vision, "a100-ondemand") == {"speech"} with data.inventory as testdata.gpu_inventory
+	node_pools.foreign_pool_owners(testdata.vision, "a100-ondemand") == {"speech"}
+		with data.inventory as testdata.gpu_inventory
 	node_pools.foreign_pool_owners(testdata.vision, "h100-spot") == set() with data.inventory as testdata.gpu_inventory
 	node_pools.foreign_pool_owners(testdata.vision, "cpu-shared") == set() with data.inventory as testdata.gpu_inventory
 }

@@ -28,7 +28,12 @@ _required(spec) := object.get(spec, _required_path, null)
 
 _node_selector(spec) := _object(object.get(spec, "nodeSelector", {}))
 
-# The template asks the scheduler for some nodes only: a nodeSelector or a required node affinity.
+# METADATA
+# scope: document
+# title: Whether a template confines its pods to some nodes
+# description: |
+#   True when the template asks the scheduler for some nodes only, by a nodeSelector or a required
+#   node affinity; placement-pool then checks that the selection stays in the tenant's pools.
 has_required_selection(template) if count(_node_selector(template.spec)) > 0
 
 has_required_selection(template) if is_object(_required(template.spec))
@@ -44,24 +49,37 @@ _is_empty_term(term) if {
 
 _terms_field(template) := sprintf("%s.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", [template.path])
 
-# The template's required selection as alternatives, any of which a node may match: each
-# {"field", "requirements"} with requirements ANDed ({key, operator, values}). The nodeSelector is
-# part of every alternative. Empty terms select nothing and are left out.
+# METADATA
+# title: A template's required node selection as alternatives
+# description: |
+#   Each {field, requirements}, any of which a node may match, with the requirements ANDed ({key,
+#   operator, values}). The nodeSelector is part of every alternative; empty terms select nothing
+#   and are left out.
 alternatives(template) := [{"field": sprintf("%s[%d]", [_terms_field(template), i]), "requirements": requirements} |
 	some i, term in _array(object.get(_required(template.spec), "nodeSelectorTerms", []))
 	not _is_empty_term(term)
 	requirements := array.concat(_selector_requirements(template.spec), _array(object.get(term, "matchExpressions", [])))
 ] if {
 	is_object(_required(template.spec))
-} else := [{"field": sprintf("%s.nodeSelector", [template.path]), "requirements": _selector_requirements(template.spec)}]
+} else := [
+	{"field": sprintf("%s.nodeSelector", [template.path]), "requirements": _selector_requirements(template.spec)},
+]
 
-# The labels every node of the pool carries.
+# METADATA
+# title: The labels every node of a node pool carries
+# description: |
+#   A pool's own nodeSelector, or else the node-pool label with the pool's name, as the Tenant
+#   declares its pools.
 pool_selector(pool) := selector if {
 	selector := _object(object.get(pool, "nodeSelector", {}))
 	count(selector) > 0
 } else := {node_pools.node_pool_label: pool.name}
 
-# The requirements can all hold on some node of the pool.
+# METADATA
+# title: Whether node requirements can select a node of a pool
+# description: |
+#   True when the requirements can all hold on some node carrying the pool's labels, so a pod
+#   selecting that way may land in that pool.
 can_select(requirements, pool) if {
 	selector := pool_selector(pool)
 	every key in {r.key | some r in requirements} {
@@ -149,9 +167,12 @@ _allowed_values(requirements, key) := intersection({{v | some v in _array(object
 	r.operator == "In"
 })
 
-# The requirements select only nodes of the given pools: some key they fix to a few values, each of
-# which, with the values they fix for the pool's other keys, is one of those pools' selectors. (A
-# node of the tenant's own pool is its own, whatever other pools' selectors could also match it.)
+# METADATA
+# title: Whether node requirements select only nodes of the given pools
+# description: |
+#   Some key they fix to a few values, each of which, with the values they fix for the pool's other
+#   keys, is one of those pools' selectors. A node of the tenant's own pool is its own, whatever
+#   other pools' selectors could also match it.
 confined_to(requirements, pools) if {
 	some key in {r.key | some r in requirements; r.operator == "In"}
 	every value in _allowed_values(requirements, key) {

@@ -39,9 +39,15 @@ test_alternatives_are_the_terms_each_with_the_node_selector if {
 }
 
 test_confined_to_its_own_pools if {
-	own := [{"name": "a-spot"}, {"name": "a-h100", "nodeSelector": {"labgate.io/node-pool": "a-h100", "nvidia.com/gpu.product": "h100"}}]
+	own := [
+		{"name": "a-spot"},
+		{"name": "a-h100", "nodeSelector": {"labgate.io/node-pool": "a-h100", "nvidia.com/gpu.product": "h100"}},
+	]
 	node_selection.confined_to([req("labgate.io/node-pool", "In", ["a-spot"])], own)
-	node_selection.confined_to([req("labgate.io/node-pool", "In", ["a-h100"]), req("nvidia.com/gpu.product", "In", ["h100"])], own)
+	node_selection.confined_to(
+		[req("labgate.io/node-pool", "In", ["a-h100"]), req("nvidia.com/gpu.product", "In", ["h100"])],
+		own,
+	)
 	not node_selection.confined_to([req("labgate.io/node-pool", "In", ["a-h100"])], own)
 	not node_selection.confined_to([req("labgate.io/node-pool", "In", ["a-spot", "b-spot"])], own)
 }

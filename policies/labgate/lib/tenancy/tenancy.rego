@@ -18,13 +18,13 @@ request_namespace := input.request.name if {
 }
 
 # Labels of the request's namespace: from the object for a Namespace, else from the inventory.
-namespace_labels := object.get(input.request.object, ["metadata", "labels"], {}) if {
+_namespace_labels := object.get(input.request.object, ["metadata", "labels"], {}) if {
 	input.request.kind.kind == "Namespace"
 	input.request.kind.group == ""
 } else := data.inventory.namespaces[request_namespace].labels
 
 # The tenant named by the namespace's label, whether or not such a Tenant exists.
-claimed_tenant_name := namespace_labels[tenant_label]
+claimed_tenant_name := _namespace_labels[tenant_label]
 
 # The Tenant object that owns the request's namespace.
 namespace_tenant := data.inventory.tenants[claimed_tenant_name]
@@ -44,7 +44,7 @@ is_trusted_requester if {
 }
 
 # Subjects a tenant lists as able to run workloads (admins and researchers).
-workload_subjects(tenant) := array.concat(
+_workload_subjects(tenant) := array.concat(
 	object.get(tenant, ["spec", "members", "admins"], []),
 	object.get(tenant, ["spec", "members", "researchers"], []),
 )
@@ -73,19 +73,19 @@ tenant_namespaces(tenant_name) := {name |
 # A member may run workloads in the tenant's namespaces; so may service accounts living there
 # (a training operator or a Job's controller acting inside the tenant).
 is_member(tenant, user) if {
-	some subject in workload_subjects(tenant)
+	some subject in _workload_subjects(tenant)
 	subject_matches(subject, user)
 }
 
 is_member(tenant, user) if {
 	some group in user.groups
 	startswith(group, "system:serviceaccounts:")
-	is_tenant_namespace(trim_prefix(group, "system:serviceaccounts:"), tenant.metadata.name)
+	_is_tenant_namespace(trim_prefix(group, "system:serviceaccounts:"), tenant.metadata.name)
 }
 
 # The namespace is one of the tenant's (labelled with its name in the inventory): one lookup, where
 # tenant_namespaces builds the set of all of them.
-is_tenant_namespace(namespace, tenant_name) if data.inventory.namespaces[namespace].labels[tenant_label] == tenant_name
+_is_tenant_namespace(namespace, tenant_name) if data.inventory.namespaces[namespace].labels[tenant_label] == tenant_name
 
 # Names of the tenants `user` belongs to, for messages that tell people where they may work.
 tenants_of(user) := {name |
@@ -111,7 +111,7 @@ namespace_tenant_name := name if {
 # Listed as an admin or researcher of the tenant (a user, group or service account subject); unlike
 # is_member, a service account merely living in the tenant's namespaces is not listed.
 is_listed_member(tenant, user) if {
-	some subject in workload_subjects(tenant)
+	some subject in _workload_subjects(tenant)
 	subject_matches(subject, user)
 }
 

@@ -13,7 +13,14 @@ service_account(namespace, name) := {
 	"groups": ["system:serviceaccounts", sprintf("system:serviceaccounts:%s", [namespace]), "system:authenticated"],
 }
 
-namespace_create(user, name, labels) := testdata.request("CREATE", "Namespace", "", user, {"metadata": {"name": name, "labels": labels}}, null)
+namespace_create(user, name, labels) := testdata.request(
+	"CREATE",
+	"Namespace",
+	"",
+	user,
+	{"metadata": {"name": name, "labels": labels}},
+	null,
+)
 
 # --- who owns the request's namespace ---
 
@@ -28,7 +35,7 @@ test_a_namespaced_request_is_owned_by_its_namespaces_tenant if {
 test_a_namespace_request_is_owned_by_the_label_it_carries if {
 	request := namespace_create(testdata.alice, "team-a-new", {"labgate.io/tenant": "team-a"})
 	tenancy.request_namespace == "team-a-new" with input.request as request
-	tenancy.namespace_labels == {"labgate.io/tenant": "team-a"} with input.request as request
+	tenancy._namespace_labels == {"labgate.io/tenant": "team-a"} with input.request as request
 	tenancy.namespace_tenant == team_a with input.request as request with data.inventory as testdata.inventory
 }
 
@@ -50,7 +57,8 @@ test_a_namespace_of_no_tenant_has_none if {
 
 test_trusted_users_groups_and_labgates_own_service_accounts_are_the_platform if {
 	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", testdata.cluster_admin)
-	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", {"username": "system:kube-scheduler", "groups": []})
+	tenancy.is_trusted_requester
+		with input.request as testdata.pod_request("team-a", {"username": "system:kube-scheduler", "groups": []})
 	reconciler := service_account("labgate-system", "labgate-reconciler")
 	tenancy.is_trusted_requester with input.request as testdata.pod_request("team-a", reconciler)
 		with data.inventory as object.union(testdata.inventory, {"platform": {"namespace": "labgate-system"}})
@@ -77,10 +85,10 @@ test_service_accounts_living_in_the_tenants_namespaces_are_members if {
 }
 
 test_a_namespace_is_the_tenants_by_its_label if {
-	tenancy.is_tenant_namespace("team-a-data", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("team-b", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("default", "team-a") with data.inventory as testdata.inventory
-	not tenancy.is_tenant_namespace("missing", "team-a") with data.inventory as testdata.inventory
+	tenancy._is_tenant_namespace("team-a-data", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("team-b", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("default", "team-a") with data.inventory as testdata.inventory
+	not tenancy._is_tenant_namespace("missing", "team-a") with data.inventory as testdata.inventory
 	tenancy.tenant_namespaces("team-a") == {"team-a", "team-a-data"} with data.inventory as testdata.inventory
 }
 
@@ -121,6 +129,8 @@ test_containers_of_every_kind_are_listed_with_their_field if {
 		"initContainers": [{"name": "init"}],
 		"ephemeralContainers": [{"name": "debug"}],
 	}
-	{c.field | some c in tenancy.containers(spec)} == {"containers[0]", "containers[1]", "initContainers[0]", "ephemeralContainers[0]"}
+	{c.field | some c in tenancy.containers(spec)} == {
+		"containers[0]", "containers[1]", "initContainers[0]", "ephemeralContainers[0]",
+	}
 	count(tenancy.containers({})) == 0
 }

@@ -75,7 +75,9 @@ kinds := {
 	"Namespace": {"group": "", "version": "v1", "kind": "Namespace", "resource": "namespaces"},
 	"Secret": {"group": "", "version": "v1", "kind": "Secret", "resource": "secrets"},
 	"Service": {"group": "", "version": "v1", "kind": "Service", "resource": "services"},
-	"PersistentVolumeClaim": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim", "resource": "persistentvolumeclaims"},
+	"PersistentVolumeClaim": {
+		"group": "", "version": "v1", "kind": "PersistentVolumeClaim", "resource": "persistentvolumeclaims",
+	},
 	"NetworkPolicy": {
 		"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy",
 		"resource": "networkpolicies",

@@ -41,7 +41,10 @@ _unpinned(tenant, template) := [{"rule": "image-digest-pin", "ops": [], "warning
 	fact := input.images[container.image]
 	is_string(fact.error)
 	is_string(fact.registry)
-	warning := sprintf("labgate did not pin %s (no digest from its registry): it runs by tag as written", [container.image])
+	warning := sprintf(
+		"labgate did not pin %s (no digest from its registry): it runs by tag as written",
+		[container.image],
+	)
 ]
 
 _requires_signature(tenant) if tenant.spec.images.requireSignature == true
@@ -56,6 +59,9 @@ _volume_pinning_changes(tenant, template) := [{"rule": "image-digest-pin", "ops"
 	pinned := input.images[reference].pinned
 	is_string(pinned)
 	pinned != reference
-	op := {"op": "add", "path": sprintf("%s/%d/image/reference", [json_patch.field_pointer(template, "volumes"), i]), "value": pinned}
+	op := {
+		"op": "add", "path": sprintf("%s/%d/image/reference", [json_patch.field_pointer(template, "volumes"), i]),
+		"value": pinned,
+	}
 	warning := sprintf("labgate pinned %s to %s", [reference, substring(split(pinned, "@")[1], 0, 19)])
 ]

@@ -14,11 +14,15 @@ _input(images) := {
 	"images": images,
 }
 
-_inventory(images_spec) := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/images", "value": images_spec}])
+_inventory(images_spec) := json.patch(
+	testdata.inventory,
+	[{"op": "add", "path": "/tenants/team-a/spec/images", "value": images_spec}],
+)
 
 test_containers_then_image_volumes_are_pinned if {
 	pinned := concat("", ["registry.lab.example/vision/train@", _digest])
-	changes := image_pinning.template_changes.spec with input as _input({"registry.lab.example/vision/train:v1": {"pinned": pinned}})
+	changes := image_pinning.template_changes.spec
+		with input as _input({"registry.lab.example/vision/train:v1": {"pinned": pinned}})
 		with data.inventory as _inventory({"registries": ["registry.lab.example"]})
 	[op | some c in changes; some op in c.ops] == [
 		{"op": "add", "path": "/spec/containers/0/image", "value": pinned},
@@ -33,6 +37,9 @@ test_an_unresolved_tag_is_said_not_pinned if {
 		with data.inventory as _inventory({"registries": ["registry.lab.example"]})
 	changes == [{
 		"rule": "image-digest-pin", "ops": [],
-		"warning": "labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as written",
+		"warning": concat("", [
+			"labgate did not pin registry.lab.example/vision/train:v1 (no digest from its registry): it runs by tag as ",
+			"written",
+		]),
 	}]
 }

@@ -23,7 +23,12 @@ _prefix_tenants := {name |
 	startswith(_namespace_name, prefix)
 }
 
-# [{"rule", "ops", "warning"}]: the label, at most.
+# METADATA
+# title: The tenant label a new namespace gets
+# description: |
+#   At most one change ({rule, ops, warning}): a namespace created by a listed member of the one
+#   tenant whose spec.namespaces.prefix its name starts with is labelled for that tenant, so it
+#   belongs to the tenant from its creation.
 changes := [{"rule": "namespace-label", "ops": [op], "warning": warning} |
 	_is_namespace_create
 	not tenancy.is_trusted_requester

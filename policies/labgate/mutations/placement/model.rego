@@ -14,6 +14,9 @@ _model_selector(tenant, template) := {gpu.model_label: model |
 	not gpu.model_label in object.keys(_pool_selector(tenant, template))
 }
 
-_model_warning(tenant, template) := sprintf("labgate selected GPU model %q (%s) for %s", [model, gpu.model_label, json_patch.subject(template)]) if {
+_model_warning(tenant, template) := sprintf(
+	"labgate selected GPU model %q (%s) for %s",
+	[model, gpu.model_label, json_patch.subject(template)],
+) if {
 	model := _model_selector(tenant, template)[gpu.model_label]
 } else := ""

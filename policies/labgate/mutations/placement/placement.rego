@@ -40,7 +40,10 @@ _selector_ops(template, additions) := [] if {
 	count(additions) == 0
 } else := [{"op": "add", "path": json_patch.field_pointer(template, "nodeSelector"), "value": additions}] if {
 	not is_object(object.get(template.spec, "nodeSelector", null))
-} else := [{"op": "add", "path": concat("/", [json_patch.field_pointer(template, "nodeSelector"), json_patch.escape(key)]), "value": additions[key]} |
+} else := [{
+	"op": "add", "path": concat("/", [json_patch.field_pointer(template, "nodeSelector"), json_patch.escape(key)]),
+	"value": additions[key],
+} |
 	some key in sort(object.keys(additions))
 ]
 
@@ -58,7 +61,9 @@ _toleration_ops(template, missing) := [] if {
 	count(missing) == 0
 } else := [{"op": "add", "path": json_patch.field_pointer(template, "tolerations"), "value": missing}] if {
 	not is_array(object.get(template.spec, "tolerations", null))
-} else := [{"op": "add", "path": concat("/", [json_patch.field_pointer(template, "tolerations"), "-"]), "value": t} | some t in missing]
+} else := [{"op": "add", "path": concat("/", [json_patch.field_pointer(template, "tolerations"), "-"]), "value": t} |
+	some t in missing
+]
 
 _pool_kind(pool) := "spot" if {
 	object.get(pool, "spot", false) == true
@@ -80,7 +85,10 @@ _placement_changes(tenant, template) := array.concat(
 	],
 )
 
-_pool_warning(tenant, template) := sprintf("labgate placed %s on %s pool %q", [json_patch.subject(template), _pool_kind(pool), pool.name]) if {
+_pool_warning(tenant, template) := sprintf(
+	"labgate placed %s on %s pool %q",
+	[json_patch.subject(template), _pool_kind(pool), pool.name],
+) if {
 	count(_pool_selector(tenant, template)) + count(_missing_tolerations(tenant, template)) > 0
 	pool := _pool(tenant, template)
 } else := ""

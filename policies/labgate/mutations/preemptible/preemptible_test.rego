@@ -3,7 +3,10 @@ package labgate.mutations.preemptible_test
 import data.labgate.lib.testdata
 import data.labgate.mutations.preemptible
 
-_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
+_inventory := json.patch(
+	testdata.gpu_inventory,
+	[{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}],
+)
 
 _input(usage) := {
 	"request": object.union(testdata.pod_request("vision", testdata.vera), {"object": {"metadata": {"name": "extra"}}}),
@@ -23,7 +26,10 @@ test_a_pod_beyond_quota_is_admitted_as_preemptible if {
 			{"op": "add", "path": "/spec/priorityClassName", "value": "research-preemptible"},
 			{"op": "add", "path": "/spec/priority", "value": -100},
 		],
-		"warning": `[gpu-preemptible] asks 8 GPUs, uses 12 of 16 GPUs (h100: 4 of 8): admitted as preemptible, may be evicted`,
+		"warning": concat("", [
+			`[gpu-preemptible] asks 8 GPUs, uses 12 of 16 GPUs (h100: 4 of 8): `,
+			`admitted as preemptible, may be evicted`,
+		]),
 	}]
 }
 

@@ -16,7 +16,8 @@ test_the_default_class_is_set_where_none_is_named if {
 }
 
 test_a_pod_with_a_resolved_priority_gets_no_class if {
-	changes := priority_class.template_changes.spec with input as _pod({"priority": 0, "containers": [testdata.main_container]})
+	changes := priority_class.template_changes.spec
+		with input as _pod({"priority": 0, "containers": [testdata.main_container]})
 		with data.inventory as testdata.inventory
 	changes == []
 }

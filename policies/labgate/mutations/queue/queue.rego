@@ -11,7 +11,12 @@ package labgate.mutations.queue
 import data.labgate.lib.json_patch
 import data.labgate.lib.kueue
 
-# [{"rule", "ops", "warning"}]: the label, the suspension, the gate, in that order.
+# METADATA
+# title: What a workload Kueue queues gets on creation
+# description: |
+#   The changes ({rule, ops, warning}) in order: the default LocalQueue label when it names none,
+#   the suspension Kueue lifts when it admits the workload, and Kueue's scheduling gate on a bare
+#   pod; only where Kueue manages the tenant.
 changes := [change |
 	input.request.operation == "CREATE"
 	kueue.managed_tenant
@@ -36,7 +41,10 @@ _suspend_change := [{"rule": "queue-unsuspend", "ops": [op], "warning": ""} |
 # spec.suspend, or spec.runPolicy.suspend (creating runPolicy when it is missing).
 _suspend_op(path) := {"op": "add", "path": json_patch.pointer_of(path), "value": true} if {
 	is_object(object.get(input.request.object, array.slice(path, 0, count(path) - 1), null))
-} else := {"op": "add", "path": json_patch.pointer_of(array.slice(path, 0, count(path) - 1)), "value": {path[count(path) - 1]: true}}
+} else := {
+	"op": "add", "path": json_patch.pointer_of(array.slice(path, 0, count(path) - 1)),
+	"value": {path[count(path) - 1]: true},
+}
 
 _gate_change := [{"rule": "queue-gate", "ops": [op], "warning": ""} |
 	kueue.is_pod

@@ -3,7 +3,10 @@ package labgate.mutations.queue_test
 import data.labgate.lib.testdata
 import data.labgate.mutations.queue
 
-_kueue_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
+_kueue_inventory := json.patch(
+	testdata.gpu_inventory,
+	[{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}],
+)
 
 _job := testdata.job("sweep", 1, {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})]})
 

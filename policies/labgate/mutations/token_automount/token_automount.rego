@@ -28,7 +28,9 @@ _runs_as(spec) := name if {
 	name != ""
 } else := "default"
 
-_keeps_token(tenant, spec) if _runs_as(spec) in object.get(tenant, ["spec", "secrets", "automountServiceAccountToken"], [])
+_keeps_token(tenant, spec) if {
+	_runs_as(spec) in object.get(tenant, ["spec", "secrets", "automountServiceAccountToken"], [])
+}
 
 _automount_changes(tenant, template) := [{"rule": "token-automount", "ops": ops, "warning": warning} |
 	not is_boolean(object.get(template.spec, "automountServiceAccountToken", null))
@@ -37,7 +39,10 @@ _automount_changes(tenant, template) := [{"rule": "token-automount", "ops": ops,
 		[{"op": "add", "path": json_patch.field_pointer(template, "automountServiceAccountToken"), "value": false}],
 		_token_volume_ops(template),
 	)
-	warning := sprintf("labgate turned off token automount (service account %q) for %s", [_runs_as(template.spec), json_patch.subject(template)])
+	warning := sprintf(
+		"labgate turned off token automount (service account %q) for %s",
+		[_runs_as(template.spec), json_patch.subject(template)],
+	)
 ]
 
 # The token volume the ServiceAccount admission plugin adds to a Pod: kube-api-access-<random>,

@@ -16,7 +16,8 @@ test_the_token_is_turned_off_where_the_spec_does_not_say if {
 }
 
 test_an_explicit_automount_is_left_alone if {
-	changes := token_automount.template_changes.spec with input as _pod({"automountServiceAccountToken": true, "containers": [testdata.main_container]})
+	changes := token_automount.template_changes.spec
+		with input as _pod({"automountServiceAccountToken": true, "containers": [testdata.main_container]})
 		with data.inventory as testdata.inventory
 	changes == []
 }

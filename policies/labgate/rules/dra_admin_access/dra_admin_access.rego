@@ -16,6 +16,11 @@ package labgate.rules.dra_admin_access
 
 import data.labgate.lib.tenancy
 
+# METADATA
+# title: The namespace label that lets claims ask admin access
+# description: |
+#   Kubernetes lets a ResourceClaim in a namespace with this label ask adminAccess to devices
+#   allocated to others; namespace_admin_access keeps tenants from setting it.
 admin_access_label := "resource.kubernetes.io/admin-access"
 
 _is_cluster_admin if "system:masters" in input.request.userInfo.groups
@@ -27,7 +32,7 @@ _is_judged if {
 }
 
 # Where each request of a ResourceClaimSpec asks admin access: {"field", "request"}.
-admin_requests(spec, prefix) := {{"field": sprintf("%s.devices.requests[%d]%s", [prefix, i, where]), "request": name} |
+_admin_requests(spec, prefix) := {{"field": sprintf("%s.devices.requests[%d]%s", [prefix, i, where]), "request": name} |
 	some i, request in object.get(spec, ["devices", "requests"], [])
 	some [where, name] in _asks(request)
 }
@@ -63,10 +68,13 @@ violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {
 	_is_judged
 	tenancy.namespace_tenant
 	input.request.kind.group == "resource.k8s.io"
-	some ask in admin_requests(_claim_spec, _claim_prefix)
+	some ask in _admin_requests(_claim_spec, _claim_prefix)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s (request %q) asks adminAccess: true: %s. Fix: remove adminAccess from the request; monitoring that needs it is the infra team's",
+		concat("", [
+			"[%s] %s %s (request %q) asks adminAccess: true: %s. Fix: remove adminAccess from the request; monitoring ",
+			"that needs it is the infra team's",
+		]),
 		[rule_id, tenancy.object_ref, ask.field, ask.request, _why],
 	)
 }
@@ -83,10 +91,13 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.resour
 	[kind, name] := _reference(ref)
 	fact := input.resource_claims[sprintf("%s/%s", [kind, name])]
 	fact.found
-	some ask in admin_requests(fact.spec, "spec")
+	some ask in _admin_requests(fact.spec, "spec")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim without adminAccess",
+		concat("", [
+			"[%s] %s %s.resourceClaims names %s %q, whose request %q asks adminAccess: true: %s. Fix: name a claim ",
+			"without adminAccess",
+		]),
 		[rule_id, tenancy.object_ref, template.path, kind, name, ask.request, _why],
 	)
 }

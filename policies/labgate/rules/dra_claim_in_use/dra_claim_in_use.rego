@@ -54,9 +54,15 @@ else := "have"
 
 _verb := {"CREATE": "create", "DELETE": "delete"}[input.request.operation]
 
-_why := "deleting it would let a claim of the same name, asking other devices, be allocated to them without being judged against the GPU quota" if {
+_why := concat("", [
+	"deleting it would let a claim of the same name, asking other devices, be allocated to them without being ",
+	"judged against the GPU quota",
+]) if {
 	input.request.operation == "DELETE"
-} else := "they were judged against the claim they named when admitted (or against none), and the scheduler would allocate what this one asks without it being judged against the GPU quota"
+} else := concat("", [
+	"they were judged against the claim they named when admitted (or against none), and the scheduler would ",
+	"allocate what this one asks without it being judged against the GPU quota",
+])
 
 _fix(names) := sprintf("delete %s first (kubectl delete pod %s -n %s) or wait for %s to finish, then %s the %s", [
 	_users_text(names), concat(" ", array.slice(names, 0, 5)), input.request.namespace,
@@ -112,7 +118,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 	is_string(reason)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not %s %s now: labgate could not list the pods of namespace %q to see whether a live pod names it (%s). Fix: retry; if it persists, tell the infra team",
+		concat("", [
+			"[%s] user %s may not %s %s now: labgate could not list the pods of namespace %q to see whether a live pod ",
+			"names it (%s). Fix: retry; if it persists, tell the infra team",
+		]),
 		[rule_id, tenancy.describe_user(input.request.userInfo), _verb, _claim_ref, input.request.namespace, reason],
 	)
 }

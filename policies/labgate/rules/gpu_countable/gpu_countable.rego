@@ -23,8 +23,15 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.%s", [template.path, unknown.field])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %v %s, a resource of a GPU vendor that labgate does not count. Fix: ask one it counts (%s), or ask the infra team to add %q to gpu_resources (or gpu_companion_resources) in labgate's policy config",
-		[rule_id, tenancy.object_ref, field, unknown.count, unknown.resource, concat(", ", sort(gpu.gpu_resources)), unknown.resource],
+		concat("", [
+			"[%s] %s %s asks %v %s, a resource of a GPU vendor that labgate does not count. Fix: ask one it counts ",
+			"(%s), or ask the infra team to add %q to gpu_resources (or gpu_companion_resources) in labgate's policy ",
+			"config",
+		]),
+		[
+			rule_id, tenancy.object_ref, field, unknown.count, unknown.resource, concat(", ", sort(gpu.gpu_resources)),
+			unknown.resource,
+		],
 	)
 }
 
@@ -44,7 +51,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.%s", [template.path, own.field])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %v %s: resources of the labgate.io domain are counted by labgate and Kueue for you (each nvidia.com/gpu asks one labgate.io/gpu-total), never asked by a pod. Fix: remove %s from the container's resources",
+		concat("", [
+			"[%s] %s %s asks %v %s: resources of the labgate.io domain are counted by labgate and Kueue for you (each ",
+			"nvidia.com/gpu asks one labgate.io/gpu-total), never asked by a pod. Fix: remove %s from the container's ",
+			"resources",
+		]),
 		[rule_id, tenancy.object_ref, field, own.count, own.resource, own.resource],
 	)
 }
@@ -67,7 +78,13 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
-_dra_fix := sprintf("name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts (%s), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)", [_class_list])
+_dra_fix := sprintf(
+	concat("", [
+		"name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate ",
+		"counts (%s), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)",
+	]),
+	[_class_list],
+)
 
 # --- ResourceClaims and ResourceClaimTemplates written in tenant namespaces ---
 
@@ -97,5 +114,12 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	problem := dra.request_problem(request)
 	field := concat(".", [prefix, trim_prefix(request.field, "spec.")])
 	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf("[%s] %s %s %s, so pods using it could not be counted against the GPU quota. Fix: ask an exact count of devices of a GPU device class labgate counts (%s), or ask the infra team to map the device class (dra_device_classes in labgate's policy config)", [rule_id, tenancy.object_ref, field, problem, _class_list])
+	msg := sprintf(
+		concat("", [
+			"[%s] %s %s %s, so pods using it could not be counted against the GPU quota. Fix: ask an exact count of ",
+			"devices of a GPU device class labgate counts (%s), or ask the infra team to map the device class ",
+			"(dra_device_classes in labgate's policy config)",
+		]),
+		[rule_id, tenancy.object_ref, field, problem, _class_list],
+	)
 }

@@ -35,7 +35,10 @@ _dra_pod(template) := testdata.pod("dra", {
 	"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
 })
 
-_dra_input(template, usage) := object.union(pod_input("speech", testdata.sam, _dra_pod(template), usage), {"resource_claims": _claims})
+_dra_input(template, usage) := object.union(
+	pod_input("speech", testdata.sam, _dra_pod(template), usage),
+	{"resource_claims": _claims},
+)
 
 _claim_object_input(kind, operation, obj) := {"request": {
 	"uid": "u",
@@ -52,7 +55,9 @@ _template_object(name, class, mode) := {
 	"apiVersion": "resource.k8s.io/v1",
 	"kind": "ResourceClaimTemplate",
 	"metadata": {"name": name},
-	"spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": class, "allocationMode": mode}}]}}},
+	"spec": {
+		"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": class, "allocationMode": mode}}]}},
+	},
 }
 
 # --- gpu-resource-unknown ---
@@ -65,23 +70,40 @@ test_an_unknown_resource_of_a_gpu_vendor_is_refused if {
 	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
 		"rule": "gpu-resource-unknown",
 		"field": "spec.initContainers[0].resources",
-		"message": `[gpu-resource-unknown] Pod "fake" spec.initContainers[0].resources asks 2 nvidia.com/gpu.fake, a resource of a GPU vendor that labgate does not count. Fix: ask one it counts (amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe, nvidia.com/gpu, nvidia.com/gpu.shared), or ask the infra team to add "nvidia.com/gpu.fake" to gpu_resources (or gpu_companion_resources) in labgate's policy config`,
+		"message": concat("", [
+			`[gpu-resource-unknown] Pod "fake" spec.initContainers[0].resources asks 2 nvidia.com/gpu.fake, a resource `,
+			`of a GPU vendor that labgate does not count. Fix: ask one it counts (amd.com/gpu, gpu.intel.com/i915, `,
+			`gpu.intel.com/xe, nvidia.com/gpu, nvidia.com/gpu.shared), or ask the infra team to add `,
+			`"nvidia.com/gpu.fake" to gpu_resources (or gpu_companion_resources) in labgate's policy config`,
+		]),
 	}}
 }
 
 test_companions_and_other_domains_are_not_refused if {
 	pod := testdata.pod("fine", {
 		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
-		"containers": [testdata.gpu_container("main", {"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "example.com/fpga": "1"})],
+		"containers": [
+			testdata.gpu_container(
+				"main",
+				{"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "100", "example.com/fpga": "1"},
+			),
+		],
 	})
 	count(violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))) == 0
 }
 
 test_unknown_vendor_resources_in_a_deployment_update_are_refused if {
-	deployment := testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.gpu_container("main", {"amd.com/gpu-partition": "1"})]})
+	deployment := testdata.deployment(
+		"serve",
+		{"app": "serve"},
+		{"containers": [testdata.gpu_container("main", {"amd.com/gpu-partition": "1"})]},
+	)
 	input_doc := json.patch(testdata.workload_input("Deployment", "speech", testdata.sam, deployment), [
 		{"op": "replace", "path": "/request/operation", "value": "UPDATE"},
-		{"op": "add", "path": "/request/oldObject", "value": testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.main_container]})},
+		{
+			"op": "add", "path": "/request/oldObject",
+			"value": testdata.deployment("serve", {"app": "serve"}, {"containers": [testdata.main_container]}),
+		},
 	])
 	[v.rule | some v in violations(input_doc)] == ["gpu-resource-unknown"]
 }
@@ -98,7 +120,12 @@ test_a_pod_asking_labgates_own_resource_is_refused_whatever_the_amount if {
 	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
 		"rule": "gpu-resource-reserved",
 		"field": "spec.containers[0].resources",
-		"message": `[gpu-resource-reserved] Pod "sneak" spec.containers[0].resources asks 0 labgate.io/gpu-total: resources of the labgate.io domain are counted by labgate and Kueue for you (each nvidia.com/gpu asks one labgate.io/gpu-total), never asked by a pod. Fix: remove labgate.io/gpu-total from the container's resources`,
+		"message": concat("", [
+			`[gpu-resource-reserved] Pod "sneak" spec.containers[0].resources asks 0 labgate.io/gpu-total: resources `,
+			`of the labgate.io domain are counted by labgate and Kueue for you (each nvidia.com/gpu asks one `,
+			`labgate.io/gpu-total), never asked by a pod. Fix: remove labgate.io/gpu-total from the container's `,
+			`resources`,
+		]),
 	}}
 }
 
@@ -107,7 +134,9 @@ test_labgates_own_resource_in_a_job_template_is_refused_and_the_same_job_without
 		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
 		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1", "labgate.io/gpu-total": "1"})],
 	})
-	[v.rule | some v in violations(testdata.workload_input("Job", "speech", testdata.sam, job))] == ["gpu-resource-reserved"]
+	[v.rule | some v in violations(testdata.workload_input("Job", "speech", testdata.sam, job))] == [
+		"gpu-resource-reserved",
+	]
 	clean := testdata.job("train", 2, {}, {
 		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
 		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
@@ -119,12 +148,27 @@ test_a_claim_of_an_unmapped_device_class_is_refused if {
 	violations(_dra_input("mig", {})) == {{
 		"rule": "gpu-dra-unsupported",
 		"field": "spec.resourceClaims[0]",
-		"message": `[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor allows, so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`,
+		"message": concat("", [
+			`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "mig", whose `,
+			`spec.devices.requests[0] asks device class "mig.nvidia.com", which labgate neither counts as GPUs nor `,
+			`allows, so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and `,
+			`asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", `,
+			`"gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy `,
+			`config)`,
+		]),
 	}}
 }
 
 test_a_claim_that_cannot_be_read_is_refused if {
-	[v.message | some v in violations(_dra_input("gone", {}))] == [`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its device class (dra_device_classes in labgate's policy config)`]
+	[v.message | some v in violations(_dra_input("gone", {}))] == [
+		concat("", [
+			`[gpu-dra-unsupported] Pod "dra" spec.resourceClaims[0] names ResourceClaimTemplate "gone", which labgate `,
+			`could not read (it does not exist in namespace "speech"), so its GPUs cannot be counted against the `,
+			`quota. Fix: name a claim (or template) that exists and asks an exact count of devices of a GPU device `,
+			`class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map its `,
+			`device class (dra_device_classes in labgate's policy config)`,
+		]),
+	]
 }
 
 test_claim_templates_of_counted_classes_are_allowed if {
@@ -132,10 +176,17 @@ test_claim_templates_of_counted_classes_are_allowed if {
 }
 
 test_claim_templates_asking_every_gpu_are_refused if {
-	violations(_claim_object_input("ResourceClaimTemplate", "CREATE", _template_object("t", "gpu.nvidia.com", "All"))) == {{
+	template := _template_object("t", "gpu.nvidia.com", "All")
+	violations(_claim_object_input("ResourceClaimTemplate", "CREATE", template)) == {{
 		"rule": "gpu-dra-unsupported",
 		"field": "spec.spec.devices.requests[0]",
-		"message": `[gpu-dra-unsupported] ResourceClaimTemplate "t" spec.spec.devices.requests[0] asks every device of class "gpu.nvidia.com" (allocationMode All), a number labgate cannot count, so pods using it could not be counted against the GPU quota. Fix: ask an exact count of devices of a GPU device class labgate counts ("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map the device class (dra_device_classes in labgate's policy config)`,
+		"message": concat("", [
+			`[gpu-dra-unsupported] ResourceClaimTemplate "t" spec.spec.devices.requests[0] asks every device of class `,
+			`"gpu.nvidia.com" (allocationMode All), a number labgate cannot count, so pods using it could not be `,
+			`counted against the GPU quota. Fix: ask an exact count of devices of a GPU device class labgate counts `,
+			`("gpu.amd.com", "gpu.intel.com", "gpu.nvidia.com"), or ask the infra team to map the device class `,
+			`(dra_device_classes in labgate's policy config)`,
+		]),
 	}}
 }
 

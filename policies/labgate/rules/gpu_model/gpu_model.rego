@@ -16,13 +16,19 @@ _models(tenant) := m if {
 
 _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)])
 
-_unknown_model_fix(template, resource, _, _) := sprintf("select one with %s.nodeSelector %s: <model>", [template.path, gpu.model_label]) if {
+_unknown_model_fix(template, resource, _, _) := sprintf(
+	"select one with %s.nodeSelector %s: <model>",
+	[template.path, gpu.model_label],
+) if {
 	not gpu.is_mig_resource(resource)
 }
 
 # A MIG profile the tenant has a model of: ask that one, or have the infra team add this one.
 _unknown_model_fix(_, resource, tenant_name, models) := sprintf(
-	"ask the MIG resource of one of those models instead (model %s is resource %s), or ask the infra team to add model %q to spec.gpu.models of Tenant %q",
+	concat("", [
+		"ask the MIG resource of one of those models instead (model %s is resource %s), or ask the infra team to ",
+		"add model %q to spec.gpu.models of Tenant %q",
+	]),
 	[mig, concat("", [_mig_domain(resource), mig]), gpu.mig_model(resource), tenant_name],
 ) if {
 	gpu.is_mig_resource(resource)

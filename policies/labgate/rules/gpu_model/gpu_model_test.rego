@@ -47,7 +47,11 @@ test_no_model_among_several_is_refused if {
 	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
 		"rule": "gpu-model-unknown",
 		"field": "spec.nodeSelector",
-		"message": `[gpu-model-unknown] Pod "train-1" spec asks 2 nvidia.com/gpu (model unspecified); tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+		"message": concat("", [
+			`[gpu-model-unknown] Pod "train-1" spec asks 2 nvidia.com/gpu (model unspecified); tenant "vision" has GPU `,
+			`models "a100", "h100", "mig-1g.10gb" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: `,
+			`<model>`,
+		]),
 	}}
 }
 
@@ -56,7 +60,10 @@ test_unlisted_model_is_refused if {
 	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
 		"rule": "gpu-model-unknown",
 		"field": "spec.nodeSelector",
-		"message": `[gpu-model-unknown] Pod "train-1" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+		"message": concat("", [
+			`[gpu-model-unknown] Pod "train-1" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models `,
+			`"a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+		]),
 	}}
 }
 
@@ -65,7 +72,12 @@ test_unlisted_mig_profile_in_a_job_is_refused_when_applied if {
 	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
 		"rule": "gpu-model-unknown",
 		"field": "spec.template.spec.containers",
-		"message": `[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead (model mig-1g.10gb is resource nvidia.com/mig-1g.10gb), or ask the infra team to add model "mig-3g.40gb" to spec.gpu.models of Tenant "vision"`,
+		"message": concat("", [
+			`[gpu-model-unknown] Job "sweep" spec.template.spec asks 1 nvidia.com/mig-3g.40gb; tenant "vision" has GPU `,
+			`models "a100", "h100", "mig-1g.10gb" only. Fix: ask the MIG resource of one of those models instead `,
+			`(model mig-1g.10gb is resource nvidia.com/mig-1g.10gb), or ask the infra team to add model "mig-3g.40gb" `,
+			`to spec.gpu.models of Tenant "vision"`,
+		]),
 	}}
 }
 
@@ -75,7 +87,11 @@ test_a_mig_profile_of_a_tenant_without_mig_models_asks_the_infra_team if {
 	violations(testdata.workload_input("Pod", "speech", testdata.sam, pod)) == {{
 		"rule": "gpu-model-unknown",
 		"field": "spec.containers",
-		"message": `[gpu-model-unknown] Pod "small" spec asks 1 nvidia.com/mig-1g.10gb; tenant "speech" has GPU models "a100" only. Fix: ask the infra team to add model "mig-1g.10gb" (resource nvidia.com/mig-1g.10gb) to spec.gpu.models of Tenant "speech"`,
+		"message": concat("", [
+			`[gpu-model-unknown] Pod "small" spec asks 1 nvidia.com/mig-1g.10gb; tenant "speech" has GPU models "a100" `,
+			`only. Fix: ask the infra team to add model "mig-1g.10gb" (resource nvidia.com/mig-1g.10gb) to `,
+			`spec.gpu.models of Tenant "speech"`,
+		]),
 	}}
 }
 
@@ -85,5 +101,10 @@ test_an_unlisted_model_in_a_sidecar_is_refused if {
 		"containers": [testdata.main_container],
 		"initContainers": [_sidecar({"nvidia.com/gpu": "1"})],
 	})
-	[v.message | some v in violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))] == [`[gpu-model-unknown] Pod "side" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`]
+	[v.message | some v in violations(testdata.workload_input("Pod", "speech", testdata.sam, pod))] == [
+		concat("", [
+			`[gpu-model-unknown] Pod "side" spec asks 1 nvidia.com/gpu (b200); tenant "speech" has GPU models "a100" `,
+			`only. Fix: select one with spec.nodeSelector nvidia.com/gpu.product: <model>`,
+		]),
+	]
 }

@@ -23,7 +23,12 @@ _allows_preemptible(tenant) if tenant.spec.gpu.overQuota == "preemptible"
 
 _is_marked_preemptible if object.get(_pod_template.metadata, ["labels", _preemptible_label], "") == "true"
 
-# The request's Pod is marked preemptible, by a tenant that allows it, at the preemptible priority.
+# METADATA
+# title: Whether the request's pod is admitted as preemptible
+# description: |
+#   The pod is marked preemptible, by a tenant that allows pods beyond quota (spec.gpu.overQuota
+#   preemptible), at the preemptible priority class; gpu_quota then gives it no GPU demand or
+#   headroom, so it holds no reservation in the ledger.
 is_admitted if {
 	_is_marked_preemptible
 	_allows_preemptible(tenancy.namespace_tenant)
@@ -42,9 +47,18 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.priorityClas
 	not is_admitted
 	rule_id := rego.metadata.rule().custom.rule_id
 	reason := _preemptible_refusal(tenant)
-	msg := sprintf("[%s] %s is labelled %s=true but %s. Fix: remove the label; labgate marks pods beyond quota itself", [rule_id, tenancy.object_ref, _preemptible_label, reason])
+	msg := sprintf(
+		"[%s] %s is labelled %s=true but %s. Fix: remove the label; labgate marks pods beyond quota itself",
+		[rule_id, tenancy.object_ref, _preemptible_label, reason],
+	)
 }
 
-_preemptible_refusal(tenant) := sprintf("tenant %q admits no pods beyond quota (spec.gpu.overQuota is not preemptible)", [tenant.metadata.name]) if {
+_preemptible_refusal(tenant) := sprintf(
+	"tenant %q admits no pods beyond quota (spec.gpu.overQuota is not preemptible)",
+	[tenant.metadata.name],
+) if {
 	not _allows_preemptible(tenant)
-} else := sprintf("its priority class is %q, not %q", [object.get(_pod_template.spec, "priorityClassName", ""), _preemptible_class])
+} else := sprintf(
+	"its priority class is %q, not %q",
+	[object.get(_pod_template.spec, "priorityClassName", ""), _preemptible_class],
+)

@@ -28,7 +28,10 @@ gpu_violations := ((gpu_quota.violation | gpu_model.violation) | gpu_preemptible
 
 # --- beyond quota as preemptible ---
 
-preemptible_inventory := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}])
+preemptible_inventory := json.patch(
+	testdata.gpu_inventory,
+	[{"op": "add", "path": "/tenants/vision/spec/gpu/overQuota", "value": "preemptible"}],
+)
 
 marked(pod, class) := json.patch(pod, [
 	{"op": "add", "path": "/metadata/labels", "value": {"labgate.io/preemptible": "true"}},

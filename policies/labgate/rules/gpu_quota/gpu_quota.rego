@@ -18,7 +18,6 @@ package labgate.rules.gpu_quota
 
 import data.labgate.lib.gpu
 import data.labgate.lib.gpu_text
-import data.labgate.lib.kueue
 import data.labgate.lib.tenancy
 import data.labgate.rules.gpu_preemptible
 
@@ -40,15 +39,27 @@ _has_total(tenant) if is_number(tenant.spec.gpu.total)
 # nothing until Kueue removes the gate, and is reserved then).
 _pod_template := gpu.reserved_pod_template
 
+# METADATA
+# scope: document
+# title: The GPUs the webhook reserves for the request's pod
+# description: |
+#   What the request's Pod asks ({total, by_model}), which the webhook reserves in the quota ledger
+#   when the verdict is to admit; zero for anything else, for a pod behind Kueue's admission gate
+#   until the gate is removed, and for a preemptible pod beyond quota (tenant overQuota:
+#   preemptible), which holds no reservation.
 default demand := {"total": 0, "by_model": {}}
 
 # A preemptible pod beyond quota (tenant overQuota: preemptible) holds no reservation.
 demand := gpu.template_demand[_pod_template.path] if not gpu_preemptible.is_admitted
 
-# The most GPUs the tenant may use or have reserved, in total and per model, with the request's Pod
-# still admitted: the gpu-quota rule refuses it exactly when input.gpu_usage goes beyond one of these
-# (total null: no total limit; by_model only the models it asks that have a limit). The webhook
-# decides a burst of GPU pods against these numbers, and asks again only at the quota's edge.
+# METADATA
+# scope: document
+# title: The usage up to which the request's pod still fits the GPU quota
+# description: |
+#   The most GPUs the tenant may use or have reserved, in total and per model, with the pod still
+#   admitted: gpu-quota refuses it exactly when input.gpu_usage goes beyond one of these (total
+#   null: no total limit; by_model only the models it asks that have a limit). The webhook decides a
+#   burst of GPU pods against these numbers and asks again only at the quota's edge.
 default headroom := null
 
 headroom := {"total": _headroom_total(tenant, d), "by_model": by_model} if {
@@ -68,16 +79,26 @@ _headroom_total(tenant, d) := tenant.spec.gpu.total - d.total if _has_total(tena
 
 else := null
 
-# Whether demand `d` would go beyond one of the tenant's limits (for the mutation).
+# METADATA
+# title: Whether a GPU demand goes beyond one of the tenant's limits
+# description: |
+#   For the preemptible mutation: a pod whose demand `d` exceeds the total or a model's limit is
+#   admitted beyond quota as preemptible, where the tenant allows it.
 exceeds(tenant, d) if overrun_text(tenant, d)
 
-# The limits a pod's demand would exceed, as text: "12 of 16 GPUs (h100: 4 of 8)" (the mutation quotes
-# it when it admits a pod beyond them as preemptible).
+# METADATA
+# title: The limits a pod's demand would exceed, as text
+# description: |
+#   "12 of 16 GPUs (h100: 4 of 8)": what gpu-quota's refusal says the tenant uses, and what the
+#   mutation quotes when it admits a pod beyond them as preemptible.
 overrun_text(tenant, d) := sprintf("%v of %v GPUs%s", [_used_total, tenant.spec.gpu.total, _in_parentheses(parts)]) if {
 	_has_total(tenant)
 	d.total + _used_total > tenant.spec.gpu.total
 	parts := _model_overruns(tenant, d)
-} else := concat(", ", [sprintf("%v of %v %s GPUs", [o.used, o.limit, o.model]) | some o in _model_overrun_list(tenant, d)]) if {
+} else := concat(
+	", ",
+	[sprintf("%v of %v %s GPUs", [o.used, o.limit, o.model]) | some o in _model_overrun_list(tenant, d)],
+) if {
 	count(_model_overrun_list(tenant, d)) > 0
 }
 
@@ -89,7 +110,9 @@ _model_overrun_list(tenant, d) := [{"model": model, "used": _used(model), "limit
 	asked + _used(model) > limit
 ]
 
-_model_overruns(tenant, d) := [sprintf("%s: %v of %v", [o.model, o.used, o.limit]) | some o in _model_overrun_list(tenant, d)]
+_model_overruns(tenant, d) := [sprintf("%s: %v of %v", [o.model, o.used, o.limit]) |
+	some o in _model_overrun_list(tenant, d)
+]
 
 _in_parentheses(parts) := "" if {
 	count(parts) == 0
@@ -112,7 +135,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s asks %s; tenant %q uses %s%s. Fix: %s",
-		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text, _quota_fix(tenant, d)],
+		[
+			rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, overrun, _held_text,
+			_quota_fix(tenant, d),
+		],
 	)
 }
 
@@ -148,13 +174,19 @@ _alone_over(tenant, d) := array.concat(
 )
 
 _quota_fix(tenant, d) := sprintf(
-	"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting cannot help)",
+	concat("", [
+		"ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled, so waiting ",
+		"cannot help)",
+	]),
 	[gpu_text.plural(over.limit, gpu_word(_node_model(over.model))), over.limit],
 ) if {
 	over := _binding_over(tenant, d)
 	over.is_node
 } else := sprintf(
-	"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise %s of Tenant %q",
+	concat("", [
+		"ask at most %s per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra ",
+		"team to raise %s of Tenant %q",
+	]),
 	[gpu_text.plural(over.limit, gpu_word(over.model)), _limit_field(over.model), tenant.metadata.name],
 ) if {
 	over := _binding_over(tenant, d)
@@ -207,8 +239,11 @@ _replica_field := {w.kind: w.replica_field |
 
 _replicas(template) := object.get(template, "replicas", 1)
 
-# What a workload's pods ask all at once, per template, of the whole tenant (model "") or of one
-# model: [{"pods", "each"}] for the templates that ask any.
+# METADATA
+# title: What a workload's pods ask all at once, per template
+# description: |
+#   [{pods, each, models}] for the templates that ask any GPUs, of the whole tenant (model "") or of
+#   one model: the terms of the arithmetic the unfit, pending and queue-wait messages show.
 limit_terms(model) := [{"pods": _replicas(t), "each": each, "models": object.keys(d.by_model)} |
 	some t in input.pod_templates
 	d := gpu.template_demand[t.path]
@@ -237,18 +272,34 @@ _per_pod(d, "") := d.total
 
 _per_pod(d, model) := object.get(d.by_model, model, 0) if model != ""
 
+# METADATA
+# title: A workload's GPU arithmetic as text
+# description: |
+#   "4 pods × 2 h100 GPUs = 8": how the messages show what a workload asks all at once, so a
+#   researcher sees which number to lower.
 arithmetic_text(terms, model) := sprintf("%s = %v", [
-	concat(" + ", [sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, gpu_word(model))]) | some t in terms]),
+	concat(
+		" + ",
+		[sprintf("%s × %s", [gpu_text.plural(t.pods, "pod"), gpu_text.plural(t.each, gpu_word(model))]) | some t in terms],
+	),
 	sum([n | some t in terms; n := t.pods * t.each]),
 ])
 
+# METADATA
+# scope: document
+# title: The noun for the GPUs a limit counts
+# description: |
+#   "GPU" for the tenant's total, "h100 GPU" for a model's limit, pluralised by gpu_text.plural.
 gpu_word("") := "GPU"
 
 gpu_word(model) := sprintf("%s GPU", [model]) if model != ""
 
 _limit_text(tenant, "") := sprintf("tenant %q has %v in total", [tenant.metadata.name, tenant.spec.gpu.total])
 
-_limit_text(tenant, model) := sprintf("tenant %q has %s", [tenant.metadata.name, gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if {
+_limit_text(tenant, model) := sprintf(
+	"tenant %q has %s",
+	[tenant.metadata.name, gpu_text.plural(_models(tenant)[model], gpu_word(model))],
+) if {
 	model != ""
 }
 
@@ -272,9 +323,9 @@ _gang_kinds := {
 	["trainer.kubeflow.org", "TrainJob"],
 }
 
-is_gang if [input.request.kind.group, input.request.kind.kind] in _gang_kinds
+_is_gang if [input.request.kind.group, input.request.kind.kind] in _gang_kinds
 
-is_gang if {
+_is_gang if {
 	input.request.kind.group == "batch"
 	input.request.kind.kind == "Job"
 	spec := input.request.object.spec
@@ -286,12 +337,11 @@ _pod_count(terms) := sum([t.pods | some t in terms])
 
 # The Fix of gpu-quota-unfit. A gang: its pods cannot wait for each other, they can only ask less
 # each or get more quota.
-_unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and the largest node of your pools has %v, so ask at most %s per pod", [
-	gpu_text.plural(_pod_count(terms), "pod"),
-	n,
-	gpu_text.plural(n, gpu_word(model)),
-]) if {
-	is_gang
+_unfit_fix(terms, limit, model, tenant) := sprintf(
+	"its %s start together and the largest node of your pools has %v, so ask at most %s per pod",
+	[gpu_text.plural(_pod_count(terms), "pod"), n, gpu_text.plural(n, gpu_word(model))],
+) if {
+	_is_gang
 	n := _node_cap(terms, model)
 	n < floor(limit / _pod_count(terms))
 } else := sprintf("ask at most %s per pod: the largest node of your pools has %v (a larger pod is never scheduled)%s", [
@@ -299,7 +349,7 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and th
 	n,
 	_at_once_text(terms, limit, n),
 ]) if {
-	not is_gang
+	not _is_gang
 	n := _node_cap(terms, model)
 	n < limit
 } else := sprintf("its %s start together, so ask at most %s per pod, or %s", [
@@ -307,14 +357,14 @@ _unfit_fix(terms, limit, model, tenant) := sprintf("its %s start together and th
 	gpu_text.plural(floor(limit / _pod_count(terms)), gpu_word(model)),
 	_raise_text(model, tenant),
 ]) if {
-	is_gang
+	_is_gang
 	_pod_count(terms) <= limit
 } else := sprintf("%s (its %s start together, so even 1 %s each is too many)", [
 	_raise_text(model, tenant),
 	gpu_text.plural(_pod_count(terms), "pod"),
 	gpu_word(model),
 ]) if {
-	is_gang
+	_is_gang
 } else := sprintf("%s, or %s", [_unfit_fix_of_pods(terms, limit), _raise_text(model, tenant)])
 
 # With pods of `each` GPUs, how many may run at once under `limit`, when fewer than the workload runs.
@@ -325,7 +375,10 @@ _at_once_text(terms, limit, each) := sprintf(", and run at most %s at once (%s)"
 	terms[0].pods * each > limit
 } else := ""
 
-_raise_text(model, tenant) := sprintf("ask the infra team to raise %s of Tenant %q", [_limit_field(model), tenant.metadata.name])
+_raise_text(model, tenant) := sprintf(
+	"ask the infra team to raise %s of Tenant %q",
+	[_limit_field(model), tenant.metadata.name],
+)
 
 # One template: how many pods of this size fit; several: only the sum can be named.
 _unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask fewer GPUs per pod", [
@@ -338,7 +391,10 @@ _unfit_fix_of_pods(terms, limit) := sprintf("run at most %v at once (%s) or ask 
 	count(terms) == 1
 } else := sprintf("lower the replica counts or the GPUs per pod until they total at most %v", [limit])
 
-# The limits a workload is checked against: the total ("") when the tenant has one, and each model.
+# METADATA
+# title: The GPU limits a workload is checked against
+# description: |
+#   The tenant's total ("") when it has one, and each model it lists in spec.gpu.models.
 checked_limits(tenant) := {"" | _has_total(tenant)} | object.keys(_models(tenant))
 
 # METADATA
@@ -358,10 +414,19 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		"[%s] %s runs %s; %s. Fix: %s",
-		[rule_id, tenancy.object_ref, arithmetic_text(terms, model), _limit_text(tenant, model), _unfit_fix(terms, limit, model, tenant)],
+		[
+			rule_id, tenancy.object_ref, arithmetic_text(terms, model), _limit_text(tenant, model),
+			_unfit_fix(terms, limit, model, tenant),
+		],
 	)
 }
 
+# METADATA
+# title: The GPUs a workload's pods ask when they all run
+# description: |
+#   The sum over its templates of pods × GPUs each, against the total ("") or one model's limit:
+#   more than the limit can never run (gpu-quota-unfit), more than what is free waits (gpu-quota-
+#   pending).
 all_at_once(model) := sum([n | some t in limit_terms(model); n := t.pods * t.each])
 
 # When every GPU asked is of one model whose limit is no larger than the total, the model's refusal
@@ -374,121 +439,5 @@ _said_by_a_model_limit(tenant, "") if {
 
 # A gang's refusal points at the GPUs its pods ask, not at how many run at once.
 _unfit_field := concat(".", [input.pod_templates[0].path, "containers"]) if {
-	is_gang
+	_is_gang
 } else := object.get(_replica_field, input.request.kind.kind, concat(".", [input.pod_templates[0].path, "containers"]))
-
-# --- pods that will wait: a workload that fits its quota but not what is free now ---
-
-_used_of("") := _used_total
-
-_used_of(model) := _used(model) if model != ""
-
-has_usage if is_object(input.gpu_usage)
-
-# The limits the workload's pods, all at once, can never fit (gpu-quota-unfit refuses it).
-unfit_limits(tenant) := {model |
-	some model in checked_limits(tenant)
-	count(limit_terms(model)) > 0
-	all_at_once(model) > _limit(tenant, model)
-}
-
-# The limits whose free GPUs the workload's pods, all at once, exceed (though they fit the limit).
-_pending_limits(tenant) := {model |
-	some model in checked_limits(tenant)
-	count(limit_terms(model)) > 0
-	all_at_once(model) <= _limit(tenant, model)
-	all_at_once(model) + _used_of(model) > _limit(tenant, model)
-}
-
-free_gpus(tenant, model) := max([_limit(tenant, model) - _used_of(model), 0])
-
-_can_start(tenant, model, terms) := "no pod can start now" if {
-	count(terms) == 1
-	floor(free_gpus(tenant, model) / terms[0].each) == 0
-} else := sprintf("only %s can start now", [gpu_text.plural(floor(free_gpus(tenant, model) / terms[0].each), "pod")]) if {
-	count(terms) == 1
-} else := sprintf("only %s are free now", [gpu_text.plural(free_gpus(tenant, model), gpu_word(model))])
-
-usage_text(tenant, "") := sprintf("%v of %v GPUs", [_used_total, tenant.spec.gpu.total])
-
-usage_text(tenant, model) := sprintf("%v of %s", [_used(model), gpu_text.plural(_models(tenant)[model], gpu_word(model))]) if model != ""
-
-# METADATA
-# title: A workload whose pods will wait for GPUs says so when applied
-# description: |
-#   Announced, not refused (config rule_modes gives it warn): the pods beyond what is free are
-#   refused one by one when the controller creates them (gpu-quota), which shows only in the
-#   workload's events (FailedCreate), until running pods finish. Said about the limit that binds
-#   (the fewest pods can start under it), never about a workload gpu-quota-unfit refuses, and only
-#   when the workload is admitted (`if_admitted`: labgate.admission drops it beside a refusal).
-# custom:
-#   rule_id: gpu-quota-pending
-violation contains {"rule": rule_id, "message": msg, "field": _unfit_field, "if_admitted": true} if {
-	not gpu.is_pod
-	input.request.operation == "CREATE" # on UPDATE its own pods are in the usage already
-	has_usage
-	not waits_in_kueue
-	tenant := tenancy.namespace_tenant
-	count(gpu.checked_templates) > 0
-	count(unfit_limits(tenant)) == 0 # refused: nothing will wait
-	pending := _pending_limits(tenant)
-	some model in pending
-	_is_binding(tenant, pending, model)
-	terms := limit_terms(model)
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s runs %s; tenant %q uses %s now, so %s and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (%s)",
-		[
-			rule_id, tenancy.object_ref, arithmetic_text(terms, model), tenant.metadata.name,
-			usage_text(tenant, model), _can_start(tenant, model, terms),
-			object.get(_replica_field, input.request.kind.kind, "its replica count"),
-		],
-	)
-}
-
-# A workload Kueue queues waits suspended until its queue admits it: no pod is refused meanwhile.
-waits_in_kueue if {
-	kueue.managed_tenant
-	kueue.is_queued(input.request.object)
-}
-
-# One finding per workload, about the limit that binds: the one that lets the fewest pods (or, with
-# several templates, the fewest GPUs) start now; a model's limit before the total on a tie.
-_is_binding(tenant, pending, model) if {
-	ranked := {[_startable(tenant, m), total_last(m), m] | some m in pending}
-	min(ranked)[2] == model
-}
-
-_startable(tenant, model) := floor(free_gpus(tenant, model) / terms[0].each) if {
-	terms := limit_terms(model)
-	count(terms) == 1
-} else := free_gpus(tenant, model)
-
-total_last("") := 1
-
-total_last(model) := 0 if model != ""
-
-# --- CronJob runs that may overlap ---
-
-# METADATA
-# title: A CronJob whose GPU runs may overlap says so when applied
-# description: |
-#   Announced, not refused (config rule_modes gives it warn): with concurrencyPolicy Allow (the
-#   default) a run that starts before the last one ends asks its GPUs on top of it, and its pods wait
-#   or are refused (gpu-quota) while the tenant is at its quota.
-# custom:
-#   rule_id: gpu-cronjob-overlap
-violation contains {"rule": rule_id, "message": msg, "field": "spec.concurrencyPolicy"} if {
-	input.request.kind.kind == "CronJob" # first, for rule indexing
-	input.request.kind.group == "batch"
-	tenant := tenancy.namespace_tenant
-	count(gpu.checked_templates) > 0
-	object.get(input.request.object, ["spec", "concurrencyPolicy"], "Allow") == "Allow"
-	terms := limit_terms("")
-	count(terms) > 0
-	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf(
-		"[%s] %s runs %s per run with concurrencyPolicy Allow: a run that starts before the last one ends adds its GPUs to tenant %q's usage, and its pods wait or are refused at the quota. Fix: set spec.concurrencyPolicy: Forbid (skip a run while one is active) or Replace",
-		[rule_id, tenancy.object_ref, arithmetic_text(terms, ""), tenant.metadata.name],
-	)
-}

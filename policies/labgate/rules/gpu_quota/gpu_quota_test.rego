@@ -28,10 +28,16 @@ gpu_violations := ((gpu_quota.violation | gpu_model.violation) | gpu_preemptible
 
 # The replica field comes from data.labgate.workloads (generated from the webhook's workload kinds).
 _worker_set_input(group) := {
-	"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": group, "version": "v1", "kind": "LeaderWorkerSet"}}]),
+	"request": json.patch(
+		testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null),
+		[{"op": "replace", "path": "/kind", "value": {"group": group, "version": "v1", "kind": "LeaderWorkerSet"}}],
+	),
 	"pod_templates": [{
 		"path": "spec.leaderWorkerTemplate.workerTemplate.spec",
-		"spec": {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("worker", {"nvidia.com/gpu": "4"})]},
+		"spec": {
+			"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+			"containers": [testdata.gpu_container("worker", {"nvidia.com/gpu": "4"})],
+		},
 		"metadata": {},
 		"replicas": 4,
 	}],
@@ -44,7 +50,10 @@ sweep(parallelism, per_pod) := testdata.job("sweep", parallelism, {}, {
 	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
 })
 
-job_input(job, usage) := object.union(testdata.workload_input("Job", "vision", testdata.vera, job), {"gpu_usage": usage})
+job_input(job, usage) := object.union(
+	testdata.workload_input("Job", "vision", testdata.vera, job),
+	{"gpu_usage": usage},
+)
 
 _sidecar(limits) := object.union(testdata.gpu_container("proxy", limits), {"restartPolicy": "Always"})
 
@@ -63,7 +72,10 @@ _dra_pod(template) := testdata.pod("dra", {
 	"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
 })
 
-_dra_input(template, usage) := object.union(pod_input("speech", testdata.sam, _dra_pod(template), usage), {"resource_claims": _claims})
+_dra_input(template, usage) := object.union(
+	pod_input("speech", testdata.sam, _dra_pod(template), usage),
+	{"resource_claims": _claims},
+)
 
 # --- headroom: the usage up to which the pod still fits, exactly where gpu-quota starts ---
 
@@ -86,7 +98,10 @@ test_pod_over_total_and_model_quota_is_refused if {
 	violations(pod_input("vision", testdata.vera, pod, {"total": 12, "by_model": {"h100": 4}})) == {{
 		"rule": "gpu-quota",
 		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "train-7" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 12 of 16 GPUs (h100: 4 of 8). Fix: lower the request or wait for running pods to finish`,
+		"message": concat("", [
+			`[gpu-quota] Pod "train-7" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 12 of 16 GPUs (h100: 4 of `,
+			`8). Fix: lower the request or wait for running pods to finish`,
+		]),
 	}}
 }
 
@@ -95,7 +110,10 @@ test_pod_over_total_quota_only_is_refused if {
 	violations(pod_input("vision", testdata.vera, pod, {"total": 14, "by_model": {"h100": 8, "a100": 2}})) == {{
 		"rule": "gpu-quota",
 		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "train-7" asks 4 nvidia.com/gpu (a100); tenant "vision" uses 14 of 16 GPUs. Fix: lower the request or wait for running pods to finish`,
+		"message": concat("", [
+			`[gpu-quota] Pod "train-7" asks 4 nvidia.com/gpu (a100); tenant "vision" uses 14 of 16 GPUs. Fix: lower `,
+			`the request or wait for running pods to finish`,
+		]),
 	}}
 }
 
@@ -104,7 +122,10 @@ test_pod_over_model_quota_only_is_refused if {
 	violations(pod_input("vision", testdata.vera, pod, {"total": 3, "by_model": {"mig-1g.10gb": 3}})) == {{
 		"rule": "gpu-quota",
 		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "train-7" asks 2 nvidia.com/mig-1g.10gb; tenant "vision" uses 3 of 4 mig-1g.10gb GPUs. Fix: lower the request or wait for running pods to finish`,
+		"message": concat("", [
+			`[gpu-quota] Pod "train-7" asks 2 nvidia.com/mig-1g.10gb; tenant "vision" uses 3 of 4 mig-1g.10gb GPUs. `,
+			`Fix: lower the request or wait for running pods to finish`,
+		]),
 	}}
 }
 
@@ -114,9 +135,18 @@ test_missing_usage_counts_as_none if {
 	violations(testdata.workload_input("Pod", "vision", testdata.vera, pod)) == {{
 		"rule": "gpu-quota",
 		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "train-7" asks 9 nvidia.com/gpu (h100); tenant "vision" uses 0 of 8 h100 GPUs. Fix: ask at most 8 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+		"message": concat("", [
+			`[gpu-quota] Pod "train-7" asks 9 nvidia.com/gpu (h100); tenant "vision" uses 0 of 8 h100 GPUs. Fix: ask `,
+			`at most 8 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the `,
+			`infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+		]),
 	}}
-	count(violations(testdata.workload_input("Pod", "vision", testdata.vera, gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"})))) == 0
+	count(violations(testdata.workload_input(
+		"Pod",
+		"vision",
+		testdata.vera,
+		gpu_pod("train-8", "h100", {"nvidia.com/gpu": "8"}),
+	))) == 0
 }
 
 test_controller_created_pods_count_too if {
@@ -125,10 +155,20 @@ test_controller_created_pods_count_too if {
 		{"op": "add", "path": "/metadata/generateName", "value": "sweep-"},
 	])
 	input_doc := json.patch(
-		pod_input("vision", testdata.job_controller, gpu_pod("ignored", "h100", {"nvidia.com/gpu": "8"}), {"total": 10, "by_model": {"h100": 2}}),
+		pod_input(
+			"vision",
+			testdata.job_controller,
+			gpu_pod("ignored", "h100", {"nvidia.com/gpu": "8"}),
+			{"total": 10, "by_model": {"h100": 2}},
+		),
 		[{"op": "remove", "path": "/request/name"}, {"op": "replace", "path": "/request/object", "value": pod}],
 	)
-	[v.message | some v in violations(input_doc)] == [`[gpu-quota] Pod "sweep-" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 10 of 16 GPUs (h100: 2 of 8). Fix: lower the request or wait for running pods to finish`]
+	[v.message | some v in violations(input_doc)] == [
+		concat("", [
+			`[gpu-quota] Pod "sweep-" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 10 of 16 GPUs (h100: 2 of 8). `,
+			`Fix: lower the request or wait for running pods to finish`,
+		]),
+	]
 }
 
 test_tenant_without_gpu_limits_is_unlimited if {
@@ -141,7 +181,12 @@ test_model_limits_hold_without_a_total if {
 	pod := gpu_pod("train-1", "a100", {"nvidia.com/gpu": "4"})
 	v := gpu_violations with input as pod_input("speech", testdata.sam, pod, {"total": 40, "by_model": {"a100": 6}})
 		with data.inventory as inventory
-	[x.message | some x in v] == [`[gpu-quota] Pod "train-1" asks 4 nvidia.com/gpu (a100); tenant "speech" uses 6 of 8 a100 GPUs. Fix: lower the request or wait for running pods to finish`]
+	[x.message | some x in v] == [
+		concat("", [
+			`[gpu-quota] Pod "train-1" asks 4 nvidia.com/gpu (a100); tenant "speech" uses 6 of 8 a100 GPUs. Fix: lower `,
+			`the request or wait for running pods to finish`,
+		]),
+	]
 }
 
 test_pod_updates_are_not_counted_again if {
@@ -191,7 +236,11 @@ test_job_that_can_never_run_is_refused_with_the_arithmetic if {
 	violations(testdata.workload_input("Job", "vision", testdata.vera, job)) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.parallelism",
-		"message": `[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 h100 GPUs = 512; tenant "vision" has 8 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 h100 GPUs = 512; tenant "vision" has 8 h100 GPUs. Fix: run `,
+			`at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.models[h100] of Tenant "vision"`,
+		]),
 	}}
 }
 
@@ -206,25 +255,50 @@ test_job_over_the_total_of_several_models_is_refused if {
 		"value": {"nvidia.com/gpu.product": "a100"},
 	}])
 	{v.message | some v in violations(input_doc)} == {
-		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 GPUs = 512; tenant "vision" has 16 in total. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.total of Tenant "vision"`,
-		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 7 a100 GPUs = 448; tenant "vision" has 8 a100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "vision"`,
-		`[gpu-quota-unfit] Job "sweep" runs 64 pods × 1 mig-1g.10gb GPU = 64; tenant "vision" has 4 mig-1g.10gb GPUs. Fix: run at most 4 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[mig-1g.10gb] of Tenant "vision"`,
+		concat("", [
+			`[gpu-quota-unfit] Job "sweep" runs 64 pods × 8 GPUs = 512; tenant "vision" has 16 in total. Fix: run at `,
+			`most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.total of Tenant "vision"`,
+		]),
+		concat("", [
+			`[gpu-quota-unfit] Job "sweep" runs 64 pods × 7 a100 GPUs = 448; tenant "vision" has 8 a100 GPUs. Fix: run `,
+			`at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.models[a100] of Tenant "vision"`,
+		]),
+		concat("", [
+			`[gpu-quota-unfit] Job "sweep" runs 64 pods × 1 mig-1g.10gb GPU = 64; tenant "vision" has 4 mig-1g.10gb `,
+			`GPUs. Fix: run at most 4 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team `,
+			`to raise spec.gpu.models[mig-1g.10gb] of Tenant "vision"`,
+		]),
 	}
 }
 
 test_deployment_pod_bigger_than_the_tenant_is_refused if {
-	deployment := testdata.deployment("serve", {}, {"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "10"})]})
+	deployment := testdata.deployment(
+		"serve",
+		{},
+		{"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "10"})]},
+	)
 	violations(testdata.workload_input("Deployment", "speech", testdata.sam, deployment)) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.replicas",
-		"message": `[gpu-quota-unfit] Deployment "serve" runs 1 pod × 10 GPUs = 10; tenant "speech" has 8 in total. Fix: ask at most 8 GPUs per pod, or ask the infra team to raise spec.gpu.total of Tenant "speech"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] Deployment "serve" runs 1 pod × 10 GPUs = 10; tenant "speech" has 8 in total. Fix: ask `,
+			`at most 8 GPUs per pod, or ask the infra team to raise spec.gpu.total of Tenant "speech"`,
+		]),
 	}}
 }
 
 test_training_job_sums_its_replica_templates if {
-	spec := {"nodeSelector": {"nvidia.com/gpu.product": "a100"}, "containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})]}
+	spec := {
+		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
+		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})],
+	}
 	input_doc := {
-		"request": json.patch(testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null), [{"op": "replace", "path": "/kind", "value": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}]),
+		"request": json.patch(
+			testdata.request("CREATE", "Job", "speech", testdata.sam, {"metadata": {"name": "llm"}}, null),
+			[{"op": "replace", "path": "/kind", "value": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}],
+		),
 		"pod_templates": [
 			{"path": "spec.pytorchReplicaSpecs.Master.template.spec", "spec": spec, "metadata": {}, "replicas": 1},
 			{"path": "spec.pytorchReplicaSpecs.Worker.template.spec", "spec": spec, "metadata": {}, "replicas": 3},
@@ -233,7 +307,11 @@ test_training_job_sums_its_replica_templates if {
 	violations(input_doc) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.pytorchReplicaSpecs.Master.template.spec.containers",
-		"message": `[gpu-quota-unfit] PyTorchJob "llm" runs 1 pod × 4 a100 GPUs + 3 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: its 4 pods start together, so ask at most 2 a100 GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] PyTorchJob "llm" runs 1 pod × 4 a100 GPUs + 3 pods × 4 a100 GPUs = 16; tenant "speech" `,
+			`has 8 a100 GPUs. Fix: its 4 pods start together, so ask at most 2 a100 GPUs per pod, or ask the infra `,
+			`team to raise spec.gpu.models[a100] of Tenant "speech"`,
+		]),
 	}}
 }
 
@@ -242,16 +320,36 @@ test_indexed_job_gang_is_told_fewer_gpus_per_pod_not_less_parallelism if {
 	violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 4, "4"))) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.template.spec.containers",
-		"message": `[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: its 4 pods start together, so ask at most 2 h100 GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: its 4 `,
+			`pods start together, so ask at most 2 h100 GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.models[h100] of Tenant "vision"`,
+		]),
 	}}
 }
 
 test_gang_larger_than_the_quota_in_pods_is_told_to_ask_for_quota if {
-	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(16, 16, "1")))] == [`[gpu-quota-unfit] Job "ring" runs 16 pods × 1 h100 GPU = 16; tenant "vision" has 8 h100 GPUs. Fix: ask the infra team to raise spec.gpu.models[h100] of Tenant "vision" (its 16 pods start together, so even 1 h100 GPU each is too many)`]
+	[v.message |
+		some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(16, 16, "1")))
+	] == [
+		concat("", [
+			`[gpu-quota-unfit] Job "ring" runs 16 pods × 1 h100 GPU = 16; tenant "vision" has 8 h100 GPUs. Fix: ask `,
+			`the infra team to raise spec.gpu.models[h100] of Tenant "vision" (its 16 pods start together, so even 1 `,
+			`h100 GPU each is too many)`,
+		]),
+	]
 }
 
 test_indexed_job_running_fewer_than_its_completions_is_not_a_gang if {
-	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 8, "4")))] == [`[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+	[v.message |
+		some v in violations(testdata.workload_input("Job", "vision", testdata.vera, _indexed_job(4, 8, "4")))
+	] == [
+		concat("", [
+			`[gpu-quota-unfit] Job "ring" runs 4 pods × 4 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at `,
+			`most 2 pods at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.models[h100] of Tenant "vision"`,
+		]),
+	]
 }
 
 test_gang_that_fits_is_allowed if {
@@ -273,7 +371,11 @@ test_a_training_kind_names_its_own_replica_field if {
 	violations(_worker_set_input("leaderworkerset.x-k8s.io")) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.replicas",
-		"message": `[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: run at most 2 pods at once (spec.replicas) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. `,
+			`Fix: run at most 2 pods at once (spec.replicas) or ask fewer GPUs per pod, or ask the infra team to raise `,
+			`spec.gpu.models[a100] of Tenant "speech"`,
+		]),
 	}}
 }
 
@@ -281,7 +383,11 @@ test_a_kind_of_the_same_name_in_another_group_names_no_field if {
 	violations(_worker_set_input("example.com")) == {{
 		"rule": "gpu-quota-unfit",
 		"field": "spec.leaderWorkerTemplate.workerTemplate.spec.containers",
-		"message": `[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. Fix: run at most 2 pods at once (its replica count) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[a100] of Tenant "speech"`,
+		"message": concat("", [
+			`[gpu-quota-unfit] LeaderWorkerSet "llm" runs 4 pods × 4 a100 GPUs = 16; tenant "speech" has 8 a100 GPUs. `,
+			`Fix: run at most 2 pods at once (its replica count) or ask fewer GPUs per pod, or ask the infra team to `,
+			`raise spec.gpu.models[a100] of Tenant "speech"`,
+		]),
 	}}
 }
 
@@ -300,12 +406,24 @@ test_a_pod_over_several_limits_by_itself_is_told_the_smallest if {
 		{"op": "replace", "path": "/tenants/vision/spec/gpu/models/h100", "value": 16},
 	])
 	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.inventory as inventory] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
+		with data.inventory as inventory] == [
+		concat("", [
+			`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 24 GPUs (h100: 0 of 16). `,
+			`Fix: ask at most 16 h100 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or `,
+			`ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`,
+		]),
+	]
 
 	# The total smaller than the model's limit: the total binds.
 	small_total := json.patch(inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 12}])
 	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.inventory as small_total] == [`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 12 GPUs (h100: 0 of 16). Fix: ask at most 12 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
+		with data.inventory as small_total] == [
+		concat("", [
+			`[gpu-quota] Pod "big" asks 32 nvidia.com/gpu (h100); tenant "vision" uses 0 of 12 GPUs (h100: 0 of 16). `,
+			`Fix: ask at most 12 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask `,
+			`the infra team to raise spec.gpu.total of Tenant "vision"`,
+		]),
+	]
 }
 
 # Issue 22 item 6: "uses 16 of 16" hid that 8 were held by a pod still waiting for a node.
@@ -315,151 +433,36 @@ test_a_refusal_says_what_pods_not_yet_scheduled_hold if {
 		pod_input("vision", testdata.vera, pod, {"total": 16, "by_model": {"h100": 8}}),
 		{"gpu_held": {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}},
 	)
-	[v.message | some v in violations(input_doc)] == [`[gpu-quota] Pod "train-8" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 16 of 16 GPUs (h100: 8 of 8), 8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx. Fix: lower the request, wait for running pods to finish, or delete a pod that waits for a node`]
+	[v.message | some v in violations(input_doc)] == [
+		concat("", [
+			`[gpu-quota] Pod "train-8" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 16 of 16 GPUs (h100: 8 of `,
+			`8), 8 held by 1 pod not yet scheduled: gpu-experiment-dzjhx. Fix: lower the request, wait for running `,
+			`pods to finish, or delete a pod that waits for a node`,
+		]),
+	]
 }
 
 test_a_pod_over_the_total_by_itself_is_told_the_most_that_fits if {
 	pod := gpu_pod("train-9", "h100", {"nvidia.com/gpu": "4"})
-	inventory := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}])
+	inventory := json.patch(
+		testdata.gpu_inventory,
+		[{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 2}],
+	)
 	[v.message | some v in gpu_violations with input as testdata.workload_input("Pod", "vision", testdata.vera, pod)
-		with data.inventory as inventory] == [`[gpu-quota] Pod "train-9" asks 4 nvidia.com/gpu (h100); tenant "vision" uses 0 of 2 GPUs. Fix: ask at most 2 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.gpu.total of Tenant "vision"`]
-}
-
-# Regression: a Job that fits the quota but not what is free now was created silently; its pods then
-# looped on FailedCreate in the Job's events.
-test_job_whose_pods_will_wait_is_announced_with_current_usage if {
-	violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})) == {{
-		"rule": "gpu-quota-pending",
-		"field": "spec.parallelism",
-		"if_admitted": true,
-		"message": `[gpu-quota-pending] Job "sweep" runs 4 pods × 2 h100 GPUs = 8; tenant "vision" uses 6 of 8 h100 GPUs now, so only 1 pod can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.parallelism)`,
-	}}
-}
-
-# Issue 22 item 5: a 20-pod Deployment was told "only 16 pods can start now" (the total) and then
-# refused [gpu-quota-unfit] (h100): a refused workload gets no "will wait", and the limit said is the
-# one that binds.
-_web := testdata.deployment("serve", {}, {
-	"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "1"})],
-	"nodeSelector": {"nvidia.com/gpu.product": "h100"},
-})
-
-_web_input(replicas, usage) := object.union(
-	testdata.workload_input("Deployment", "vision", testdata.vera, json.patch(_web, [{"op": "add", "path": "/spec/replicas", "value": replicas}])),
-	{"gpu_usage": usage},
-)
-
-_roomy := json.patch(testdata.gpu_inventory, [{"op": "replace", "path": "/tenants/vision/spec/gpu/total", "value": 32}])
-
-test_a_workload_refused_as_unfit_is_not_also_announced_as_waiting if {
-	found := gpu_violations with input as _web_input(20, {"total": 16, "by_model": {"h100": 0}})
-		with data.inventory as _roomy
-	[v.rule | some v in found] == ["gpu-quota-unfit"]
-}
-
-test_the_waiting_announcement_names_the_limit_that_binds if {
-	# total: 16 of 32 free lets 16 pods start; h100: 2 of 8 free lets 2: the h100 limit binds.
-	found := gpu_violations with input as _web_input(8, {"total": 16, "by_model": {"h100": 6}})
-		with data.inventory as _roomy
-	[v.message | some v in found] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 h100 GPU = 8; tenant "vision" uses 6 of 8 h100 GPUs now, so only 2 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
-
-	# total: 4 of 32 free binds before h100's 8 of 8 (which is not even pending).
-	by_total := gpu_violations with input as _web_input(8, {"total": 28, "by_model": {"h100": 0}})
-		with data.inventory as _roomy
-	[v.message | some v in by_total] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 28 of 32 GPUs now, so only 4 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
-
-	# Both pending: total lets 3 start, h100 lets 5: the total binds.
-	both := gpu_violations with input as _web_input(8, {"total": 29, "by_model": {"h100": 3}})
-		with data.inventory as _roomy
-	[v.message | some v in both] == [`[gpu-quota-pending] Deployment "serve" runs 8 pods × 1 GPU = 8; tenant "vision" uses 29 of 32 GPUs now, so only 3 pods can start now and the rest wait (events: FailedCreate) until GPUs are free. Fix: wait for running pods to finish, or run fewer pods at once (spec.replicas)`]
-}
-
-# Under Kueue the Job waits suspended in its queue, not in FailedCreate events (issue 20): queue-wait
-# says so.
-test_job_queued_in_kueue_is_not_announced if {
-	count(violations(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}))) == 1
-	queued := gpu_violations with input as job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}})
-		with data.inventory as json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/queue", "value": {}}])
-	count(queued) == 0 # queue-wait says where it waits instead (rules/queue_wait)
-}
-
-test_job_that_fits_what_is_free_is_not_announced if {
-	count(violations(job_input(sweep(2, "2"), {"total": 4, "by_model": {"h100": 4}}))) == 0
-}
-
-test_job_without_usage_given_is_not_announced if {
-	count(violations(testdata.workload_input("Job", "vision", testdata.vera, sweep(4, "2")))) == 0
-}
-
-test_job_that_can_never_fit_is_refused_not_announced if {
-	[v.rule | some v in violations(job_input(sweep(5, "2"), {"total": 6, "by_model": {"h100": 6}}))] == ["gpu-quota-unfit"]
-}
-
-test_an_updated_job_is_not_announced if {
-	update := json.patch(job_input(sweep(4, "2"), {"total": 6, "by_model": {"h100": 6}}), [{"op": "replace", "path": "/request/operation", "value": "UPDATE"}])
-	count(violations(update)) == 0
-}
-
-test_gpus_in_an_init_container_count_against_the_quota if {
-	pod := testdata.pod("warm", {
-		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
-		"containers": [testdata.main_container],
-		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu": "8"})],
-	})
-	violations(pod_input("vision", testdata.vera, pod, {"total": 4, "by_model": {"h100": 4}})) == {{
-		"rule": "gpu-quota",
-		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "warm" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 4 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
-	}}
-	small := json.patch(pod, [{"op": "replace", "path": "/spec/initContainers/0/resources/limits/nvidia.com~1gpu", "value": "4"}])
-	count(violations(pod_input("vision", testdata.vera, small, {"total": 4, "by_model": {"h100": 4}}))) == 0
-}
-
-test_gpus_in_a_native_sidecar_add_to_the_app_containers if {
-	pod := testdata.pod("side", {
-		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
-		"containers": [testdata.gpu_container("main", {"nvidia.com/gpu": "4"})],
-		"initContainers": [_sidecar({"nvidia.com/gpu": "4"})],
-	})
-	violations(pod_input("vision", testdata.vera, pod, {"total": 1, "by_model": {"h100": 1}})) == {{
-		"rule": "gpu-quota",
-		"field": "spec.containers",
-		"message": `[gpu-quota] Pod "side" asks 8 nvidia.com/gpu (h100); tenant "vision" uses 1 of 8 h100 GPUs. Fix: lower the request or wait for running pods to finish`,
-	}}
-	d := gpu_quota.demand with input as pod_input("vision", testdata.vera, pod, {})
-		with data.inventory as testdata.gpu_inventory
-	d == {"total": 8, "by_model": {"h100": 8}}
-}
-
-test_a_job_whose_init_container_can_never_fit_is_refused if {
-	job := testdata.job("sweep", 2, {}, {
-		"nodeSelector": {"nvidia.com/gpu.product": "h100"},
-		"containers": [testdata.main_container],
-		"initContainers": [testdata.gpu_container("warmup", {"nvidia.com/gpu": "8"})],
-	})
-	[v.message | some v in violations(testdata.workload_input("Job", "vision", testdata.vera, job))] == [`[gpu-quota-unfit] Job "sweep" runs 2 pods × 8 h100 GPUs = 16; tenant "vision" has 8 h100 GPUs. Fix: run at most 1 pod at once (spec.parallelism) or ask fewer GPUs per pod, or ask the infra team to raise spec.gpu.models[h100] of Tenant "vision"`]
-}
-
-test_other_vendors_gpus_count_against_the_quota if {
-	pod := testdata.pod("amd", {
-		"nodeSelector": {"nvidia.com/gpu.product": "a100"},
-		"containers": [testdata.gpu_container("main", {"amd.com/gpu": "4"})],
-	})
-	[v.message | some v in violations(pod_input("speech", testdata.sam, pod, {"total": 6, "by_model": {"a100": 6}}))] == [`[gpu-quota] Pod "amd" asks 4 amd.com/gpu (a100); tenant "speech" uses 6 of 8 GPUs (a100: 6 of 8). Fix: lower the request or wait for running pods to finish`]
-	count(violations(pod_input("speech", testdata.sam, pod, {"total": 4, "by_model": {"a100": 4}}))) == 0
-}
-
-test_gpus_claimed_through_dra_count_against_the_quota if {
-	count(violations(_dra_input("two", {"total": 6, "by_model": {"a100": 6}}))) == 0
-	d := gpu_quota.demand with input as _dra_input("two", {})
-		with data.inventory as testdata.gpu_inventory
-	d == {"total": 2, "by_model": {"unspecified": 2}}
-	[v.message | some v in violations(_dra_input("two", {"total": 7, "by_model": {"a100": 7}}))] == [`[gpu-quota] Pod "dra" asks 2 DRA gpu.nvidia.com (model unspecified); tenant "speech" uses 7 of 8 GPUs. Fix: lower the request or wait for running pods to finish`]
+		with data.inventory as inventory] == [
+		concat("", [
+			`[gpu-quota] Pod "train-9" asks 4 nvidia.com/gpu (h100); tenant "vision" uses 0 of 2 GPUs. Fix: ask at `,
+			`most 2 GPUs per pod (the request alone exceeds the limit, so waiting cannot help), or ask the infra team `,
+			`to raise spec.gpu.total of Tenant "vision"`,
+		]),
+	]
 }
 
 test_headroom_is_the_limit_less_the_demand if {
 	pod := gpu_pod("train-7", "h100", {"nvidia.com/gpu": "3"})
-	headroom_of(pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})) == {"total": 13, "by_model": {"h100": 5}}
+	headroom_of(pod_input("vision", testdata.vera, pod, {"total": 0, "by_model": {}})) == {
+		"total": 13, "by_model": {"h100": 5},
+	}
 }
 
 test_headroom_ends_where_the_quota_rule_begins if {

@@ -31,7 +31,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 	asked > n
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s%s; the largest node of your pools has %s, so no node can ever hold it. Fix: ask at most %s per pod (more pods for more GPUs), or ask the infra team for larger %s nodes in your pools",
+		concat("", [
+			"[%s] %s asks %s%s; the largest node of your pools has %s, so no node can ever hold it. Fix: ask at most ",
+			"%s per pod (more pods for more GPUs), or ask the infra team for larger %s nodes in your pools",
+		]),
 		[
 			rule_id, _pod_ref(template), gpu_text.describe_asks(template.spec), _per_pod_text,
 			gpu_text.plural(n, gpu_word(_node_model(model))), gpu_text.plural(n, gpu_word(_node_model(model))),
@@ -46,7 +49,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("%s.contai
 #   rule_id: gpu-quota-node
 violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	input.request.operation == "CREATE"
-	is_gang
+	_is_gang
 	tenancy.namespace_tenant
 	some model in _gang_models
 	terms := limit_terms(model)
@@ -55,7 +58,10 @@ violation contains {"rule": rule_id, "message": msg, "field": _unfit_field} if {
 	all_at_once(model) > _gang_room(terms, held)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s runs %s, which start together; the nodes of your pools hold %s (%s, the largest %v)%s, so it would wait for ever. Fix: %s, or ask the infra team for more %s nodes in your pools",
+		concat("", [
+			"[%s] %s runs %s, which start together; the nodes of your pools hold %s (%s, the largest %v)%s, so it ",
+			"would wait for ever. Fix: %s, or ask the infra team for more %s nodes in your pools",
+		]),
 		[
 			rule_id, tenancy.object_ref, arithmetic_text(terms, model), gpu_text.plural(held.gpus, gpu_word(model)),
 			gpu_text.plural(held.nodes, "node"), held.largestNode, _room_text(terms, held),
@@ -104,7 +110,10 @@ _room_text(terms, held) := sprintf(", room for %v of its pods at once", [_pods_r
 
 _pods_room(terms, held) := floor(_gang_room(terms, held) / terms[0].each)
 
-_gang_fix(terms, held) := sprintf("run at most %s together (fewer replicas, or fewer GPUs per pod)", [gpu_text.plural(_pods_room(terms, held), "pod")]) if {
+_gang_fix(terms, held) := sprintf(
+	"run at most %s together (fewer replicas, or fewer GPUs per pod)",
+	[gpu_text.plural(_pods_room(terms, held), "pod")],
+) if {
 	count(terms) == 1
 	_pods_room(terms, held) > 0
 } else := sprintf("ask at most %v GPUs in all (fewer replicas, or fewer GPUs per pod)", [_gang_room(terms, held)])

@@ -30,7 +30,7 @@ _makes_no_pods_now if [input.request.kind.group, input.request.kind.kind] == ["b
 _makes_no_pods_now if kueue.is_suspended(input.request.object)
 
 # Each pod template whose replica count the request raises: {"path", "spec", "before", "after"}.
-replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "after": after} if {
+_replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "after": after} if {
 	_is_scale
 	_scale_grows
 	before := _replicas_of(input.request.oldObject)
@@ -40,7 +40,7 @@ replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "aft
 
 # An UPDATE of a workload: each template's count in the old object (input.replicas_before, by path; a
 # template the old object lacked had none) against the new.
-replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "after": t.replicas} if {
+_replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "after": t.replicas} if {
 	input.request.operation == "UPDATE"
 	is_object(input.replicas_before)
 	not gpu.is_pod
@@ -52,7 +52,7 @@ replica_growths contains {"path": t.path, "spec": t.spec, "before": before, "aft
 
 # The GPUs the growths add, of the tenant's total ("") or of one model.
 _growth(model) := sum([n |
-	some g in replica_growths
+	some g in _replica_growths
 	n := (g.after - g.before) * _per_pod(gpu.demand(g.spec), model)
 ])
 
@@ -82,8 +82,8 @@ _scale_binding(tenant) := min(ranked)[2] if {
 }
 
 _single_growth := g if {
-	count(replica_growths) == 1
-	some g in replica_growths
+	count(_replica_growths) == 1
+	some g in _replica_growths
 }
 
 _scale_room(tenant, model) := floor(free_gpus(tenant, model) / _per_pod(gpu.demand(_single_growth.spec), model)) if {
@@ -101,14 +101,14 @@ _scale_room(tenant, model) := floor(free_gpus(tenant, model) / _per_pod(gpu.dema
 # custom:
 #   rule_id: gpu-quota-scale
 violation contains {"rule": rule_id, "message": msg, "field": _scale_field} if {
-	count(replica_growths) > 0 # first: most requests grow nothing
+	count(_replica_growths) > 0 # first: most requests grow nothing
 	has_usage
 	tenant := _judged_tenant
 	count(unfit_limits(tenant)) == 0 # refused as unfit: that says it
 	model := _scale_binding(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf("[%s] %s scales %s, which asks %s more; tenant %q uses %s (%v free). Fix: %s", [
-		rule_id, _workload_ref, concat(" and ", [_growth_text(g) | some g in replica_growths]),
+		rule_id, _workload_ref, concat(" and ", [_growth_text(g) | some g in _replica_growths]),
 		gpu_text.plural(_growth(model), gpu_word(model)), tenant.metadata.name,
 		usage_text(tenant, model), free_gpus(tenant, model), _scale_fix(tenant, model),
 	])
@@ -127,9 +127,13 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} i
 	reason := _scaled.error
 	_judged_tenant
 	rule_id := rego.metadata.rule().custom.rule_id
-	msg := sprintf("[%s] %s scales from %v to %v replicas, but labgate could not read it to count the GPUs its pods ask (%s). Fix: try again; if it persists, tell the infra team", [
-		rule_id, _workload_ref, _replicas_of(input.request.oldObject), _replicas_of(input.request.object), reason,
-	])
+	msg := sprintf(
+		concat("", [
+			"[%s] %s scales from %v to %v replicas, but labgate could not read it to count the GPUs its pods ask (%s). ",
+			"Fix: try again; if it persists, tell the infra team",
+		]),
+		[rule_id, _workload_ref, _replicas_of(input.request.oldObject), _replicas_of(input.request.object), reason],
+	)
 }
 
 # `Deployment "serve"`: a Scale's request names the workload's resource, not its kind.
@@ -142,22 +146,27 @@ _scale_field := "spec.replicas" if {
 } else := object.get(_replica_field, input.request.kind.kind, "its replica counts")
 
 # "from 0 to 5 replicas of 1 nvidia.com/gpu (h100) each"; the template named where there are several.
-_growth_text(g) := sprintf("%sfrom %v to %v replicas of %s each", [_template_text(g), g.before, g.after, gpu_text.describe_asks(g.spec)])
+_growth_text(g) := sprintf(
+	"%sfrom %v to %v replicas of %s each",
+	[_template_text(g), g.before, g.after, gpu_text.describe_asks(g.spec)],
+)
 
 _template_text(g) := sprintf("%s ", [trim_suffix(g.path, ".spec")]) if {
 	not _is_scale
 	count(input.pod_templates) > 1
 } else := ""
 
-_scale_fix(tenant, model) := sprintf("scale to at most %v replicas (what fits now), or wait for running pods to finish", [
-	_single_growth.before + _scale_room(tenant, model),
-]) if {
+_scale_fix(tenant, model) := sprintf(
+	"scale to at most %v replicas (what fits now), or wait for running pods to finish",
+	[_single_growth.before + _scale_room(tenant, model)],
+) if {
 	_fits_the_limit(tenant, model)
 	_scale_room(tenant, model) > 0
 } else := "wait for running pods to finish before scaling up (no replica more fits now)" if {
 	_fits_the_limit(tenant, model)
 } else := sprintf("scale to at most %v replicas (what fits now; at most %v ever fit %s), or %s", [
-	_single_growth.before + _scale_room(tenant, model), _most_ever(tenant, model), _limit_field(model), _raise_text(model, tenant),
+	_single_growth.before + _scale_room(tenant, model), _most_ever(tenant, model), _limit_field(model),
+	_raise_text(model, tenant),
 ]) if {
 	_scale_room(tenant, model) > 0
 } else := sprintf("no replica more fits now and at most %v ever fit %s: wait for running pods to finish, or %s", [

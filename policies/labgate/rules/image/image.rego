@@ -2,9 +2,10 @@
 # title: Image provenance
 # description: |
 #   In a tenant's namespace, every image of every pod template (containers, initContainers,
-#   ephemeralContainers, and image volumes: spec.volumes[].image.reference) must come from an allowed registry or repository prefix (the tenant's
-#   spec.images.registries plus data.labgate.config.allowed_registries; no list at all means no
-#   restriction), be pinned by digest when the tenant says spec.images.requireDigest, and be signed by
+#   ephemeralContainers, and image volumes: spec.volumes[].image.reference) must come from an
+#   allowed registry or repository prefix (the tenant's spec.images.registries plus
+#   data.labgate.config.allowed_registries; no list at all means no restriction), be pinned by digest
+#   when the tenant says spec.images.requireDigest, and be signed by
 #   one of the tenant's spec.images.signingKeys when it sets requireSignature or lists any key. Which
 #   registry an image comes from is decided from the reference alone: input.image_references (parsed by
 #   the webhook's input builder for every image of every tenant, no registry asked) gives
@@ -60,7 +61,9 @@ _allowed_registries(tenant) := array.concat(
 
 # An entry is `host[/path]`: the host lowercased with Docker Hub's names folded to docker.io, the path a
 # repository prefix matched on "/" boundaries (as webhook/provenance/reference.py parses it).
-_prefix(entry) := {"registry": _registry_name(lower(parts[0])), "path": concat("/", array.slice(parts, 1, count(parts)))} if {
+_prefix(entry) := {
+	"registry": _registry_name(lower(parts[0])), "path": concat("/", array.slice(parts, 1, count(parts))),
+} if {
 	parts := split(trim_right(trim_space(entry), "/"), "/")
 }
 
@@ -115,7 +118,10 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 	_is_disallowed(tenant, fact)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s runs image %q (%s/%s), which is not under a registry tenant %q allows (%s). Fix: use an image from one of those, or ask the infra team to add its registry to spec.images.registries",
+		concat("", [
+			"[%s] %s %s runs image %q (%s/%s), which is not under a registry tenant %q allows (%s). Fix: use an image ",
+			"from one of those, or ask the infra team to add its registry to spec.images.registries",
+		]),
 		[
 			rule_id, tenancy.object_ref, image.where, image.image, fact.registry, fact.repository,
 			tenant.metadata.name, concat(", ", allowed),
@@ -128,7 +134,10 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 # Pinned as written: `name@<algorithm>:<hex>` (a tag before the digest is allowed and ignored).
 _is_pinned(reference) if regex.match(`@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-f0-9]{32,}$`, reference)
 
-_pin_fix(reference) := sprintf("write it as %q", [sprintf("%s/%s@%s", [fact.registry, fact.repository, fact.digest])]) if {
+_pin_fix(reference) := sprintf(
+	"write it as %q",
+	[sprintf("%s/%s@%s", [fact.registry, fact.repository, fact.digest])],
+) if {
 	fact := input.images[reference]
 	is_string(fact.digest)
 } else := "write it as <image>@sha256:<digest> (`crane digest <image>` prints the digest)"
@@ -145,7 +154,10 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 	not _is_pinned(image.image)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s runs image %q, which is not pinned by digest; tenant %q requires digests (spec.images.requireDigest). Fix: %s",
+		concat("", [
+			"[%s] %s %s runs image %q, which is not pinned by digest; tenant %q requires digests ",
+			"(spec.images.requireDigest). Fix: %s",
+		]),
 		[rule_id, tenancy.object_ref, image.where, image.image, tenant.metadata.name, _pin_fix(image.image)],
 	)
 }
@@ -247,7 +259,10 @@ violation contains {"rule": rule_id, "message": msg, "field": item.image.field} 
 	some item in _unverifiable
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s runs image %q, which labgate could not check for tenant %q: %s. Fix: check the image name and the pod's imagePullSecrets, then retry; if it persists, tell the infra team",
+		concat("", [
+			"[%s] %s %s runs image %q, which labgate could not check for tenant %q: %s. Fix: check the image name and ",
+			"the pod's imagePullSecrets, then retry; if it persists, tell the infra team",
+		]),
 		[rule_id, tenancy.object_ref, item.image.where, item.image.image, tenant.metadata.name, item.reason],
 	)
 }
@@ -290,7 +305,11 @@ violation contains {"rule": rule_id, "message": msg, "field": image.field} if {
 	object.get(_old_images, image.field, null) != image.image
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s is set to image %q on a running pod; tenant %q requires signed images, and labgate pins a tag to the digest it verified only when a pod is created, so a tag moved later would run unsigned. Fix: %s (or delete the pod and create it again)",
+		concat("", [
+			"[%s] %s %s is set to image %q on a running pod; tenant %q requires signed images, and labgate pins a tag ",
+			"to the digest it verified only when a pod is created, so a tag moved later would run unsigned. Fix: %s ",
+			"(or delete the pod and create it again)",
+		]),
 		[rule_id, tenancy.object_ref, image.where, image.image, tenant.metadata.name, _pin_fix(image.image)],
 	)
 }

@@ -57,7 +57,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	not tenancy.is_listed_member(tenant, input.request.userInfo)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not create namespace %q labelled %s=%q: only admins and researchers of tenant %q may. Fix: %s, or ask an admin of %q (%s) to add you",
+		concat("", [
+			"[%s] user %s may not create namespace %q labelled %s=%q: only admins and researchers of tenant %q may. ",
+			"Fix: %s, or ask an admin of %q (%s) to add you",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, tenancy.tenant_label,
 			_new_tenant, _new_tenant, _own_tenants_hint, _new_tenant, tenancy.admin_names(tenant),
@@ -78,7 +81,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	not data.inventory.tenants[_new_tenant]
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not create namespace %q labelled %s=%q: no Tenant %q exists. Fix: %s, or ask the infra team to create the Tenant",
+		concat("", [
+			"[%s] user %s may not create namespace %q labelled %s=%q: no Tenant %q exists. Fix: %s, or ask the infra ",
+			"team to create the Tenant",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, tenancy.tenant_label,
 			_new_tenant, _new_tenant, _own_tenants_hint,
@@ -124,7 +130,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 	not _name_allowed(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] namespace %q may not be labelled %s=%q: tenant %q allows %s. Fix: %s, or ask the infra team to add %q to spec.namespaces.names of Tenant %q",
+		concat("", [
+			"[%s] namespace %q may not be labelled %s=%q: tenant %q allows %s. Fix: %s, or ask the infra team to add ",
+			"%q to spec.namespaces.names of Tenant %q",
+		]),
 		[
 			rule_id, _namespace_name, tenancy.tenant_label, _claimed_tenant, _claimed_tenant,
 			_allowed_names_text(tenant), _rename_hint(tenant), _namespace_name, _claimed_tenant,
@@ -181,7 +190,10 @@ _own_prefixes := {sprintf("%q", [_prefix(data.inventory.tenants[name])]) |
 	_prefix(data.inventory.tenants[name]) != ""
 }
 
-_own_prefix_hint := sprintf("name it with your tenant's prefix (%s); labgate labels it", [concat(", ", sort(_own_prefixes))]) if {
+_own_prefix_hint := sprintf(
+	"name it with your tenant's prefix (%s); labgate labels it",
+	[concat(", ", sort(_own_prefixes))],
+) if {
 	count(_own_prefixes) > 0
 } else := _own_tenants_hint
 
@@ -199,7 +211,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.name"} i
 	object.get(_meta("object", "labels"), tenancy.tenant_label, "") != owner
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] namespace %q is reserved for tenant %q (%s): only its admins and researchers create it, labelled %s=%s. Fix: %s, or ask an admin of %q (%s)",
+		concat("", [
+			"[%s] namespace %q is reserved for tenant %q (%s): only its admins and researchers create it, labelled ",
+			"%s=%s. Fix: %s, or ask an admin of %q (%s)",
+		]),
 		[
 			rule_id, _namespace_name, owner, _reservation_text(owner), tenancy.tenant_label, owner,
 			_own_prefix_hint, owner, _admins_text(owner),
@@ -223,7 +238,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	count(_reserving_tenants) == 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not create namespace %q: it would belong to no tenant, and only the platform creates those. Fix: %s, or ask the infra team for a namespace outside the tenants",
+		concat("", [
+			"[%s] user %s may not create namespace %q: it would belong to no tenant, and only the platform creates ",
+			"those. Fix: %s, or ask the infra team for a namespace outside the tenants",
+		]),
 		[rule_id, tenancy.describe_user(input.request.userInfo), _namespace_name, _own_prefix_hint],
 	)
 }
@@ -235,7 +253,11 @@ _is_listed_somewhere if {
 	tenancy.is_listed_member(tenant, input.request.userInfo)
 }
 
-_max_namespaces(tenant) := object.get(tenant, ["spec", "namespaces", "maxCount"], data.labgate.config.max_namespaces_per_tenant)
+_max_namespaces(tenant) := object.get(
+	tenant,
+	["spec", "namespaces", "maxCount"],
+	data.labgate.config.max_namespaces_per_tenant,
+)
 
 _max_text(tenant) := sprintf("spec.namespaces.maxCount: %d", [tenant.spec.namespaces.maxCount]) if {
 	tenant.spec.namespaces.maxCount
@@ -256,7 +278,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	count(existing) >= _max_namespaces(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] tenant %q has %d namespaces, its limit (%s): namespace %q would be number %d. Fix: delete a namespace the tenant no longer needs (kubectl delete namespace <name>), or ask the infra team to raise spec.namespaces.maxCount of Tenant %q",
+		concat("", [
+			"[%s] tenant %q has %d namespaces, its limit (%s): namespace %q would be number %d. Fix: delete a ",
+			"namespace the tenant no longer needs (kubectl delete namespace <name>), or ask the infra team to raise ",
+			"spec.namespaces.maxCount of Tenant %q",
+		]),
 		[
 			rule_id, _new_tenant, count(existing), _max_text(tenant), _namespace_name,
 			count(existing) + 1, _new_tenant,

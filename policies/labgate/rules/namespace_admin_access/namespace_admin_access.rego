@@ -47,7 +47,14 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	_is_label_changed
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s may not set the label %s=%s on namespace %q: it lets claims in the namespace ask admin access to devices allocated to others, other tenants' pods included; only cluster admins set it. Fix: remove the label",
-		[rule_id, tenancy.describe_user(input.request.userInfo), dra_admin_access.admin_access_label, _new_label, input.request.name],
+		concat("", [
+			"[%s] %s may not set the label %s=%s on namespace %q: it lets claims in the namespace ask admin access to ",
+			"devices allocated to others, other tenants' pods included; only cluster admins set it. Fix: remove the ",
+			"label",
+		]),
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), dra_admin_access.admin_access_label, _new_label,
+			input.request.name,
+		],
 	)
 }

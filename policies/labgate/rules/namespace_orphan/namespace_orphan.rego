@@ -65,7 +65,10 @@ _own_prefixes := concat(", ", sort([sprintf("%q", [p]) |
 	p != ""
 ]))
 
-_fix := sprintf("name it with your tenant's prefix (%s), e.g. %q", [_own_prefixes, concat("", [_first_prefix, _name])]) if {
+_fix := sprintf(
+	"name it with your tenant's prefix (%s), e.g. %q",
+	[_own_prefixes, concat("", [_first_prefix, _name])],
+) if {
 	_own_prefixes != ""
 } else := "ask an admin of your tenant or the infra team to add the name to spec.namespaces.names"
 

@@ -3,10 +3,16 @@ package labgate.rules.namespace_orphan_test
 import data.labgate.lib.testdata
 import data.labgate.rules.namespace_orphan
 
-namespace(name, labels) := {"apiVersion": "v1", "kind": "Namespace", "metadata": object.union({"name": name}, {"labels": labels | count(labels) > 0})}
+namespace(name, labels) := {
+	"apiVersion": "v1", "kind": "Namespace",
+	"metadata": object.union({"name": name}, {"labels": labels | count(labels) > 0}),
+}
 
 # team-b gets a prefix too.
-inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/namespaces/prefix", "value": "team-b-"}])
+inventory := json.patch(
+	testdata.inventory,
+	[{"op": "add", "path": "/tenants/team-b/spec/namespaces/prefix", "value": "team-b-"}],
+)
 
 violations(user, obj) := v if {
 	v := namespace_orphan.violation with input.request as testdata.request("CREATE", "Namespace", "", user, obj, null)
@@ -28,7 +34,11 @@ test_namespace_outside_every_prefix_is_refused if {
 	violations(testdata.alice, namespace("scratch", {})) == {{
 		"rule": "namespace-orphan",
 		"field": "metadata.name",
-		"message": `[namespace-orphan] user "alice" (groups: team-a) may not create namespace "scratch": it would belong to no tenant, so nobody could use or delete it. Fix: name it with your tenant's prefix ("team-a-"), e.g. "team-a-scratch"`,
+		"message": concat("", [
+			`[namespace-orphan] user "alice" (groups: team-a) may not create namespace "scratch": it would belong to `,
+			`no tenant, so nobody could use or delete it. Fix: name it with your tenant's prefix ("team-a-"), e.g. `,
+			`"team-a-scratch"`,
+		]),
 	}}
 }
 
@@ -37,7 +47,11 @@ test_namespace_under_another_tenants_prefix_is_refused if {
 	violations(testdata.alice, namespace("team-b-x", {})) == {{
 		"rule": "namespace-orphan",
 		"field": "metadata.name",
-		"message": `[namespace-orphan] user "alice" (groups: team-a) may not create namespace "team-b-x": it is under tenant "team-b"'s names, and you are not a member of "team-b". Fix: name it with your tenant's prefix ("team-a-"), e.g. "team-a-team-b-x"`,
+		"message": concat("", [
+			`[namespace-orphan] user "alice" (groups: team-a) may not create namespace "team-b-x": it is under tenant `,
+			`"team-b"'s names, and you are not a member of "team-b". Fix: name it with your tenant's prefix `,
+			`("team-a-"), e.g. "team-a-team-b-x"`,
+		]),
 	}}
 }
 

@@ -29,7 +29,7 @@ _managed_by_label := "app.kubernetes.io/managed-by"
 _verb := {"CREATE": "create", "UPDATE": "change", "DELETE": "delete"}
 
 # Kubernetes label-selector semantics; a selector without requirements selects every namespace.
-namespace_selector_matches(selector, labels) if {
+_namespace_selector_matches(selector, labels) if {
 	every key, value in object.get(selector, "matchLabels", {}) {
 		labels[key] == value
 	}
@@ -96,17 +96,17 @@ _requires_absent(selector, key) if {
 	e.operator == "DoesNotExist"
 }
 
-may_be_absent(selector, key) if {
+_may_be_absent(selector, key) if {
 	not _requires_present(selector, key)
 }
 
 # The key can carry a value outside `excluded` (a finite set) and the selector still select it.
-may_have_value_outside(selector, key, _) if {
+_may_have_value_outside(selector, key, _) if {
 	not _requires_absent(selector, key)
 	count(_value_sets(selector, key)) == 0
 }
 
-may_have_value_outside(selector, key, excluded) if {
+_may_have_value_outside(selector, key, excluded) if {
 	not _requires_absent(selector, key)
 	sets := _value_sets(selector, key)
 	count(sets) > 0
@@ -115,9 +115,9 @@ may_have_value_outside(selector, key, excluded) if {
 	not v in _not_in_values(selector, key)
 }
 
-_satisfiable(selector, key) if may_be_absent(selector, key)
+_satisfiable(selector, key) if _may_be_absent(selector, key)
 
-_satisfiable(selector, key) if may_have_value_outside(selector, key, set())
+_satisfiable(selector, key) if _may_have_value_outside(selector, key, set())
 
 _name_label := data.labgate.config.namespace_name_label
 
@@ -136,23 +136,27 @@ _others_satisfiable(selector) if {
 
 # A namespace that is neither a platform namespace nor unnamed (every namespace has the name label).
 _selects_ordinary_namespace(selector) if {
-	may_have_value_outside(selector, _name_label, _platform_namespaces)
+	_may_have_value_outside(selector, _name_label, _platform_namespaces)
 	_others_satisfiable(selector)
 }
 
-# What `selector` can select that `allowed` (tenant names) does not cover, now or later: a subset of
-# {"namespaces of other tenants", "namespaces of no tenant"}.
+# METADATA
+# title: What a namespace selector reaches beyond the allowed tenants
+# description: |
+#   The subset of {"namespaces of other tenants", "namespaces of no tenant"} that `selector` can
+#   select, now or once such namespaces are created, that the tenant names in `allowed` do not
+#   cover.
 selects_outside(selector, allowed) := {kind | some kind in _outside_kinds; _selects(selector, allowed, kind)}
 
 _outside_kinds := {"namespaces of other tenants", "namespaces of no tenant"}
 
 _selects(selector, allowed, "namespaces of other tenants") if {
-	may_have_value_outside(selector, tenancy.tenant_label, allowed)
+	_may_have_value_outside(selector, tenancy.tenant_label, allowed)
 	_selects_ordinary_namespace(selector)
 }
 
 _selects(selector, _, "namespaces of no tenant") if {
-	may_be_absent(selector, tenancy.tenant_label)
+	_may_be_absent(selector, tenancy.tenant_label)
 	_selects_ordinary_namespace(selector)
 }
 
@@ -218,7 +222,7 @@ _selected_today(selector, allowed) := {_show_namespace(name, labels) |
 	labels := object.union(object.get(namespace, "labels", {}), {_name_label: name})
 	not object.get(labels, tenancy.tenant_label, null) in allowed
 	not _is_platform_namespace(name, labels)
-	namespace_selector_matches(selector, labels)
+	_namespace_selector_matches(selector, labels)
 }
 
 _is_platform_namespace(name, labels) if {
@@ -241,13 +245,20 @@ _applies(operations) := tenant if {
 	not tenancy.is_trusted_requester
 }
 
-_selector_fix(tenant) := sprintf("list peers that select only your tenant's namespaces (namespaceSelector matchLabels %s: %q)", [
-	tenancy.tenant_label, tenant.metadata.name,
-])
+_selector_fix(tenant) := sprintf(
+	"list peers that select only your tenant's namespaces (namespaceSelector matchLabels %s: %q)",
+	[tenancy.tenant_label, tenant.metadata.name],
+)
 
-_opening_fix(tenant, "ingress") := sprintf("ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant %q", [tenant.metadata.name])
+_opening_fix(tenant, "ingress") := sprintf(
+	"ask the infra team to add the other tenant to spec.network.allowIngressFromTenants of Tenant %q",
+	[tenant.metadata.name],
+)
 
-_opening_fix(tenant, "egress") := sprintf("ask the infra team to add %q to the other Tenant's spec.network.allowIngressFromTenants", [tenant.metadata.name])
+_opening_fix(tenant, "egress") := sprintf(
+	"ask the infra team to add %q to the other Tenant's spec.network.allowIngressFromTenants",
+	[tenant.metadata.name],
+)
 
 _opens := {"ingress": "ingress from", "egress": "egress to"}
 
@@ -266,7 +277,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(outside) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open %s namespaces that are not tenant %q's (nor an allowed tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open %s namespaces that are not tenant %q's (nor an allowed ",
+			"tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
+		]),
 		[
 			rule_id, input.request.name, p.field, p.shown, _opens[p.direction], tenant.metadata.name,
 			concat(" and ", sort(outside)), _today_text(_selected_today(p.peer.namespaceSelector, allowed)),
@@ -294,7 +308,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(_ip_blocks(p.peer)) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open %s %s, but tenant %q has spec.network.allowEgress: false. Fix: %s, or ask the infra team to allow egress in Tenant %q",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open %s %s, but tenant %q has spec.network.allowEgress: false. Fix: ",
+			"%s, or ask the infra team to allow egress in Tenant %q",
+		]),
 		[
 			rule_id, input.request.name, p.field, p.shown, p.direction, _addresses[p.direction],
 			tenant.metadata.name, _ip_fix(p, tenant), tenant.metadata.name,
@@ -318,7 +335,10 @@ _metadata_fix(p) := sprintf("add the address to the ipBlock's except (%s)", [
 	concat(", ", [sprintf("%q", [_host_cidr(a)]) | some a in sort(_reachable_metadata(p))]),
 ]) if {
 	p.explicit
-} else := sprintf(`list "to" peers instead, e.g. ipBlock {"cidr": "0.0.0.0/0", "except": [%q]}`, [_host_cidr(data.labgate.config.metadata_addresses[0])])
+} else := sprintf(
+	`list "to" peers instead, e.g. ipBlock {"cidr": "0.0.0.0/0", "except": [%q]}`,
+	[_host_cidr(data.labgate.config.metadata_addresses[0])],
+)
 
 _host_cidr(address) := sprintf("%s/128", [address]) if contains(address, ":")
 
@@ -343,7 +363,10 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 	count(reachable) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's credentials and no tenant may reach. Fix: %s",
+		concat("", [
+			"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's ",
+			"credentials and no tenant may reach. Fix: %s",
+		]),
 		[rule_id, input.request.name, p.field, p.shown, concat(", ", sort(reachable)), _metadata_fix(p)],
 	)
 }
@@ -363,7 +386,11 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.
 	_is_baseline(input.request[side])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not %s NetworkPolicy %q in namespace %q: it is labelled %s=labgate, a baseline labgate's reconciler owns. Fix: leave the baseline as it is and add a NetworkPolicy of your own beside it (policies add up), or ask the infra team to change the Tenant's spec.network",
+		concat("", [
+			"[%s] user %s may not %s NetworkPolicy %q in namespace %q: it is labelled %s=labgate, a baseline labgate's ",
+			"reconciler owns. Fix: leave the baseline as it is and add a NetworkPolicy of your own beside it (policies ",
+			"add up), or ask the infra team to change the Tenant's spec.network",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _verb[input.request.operation],
 			input.request.name, input.request.namespace, _managed_by_label,

@@ -27,7 +27,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field, "if_admitte
 	field := _model_field(template)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks GPU model %q, and no node of tenant %q's pools has it now (their nodes have %s): it pends until one does. Fix: ask %s, or ask the infra team for %q nodes in your pools",
+		concat("", [
+			"[%s] %s %s asks GPU model %q, and no node of tenant %q's pools has it now (their nodes have %s): it pends ",
+			"until one does. Fix: ask %s, or ask the infra team for %q nodes in your pools",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, model, placed.tenant.metadata.name,
 			_held_text, _held_choice, model,

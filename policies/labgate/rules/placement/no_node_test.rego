@@ -31,7 +31,11 @@ test_a_gpu_pod_whose_pools_have_no_node_of_its_model_is_told_so if {
 		"rule": "placement-no-node",
 		"field": "spec.nodeSelector",
 		"if_admitted": true,
-		"message": `[placement-no-node] Pod "train-1" spec.nodeSelector asks GPU model "a100", and no node of tenant "vision"'s pools has it now (their nodes have h100): it pends until one does. Fix: ask model h100, or ask the infra team for "a100" nodes in your pools`,
+		"message": concat("", [
+			`[placement-no-node] Pod "train-1" spec.nodeSelector asks GPU model "a100", and no node of tenant `,
+			`"vision"'s pools has it now (their nodes have h100): it pends until one does. Fix: ask model h100, or ask `,
+			`the infra team for "a100" nodes in your pools`,
+		]),
 	}}
 }
 

@@ -36,7 +36,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field, "if_admitte
 	field := sprintf("%s.tolerations", [template.path])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks no GPUs, and no node takes it now: every node is tainted (%s) and it tolerates none. It pends until one does. Fix: ask the infra team for a pool without taints for pods without GPUs (docs/infra.md, \"A pool for pods without GPUs\")",
+		concat("", [
+			"[%s] %s asks no GPUs, and no node takes it now: every node is tainted (%s) and it tolerates none. It ",
+			"pends until one does. Fix: ask the infra team for a pool without taints for pods without GPUs ",
+			"(docs/infra.md, \"A pool for pods without GPUs\")",
+		]),
 		[rule_id, _subject(template), concat(", ", sort(keys))],
 	)
 }

@@ -22,7 +22,9 @@ _cpu_pod(spec, nodes) := object.union(
 _cpu_spec := {"containers": [testdata.main_container]}
 
 # The toleration every pod gets from the apiserver (DefaultTolerationSeconds): not a taint of a pool.
-_default_toleration := {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+_default_toleration := {
+	"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300,
+}
 
 _untainted_findings(input_doc) := {v |
 	some v in placement.violation with input as input_doc with data.inventory as testdata.gpu_inventory
@@ -35,7 +37,11 @@ test_a_cpu_pod_that_no_node_takes_is_told_so if {
 		"rule": "placement-no-untainted-node",
 		"field": "spec.tolerations",
 		"if_admitted": true,
-		"message": `[placement-no-untainted-node] Pod "experiment" asks no GPUs, and no node takes it now: every node is tainted (labgate.io/pool, labgate.io/spot) and it tolerates none. It pends until one does. Fix: ask the infra team for a pool without taints for pods without GPUs (docs/infra.md, "A pool for pods without GPUs")`,
+		"message": concat("", [
+			`[placement-no-untainted-node] Pod "experiment" asks no GPUs, and no node takes it now: every node is `,
+			`tainted (labgate.io/pool, labgate.io/spot) and it tolerates none. It pends until one does. Fix: ask the `,
+			`infra team for a pool without taints for pods without GPUs (docs/infra.md, "A pool for pods without GPUs")`,
+		]),
 	}}
 }
 
@@ -51,7 +57,10 @@ test_a_gpu_pod_is_not_told if {
 
 # A toleration of one of the keys may take it onto some node: not sure, so nothing is said.
 test_a_cpu_pod_tolerating_one_of_the_keys_is_not_told if {
-	spec := object.union(_cpu_spec, {"tolerations": [{"key": "labgate.io/spot", "operator": "Exists", "effect": "NoSchedule"}]})
+	spec := object.union(
+		_cpu_spec,
+		{"tolerations": [{"key": "labgate.io/spot", "operator": "Exists", "effect": "NoSchedule"}]},
+	)
 	count(_untainted_findings(_cpu_pod(spec, _every_node_tainted))) == 0
 }
 
@@ -67,8 +76,18 @@ test_without_the_whole_fact_nothing_is_said if {
 # A workload's pod template is told at apply, naming the template.
 test_a_deployment_whose_pods_no_node_takes_is_told_so if {
 	deployment := testdata.deployment("web", {"app": "web"}, _cpu_spec)
-	input_doc := object.union(testdata.workload_input("Deployment", "vision", testdata.vera, deployment), _every_node_tainted)
-	[finding.message | some finding in _untainted_findings(input_doc)] == [`[placement-no-untainted-node] Deployment "web" spec.template.spec asks no GPUs, and no node takes it now: every node is tainted (labgate.io/pool, labgate.io/spot) and it tolerates none. It pends until one does. Fix: ask the infra team for a pool without taints for pods without GPUs (docs/infra.md, "A pool for pods without GPUs")`]
+	input_doc := object.union(
+		testdata.workload_input("Deployment", "vision", testdata.vera, deployment),
+		_every_node_tainted,
+	)
+	[finding.message | some finding in _untainted_findings(input_doc)] == [
+		concat("", [
+			`[placement-no-untainted-node] Deployment "web" spec.template.spec asks no GPUs, and no node takes it now: `,
+			`every node is tainted (labgate.io/pool, labgate.io/spot) and it tolerates none. It pends until one does. `,
+			`Fix: ask the infra team for a pool without taints for pods without GPUs (docs/infra.md, "A pool for pods `,
+			`without GPUs")`,
+		]),
+	]
 	untainted := object.union(input_doc, _an_untainted_node)
 	count(_untainted_findings(untainted)) == 0
 }

@@ -59,7 +59,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _choice_field(t.template, "nodeName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s names node %q: that skips the scheduler, and with it taints, node pools and quotas. Fix: remove %s; labgate places GPU pods on your tenant's pools (or use a nodeSelector within them)",
+		concat("", [
+			"[%s] %s %s names node %q: that skips the scheduler, and with it taints, node pools and quotas. Fix: ",
+			"remove %s; labgate places GPU pods on your tenant's pools (or use a nodeSelector within them)",
+		]),
 		[rule_id, tenancy.object_ref, field, node, field],
 	)
 }
@@ -87,7 +90,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _choice_field(t.template, "runtimeClassName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks RuntimeClass %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to spec.scheduling.runtimeClasses of Tenant %q",
+		concat("", [
+			"[%s] %s %s asks RuntimeClass %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to ",
+			"spec.scheduling.runtimeClasses of Tenant %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name,
 			_choice_quoted(_allowed_runtime_classes(t.tenant)), field, name, t.tenant.metadata.name,
@@ -108,7 +114,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _choice_field(t.template, "schedulerName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks scheduler %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to spec.scheduling.schedulers of Tenant %q",
+		concat("", [
+			"[%s] %s %s asks scheduler %q; tenant %q may use %s. Fix: remove %s, or ask the infra team to add %q to ",
+			"spec.scheduling.schedulers of Tenant %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name,
 			_choice_quoted(_allowed_schedulers(t.tenant)), field, name, t.tenant.metadata.name,

@@ -66,7 +66,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.nodeSelector", [template.path])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %s=%q, which is not a node pool of tenant %q (its pools: %s). Fix: select one of those pools, or remove the selector and labgate places the pod",
+		concat("", [
+			"[%s] %s %s asks %s=%q, which is not a node pool of tenant %q (its pools: %s). Fix: select one of those ",
+			"pools, or remove the selector and labgate places the pod",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, node_pools.node_pool_label, value, placed.tenant.metadata.name,
 			_quoted(_pool_names(placed.tenant)),
@@ -96,9 +99,15 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	)
 }
 
-_own_pools_fix(tenant) := sprintf("remove the selector, or select one of tenant %q's pools (%s)", [tenant.metadata.name, _quoted(_pool_names(tenant))]) if {
+_own_pools_fix(tenant) := sprintf(
+	"remove the selector, or select one of tenant %q's pools (%s)",
+	[tenant.metadata.name, _quoted(_pool_names(tenant))],
+) if {
 	count(node_pools.pools(tenant)) > 0
-} else := sprintf("remove the selector (tenant %q has no node pools of its own; its pods run on shared nodes)", [tenant.metadata.name])
+} else := sprintf(
+	"remove the selector (tenant %q has no node pools of its own; its pods run on shared nodes)",
+	[tenant.metadata.name],
+)
 
 _is_wildcard(toleration) if {
 	object.get(toleration, "key", "") == ""
@@ -123,7 +132,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.tolerations[%d]", [template.path, i])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s is operator: Exists without a key: it tolerates every taint, the ones that keep node pools for their tenants too. Fix: remove it, or give it the key of the one taint it is for; labgate adds the tolerations of your tenant's pools itself",
+		concat("", [
+			"[%s] %s %s is operator: Exists without a key: it tolerates every taint, the ones that keep node pools for ",
+			"their tenants too. Fix: remove it, or give it the key of the one taint it is for; labgate adds the ",
+			"tolerations of your tenant's pools itself",
+		]),
 		[rule_id, tenancy.object_ref, field],
 	)
 }
@@ -142,12 +155,18 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.tolerations[%d]", [template.path, i])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s tolerates %s, and no pool of tenant %q carries that toleration. Fix: remove it; labgate adds the tolerations of your tenant's pools itself",
+		concat("", [
+			"[%s] %s %s tolerates %s, and no pool of tenant %q carries that toleration. Fix: remove it; labgate adds ",
+			"the tolerations of your tenant's pools itself",
+		]),
 		[rule_id, tenancy.object_ref, field, _toleration_text(toleration), judged.tenant.metadata.name],
 	)
 }
 
-_toleration_text(toleration) := sprintf("taint %q with operator: Exists, whatever its value: every tenant's pool that taint keeps", [toleration.key]) if {
+_toleration_text(toleration) := sprintf(
+	"taint %q with operator: Exists, whatever its value: every tenant's pool that taint keeps",
+	[toleration.key],
+) if {
 	object.get(toleration, "operator", "Equal") == "Exists"
 } else := sprintf("%s, which keeps node pools for their tenants", [node_pools.describe_toleration(toleration)])
 
@@ -167,7 +186,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.nodeSelector", [template.path])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %s=%q for GPU model %q, which that pool does not have; tenant %q's pools: %s. Fix: select a pool with %q, or remove the selector and labgate places the pod on one",
+		concat("", [
+			"[%s] %s %s asks %s=%q for GPU model %q, which that pool does not have; tenant %q's pools: %s. Fix: select ",
+			"a pool with %q, or remove the selector and labgate places the pod on one",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, node_pools.node_pool_label, value, model,
 			placed.tenant.metadata.name, _pools_text(placed.tenant), model,
@@ -195,7 +217,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _model_field(template)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks GPU model %q, and no node pool of tenant %q that labgate may place it on has it; its pools: %s. Fix: ask a model one of those pools has (labgate places a pod on spot pools, on on-demand ones when it asks %s=on-demand and the Tenant allows it), or ask the infra team for a pool with %q",
+		concat("", [
+			"[%s] %s %s asks GPU model %q, and no node pool of tenant %q that labgate may place it on has it; its ",
+			"pools: %s. Fix: ask a model one of those pools has (labgate places a pod on spot pools, on on-demand ones ",
+			"when it asks %s=on-demand and the Tenant allows it), or ask the infra team for a pool with %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, model, placed.tenant.metadata.name,
 			_pools_text(placed.tenant), node_pools.capacity_annotation, model,
@@ -209,7 +235,10 @@ _model_field(template) := sprintf("%s.nodeSelector", [template.path]) if {
 	template.spec.nodeSelector[gpu.model_label]
 } else := template.path
 
-_spot_hint(tenant) := sprintf("remove the annotation (labgate places the pod on spot pool %q)", [node_pools.spot_pools(tenant)[0].name]) if {
+_spot_hint(tenant) := sprintf(
+	"remove the annotation (labgate places the pod on spot pool %q)",
+	[node_pools.spot_pools(tenant)[0].name],
+) if {
 	count(node_pools.spot_pools(tenant)) > 0
 } else := "remove the annotation"
 
@@ -224,7 +253,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := node_pools.on_demand_field(placed.template)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks %s=%q, but tenant %q runs GPU pods on spot capacity only (spec.placement.allowOnDemand is not true). Fix: %s, or ask the infra team to allow on-demand capacity for Tenant %q",
+		concat("", [
+			"[%s] %s %s asks %s=%q, but tenant %q runs GPU pods on spot capacity only (spec.placement.allowOnDemand is ",
+			"not true). Fix: %s, or ask the infra team to allow on-demand capacity for Tenant %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, node_pools.capacity_annotation, "on-demand",
 			placed.tenant.metadata.name, _spot_hint(placed.tenant), placed.tenant.metadata.name,
@@ -308,7 +340,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := alternative.field
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s can select nodes of node pool %q of tenant %q (nodeSelector %s), and no taint of that pool keeps this pod out: node pools belong to their tenants. Fix: %s, or add the requirement %s",
+		concat("", [
+			"[%s] %s %s can select nodes of node pool %q of tenant %q (nodeSelector %s), and no taint of that pool ",
+			"keeps this pod out: node pools belong to their tenants. Fix: %s, or add the requirement %s",
+		]),
 		[
 			rule_id, tenancy.object_ref, field, foreign.pool.name, foreign.tenant,
 			json.marshal(node_selection.pool_selector(foreign.pool)), _own_pools_fix(judged.tenant), _exclusion(foreign.pool),

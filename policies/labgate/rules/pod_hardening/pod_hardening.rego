@@ -97,7 +97,10 @@ _asks contains _ask(
 	sprintf("capability %q", [capability]),
 	"capabilities",
 	capability,
-	sprintf("remove %q from securityContext.capabilities.add (the baseline allows %s)", [capability, concat(", ", _config.baseline_capabilities)]),
+	sprintf(
+		"remove %q from securityContext.capabilities.add (the baseline allows %s)",
+		[capability, concat(", ", _config.baseline_capabilities)],
+	),
 ) if {
 	some template in input.pod_templates
 	some c in tenancy.containers(template.spec)
@@ -147,8 +150,16 @@ _asks contains _ask(
 
 # Every securityContext of a template: the pod's and each container's, with where and field.
 _contexts(template) := array.concat(
-	[{"where": template.path, "field": sprintf("%s.securityContext", [template.path]), "context": _object(object.get(template.spec, "securityContext", {}))}],
-	[{"where": _container_where(template, c), "field": _container_field(template, c, "securityContext"), "context": _object(object.get(c.container, "securityContext", {}))} |
+	[
+		{
+			"where": template.path, "field": sprintf("%s.securityContext", [template.path]),
+			"context": _object(object.get(template.spec, "securityContext", {})),
+		},
+	],
+	[{
+		"where": _container_where(template, c), "field": _container_field(template, c, "securityContext"),
+		"context": _object(object.get(c.container, "securityContext", {})),
+	} |
 		some c in tenancy.containers(template.spec)
 	],
 )
@@ -278,7 +289,13 @@ _asks contains _ask(
 	sprintf("%s %q", [field, host]),
 	null,
 	null,
-	sprintf("remove %s (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)", [field]),
+	sprintf(
+		concat("", [
+			"remove %s (the kubelet then connects to the pod's own IP; check other addresses from inside the ",
+			"container, e.g. with an exec probe)",
+		]),
+		[field],
+	),
 ) if {
 	some template in input.pod_templates
 	some c in tenancy.containers(template.spec)
@@ -323,7 +340,9 @@ _refusal(tenant, ask) := sprintf(
 } else := sprintf("no Tenant exception allows it. Fix: %s", [ask.fix])
 
 # METADATA
-# title: Pod Security baseline, control by control, each relaxed only by its own exception (hosts in probes and lifecycle handlers by none)
+# title: >-
+#   Pod Security baseline, control by control, each relaxed only by its own exception
+#   (hosts in probes and lifecycle handlers by none)
 # custom:
 #   rule_id: pod-hardening
 violation contains {"rule": rule_id, "message": msg, "field": ask.field} if {

@@ -12,7 +12,10 @@ violations_for(kind, namespace, user, obj) := violations if {
 }
 
 test_plain_pod_is_allowed if {
-	pod := testdata.pod("train-1", {"containers": [object.union(testdata.main_container, {"securityContext": {"privileged": false}})]})
+	pod := testdata.pod(
+		"train-1",
+		{"containers": [object.union(testdata.main_container, {"securityContext": {"privileged": false}})]},
+	)
 	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
 }
 
@@ -36,7 +39,11 @@ test_privileged_container_is_refused if {
 	violations_for("Pod", "team-a", testdata.alice, pod) == {{
 		"rule": "pod-hardening",
 		"field": "spec.containers[0].securityContext.privileged",
-		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks privileged: true; tenant "team-a" has no privileged exception. Fix: remove securityContext.privileged, or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks privileged: true; tenant "team-a" has no `,
+			`privileged exception. Fix: remove securityContext.privileged, or ask the infra team for an exception in `,
+			`the Tenant`,
+		]),
 	}}
 }
 
@@ -50,8 +57,16 @@ test_privileged_init_and_ephemeral_containers_are_refused_in_templates if {
 	})
 	violations := violations_for("Deployment", "team-b", testdata.bob, deployment)
 	{v.message | some v in violations} == {
-		`[pod-hardening] Deployment "web" spec.template.spec.initContainers[0] ("setup") asks privileged: true; tenant "team-b" has no privileged exception. Fix: remove securityContext.privileged, or ask the infra team for an exception in the Tenant`,
-		`[pod-hardening] Deployment "web" spec.template.spec.ephemeralContainers[0] ("debug") asks privileged: true; tenant "team-b" has no privileged exception. Fix: remove securityContext.privileged, or ask the infra team for an exception in the Tenant`,
+		concat("", [
+			`[pod-hardening] Deployment "web" spec.template.spec.initContainers[0] ("setup") asks privileged: true; `,
+			`tenant "team-b" has no privileged exception. Fix: remove securityContext.privileged, or ask the infra `,
+			`team for an exception in the Tenant`,
+		]),
+		concat("", [
+			`[pod-hardening] Deployment "web" spec.template.spec.ephemeralContainers[0] ("debug") asks privileged: `,
+			`true; tenant "team-b" has no privileged exception. Fix: remove securityContext.privileged, or ask the `,
+			`infra team for an exception in the Tenant`,
+		]),
 	}
 }
 
@@ -61,12 +76,18 @@ test_host_namespaces_are_refused_without_exception if {
 		{
 			"rule": "pod-hardening",
 			"field": "spec.hostNetwork",
-			"message": `[pod-hardening] Pod "x" spec asks hostNetwork: true; tenant "team-a" has no hostNetwork exception. Fix: remove spec.hostNetwork, or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec asks hostNetwork: true; tenant "team-a" has no hostNetwork exception. Fix: `,
+				`remove spec.hostNetwork, or ask the infra team for an exception in the Tenant`,
+			]),
 		},
 		{
 			"rule": "pod-hardening",
 			"field": "spec.hostIPC",
-			"message": `[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-a" has no hostIPC exception. Fix: remove spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-a" has no hostIPC exception. Fix: remove `,
+				`spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+			]),
 		},
 	}
 }
@@ -79,20 +100,33 @@ test_host_path_volume_is_refused if {
 	violations_for("Pod", "team-b", testdata.bob, pod) == {{
 		"rule": "pod-hardening",
 		"field": "spec.volumes[1].hostPath",
-		"message": `[pod-hardening] Pod "x" spec.volumes[1] ("docker") asks hostPath "/var/run/docker.sock"; tenant "team-b" has no hostPath exception. Fix: use a persistentVolumeClaim or emptyDir volume instead, or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec.volumes[1] ("docker") asks hostPath "/var/run/docker.sock"; tenant "team-b" `,
+			`has no hostPath exception. Fix: use a persistentVolumeClaim or emptyDir volume instead, or ask the infra `,
+			`team for an exception in the Tenant`,
+		]),
 	}}
 }
 
 test_host_path_exception_allows_host_path if {
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/exceptions/hostPath", "value": true}])
-	pod := testdata.pod("x", {"containers": [testdata.main_container], "volumes": [{"name": "d", "hostPath": {"path": "/data"}}]})
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/exceptions/hostPath", "value": true}],
+	)
+	pod := testdata.pod(
+		"x",
+		{"containers": [testdata.main_container], "volumes": [{"name": "d", "hostPath": {"path": "/data"}}]},
+	)
 	count(pod_hardening.violation) == 0 with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod)
 		with data.inventory as inventory
 }
 
 test_decision_applies_the_tenants_mode_to_pod_hardening if {
 	pod := testdata.pod("x", {"containers": [privileged_container]})
-	inventory := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-b/spec/enforcement/pod-hardening", "value": "warn"}])
+	inventory := json.patch(
+		testdata.inventory,
+		[{"op": "add", "path": "/tenants/team-b/spec/enforcement/pod-hardening", "value": "warn"}],
+	)
 	decision := admission.decision with input as testdata.workload_input("Pod", "team-b", testdata.bob, pod)
 		with data.inventory as inventory
 	decision.allowed
@@ -101,7 +135,10 @@ test_decision_applies_the_tenants_mode_to_pod_hardening if {
 
 # --- One exception relaxes one control ---
 
-with_exceptions(exceptions) := json.patch(testdata.inventory, [{"op": "add", "path": "/tenants/team-a/spec/exceptions", "value": exceptions}])
+with_exceptions(exceptions) := json.patch(
+	testdata.inventory,
+	[{"op": "add", "path": "/tenants/team-a/spec/exceptions", "value": exceptions}],
+)
 
 messages_with(exceptions, pod) := {v.message |
 	some v in pod_hardening.violation with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod)
@@ -115,7 +152,10 @@ test_host_pid_exception_does_not_cover_host_ipc if {
 	violations_for("Pod", "team-b", testdata.bob, pod) == {{
 		"rule": "pod-hardening",
 		"field": "spec.hostIPC",
-		"message": `[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-b" has no hostIPC exception. Fix: remove spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec asks hostIPC: true; tenant "team-b" has no hostIPC exception. Fix: remove `,
+			`spec.hostIPC, or ask the infra team for an exception in the Tenant`,
+		]),
 	}}
 }
 
@@ -128,32 +168,65 @@ test_host_network_exception_relaxes_nothing_else if {
 		{
 			"rule": "pod-hardening",
 			"field": "spec.containers[0].securityContext.capabilities.add[0]",
-			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "NET_ADMIN"; tenant "team-b" has no capabilities exception for "NET_ADMIN". Fix: remove "NET_ADMIN" from securityContext.capabilities.add (the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "NET_ADMIN"; tenant "team-b" has no `,
+				`capabilities exception for "NET_ADMIN". Fix: remove "NET_ADMIN" from securityContext.capabilities.add `,
+				`(the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, `,
+				`SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`,
+			]),
 		},
 		{
 			"rule": "pod-hardening",
 			"field": "spec.containers[0].securityContext.seccompProfile.type",
-			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks seccompProfile Unconfined; tenant "team-b" has no seccompUnconfined exception. Fix: use seccompProfile RuntimeDefault (or remove it), or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec.containers[0] ("main") asks seccompProfile Unconfined; tenant "team-b" has `,
+				`no seccompUnconfined exception. Fix: use seccompProfile RuntimeDefault (or remove it), or ask the infra `,
+				`team for an exception in the Tenant`,
+			]),
 		},
 	}
 }
 
 test_baseline_capabilities_are_allowed if {
-	pod := testdata.pod("x", {"containers": [container_with({"capabilities": {"add": ["CHOWN", "NET_BIND_SERVICE"], "drop": ["ALL"]}})]})
+	pod := testdata.pod(
+		"x",
+		{"containers": [container_with({"capabilities": {"add": ["CHOWN", "NET_BIND_SERVICE"], "drop": ["ALL"]}})]},
+	)
 	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
 }
 
 test_capability_exception_allows_the_named_capability_only if {
 	pod := testdata.pod("x", {"containers": [container_with({"capabilities": {"add": ["NET_ADMIN", "SYS_ADMIN"]}})]})
-	messages_with({"capabilities": ["NET_ADMIN"]}, pod) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "SYS_ADMIN"; tenant "team-a" has no capabilities exception for "SYS_ADMIN". Fix: remove "SYS_ADMIN" from securityContext.capabilities.add (the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`}
+	messages_with({"capabilities": ["NET_ADMIN"]}, pod) == {
+		concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks capability "SYS_ADMIN"; tenant "team-a" has no `,
+			`capabilities exception for "SYS_ADMIN". Fix: remove "SYS_ADMIN" from securityContext.capabilities.add `,
+			`(the baseline allows AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, `,
+			`SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), or ask the infra team for an exception in the Tenant`,
+		]),
+	}
 }
 
 test_host_port_is_refused if {
-	pod := testdata.pod("x", {"containers": [object.union(testdata.main_container, {"ports": [{"containerPort": 8080}, {"containerPort": 22, "hostPort": 2222}]})]})
+	pod := testdata.pod(
+		"x",
+		{
+			"containers": [
+				object.union(
+					testdata.main_container,
+					{"ports": [{"containerPort": 8080}, {"containerPort": 22, "hostPort": 2222}]},
+				),
+			],
+		},
+	)
 	violations_for("Pod", "team-a", testdata.alice, pod) == {{
 		"rule": "pod-hardening",
 		"field": "spec.containers[0].ports[1].hostPort",
-		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks hostPort 2222; tenant "team-a" has no hostPorts exception. Fix: remove ports[1].hostPort and reach the pod through a Service, or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks hostPort 2222; tenant "team-a" has no hostPorts `,
+			`exception. Fix: remove ports[1].hostPort and reach the pod through a Service, or ask the infra team for `,
+			`an exception in the Tenant`,
+		]),
 	}}
 }
 
@@ -162,11 +235,21 @@ test_host_network_exception_covers_the_host_ports_the_apiserver_defaults if {
 	defaulted := testdata.pod("x", {"hostNetwork": true, "containers": [container]})
 	count(violations_for("Pod", "team-b", testdata.bob, defaulted)) == 0
 	other := object.union(testdata.main_container, {"ports": [{"containerPort": 8080, "hostPort": 80}]})
-	{v.field | some v in violations_for("Pod", "team-b", testdata.bob, testdata.pod("x", {"hostNetwork": true, "containers": [other]}))} == {"spec.containers[0].ports[0].hostPort"}
+	{v.field |
+		some v in violations_for(
+			"Pod",
+			"team-b",
+			testdata.bob,
+			testdata.pod("x", {"hostNetwork": true, "containers": [other]}),
+		)
+	} == {"spec.containers[0].ports[0].hostPort"}
 }
 
 test_host_ports_exception_allows_host_ports if {
-	pod := testdata.pod("x", {"containers": [object.union(testdata.main_container, {"ports": [{"containerPort": 22, "hostPort": 2222}]})]})
+	pod := testdata.pod(
+		"x",
+		{"containers": [object.union(testdata.main_container, {"ports": [{"containerPort": 22, "hostPort": 2222}]})]},
+	)
 	messages_with({"hostPorts": true}, pod) == set()
 }
 
@@ -175,13 +258,21 @@ test_pod_level_seccomp_and_apparmor_unconfined_are_refused if {
 		"securityContext": {"seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"}},
 		"containers": [testdata.main_container],
 	})
-	messages_with({"seccompUnconfined": true}, pod) == {`[pod-hardening] Pod "x" spec asks appArmorProfile Unconfined; tenant "team-a" has no appArmorUnconfined exception. Fix: use appArmorProfile RuntimeDefault (or remove it), or ask the infra team for an exception in the Tenant`}
+	messages_with({"seccompUnconfined": true}, pod) == {
+		concat("", [
+			`[pod-hardening] Pod "x" spec asks appArmorProfile Unconfined; tenant "team-a" has no appArmorUnconfined `,
+			`exception. Fix: use appArmorProfile RuntimeDefault (or remove it), or ask the infra team for an exception `,
+			`in the Tenant`,
+		]),
+	}
 	messages_with({"seccompUnconfined": true, "appArmorUnconfined": true}, pod) == set()
 }
 
 test_runtime_default_and_localhost_profiles_are_allowed if {
 	pod := testdata.pod("x", {
-		"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-x"}},
+		"securityContext": {
+			"seccompProfile": {"type": "RuntimeDefault"}, "appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-x"},
+		},
 		"containers": [container_with({"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}})],
 	})
 	count(violations_for("Pod", "team-a", testdata.alice, pod)) == 0
@@ -190,12 +281,21 @@ test_runtime_default_and_localhost_profiles_are_allowed if {
 test_apparmor_unconfined_annotation_is_refused_on_templates if {
 	deployment := object.union(
 		testdata.deployment("web", {}, {"containers": [testdata.main_container]}),
-		{"spec": {"template": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}}}},
+		{
+			"spec": {
+				"template": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}},
+			},
+		},
 	)
 	violations_for("Deployment", "team-a", testdata.alice, deployment) == {{
 		"rule": "pod-hardening",
 		"field": "spec.template.metadata.annotations[container.apparmor.security.beta.kubernetes.io/main]",
-		"message": `[pod-hardening] Deployment "web" spec.template.spec asks AppArmor profile "unconfined"; tenant "team-a" has no appArmorUnconfined exception. Fix: remove the annotation container.apparmor.security.beta.kubernetes.io/main (or set it to runtime/default), or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Deployment "web" spec.template.spec asks AppArmor profile "unconfined"; tenant "team-a" `,
+			`has no appArmorUnconfined exception. Fix: remove the annotation `,
+			`container.apparmor.security.beta.kubernetes.io/main (or set it to runtime/default), or ask the infra team `,
+			`for an exception in the Tenant`,
+		]),
 	}}
 }
 
@@ -208,21 +308,39 @@ test_selinux_beyond_container_types_is_refused if {
 		{
 			"rule": "pod-hardening",
 			"field": "spec.securityContext.seLinuxOptions.type",
-			"message": `[pod-hardening] Pod "x" spec asks SELinux type "spc_t"; tenant "team-a" has no seLinux exception. Fix: remove seLinuxOptions.type or use one of container_t, container_init_t, container_kvm_t, container_engine_t, or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec asks SELinux type "spc_t"; tenant "team-a" has no seLinux exception. Fix: `,
+				`remove seLinuxOptions.type or use one of container_t, container_init_t, container_kvm_t, `,
+				`container_engine_t, or ask the infra team for an exception in the Tenant`,
+			]),
 		},
 		{
 			"rule": "pod-hardening",
 			"field": "spec.containers[0].securityContext.seLinuxOptions.user",
-			"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks SELinux user "system_u"; tenant "team-a" has no seLinux exception. Fix: remove seLinuxOptions.user, or ask the infra team for an exception in the Tenant`,
+			"message": concat("", [
+				`[pod-hardening] Pod "x" spec.containers[0] ("main") asks SELinux user "system_u"; tenant "team-a" has no `,
+				`seLinux exception. Fix: remove seLinuxOptions.user, or ask the infra team for an exception in the Tenant`,
+			]),
 		},
 	}
 }
 
 test_unmasked_proc_mount_is_refused_and_default_allowed if {
 	unmasked := testdata.pod("x", {"containers": [container_with({"procMount": "Unmasked"})]})
-	messages_with({}, unmasked) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks procMount "Unmasked"; tenant "team-a" has no procMount exception. Fix: remove securityContext.procMount (or set it to Default), or ask the infra team for an exception in the Tenant`}
+	messages_with({}, unmasked) == {
+		concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks procMount "Unmasked"; tenant "team-a" has no `,
+			`procMount exception. Fix: remove securityContext.procMount (or set it to Default), or ask the infra team `,
+			`for an exception in the Tenant`,
+		]),
+	}
 	messages_with({"procMount": true}, unmasked) == set()
-	count(violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container_with({"procMount": "Default"})]}))) == 0
+	count(violations_for(
+		"Pod",
+		"team-a",
+		testdata.alice,
+		testdata.pod("x", {"containers": [container_with({"procMount": "Default"})]}),
+	)) == 0
 }
 
 test_unsafe_sysctls_are_refused_unless_excepted_by_name if {
@@ -234,7 +352,16 @@ test_unsafe_sysctls_are_refused_unless_excepted_by_name if {
 		]},
 		"containers": [testdata.main_container],
 	})
-	messages_with({"sysctls": ["net.core.somaxconn"]}, pod) == {`[pod-hardening] Pod "x" spec asks sysctl "kernel.msgmax"; tenant "team-a" has no sysctls exception for "kernel.msgmax". Fix: remove the sysctl (the baseline allows kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, net.ipv4.tcp_wmem), or ask the infra team for an exception in the Tenant`}
+	messages_with({"sysctls": ["net.core.somaxconn"]}, pod) == {
+		concat("", [
+			`[pod-hardening] Pod "x" spec asks sysctl "kernel.msgmax"; tenant "team-a" has no sysctls exception for `,
+			`"kernel.msgmax". Fix: remove the sysctl (the baseline allows kernel.shm_rmid_forced, `,
+			`net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, `,
+			`net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, `,
+			`net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, `,
+			`net.ipv4.tcp_wmem), or ask the infra team for an exception in the Tenant`,
+		]),
+	}
 }
 
 # Kubernetes 1.32 added the TCP buffer sizes to the baseline's safe sysctls.
@@ -250,11 +377,18 @@ test_tcp_buffer_sysctls_are_safe if {
 }
 
 test_windows_host_process_is_refused if {
-	pod := testdata.pod("x", {"securityContext": {"windowsOptions": {"hostProcess": true}}, "containers": [testdata.main_container]})
+	pod := testdata.pod(
+		"x",
+		{"securityContext": {"windowsOptions": {"hostProcess": true}}, "containers": [testdata.main_container]},
+	)
 	violations_for("Pod", "team-a", testdata.alice, pod) == {{
 		"rule": "pod-hardening",
 		"field": "spec.securityContext.windowsOptions.hostProcess",
-		"message": `[pod-hardening] Pod "x" spec asks windowsOptions.hostProcess: true; tenant "team-a" has no windowsHostProcess exception. Fix: remove windowsOptions.hostProcess, or ask the infra team for an exception in the Tenant`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec asks windowsOptions.hostProcess: true; tenant "team-a" has no `,
+			`windowsHostProcess exception. Fix: remove windowsOptions.hostProcess, or ask the infra team for an `,
+			`exception in the Tenant`,
+		]),
 	}}
 }
 
@@ -262,8 +396,12 @@ test_ephemeral_container_added_to_a_running_pod_is_checked if {
 	debug := {"name": "debugger", "image": "busybox", "securityContext": {"privileged": true}}
 	old := testdata.pod("x", {"containers": [testdata.main_container]})
 	new := testdata.pod("x", {"containers": [testdata.main_container], "ephemeralContainers": [debug]})
-	request := object.union(testdata.request("UPDATE", "Pod", "team-a", testdata.alice, new, old), {"subResource": "ephemeralcontainers"})
-	violations := pod_hardening.violation with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
+	request := object.union(
+		testdata.request("UPDATE", "Pod", "team-a", testdata.alice, new, old),
+		{"subResource": "ephemeralcontainers"},
+	)
+	violations := pod_hardening.violation
+		with input as {"request": request, "pod_templates": testdata.pod_templates("Pod", new)}
 		with data.inventory as testdata.inventory
 	{v.field | some v in violations} == {"spec.ephemeralContainers[0].securityContext.privileged"}
 }
@@ -275,7 +413,9 @@ test_probes_and_handlers_without_a_host_are_allowed if {
 		"livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
 		"readinessProbe": {"tcpSocket": {"port": 8080, "host": ""}},
 		"startupProbe": {"exec": {"command": ["cat", "/tmp/ready"]}},
-		"lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": 8080, "host": null}}, "postStart": {"sleep": {"seconds": 1}}},
+		"lifecycle": {
+			"preStop": {"httpGet": {"path": "/drain", "port": 8080, "host": null}}, "postStart": {"sleep": {"seconds": 1}},
+		},
 	})
 	count(violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container]}))) == 0
 }
@@ -285,7 +425,11 @@ test_probe_host_is_refused if {
 	violations_for("Pod", "team-a", testdata.alice, testdata.pod("x", {"containers": [container]})) == {{
 		"rule": "pod-hardening",
 		"field": "spec.containers[0].livenessProbe.httpGet.host",
-		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks livenessProbe.httpGet.host "10.96.0.1"; no Tenant exception allows it. Fix: remove livenessProbe.httpGet.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks livenessProbe.httpGet.host "10.96.0.1"; no `,
+			`Tenant exception allows it. Fix: remove livenessProbe.httpGet.host (the kubelet then connects to the `,
+			`pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+		]),
 	}}
 }
 
@@ -301,8 +445,15 @@ test_every_probe_and_handler_host_is_refused_in_every_container if {
 		"postStart": {"httpGet": {"host": "team-b.svc", "port": 80}},
 		"preStop": {"tcpSocket": {"host": "::1", "port": 2379}},
 	}})
-	debug := {"name": "debug", "image": "busybox", "targetContainerName": "main", "livenessProbe": {"tcpSocket": {"host": "127.0.0.1", "port": 10255}}}
-	deployment := testdata.deployment("web", {}, {"containers": [main], "initContainers": [sidecar], "ephemeralContainers": [debug]})
+	debug := {
+		"name": "debug", "image": "busybox", "targetContainerName": "main",
+		"livenessProbe": {"tcpSocket": {"host": "127.0.0.1", "port": 10255}},
+	}
+	deployment := testdata.deployment(
+		"web",
+		{},
+		{"containers": [main], "initContainers": [sidecar], "ephemeralContainers": [debug]},
+	)
 	{v.field | some v in violations_for("Deployment", "team-a", testdata.alice, deployment)} == {
 		"spec.template.spec.initContainers[0].readinessProbe.tcpSocket.host",
 		"spec.template.spec.initContainers[0].startupProbe.httpGet.host",
@@ -313,11 +464,18 @@ test_every_probe_and_handler_host_is_refused_in_every_container if {
 }
 
 test_lifecycle_host_is_refused_with_its_fix if {
-	container := object.union(testdata.main_container, {"lifecycle": {"preStop": {"tcpSocket": {"host": "::1", "port": 2379}}}})
+	container := object.union(
+		testdata.main_container,
+		{"lifecycle": {"preStop": {"tcpSocket": {"host": "::1", "port": 2379}}}},
+	)
 	violations_for("Pod", "team-b", testdata.bob, testdata.pod("x", {"containers": [container]})) == {{
 		"rule": "pod-hardening",
 		"field": "spec.containers[0].lifecycle.preStop.tcpSocket.host",
-		"message": `[pod-hardening] Pod "x" spec.containers[0] ("main") asks lifecycle.preStop.tcpSocket.host "::1"; no Tenant exception allows it. Fix: remove lifecycle.preStop.tcpSocket.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+		"message": concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks lifecycle.preStop.tcpSocket.host "::1"; no `,
+			`Tenant exception allows it. Fix: remove lifecycle.preStop.tcpSocket.host (the kubelet then connects to `,
+			`the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+		]),
 	}}
 }
 
@@ -330,5 +488,11 @@ test_no_exception_relaxes_probe_hosts if {
 	}
 	container := object.union(testdata.main_container, {"readinessProbe": {"httpGet": {"host": "10.0.0.7", "port": 8080}}})
 	pod := testdata.pod("x", {"hostNetwork": true, "containers": [container]})
-	messages_with(every_exception, pod) == {`[pod-hardening] Pod "x" spec.containers[0] ("main") asks readinessProbe.httpGet.host "10.0.0.7"; no Tenant exception allows it. Fix: remove readinessProbe.httpGet.host (the kubelet then connects to the pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`}
+	messages_with(every_exception, pod) == {
+		concat("", [
+			`[pod-hardening] Pod "x" spec.containers[0] ("main") asks readinessProbe.httpGet.host "10.0.0.7"; no `,
+			`Tenant exception allows it. Fix: remove readinessProbe.httpGet.host (the kubelet then connects to the `,
+			`pod's own IP; check other addresses from inside the container, e.g. with an exec probe)`,
+		]),
+	}
 }

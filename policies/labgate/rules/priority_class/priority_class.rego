@@ -56,7 +56,10 @@ _quoted(names) := concat(", ", [sprintf("%q", [n]) | some n in sort(names)]) if 
 
 # A system-* class is never allowed, whatever a list says.
 _allowed_classes(tenant) := {c |
-	some c in array.concat(_config.research_priority_classes, _array(object.get(_scheduling(tenant), "priorityClasses", [])))
+	some c in array.concat(
+		_config.research_priority_classes,
+		_array(object.get(_scheduling(tenant), "priorityClasses", [])),
+	)
 	not _is_system_class(c)
 }
 
@@ -110,7 +113,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, "priorityClassName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks PriorityClass %q, which is reserved for the cluster's own components (it would preempt other tenants' pods and be the last evicted). Fix: %s",
+		concat("", [
+			"[%s] %s %s asks PriorityClass %q, which is reserved for the cluster's own components (it would preempt ",
+			"other tenants' pods and be the last evicted). Fix: %s",
+		]),
 		[rule_id, tenancy.object_ref, field, name, _fix_classes(t.tenant)],
 	)
 }
@@ -127,8 +133,14 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, "priorityClassName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks PriorityClass %q, which tenant %q may not use. Fix: %s, or ask the infra team to add %q to spec.scheduling.priorityClasses of Tenant %q",
-		[rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name, _fix_classes(t.tenant), name, t.tenant.metadata.name],
+		concat("", [
+			"[%s] %s %s asks PriorityClass %q, which tenant %q may not use. Fix: %s, or ask the infra team to add %q ",
+			"to spec.scheduling.priorityClasses of Tenant %q",
+		]),
+		[
+			rule_id, tenancy.object_ref, field, name, t.tenant.metadata.name, _fix_classes(t.tenant), name,
+			t.tenant.metadata.name,
+		],
 	)
 }
 
@@ -144,7 +156,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, _value_field(priority))
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s runs at priority %v (%s), above tenant %q's ceiling of %v. Fix: use a priority class at or below it (tenant %q's classes: %s), or ask the infra team to raise spec.scheduling.maxPriority of Tenant %q",
+		concat("", [
+			"[%s] %s runs at priority %v (%s), above tenant %q's ceiling of %v. Fix: use a priority class at or below ",
+			"it (tenant %q's classes: %s), or ask the infra team to raise spec.scheduling.maxPriority of Tenant %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, priority.value, priority.from, t.tenant.metadata.name,
 			_ceiling(t.tenant), t.tenant.metadata.name, _quoted(_allowed_classes(t.tenant)), t.tenant.metadata.name,
@@ -170,15 +185,19 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, "priorityClassName")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks PriorityClass %q, which does not exist, so none of its pods could be created. Fix: %s, or ask the infra team to create it",
+		concat("", [
+			"[%s] %s %s asks PriorityClass %q, which does not exist, so none of its pods could be created. Fix: %s, or ",
+			"ask the infra team to create it",
+		]),
 		[rule_id, tenancy.object_ref, field, name, _fix_classes(t.tenant)],
 	)
 }
 
 # The priority a workload's pods get from their class: the named class's value, else the cluster's
 # globalDefault class's, else 0 (what the Priority admission plugin computes).
-_class_priority(template) := {"value": data.inventory.priority_classes[name].value, "class": sprintf("PriorityClass %q", [name])} if {
+_class_priority(template) := {"value": class.value, "class": sprintf("PriorityClass %q", [name])} if {
 	name := _class_name(template)
+	class := data.inventory.priority_classes[name]
 } else := {"value": class.value, "class": sprintf("the default PriorityClass %q", [name])} if {
 	not _class_name(template)
 	some name, class in data.inventory.priority_classes
@@ -201,7 +220,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, "priority")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s is %v, but %s gives %v: the apiserver would refuse every pod made from it. Fix: remove %s (the class sets the priority)",
+		concat("", [
+			"[%s] %s %s is %v, but %s gives %v: the apiserver would refuse every pod made from it. Fix: remove %s (the ",
+			"class sets the priority)",
+		]),
 		[rule_id, tenancy.object_ref, field, t.template.spec.priority, expected.class, expected.value, field],
 	)
 }
@@ -218,7 +240,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := _field(t.template, "preemptionPolicy")
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks PreemptLowerPriority, but PriorityClass %q is configured Never (its pods wait, they do not evict others). Fix: remove %s",
+		concat("", [
+			"[%s] %s %s asks PreemptLowerPriority, but PriorityClass %q is configured Never (its pods wait, they do ",
+			"not evict others). Fix: remove %s",
+		]),
 		[rule_id, tenancy.object_ref, field, name, field],
 	)
 }

@@ -45,8 +45,14 @@ violation contains {"rule": rule_id, "message": msg, "field": _queue_field} if {
 	tenant := kueue.managed_tenant
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s; tenant %q's workloads wait in its own LocalQueue here (%s). Fix: set label %s: %s, or leave it out and labgate sets it",
-		[rule_id, tenancy.object_ref, _names_text(queue), tenant.metadata.name, _owned_text, kueue.queue_label, kueue.default_queue],
+		concat("", [
+			"[%s] %s %s; tenant %q's workloads wait in its own LocalQueue here (%s). Fix: set label %s: %s, or leave ",
+			"it out and labgate sets it",
+		]),
+		[
+			rule_id, tenancy.object_ref, _names_text(queue), tenant.metadata.name, _owned_text, kueue.queue_label,
+			kueue.default_queue,
+		],
 	)
 }
 
@@ -73,7 +79,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.containers"}
 	template := input.pod_templates[0]
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s outside any queue; tenant %q's GPU work waits in its Kueue queue, which takes Jobs, not bare pods. Fix: run it as a Job (kubectl create job), which labgate puts in LocalQueue %q",
+		concat("", [
+			"[%s] %s asks %s outside any queue; tenant %q's GPU work waits in its Kueue queue, which takes Jobs, not ",
+			"bare pods. Fix: run it as a Job (kubectl create job), which labgate puts in LocalQueue %q",
+		]),
 		[rule_id, tenancy.object_ref, gpu_text.describe_asks(template.spec), tenant.metadata.name, kueue.default_queue],
 	)
 }
@@ -91,7 +100,10 @@ violation contains {"rule": rule_id, "message": msg, "field": _queue_field} if {
 	before != ""
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s moves from LocalQueue %q to %s (label %s); a queued workload stays in the queue it was created in. Fix: keep the label %s: %s, or delete it and create it anew",
+		concat("", [
+			"[%s] %s moves from LocalQueue %q to %s (label %s); a queued workload stays in the queue it was created ",
+			"in. Fix: keep the label %s: %s, or delete it and create it anew",
+		]),
 		[rule_id, tenancy.object_ref, before, _queue_or_none(after), kueue.queue_label, kueue.queue_label, before],
 	)
 }
@@ -112,8 +124,14 @@ violation contains {"rule": rule_id, "message": msg, "field": concat(".", kueue.
 	not kueue.is_kueue_controller
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s sets %s to false; only Kueue starts a queued workload, when its queue admits it. Fix: leave %s true and wait for admission (kubectl get workloads -n %s)",
-		[rule_id, tenancy.object_ref, concat(".", kueue.suspend_paths[_kind]), concat(".", kueue.suspend_paths[_kind]), input.request.namespace],
+		concat("", [
+			"[%s] %s sets %s to false; only Kueue starts a queued workload, when its queue admits it. Fix: leave %s ",
+			"true and wait for admission (kubectl get workloads -n %s)",
+		]),
+		[
+			rule_id, tenancy.object_ref, concat(".", kueue.suspend_paths[_kind]), concat(".", kueue.suspend_paths[_kind]),
+			input.request.namespace,
+		],
 	)
 }
 
@@ -140,7 +158,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.schedulingGa
 	not kueue.is_kueue_controller
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s removes scheduling gate %s; only Kueue removes it, when its queue admits the pod. Fix: keep the gate and wait for admission (kubectl get workloads -n %s)",
+		concat("", [
+			"[%s] %s removes scheduling gate %s; only Kueue removes it, when its queue admits the pod. Fix: keep the ",
+			"gate and wait for admission (kubectl get workloads -n %s)",
+		]),
 		[rule_id, tenancy.object_ref, kueue.admission_gate, input.request.namespace],
 	)
 }
@@ -161,7 +182,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.%s", [template.path, key])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s changes %s while it waits in its queue; Kueue sets where it runs when it admits it (the flavor's node selector). Fix: leave %s as it was, or delete the workload and create it anew",
+		concat("", [
+			"[%s] %s changes %s while it waits in its queue; Kueue sets where it runs when it admits it (the flavor's ",
+			"node selector). Fix: leave %s as it was, or delete the workload and create it anew",
+		]),
 		[rule_id, tenancy.object_ref, field, field],
 	)
 }
@@ -187,20 +211,29 @@ _key(p) := to_number(p) if {
 
 _priority_class := _new.metadata.labels[kueue.priority_label]
 
-_ceiling(tenant) := object.get(tenant, ["spec", "scheduling", "maxPriority"], data.labgate.config.scheduling.max_priority)
+_ceiling(tenant) := object.get(
+	tenant,
+	["spec", "scheduling", "maxPriority"],
+	data.labgate.config.scheduling.max_priority,
+)
 
 # METADATA
 # title: A workload's Kueue priority stays within the tenant's ceiling
 # custom:
 #   rule_id: queue-priority
-violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.labels[%s]", [kueue.priority_label])} if {
+violation contains {
+	"rule": rule_id, "message": msg, "field": sprintf("metadata.labels[%s]", [kueue.priority_label]),
+} if {
 	_queued
 	tenant := kueue.managed_tenant
 	name := _priority_class
 	problem := _priority_problem(name, tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks WorkloadPriorityClass %q (label %s), %s. Fix: name one of the tenant's classes at or below priority %v, or leave the label out",
+		concat("", [
+			"[%s] %s asks WorkloadPriorityClass %q (label %s), %s. Fix: name one of the tenant's classes at or below ",
+			"priority %v, or leave the label out",
+		]),
 		[rule_id, tenancy.object_ref, name, kueue.priority_label, problem, _ceiling(tenant)],
 	)
 }
@@ -216,11 +249,17 @@ _allowed_classes(tenant) := {c |
 	not startswith(c, "system-")
 }
 
-_priority_problem(name, tenant) := sprintf("which tenant %q may not use (its classes: %s)", [tenant.metadata.name, _quoted(_allowed_classes(tenant))]) if {
+_priority_problem(name, tenant) := sprintf(
+	"which tenant %q may not use (its classes: %s)",
+	[tenant.metadata.name, _quoted(_allowed_classes(tenant))],
+) if {
 	not name in _allowed_classes(tenant)
 }
 
-_priority_problem(name, tenant) := sprintf("priority %v, above tenant %q's ceiling of %v", [value, tenant.metadata.name, _ceiling(tenant)]) if {
+_priority_problem(name, tenant) := sprintf(
+	"priority %v, above tenant %q's ceiling of %v",
+	[value, tenant.metadata.name, _ceiling(tenant)],
+) if {
 	name in _allowed_classes(tenant)
 	value := data.inventory.workload_priority_classes[name].value
 	value > _ceiling(tenant)

@@ -30,8 +30,14 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := concat(", ", [t.path | some t in _gpu_templates])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs (Kueue queues no %s here). Fix: run it as a Job with label %s: %s (or none: labgate sets it), or ask no GPUs",
-		[rule_id, tenancy.object_ref, _workload_asks_text, tenant.metadata.name, kueue.default_queue, input.request.kind.kind, kueue.queue_label, kueue.default_queue],
+		concat("", [
+			"[%s] %s asks %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs (Kueue ",
+			"queues no %s here). Fix: run it as a Job with label %s: %s (or none: labgate sets it), or ask no GPUs",
+		]),
+		[
+			rule_id, tenancy.object_ref, _workload_asks_text, tenant.metadata.name, kueue.default_queue, input.request.kind.kind,
+			kueue.queue_label, kueue.default_queue,
+		],
 	)
 }
 
@@ -55,8 +61,14 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.ownerRef
 	template := input.pod_templates[0]
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s of %s asks %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs. Fix: scale %s (or the workload that owns it) to 0 or delete it, and run the work as a Job with label %s: %s",
-		[rule_id, tenancy.object_ref, _owner_text, gpu_text.describe_asks(template.spec), tenant.metadata.name, kueue.default_queue, _owner_text, kueue.queue_label, kueue.default_queue],
+		concat("", [
+			"[%s] %s of %s asks %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs. Fix: ",
+			"scale %s (or the workload that owns it) to 0 or delete it, and run the work as a Job with label %s: %s",
+		]),
+		[
+			rule_id, tenancy.object_ref, _owner_text, gpu_text.describe_asks(template.spec), tenant.metadata.name,
+			kueue.default_queue, _owner_text, kueue.queue_label, kueue.default_queue,
+		],
 	)
 }
 
@@ -133,7 +145,13 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} i
 	gpu.demand(t.spec).total > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %q scaled from %d to %d pods of %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, which takes Jobs. Fix: scale it to 0 and run the work as a Job with label %s: %s",
-		[rule_id, input.scaled_workload.kind, input.request.name, before, after, gpu_text.describe_asks(t.spec), tenant.metadata.name, kueue.default_queue, kueue.queue_label, kueue.default_queue],
+		concat("", [
+			"[%s] %s %q scaled from %d to %d pods of %s outside Kueue; tenant %q's GPU work waits in LocalQueue %q, ",
+			"which takes Jobs. Fix: scale it to 0 and run the work as a Job with label %s: %s",
+		]),
+		[
+			rule_id, input.scaled_workload.kind, input.request.name, before, after, gpu_text.describe_asks(t.spec),
+			tenant.metadata.name, kueue.default_queue, kueue.queue_label, kueue.default_queue,
+		],
 	)
 }

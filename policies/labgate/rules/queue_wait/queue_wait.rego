@@ -56,15 +56,31 @@ _wait_limit(tenant) := min(ranked)[2] if {
 	count(ranked) > 0
 }
 
-_wait_text(tenant) := sprintf("waits in LocalQueue %s: it runs %s; tenant %q uses %s, so it %s until %s are free (%v now)%s", [
-	_local_queue, gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model), tenant.metadata.name, gpu_quota.usage_text(tenant, model),
-	_how_it_waits, gpu_text.plural(gpu_quota.all_at_once(model), gpu_quota.gpu_word(model)), gpu_quota.free_gpus(tenant, model), _ahead_text,
-]) if {
+_wait_text(tenant) := sprintf(
+	"waits in LocalQueue %s: it runs %s; tenant %q uses %s, so it %s until %s are free (%v now)%s",
+	[
+		_local_queue,
+		gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model),
+		tenant.metadata.name,
+		gpu_quota.usage_text(tenant, model),
+		_how_it_waits,
+		gpu_text.plural(gpu_quota.all_at_once(model), gpu_quota.gpu_word(model)),
+		gpu_quota.free_gpus(tenant, model),
+		_ahead_text,
+	],
+) if {
 	model := _wait_limit(tenant)
 	gpu_quota.all_at_once(model) > gpu_quota.free_gpus(tenant, model)
-} else := sprintf("is queued in LocalQueue %s: it runs %s; tenant %q uses %s, so it fits now and starts once Kueue admits it%s", [
-	_local_queue, gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model), tenant.metadata.name, gpu_quota.usage_text(tenant, model), _ahead_text,
-]) if {
+} else := sprintf(
+	"is queued in LocalQueue %s: it runs %s; tenant %q uses %s, so it fits now and starts once Kueue admits it%s",
+	[
+		_local_queue,
+		gpu_quota.arithmetic_text(gpu_quota.limit_terms(model), model),
+		tenant.metadata.name,
+		gpu_quota.usage_text(tenant, model),
+		_ahead_text,
+	],
+) if {
 	model := _wait_limit(tenant)
 } else := sprintf("is queued in LocalQueue %s and starts once Kueue admits it (%s)%s", [
 	_local_queue, _no_limit_text(tenant), _ahead_text,

@@ -57,7 +57,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("metadata.annotations[%s]", [_token_annotation])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks a token for service account %q (annotation %s), which is reserved for the platform. Fix: name one of your own service accounts in %s, or let Kubernetes mount a short-lived token (projected serviceAccountToken volume)",
+		concat("", [
+			"[%s] %s asks a token for service account %q (annotation %s), which is reserved for the platform. Fix: ",
+			"name one of your own service accounts in %s, or let Kubernetes mount a short-lived token (projected ",
+			"serviceAccountToken volume)",
+		]),
 		[rule_id, _secret_ref, sa, _token_annotation, _token_annotation],
 	)
 }
@@ -91,13 +95,19 @@ _requester_rank(tenant, user) := 3 if {
 # Why `user` may not take the identity a listing gives, in namespace `namespace`: the identity belongs
 # to another tenant than the namespace's (whose members could then use it), or it ranks above what
 # the user is in that tenant. Undefined when the user may.
-_identity_problem(listing, namespace, _) := sprintf("namespace %q belongs to tenant %q, so %q's identity would be in another tenant's hands", [namespace, owner, listing.tenant]) if {
+_identity_problem(listing, namespace, _) := sprintf(
+	"namespace %q belongs to tenant %q, so %q's identity would be in another tenant's hands",
+	[namespace, owner, listing.tenant],
+) if {
 	owner := tenancy.namespace_tenant_name
 	owner != ""
 	owner != listing.tenant
 }
 
-_identity_problem(listing, _, user) := sprintf("user %s is not one of its %s", [tenancy.describe_user(user), listing.role]) if {
+_identity_problem(listing, _, user) := sprintf(
+	"user %s is not one of its %s",
+	[tenancy.describe_user(user), listing.role],
+) if {
 	tenancy.namespace_tenant_name in {"", listing.tenant}
 	tenant := data.inventory.tenants[listing.tenant]
 	_requester_rank(tenant, user) < _role_rank[listing.role]
@@ -118,7 +128,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("metadata.annotations[%s]", [_token_annotation])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks a token for service account %q (annotation %s), which tenant %q lists as %s; %s. Fix: use a service account of your own tenant, or ask an admin of %q (%s) to create the token",
+		concat("", [
+			"[%s] %s asks a token for service account %q (annotation %s), which tenant %q lists as %s; %s. Fix: use a ",
+			"service account of your own tenant, or ask an admin of %q (%s) to create the token",
+		]),
 		[
 			rule_id, _secret_ref, concat("/", [input.request.namespace, sa]), _token_annotation, listing.tenant,
 			_singular[listing.role], problem, listing.tenant, tenancy.admin_names(tenant),
@@ -147,7 +160,10 @@ violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if 
 	runs_as.name in _privileged
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s asks service account %q, which is reserved for the platform. Fix: run the pod as one of your own service accounts (or remove %s to run as \"default\")",
+		concat("", [
+			"[%s] %s %s asks service account %q, which is reserved for the platform. Fix: run the pod as one of your ",
+			"own service accounts (or remove %s to run as \"default\")",
+		]),
 		[rule_id, tenancy.object_ref, runs_as.field, runs_as.name, runs_as.field],
 	)
 }
@@ -167,7 +183,10 @@ violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if 
 	tenant := data.inventory.tenants[listing.tenant]
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s runs as service account %q, which tenant %q lists as %s; %s. Fix: run the pod as a service account no tenant lists as a member (or remove %s to run as \"default\"), or ask an admin of %q (%s)",
+		concat("", [
+			"[%s] %s %s runs as service account %q, which tenant %q lists as %s; %s. Fix: run the pod as a service ",
+			"account no tenant lists as a member (or remove %s to run as \"default\"), or ask an admin of %q (%s)",
+		]),
 		[
 			rule_id, tenancy.object_ref, runs_as.field, concat("/", [input.request.namespace, runs_as.name]),
 			listing.tenant, _singular[listing.role], problem, runs_as.field, listing.tenant,
@@ -235,7 +254,10 @@ violation contains {"rule": rule_id, "message": msg, "field": ref.field} if {
 	not runs_as.name in allowed
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s references Secret %q, which is restricted to service account %s (annotation %s); the pod runs as %q (%s). Fix: run the pod as %s, or stop referencing %q",
+		concat("", [
+			"[%s] %s %s references Secret %q, which is restricted to service account %s (annotation %s); the pod runs ",
+			"as %q (%s). Fix: run the pod as %s, or stop referencing %q",
+		]),
 		[
 			rule_id, tenancy.object_ref, ref.field, ref.name, _quoted_list(allowed), _restriction_annotation,
 			runs_as.name, runs_as.field, _quoted_list(allowed), ref.name,
@@ -285,7 +307,11 @@ violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if 
 	count(secrets) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s runs as service account %q, to which %s restricted (annotation %s); only admins of tenant %q (%s) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or remove %s to run as \"default\"), or ask an admin of %q (%s) to run it",
+		concat("", [
+			"[%s] %s %s runs as service account %q, to which %s restricted (annotation %s); only admins of tenant %q ",
+			"(%s) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or remove ",
+			"%s to run as \"default\"), or ask an admin of %q (%s) to run it",
+		]),
 		[
 			rule_id, tenancy.object_ref, runs_as.field, runs_as.name, _secrets_text(secrets), _restriction_annotation,
 			tenant.metadata.name, tenancy.admin_names(tenant), tenancy.describe_user(input.request.userInfo),
@@ -322,7 +348,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("metadata.annotations[%s]", [_token_annotation])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s asks a token for service account %q (annotation %s), to which %s restricted (annotation %s); only admins of tenant %q (%s) may act as it, and user %s is not one. Fix: name another service account, or ask an admin of %q (%s) to create the token",
+		concat("", [
+			"[%s] %s asks a token for service account %q (annotation %s), to which %s restricted (annotation %s); only ",
+			"admins of tenant %q (%s) may act as it, and user %s is not one. Fix: name another service account, or ask ",
+			"an admin of %q (%s) to create the token",
+		]),
 		[
 			rule_id, _secret_ref, sa, _token_annotation, _secrets_text(secrets), _restriction_annotation,
 			tenant.metadata.name, tenancy.admin_names(tenant), tenancy.describe_user(input.request.userInfo),
@@ -349,7 +379,10 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	rule_id := rego.metadata.rule().custom.rule_id
 	verb := {"UPDATE": "change", "DELETE": "delete"}[input.request.operation]
 	msg := sprintf(
-		"[%s] user %s may not %s Secret %q in namespace %q: it is restricted to service account %s (annotation %s), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant %q (%s)",
+		concat("", [
+			"[%s] user %s may not %s Secret %q in namespace %q: it is restricted to service account %s (annotation ",
+			"%s), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant %q (%s)",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), verb, input.request.name,
 			input.request.namespace, _quoted_list(_restricted_old_secret), _restriction_annotation,

@@ -11,7 +11,8 @@ token_secret(name, service_account) := {
 }
 
 token_violations(namespace, user, secret) := violations if {
-	violations := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", namespace, user, secret, null)
+	violations := secret_scoping.violation
+		with input.request as testdata.request("CREATE", "Secret", namespace, user, secret, null)
 		with input.pod_templates as []
 		with data.inventory as testdata.inventory
 }
@@ -42,7 +43,12 @@ test_token_for_privileged_service_account_is_refused if {
 	token_violations("team-a", testdata.alice, token_secret("steal", "labgate-reconciler")) == {{
 		"rule": "service-account-token",
 		"field": "metadata.annotations[kubernetes.io/service-account.name]",
-		"message": `[service-account-token] Secret "steal" in namespace "team-a" asks a token for service account "labgate-reconciler" (annotation kubernetes.io/service-account.name), which is reserved for the platform. Fix: name one of your own service accounts in kubernetes.io/service-account.name, or let Kubernetes mount a short-lived token (projected serviceAccountToken volume)`,
+		"message": concat("", [
+			`[service-account-token] Secret "steal" in namespace "team-a" asks a token for service account `,
+			`"labgate-reconciler" (annotation kubernetes.io/service-account.name), which is reserved for the platform. `,
+			`Fix: name one of your own service accounts in kubernetes.io/service-account.name, or let Kubernetes mount `,
+			`a short-lived token (projected serviceAccountToken volume)`,
+		]),
 	}}
 }
 
@@ -50,7 +56,12 @@ test_token_for_another_tenants_member_service_account_is_refused if {
 	token_violations("ci", testdata.alice, token_secret("runner-token", "runner")) == {{
 		"rule": "service-account-token",
 		"field": "metadata.annotations[kubernetes.io/service-account.name]",
-		"message": `[service-account-token] Secret "runner-token" in namespace "ci" asks a token for service account "ci/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; user "alice" (groups: team-a) is not one of its researchers. Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`,
+		"message": concat("", [
+			`[service-account-token] Secret "runner-token" in namespace "ci" asks a token for service account `,
+			`"ci/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; `,
+			`user "alice" (groups: team-a) is not one of its researchers. Fix: use a service account of your own `,
+			`tenant, or ask an admin of "team-b" (carol) to create the token`,
+		]),
 	}}
 }
 
@@ -63,13 +74,22 @@ test_pod_as_default_service_account_is_allowed if {
 }
 
 test_pod_as_privileged_service_account_is_refused if {
-	deployment := testdata.deployment("web", {}, {"serviceAccountName": "labgate-reconciler", "containers": [testdata.main_container]})
-	violations := secret_scoping.violation with input as testdata.workload_input("Deployment", "team-a", testdata.alice, deployment)
+	deployment := testdata.deployment(
+		"web",
+		{},
+		{"serviceAccountName": "labgate-reconciler", "containers": [testdata.main_container]},
+	)
+	violations := secret_scoping.violation
+		with input as testdata.workload_input("Deployment", "team-a", testdata.alice, deployment)
 		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "privileged-service-account",
 		"field": "spec.template.spec.serviceAccountName",
-		"message": `[privileged-service-account] Deployment "web" spec.template.spec.serviceAccountName asks service account "labgate-reconciler", which is reserved for the platform. Fix: run the pod as one of your own service accounts (or remove spec.template.spec.serviceAccountName to run as "default")`,
+		"message": concat("", [
+			`[privileged-service-account] Deployment "web" spec.template.spec.serviceAccountName asks service account `,
+			`"labgate-reconciler", which is reserved for the platform. Fix: run the pod as one of your own service `,
+			`accounts (or remove spec.template.spec.serviceAccountName to run as "default")`,
+		]),
 	}}
 }
 
@@ -102,17 +122,31 @@ pod_using_secrets(service_account) := testdata.pod("train-1", {
 })
 
 test_pod_running_as_allowed_service_account_may_use_restricted_secrets if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
+	input_doc := object.union(
+		testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("trainer")),
+		{"secrets": restricted_secrets},
+	)
 	count(secret_scoping.violation) == 0 with input as input_doc
 		with data.inventory as testdata.inventory
 }
 
 # --- restricted-service-account ---
 
-restricted_identity_message(kind, field, user) := sprintf(`[restricted-service-account] %s %s runs as service account "trainer", to which Secrets "registry", "wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or remove %s to run as "default"), or ask an admin of "team-a" (ann) to run it`, [kind, field, user, field])
+restricted_identity_message(kind, field, user) := sprintf(
+	concat("", [
+		`[restricted-service-account] %s %s runs as service account "trainer", to which Secrets "registry", `,
+		`"wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant `,
+		`"team-a" (ann) may run pods as it, and user %s is not one. Fix: run the pod as another service account (or `,
+		`remove %s to run as "default"), or ask an admin of "team-a" (ann) to run it`,
+	]),
+	[kind, field, user, field],
+)
 
 test_researchers_may_not_run_pods_as_a_restricted_service_account if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")), {"secrets": restricted_secrets})
+	input_doc := object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("trainer")),
+		{"secrets": restricted_secrets},
+	)
 	violations := secret_scoping.violation with input as input_doc
 		with data.inventory as testdata.inventory
 	violations == {{
@@ -123,9 +157,15 @@ test_researchers_may_not_run_pods_as_a_restricted_service_account if {
 
 	# Without naming the Secret at all: running as the account is enough (its token, a later mount).
 	plain := testdata.deployment("web", {}, {"serviceAccountName": "trainer", "containers": [testdata.main_container]})
-	found := secret_scoping.violation with input as object.union(testdata.workload_input("Deployment", "team-a", testdata.alice, plain), {"secrets": restricted_secrets})
+	found := secret_scoping.violation
+		with input as object.union(
+			testdata.workload_input("Deployment", "team-a", testdata.alice, plain),
+			{"secrets": restricted_secrets},
+		)
 		with data.inventory as testdata.inventory
-	{v.message | some v in found} == {restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`)}
+	{v.message | some v in found} == {
+		restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`),
+	}
 }
 
 deployment_update(user, old_spec, new_spec) := object.union(
@@ -144,7 +184,9 @@ test_researchers_may_not_change_the_template_of_a_workload_running_as_it if {
 	new := {"serviceAccountName": "trainer", "containers": [object.union(testdata.main_container, {"image": "other"})]}
 	found := secret_scoping.violation with input as deployment_update(testdata.alice, old, new)
 		with data.inventory as testdata.inventory
-	{v.message | some v in found} == {restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`)}
+	{v.message | some v in found} == {
+		restricted_identity_message(`Deployment "web"`, "spec.template.spec.serviceAccountName", `"alice" (groups: team-a)`),
+	}
 
 	# An update that leaves the template as it was (labels, replicas) starts nothing as the account.
 	count(secret_scoping.violation) == 0 with input as deployment_update(testdata.alice, old, old)
@@ -156,23 +198,35 @@ test_researchers_may_not_change_the_template_of_a_workload_running_as_it if {
 }
 
 test_without_secret_facts_nothing_is_refused if {
-	count(secret_scoping.violation) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("default"))
+	count(secret_scoping.violation) == 0
+		with input as testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("default"))
 		with data.inventory as testdata.inventory
 }
 
 test_evaluator_may_use_wandb_key_but_not_registry if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("evaluator")), {"secrets": restricted_secrets})
+	input_doc := object.union(
+		testdata.workload_input("Pod", "team-a", testdata.ann, pod_using_secrets("evaluator")),
+		{"secrets": restricted_secrets},
+	)
 	violations := secret_scoping.violation with input as input_doc
 		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "secret-scope",
 		"field": "spec.imagePullSecrets[0].name",
-		"message": `[secret-scope] Pod "train-1" spec.imagePullSecrets[0].name references Secret "registry", which is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account); the pod runs as "evaluator" (spec.serviceAccountName). Fix: run the pod as "trainer", or stop referencing "registry"`,
+		"message": concat("", [
+			`[secret-scope] Pod "train-1" spec.imagePullSecrets[0].name references Secret "registry", which is `,
+			`restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account); the pod `,
+			`runs as "evaluator" (spec.serviceAccountName). Fix: run the pod as "trainer", or stop referencing `,
+			`"registry"`,
+		]),
 	}}
 }
 
 test_pod_as_default_may_not_use_restricted_secrets if {
-	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("")), {"secrets": restricted_secrets})
+	input_doc := object.union(
+		testdata.workload_input("Pod", "team-a", testdata.alice, pod_using_secrets("")),
+		{"secrets": restricted_secrets},
+	)
 	violations := secret_scoping.violation with input as input_doc
 		with data.inventory as testdata.inventory
 	{v.field | some v in violations} == {
@@ -183,15 +237,26 @@ test_pod_as_default_may_not_use_restricted_secrets if {
 	}
 	some v in violations
 	v.field == "spec.volumes[0].secret.secretName"
-	v.message == `[secret-scope] Pod "train-1" spec.volumes[0].secret.secretName references Secret "wandb-key", which is restricted to service account "evaluator" or "trainer" (annotation labgate.io/restricted-to-service-account); the pod runs as "default" (spec.serviceAccountName). Fix: run the pod as "evaluator" or "trainer", or stop referencing "wandb-key"`
+	v.message == concat("", [
+		`[secret-scope] Pod "train-1" spec.volumes[0].secret.secretName references Secret "wandb-key", which is `,
+		`restricted to service account "evaluator" or "trainer" (annotation `,
+		`labgate.io/restricted-to-service-account); the pod runs as "default" (spec.serviceAccountName). Fix: run `,
+		`the pod as "evaluator" or "trainer", or stop referencing "wandb-key"`,
+	])
 }
 
 # --- identities: token Secrets and pods of member service accounts ---
 
 # team-a lists its own deployer as an admin; team-b lists team-a's runner as a researcher.
 identities := json.patch(testdata.inventory, [
-	{"op": "add", "path": "/tenants/team-a/spec/members/admins/-", "value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "deployer"}},
-	{"op": "add", "path": "/tenants/team-b/spec/members/researchers/-", "value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "runner"}},
+	{
+		"op": "add", "path": "/tenants/team-a/spec/members/admins/-",
+		"value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "deployer"},
+	},
+	{
+		"op": "add", "path": "/tenants/team-b/spec/members/researchers/-",
+		"value": {"kind": "ServiceAccount", "namespace": "team-a", "name": "runner"},
+	},
 ])
 
 identity_messages(kind, user, obj) := {v.message |
@@ -200,22 +265,41 @@ identity_messages(kind, user, obj) := {v.message |
 }
 
 token_messages(user, secret) := {v.message |
-	some v in secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", "team-a", user, secret, null)
+	some v in secret_scoping.violation
+		with input.request as testdata.request("CREATE", "Secret", "team-a", user, secret, null)
 		with input.pod_templates as []
 		with data.inventory as identities
 }
 
 test_token_of_an_admin_account_only_from_admins if {
 	token_messages(testdata.ann, token_secret("d", "deployer")) == set()
-	token_messages(testdata.alice, token_secret("d", "deployer")) == {`[service-account-token] Secret "d" in namespace "team-a" asks a token for service account "team-a/deployer" (annotation kubernetes.io/service-account.name), which tenant "team-a" lists as an admin; user "alice" (groups: team-a) is not one of its admins. Fix: use a service account of your own tenant, or ask an admin of "team-a" (ann, team-a/deployer) to create the token`}
+	token_messages(testdata.alice, token_secret("d", "deployer")) == {
+		concat("", [
+			`[service-account-token] Secret "d" in namespace "team-a" asks a token for service account `,
+			`"team-a/deployer" (annotation kubernetes.io/service-account.name), which tenant "team-a" lists as an `,
+			`admin; user "alice" (groups: team-a) is not one of its admins. Fix: use a service account of your own `,
+			`tenant, or ask an admin of "team-a" (ann, team-a/deployer) to create the token`,
+		]),
+	}
 }
 
 test_token_of_another_tenants_account_in_this_namespace_is_refused_even_to_its_members if {
-	token_messages(testdata.bob, token_secret("r", "runner")) == {`[service-account-token] Secret "r" in namespace "team-a" asks a token for service account "team-a/runner" (annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; namespace "team-a" belongs to tenant "team-a", so "team-b"'s identity would be in another tenant's hands. Fix: use a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`}
+	token_messages(testdata.bob, token_secret("r", "runner")) == {
+		concat("", [
+			`[service-account-token] Secret "r" in namespace "team-a" asks a token for service account "team-a/runner" `,
+			`(annotation kubernetes.io/service-account.name), which tenant "team-b" lists as a researcher; namespace `,
+			`"team-a" belongs to tenant "team-a", so "team-b"'s identity would be in another tenant's hands. Fix: use `,
+			`a service account of your own tenant, or ask an admin of "team-b" (carol) to create the token`,
+		]),
+	}
 }
 
 test_pod_may_run_as_an_unlisted_account if {
-	identity_messages("Pod", testdata.alice, testdata.pod("x", {"serviceAccountName": "trainer", "containers": [testdata.main_container]})) == set()
+	identity_messages(
+		"Pod",
+		testdata.alice,
+		testdata.pod("x", {"serviceAccountName": "trainer", "containers": [testdata.main_container]}),
+	) == set()
 }
 
 test_pod_as_another_tenants_member_account_is_refused if {
@@ -225,14 +309,27 @@ test_pod_as_another_tenants_member_account_is_refused if {
 	violations == {{
 		"rule": "service-account-identity",
 		"field": "spec.template.spec.serviceAccountName",
-		"message": `[service-account-identity] Job "j" spec.template.spec.serviceAccountName runs as service account "team-a/runner", which tenant "team-b" lists as a researcher; namespace "team-a" belongs to tenant "team-a", so "team-b"'s identity would be in another tenant's hands. Fix: run the pod as a service account no tenant lists as a member (or remove spec.template.spec.serviceAccountName to run as "default"), or ask an admin of "team-b" (carol)`,
+		"message": concat("", [
+			`[service-account-identity] Job "j" spec.template.spec.serviceAccountName runs as service account `,
+			`"team-a/runner", which tenant "team-b" lists as a researcher; namespace "team-a" belongs to tenant `,
+			`"team-a", so "team-b"'s identity would be in another tenant's hands. Fix: run the pod as a service `,
+			`account no tenant lists as a member (or remove spec.template.spec.serviceAccountName to run as `,
+			`"default"), or ask an admin of "team-b" (carol)`,
+		]),
 	}}
 }
 
 test_pod_as_an_admin_account_only_from_admins if {
 	pod := testdata.pod("x", {"serviceAccountName": "deployer", "containers": [testdata.main_container]})
 	identity_messages("Pod", testdata.ann, pod) == set()
-	identity_messages("Pod", testdata.alice, pod) == {`[service-account-identity] Pod "x" spec.serviceAccountName runs as service account "team-a/deployer", which tenant "team-a" lists as an admin; user "alice" (groups: team-a) is not one of its admins. Fix: run the pod as a service account no tenant lists as a member (or remove spec.serviceAccountName to run as "default"), or ask an admin of "team-a" (ann, team-a/deployer)`}
+	identity_messages("Pod", testdata.alice, pod) == {
+		concat("", [
+			`[service-account-identity] Pod "x" spec.serviceAccountName runs as service account "team-a/deployer", `,
+			`which tenant "team-a" lists as an admin; user "alice" (groups: team-a) is not one of its admins. Fix: run `,
+			`the pod as a service account no tenant lists as a member (or remove spec.serviceAccountName to run as `,
+			`"default"), or ask an admin of "team-a" (ann, team-a/deployer)`,
+		]),
+	}
 }
 
 # --- every field that names a Secret ---
@@ -243,11 +340,16 @@ test_secret_references_are_found_wherever_the_spec_names_them if {
 		"volumes": [
 			{"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "registry"}}},
 			{"name": "az", "azureFile": {"secretName": "registry", "shareName": "s"}},
-			{"name": "ceph", "cephfs": {"monitors": ["m"], "secretRef": {"name": "registry"}, "secretFile": "/etc/ceph/registry"}},
+			{
+				"name": "ceph",
+				"cephfs": {"monitors": ["m"], "secretRef": {"name": "registry"}, "secretFile": "/etc/ceph/registry"},
+			},
 			{"name": "flex", "flexVolume": {"driver": "x/y", "secretRef": {"name": "registry"}}},
 			{"name": "rbd", "rbd": {"monitors": ["m"], "image": "i", "secretRef": {"name": "shared"}}},
 		],
-		"initContainers": [object.union(testdata.main_container, {"name": "init", "envFrom": [{"secretRef": {"name": "registry"}}]})],
+		"initContainers": [
+			object.union(testdata.main_container, {"name": "init", "envFrom": [{"secretRef": {"name": "registry"}}]}),
+		],
 		"containers": [testdata.main_container],
 	})
 	input_doc := object.union(testdata.workload_input("Pod", "team-a", testdata.ann, pod), {"secrets": restricted_secrets})
@@ -264,22 +366,39 @@ test_secret_references_are_found_wherever_the_spec_names_them if {
 
 # --- secret-restriction ---
 
-restricted_secret(annotations) := {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wandb-key", "annotations": annotations}}
+restricted_secret(annotations) := {
+	"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wandb-key", "annotations": annotations},
+}
 
 restriction := {"labgate.io/restricted-to-service-account": "trainer"}
 
 restriction_messages(operation, user, new, old) := {v.message |
-	some v in secret_scoping.violation with input.request as testdata.request(operation, "Secret", "team-a", user, new, old)
+	some v in secret_scoping.violation
+		with input.request as testdata.request(operation, "Secret", "team-a", user, new, old)
 		with input.pod_templates as []
 		with data.inventory as testdata.inventory
 }
 
 test_researcher_may_not_lift_a_restriction if {
-	restriction_messages("UPDATE", testdata.alice, restricted_secret({}), restricted_secret(restriction)) == {`[secret-restriction] user "alice" (groups: team-a) may not change Secret "wandb-key" in namespace "team-a": it is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant "team-a" (ann)`}
+	restriction_messages("UPDATE", testdata.alice, restricted_secret({}), restricted_secret(restriction)) == {
+		concat("", [
+			`[secret-restriction] user "alice" (groups: team-a) may not change Secret "wandb-key" in namespace `,
+			`"team-a": it is restricted to service account "trainer" (annotation `,
+			`labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. `,
+			`Fix: ask an admin of tenant "team-a" (ann)`,
+		]),
+	}
 }
 
 test_researcher_may_not_delete_a_restricted_secret if {
-	restriction_messages("DELETE", testdata.alice, null, restricted_secret(restriction)) == {`[secret-restriction] user "alice" (groups: team-a) may not delete Secret "wandb-key" in namespace "team-a": it is restricted to service account "trainer" (annotation labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. Fix: ask an admin of tenant "team-a" (ann)`}
+	restriction_messages("DELETE", testdata.alice, null, restricted_secret(restriction)) == {
+		concat("", [
+			`[secret-restriction] user "alice" (groups: team-a) may not delete Secret "wandb-key" in namespace `,
+			`"team-a": it is restricted to service account "trainer" (annotation `,
+			`labgate.io/restricted-to-service-account), and the API hands its data to whoever changes or deletes it. `,
+			`Fix: ask an admin of tenant "team-a" (ann)`,
+		]),
+	}
 }
 
 test_admin_may_lift_a_restriction_and_researchers_may_add_one if {
@@ -289,16 +408,31 @@ test_admin_may_lift_a_restriction_and_researchers_may_add_one if {
 }
 
 test_researchers_may_not_mint_tokens_for_a_restricted_service_account if {
-	found := secret_scoping.violation with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.alice, token_secret("t", "trainer"), null)
+	found := secret_scoping.violation
+		with input.request as testdata.request(
+			"CREATE",
+			"Secret",
+			"team-a",
+			testdata.alice,
+			token_secret("t", "trainer"),
+			null,
+		)
 		with input.pod_templates as []
 		with input.secrets as restricted_secrets
 		with data.inventory as testdata.inventory
 	found == {{
 		"rule": "restricted-service-account",
 		"field": "metadata.annotations[kubernetes.io/service-account.name]",
-		"message": `[restricted-service-account] Secret "t" in namespace "team-a" asks a token for service account "trainer" (annotation kubernetes.io/service-account.name), to which Secrets "registry", "wandb-key" are restricted (annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may act as it, and user "alice" (groups: team-a) is not one. Fix: name another service account, or ask an admin of "team-a" (ann) to create the token`,
+		"message": concat("", [
+			`[restricted-service-account] Secret "t" in namespace "team-a" asks a token for service account "trainer" `,
+			`(annotation kubernetes.io/service-account.name), to which Secrets "registry", "wandb-key" are restricted `,
+			`(annotation labgate.io/restricted-to-service-account); only admins of tenant "team-a" (ann) may act as `,
+			`it, and user "alice" (groups: team-a) is not one. Fix: name another service account, or ask an admin of `,
+			`"team-a" (ann) to create the token`,
+		]),
 	}}
-	count(secret_scoping.violation) == 0 with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.ann, token_secret("t", "trainer"), null)
+	count(secret_scoping.violation) == 0
+		with input.request as testdata.request("CREATE", "Secret", "team-a", testdata.ann, token_secret("t", "trainer"), null)
 		with input.pod_templates as []
 		with input.secrets as restricted_secrets
 		with data.inventory as testdata.inventory

@@ -39,7 +39,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.externalIPs"
 	count(ips) > 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Service %q spec.externalIPs %s would capture traffic that any pod of the cluster sends to those addresses (CVE-2020-8554); no tenant may set them. Fix: remove spec.externalIPs, and use a Service of type LoadBalancer if your Tenant allows it",
+		concat("", [
+			"[%s] Service %q spec.externalIPs %s would capture traffic that any pod of the cluster sends to those ",
+			"addresses (CVE-2020-8554); no tenant may set them. Fix: remove spec.externalIPs, and use a Service of ",
+			"type LoadBalancer if your Tenant allows it",
+		]),
 		[rule_id, input.request.name, json.marshal(ips)],
 	)
 }
@@ -58,7 +62,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.type"} if {
 	not kind in _allowed_types(tenant)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Service %q is of type %s, which tenant %q may not use (spec.network.allowServiceTypes: %s). Fix: use type ClusterIP (the default) and reach it with kubectl port-forward, or ask the infra team to add %s to spec.network.allowServiceTypes of Tenant %q",
+		concat("", [
+			"[%s] Service %q is of type %s, which tenant %q may not use (spec.network.allowServiceTypes: %s). Fix: use ",
+			"type ClusterIP (the default) and reach it with kubectl port-forward, or ask the infra team to add %s to ",
+			"spec.network.allowServiceTypes of Tenant %q",
+		]),
 		[rule_id, input.request.name, kind, tenant.metadata.name, _allowed_text(tenant), kind, tenant.metadata.name],
 	)
 }

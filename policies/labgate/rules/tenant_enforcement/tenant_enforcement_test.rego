@@ -35,7 +35,10 @@ test_enforcement_of_an_unknown_rule_is_refused_with_the_known_ids if {
 	v == {{
 		"rule": "tenant-enforcement-unknown",
 		"field": "spec.enforcement[gpu-qouta]",
-		"message": `[tenant-enforcement-unknown] Tenant "team-c" spec.enforcement names "gpu-qouta", which is not a rule id of labgate's policies. Did you mean "gpu-quota"? Fix: use one of gpu-quota, pod-hardening`,
+		"message": concat("", [
+			`[tenant-enforcement-unknown] Tenant "team-c" spec.enforcement names "gpu-qouta", which is not a rule id `,
+			`of labgate's policies. Did you mean "gpu-quota"? Fix: use one of gpu-quota, pod-hardening`,
+		]),
 	}}
 }
 
@@ -47,7 +50,10 @@ test_an_unknown_rule_like_none_gets_no_suggestion if {
 	v == {{
 		"rule": "tenant-enforcement-unknown",
 		"field": "spec.enforcement[x]",
-		"message": `[tenant-enforcement-unknown] Tenant "team-c" spec.enforcement names "x", which is not a rule id of labgate's policies. Fix: use one of gpu-quota, pod-hardening`,
+		"message": concat("", [
+			`[tenant-enforcement-unknown] Tenant "team-c" spec.enforcement names "x", which is not a rule id of `,
+			`labgate's policies. Fix: use one of gpu-quota, pod-hardening`,
+		]),
 	}}
 }
 

@@ -86,7 +86,11 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 	not _is_tenant_admin(name)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not change %s on namespace %q: labgate.io/ labels and annotations are changed only by admins of tenant %q (%s) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant %q or the infra team to make the change",
+		concat("", [
+			"[%s] user %s may not change %s on namespace %q: labgate.io/ labels and annotations are changed only by ",
+			"admins of tenant %q (%s) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin ",
+			"of tenant %q or the infra team to make the change",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name,
 			name, _admins_text(name), name,
@@ -107,7 +111,11 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 	count(_approving_tenants) == 0
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not change %s on namespace %q: it belongs to no tenant, so only the platform changes its labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team to make the change",
+		concat("", [
+			"[%s] user %s may not change %s on namespace %q: it belongs to no tenant, so only the platform changes its ",
+			"labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team ",
+			"to make the change",
+		]),
 		[rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name],
 	)
 }

@@ -10,7 +10,14 @@ namespace(name, labels, annotations) := {
 	"metadata": {"name": name, "labels": labels, "annotations": annotations},
 }
 
-create_namespace(user, name, labels) := testdata.request("CREATE", "Namespace", "", user, namespace(name, labels, {}), null)
+create_namespace(user, name, labels) := testdata.request(
+	"CREATE",
+	"Namespace",
+	"",
+	user,
+	namespace(name, labels, {}),
+	null,
+)
 
 update_namespace(user, old, new) := testdata.request("UPDATE", "Namespace", "", user, new, old)
 
@@ -51,7 +58,12 @@ test_researcher_may_not_remove_tenant_label if {
 	violations == {{
 		"rule": "tenant-label-protected",
 		"field": "metadata.labels",
-		"message": `[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: "team-a" -> (none) on namespace "team-a": labgate.io/ labels and annotations are changed only by admins of tenant "team-a" (ann) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-a" or the infra team to make the change`,
+		"message": concat("", [
+			`[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: "team-a" `,
+			`-> (none) on namespace "team-a": labgate.io/ labels and annotations are changed only by admins of tenant `,
+			`"team-a" (ann) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant `,
+			`"team-a" or the infra team to make the change`,
+		]),
 	}}
 }
 
@@ -69,17 +81,30 @@ test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 		{
 			"rule": "tenant-label-protected",
 			"field": "metadata.labels",
-			"message": `[tenant-label-protected] user "ann" may not change label labgate.io/tenant: "team-a" -> "team-b" on namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
+			"message": concat("", [
+				`[tenant-label-protected] user "ann" may not change label labgate.io/tenant: "team-a" -> "team-b" on `,
+				`namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant `,
+				`"team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of `,
+				`tenant "team-b" or the infra team to make the change`,
+			]),
 		},
 		{
 			"rule": "namespace-prefix",
 			"field": "metadata.name",
-			"message": `[namespace-prefix] namespace "team-a-data" may not be labelled labgate.io/tenant="team-b": tenant "team-b" allows the names "team-b". Fix: use one of the tenant's names, or ask the infra team to add "team-a-data" to spec.namespaces.names of Tenant "team-b"`,
+			"message": concat("", [
+				`[namespace-prefix] namespace "team-a-data" may not be labelled labgate.io/tenant="team-b": tenant `,
+				`"team-b" allows the names "team-b". Fix: use one of the tenant's names, or ask the infra team to add `,
+				`"team-a-data" to spec.namespaces.names of Tenant "team-b"`,
+			]),
 		},
 		{
 			"rule": "namespace-reserved",
 			"field": "metadata.name",
-			"message": `[namespace-reserved] namespace "team-a-data" is reserved for tenant "team-a" (its spec.namespaces.prefix is "team-a-"): only its admins and researchers create it, labelled labgate.io/tenant=team-a. Fix: name it with your tenant's prefix ("team-a-"); labgate labels it, or ask an admin of "team-a" (ann)`,
+			"message": concat("", [
+				`[namespace-reserved] namespace "team-a-data" is reserved for tenant "team-a" (its spec.namespaces.prefix `,
+				`is "team-a-"): only its admins and researchers create it, labelled labgate.io/tenant=team-a. Fix: name `,
+				`it with your tenant's prefix ("team-a-"); labgate labels it, or ask an admin of "team-a" (ann)`,
+			]),
 		},
 	}
 }
@@ -87,7 +112,14 @@ test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 test_claiming_an_unowned_namespace_for_a_missing_tenant_is_refused if {
 	old := namespace("ci", {"purpose": "ci"}, {})
 	new := namespace("ci", {"purpose": "ci", "labgate.io/tenant": "ghost"}, {})
-	[v.message | some v in violations_for(update_namespace(testdata.alice, old, new))] == [`[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: (none) -> "ghost" on namespace "ci": labgate.io/ labels and annotations are changed only by admins of tenant "ghost" (no Tenant "ghost" exists) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "ghost" or the infra team to make the change`]
+	[v.message | some v in violations_for(update_namespace(testdata.alice, old, new))] == [
+		concat("", [
+			`[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: (none) -> `,
+			`"ghost" on namespace "ci": labgate.io/ labels and annotations are changed only by admins of tenant `,
+			`"ghost" (no Tenant "ghost" exists) and the platform. Fix: leave the labgate.io/ keys as they were, or ask `,
+			`an admin of tenant "ghost" or the infra team to make the change`,
+		]),
+	]
 }
 
 test_labgate_keys_on_a_namespace_of_no_tenant_are_for_the_platform if {
@@ -97,14 +129,22 @@ test_labgate_keys_on_a_namespace_of_no_tenant_are_for_the_platform if {
 	violations == {{
 		"rule": "tenant-label-protected",
 		"field": "metadata.annotations",
-		"message": `[tenant-label-protected] user "alice" (groups: team-a) may not change annotation labgate.io/gpu-pool: (none) -> "h100" on namespace "default": it belongs to no tenant, so only the platform changes its labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team to make the change`,
+		"message": concat("", [
+			`[tenant-label-protected] user "alice" (groups: team-a) may not change annotation labgate.io/gpu-pool: `,
+			`(none) -> "h100" on namespace "default": it belongs to no tenant, so only the platform changes its `,
+			`labgate.io/ labels and annotations. Fix: leave the labgate.io/ keys as they were, or ask the infra team `,
+			`to make the change`,
+		]),
 	}}
 }
 
 # --- tenant-identity-claim ---
 
 test_object_may_carry_its_own_tenant_label if {
-	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-a"}}})
+	obj := object.union(
+		testdata.pod("train-1", {"containers": [testdata.main_container]}),
+		{"metadata": {"labels": {"labgate.io/tenant": "team-a"}}},
+	)
 	count(namespace_violations) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
 		with data.inventory as testdata.inventory
 }
@@ -116,13 +156,20 @@ test_unlabelled_object_is_allowed if {
 }
 
 test_pod_may_not_claim_another_tenant if {
-	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
+	obj := object.union(
+		testdata.pod("train-1", {"containers": [testdata.main_container]}),
+		{"metadata": {"labels": {"labgate.io/tenant": "team-b"}}},
+	)
 	violations := namespace_violations with input as testdata.workload_input("Pod", "team-a", testdata.alice, obj)
 		with data.inventory as testdata.inventory
 	violations == {{
 		"rule": "tenant-identity-claim",
 		"field": "metadata.labels",
-		"message": `[tenant-identity-claim] Pod "train-1" metadata.labels carries labgate.io/tenant="team-b", but namespace "team-a" belongs to tenant "team-a": an object may not claim another tenant's identity. Fix: remove the labgate.io/tenant label (labgate derives the tenant from the namespace) or set it to "team-a"`,
+		"message": concat("", [
+			`[tenant-identity-claim] Pod "train-1" metadata.labels carries labgate.io/tenant="team-b", but namespace `,
+			`"team-a" belongs to tenant "team-a": an object may not claim another tenant's identity. Fix: remove the `,
+			`labgate.io/tenant label (labgate derives the tenant from the namespace) or set it to "team-a"`,
+		]),
 	}}
 }
 
@@ -133,7 +180,11 @@ test_pod_template_may_not_claim_another_tenant if {
 	violations == {{
 		"rule": "tenant-identity-claim",
 		"field": "spec.template.metadata.labels",
-		"message": `[tenant-identity-claim] Deployment "web" spec.template.metadata.labels carries labgate.io/tenant="team-a", but namespace "default" belongs to no tenant: an object may not claim another tenant's identity. Fix: remove the labgate.io/tenant label (labgate derives the tenant from the namespace)`,
+		"message": concat("", [
+			`[tenant-identity-claim] Deployment "web" spec.template.metadata.labels carries `,
+			`labgate.io/tenant="team-a", but namespace "default" belongs to no tenant: an object may not claim another `,
+			`tenant's identity. Fix: remove the labgate.io/tenant label (labgate derives the tenant from the namespace)`,
+		]),
 	}}
 }
 
@@ -153,7 +204,10 @@ test_cronjob_job_template_labels_are_checked if {
 }
 
 test_platform_may_label_objects if {
-	obj := object.union(testdata.pod("train-1", {"containers": [testdata.main_container]}), {"metadata": {"labels": {"labgate.io/tenant": "team-b"}}})
+	obj := object.union(
+		testdata.pod("train-1", {"containers": [testdata.main_container]}),
+		{"metadata": {"labels": {"labgate.io/tenant": "team-b"}}},
+	)
 	count(namespace_violations) == 0 with input as testdata.workload_input("Pod", "team-a", testdata.cluster_admin, obj)
 		with data.inventory as testdata.inventory
 }
@@ -168,6 +222,12 @@ test_label_and_annotation_changes_in_a_tenant_without_admins if {
 	violations == {{
 		"rule": "tenant-label-protected",
 		"field": "metadata",
-		"message": `[tenant-label-protected] user "bob" (groups: team-b) may not change annotation labgate.io/gpu-pool: (none) -> "h100"; label labgate.io/tier: (none) -> "gold" on namespace "team-b": labgate.io/ labels and annotations are changed only by admins of tenant "team-b" (it lists no admins) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the change`,
+		"message": concat("", [
+			`[tenant-label-protected] user "bob" (groups: team-b) may not change annotation labgate.io/gpu-pool: `,
+			`(none) -> "h100"; label labgate.io/tier: (none) -> "gold" on namespace "team-b": labgate.io/ labels and `,
+			`annotations are changed only by admins of tenant "team-b" (it lists no admins) and the platform. Fix: `,
+			`leave the labgate.io/ keys as they were, or ask an admin of tenant "team-b" or the infra team to make the `,
+			`change`,
+		]),
 	}}
 }

@@ -12,7 +12,10 @@ _verb := {"CREATE": "create", "UPDATE": "change", "DELETE": "delete", "CONNECT":
 
 _target := sprintf("%s %q", [input.request.kind.kind, object.get(input.request, "name", "")]) if {
 	object.get(input.request, "name", "") != ""
-} else := sprintf("%s %q", [input.request.kind.kind, object.get(input.request.object, ["metadata", "generateName"], "")])
+} else := sprintf(
+	"%s %q",
+	[input.request.kind.kind, object.get(input.request.object, ["metadata", "generateName"], "")],
+)
 
 _own_tenants_hint := sprintf("apply it in a namespace of your own tenant (%s)", [concat(", ", sort(tenants))]) if {
 	tenants := tenancy.tenants_of(input.request.userInfo)
@@ -34,7 +37,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.namespac
 	not tenancy.is_member(tenant, input.request.userInfo)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] user %s may not %s %s in namespace %q: it belongs to tenant %q and only its members may. Fix: %s, or ask an admin of %q (%s) to add you",
+		concat("", [
+			"[%s] user %s may not %s %s in namespace %q: it belongs to tenant %q and only its members may. Fix: %s, or ",
+			"ask an admin of %q (%s) to add you",
+		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _verb[input.request.operation], _target,
 			tenancy.request_namespace, tenant.metadata.name, _own_tenants_hint, tenant.metadata.name,
@@ -54,7 +60,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	not tenancy.is_trusted_requester
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] namespace %q is labelled %s=%q but no Tenant %q exists, so nobody can work there yet. Fix: ask the infra team to create the Tenant or correct the label",
+		concat("", [
+			"[%s] namespace %q is labelled %s=%q but no Tenant %q exists, so nobody can work there yet. Fix: ask the ",
+			"infra team to create the Tenant or correct the label",
+		]),
 		[rule_id, tenancy.request_namespace, tenancy.tenant_label, name, name],
 	)
 }

@@ -41,7 +41,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.name
 	owner := _owner_of_namespace(namespace)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: choose another namespace, or remove it from Tenant %q first",
+		concat("", [
+			"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: choose another namespace, ",
+			"or remove it from Tenant %q first",
+		]),
 		[rule_id, _name, i, namespace, owner, owner],
 	)
 }
@@ -60,7 +63,10 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.p
 	_overlap(prefix, theirs)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Tenant %q spec.namespaces.prefix %q overlaps the prefix %q of tenant %q: researchers of both could create the same namespaces. Fix: choose a prefix neither starts the other",
+		concat("", [
+			"[%s] Tenant %q spec.namespaces.prefix %q overlaps the prefix %q of tenant %q: researchers of both could ",
+			"create the same namespaces. Fix: choose a prefix neither starts the other",
+		]),
 		[rule_id, _name, prefix, theirs, owner],
 	)
 }

@@ -16,22 +16,28 @@ inventory := json.patch(testdata.inventory, [
 ])
 
 test_new_tenant_with_its_own_namespaces_is_allowed if {
-	count(tenant_namespace.violation) == 0 with input.request as tenant_request("team-c", {"names": ["team-c"], "prefix": "team-c-"})
+	count(tenant_namespace.violation) == 0
+		with input.request as tenant_request("team-c", {"names": ["team-c"], "prefix": "team-c-"})
 		with data.inventory as inventory
 }
 
 test_updating_a_tenant_with_its_own_namespace_is_allowed if {
-	count(tenant_namespace.violation) == 0 with input.request as tenant_request("team-a", {"names": ["team-a"], "prefix": "team-a-"})
+	count(tenant_namespace.violation) == 0
+		with input.request as tenant_request("team-a", {"names": ["team-a"], "prefix": "team-a-"})
 		with data.inventory as inventory
 }
 
 test_namespace_named_by_another_tenant_is_refused if {
-	violations := tenant_namespace.violation with input.request as tenant_request("team-c", {"names": ["team-c", "team-a"]})
+	violations := tenant_namespace.violation
+		with input.request as tenant_request("team-c", {"names": ["team-c", "team-a"]})
 		with data.inventory as inventory
 	violations == {{
 		"rule": "tenant-namespace-conflict",
 		"field": "spec.namespaces.names[1]",
-		"message": `[tenant-namespace-conflict] Tenant "team-c" spec.namespaces.names[1] "team-a" already belongs to tenant "team-a". Fix: choose another namespace, or remove it from Tenant "team-a" first`,
+		"message": concat("", [
+			`[tenant-namespace-conflict] Tenant "team-c" spec.namespaces.names[1] "team-a" already belongs to tenant `,
+			`"team-a". Fix: choose another namespace, or remove it from Tenant "team-a" first`,
+		]),
 	}}
 }
 
@@ -47,6 +53,10 @@ test_overlapping_prefix_is_refused if {
 	violations == {{
 		"rule": "tenant-namespace-conflict",
 		"field": "spec.namespaces.prefix",
-		"message": `[tenant-namespace-conflict] Tenant "team-c" spec.namespaces.prefix "team-a-x-" overlaps the prefix "team-a-" of tenant "team-a": researchers of both could create the same namespaces. Fix: choose a prefix neither starts the other`,
+		"message": concat("", [
+			`[tenant-namespace-conflict] Tenant "team-c" spec.namespaces.prefix "team-a-x-" overlaps the prefix `,
+			`"team-a-" of tenant "team-a": researchers of both could create the same namespaces. Fix: choose a prefix `,
+			`neither starts the other`,
+		]),
 	}}
 }

@@ -49,7 +49,10 @@ violation contains {"rule": rule_id, "message": msg, "field": over.field} if {
 	some over in _lowered_below_usage
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Tenant %q uses %v %s, above the new limit %v (%s): running pods stay, new ones are refused until usage is below it. Fix: none needed; to free GPUs now, delete some of its pods",
+		concat("", [
+			"[%s] Tenant %q uses %v %s, above the new limit %v (%s): running pods stay, new ones are refused until ",
+			"usage is below it. Fix: none needed; to free GPUs now, delete some of its pods",
+		]),
 		[rule_id, _tenant_name, over.used, over.word, over.limit, over.field],
 	)
 }
@@ -113,7 +116,10 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.gpu.
 	quota > _pool_gpus(model)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] Tenant %q spec.gpu.models[%s] is %v, but the nodes of its pools hold %s: %s wait for a node. Fix: lower spec.gpu.models[%s] to %v, or add %s nodes to its pools",
+		concat("", [
+			"[%s] Tenant %q spec.gpu.models[%s] is %v, but the nodes of its pools hold %s: %s wait for a node. Fix: ",
+			"lower spec.gpu.models[%s] to %v, or add %s nodes to its pools",
+		]),
 		[rule_id, _tenant_name, model, quota, _pool_text(model), _waiting_text(model), model, _pool_gpus(model), model],
 	)
 }

@@ -25,7 +25,10 @@ package labgate.rules.tenant_quota
 import data.labgate.lib.gpu
 import data.labgate.lib.tenancy
 
-# The resources limited, in the order refusals name them.
+# METADATA
+# title: The resources a tenant's limits cover
+# description: |
+#   CPU, memory and pods, in the order refusals name them.
 resources := ["cpu", "memory", "pods"]
 
 _usage := object.get(input, "tenant_usage", {})
@@ -34,8 +37,11 @@ _used(resource) := object.get(_usage, resource, 0)
 
 _defaults := object.get(data.labgate.config, "tenant_limits", {})
 
-# The tenant's limit of `resource` in counting units (millicores, bytes, pods): its own, else the
-# infra team's default; undefined when neither sets one.
+# METADATA
+# title: A tenant's limit of one resource
+# description: |
+#   In counting units (millicores, bytes, pods): the Tenant's own spec.limits, else the infra team's
+#   default tenant_limits; undefined when neither sets one.
 limit(tenant, resource) := _units(resource, q) if {
 	q := tenant.spec.limits[resource]
 	q != null
@@ -46,7 +52,10 @@ limit(tenant, resource) := _units(resource, q) if {
 
 _limit_source(tenant, resource) := sprintf("spec.limits.%s of Tenant %q", [resource, tenant.metadata.name]) if {
 	tenant.spec.limits[resource] != null
-} else := sprintf("the default tenant_limits.%s (or set spec.limits.%s of Tenant %q)", [resource, resource, tenant.metadata.name])
+} else := sprintf(
+	"the default tenant_limits.%s (or set spec.limits.%s of Tenant %q)",
+	[resource, resource, tenant.metadata.name],
+)
 
 # A quantity ("500m", "8", 8, "64Gi") in counting units: millicores for cpu, bytes for memory.
 _units("cpu", q) := ceil(_number(q) * 1000)
@@ -72,7 +81,10 @@ _array(value) := value if {
 # A container's request of `resource` (a request wins over a limit; a limit alone is the request).
 _quantity(container, resource) := _units(resource, q) if {
 	resources_doc := _object(object.get(container, "resources", {}))
-	q := object.union(_object(object.get(resources_doc, "limits", {})), _object(object.get(resources_doc, "requests", {})))[resource]
+	q := object.union(
+		_object(object.get(resources_doc, "limits", {})),
+		_object(object.get(resources_doc, "requests", {})),
+	)[resource]
 } else := 0
 
 _containers(spec) := _array(object.get(spec, "containers", []))
@@ -109,7 +121,7 @@ _names(container, resource) if {
 # The pod-level request of `resource` (spec.resources: Kubernetes' PodLevelResources, cpu and
 # memory), undefined when the pod leaves it to its containers. A pod-level limit without a request
 # is the request when no container names the resource, as the apiserver defaults it.
-pod_level_request(spec, resource) := _units(resource, q) if {
+_pod_level_request(spec, resource) := _units(resource, q) if {
 	q := _pod_level(spec, "requests")[resource]
 } else := _units(resource, q) if {
 	q := _pod_level(spec, "limits")[resource]
@@ -123,15 +135,21 @@ _containers_name(spec, resource) if {
 
 _has_pod_level_request(spec, resource) if {
 	resource != "pods"
-	pod_level_request(spec, resource) >= 0
+	_pod_level_request(spec, resource) >= 0
 }
 
 # Before the overhead: the pod-level request where set, else what the containers ask together.
 _request(spec, resource) := n if {
-	n := pod_level_request(spec, resource)
+	n := _pod_level_request(spec, resource)
 } else := max([_running(spec, resource), _init_peak(spec, resource)])
 
-# What a pod spec asks of `resource` in counting units (a pod is one pod).
+# METADATA
+# scope: document
+# title: What a pod spec asks of one resource
+# description: |
+#   In counting units, as the quota counts it: a pod is one pod; CPU and memory are the pod-level
+#   request if set, else the larger of the running containers' sum and the init peak, plus the pod
+#   overhead.
 asks(_, "pods") := 1
 
 asks(spec, resource) := _request(spec, resource) + _overhead(spec, resource) if {
@@ -140,7 +158,12 @@ asks(spec, resource) := _request(spec, resource) + _overhead(spec, resource) if 
 
 # --- text ---
 
-# An amount as a Kubernetes quantity: "8" or "500m" CPUs, "8Gi", "512Mi" or bytes of memory, pods.
+# METADATA
+# scope: document
+# title: An amount as a Kubernetes quantity
+# description: |
+#   "8" or "500m" CPUs, "8Gi", "512Mi" or bytes of memory, a number of pods: how refusals write
+#   amounts so researchers can paste them into their specs.
 quantity_text("cpu", n) := sprintf("%v", [n / 1000]) if {
 	n % 1000 == 0
 } else := sprintf("%vm", [n])
@@ -155,7 +178,11 @@ quantity_text("memory", n) := sprintf("%vGi", [n / 1073741824]) if {
 
 quantity_text("pods", n) := sprintf("%v", [n])
 
-# An amount with its noun: "1 CPU", "8 CPUs", "500m CPU", "8Gi memory", "1 pod", "3 pods".
+# METADATA
+# title: An amount with its noun
+# description: |
+#   "1 CPU", "8 CPUs", "500m CPU", "8Gi memory", "1 pod", "3 pods": what the tenant-quota refusals
+#   say a pod asks, uses and may use.
 text(resource, n) := concat(" ", [quantity_text(resource, n), _noun(resource, n)])
 
 _noun("cpu", n) := "CPUs" if {
@@ -175,7 +202,10 @@ _fix(tenant, resource, asked, lim) := sprintf(
 ) if {
 	asked > lim
 } else := sprintf(
-	"lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise %s",
+	concat("", [
+		"lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra ",
+		"team to raise %s",
+	]),
 	[_limit_source(tenant, resource)],
 )
 

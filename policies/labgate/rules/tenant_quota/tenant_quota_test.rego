@@ -4,7 +4,10 @@ import data.labgate.lib.testdata
 import data.labgate.rules.tenant_quota
 
 # vision with its own CPU and pod limits; memory from the infra team's default.
-_limited := json.patch(testdata.gpu_inventory, [{"op": "add", "path": "/tenants/vision/spec/limits", "value": {"cpu": "8", "pods": 10}}])
+_limited := json.patch(
+	testdata.gpu_inventory,
+	[{"op": "add", "path": "/tenants/vision/spec/limits", "value": {"cpu": "8", "pods": 10}}],
+)
 
 _defaults := {"tenant_limits": {"memory": "16Gi", "cpu": "100"}}
 
@@ -33,7 +36,11 @@ test_pod_beyond_cpu_limit_across_namespaces_is_refused if {
 	violations(_pod_input("vision-eval", _two_cpus, {"cpu": 6500, "memory": 0, "pods": 3})) == {{
 		"rule": "tenant-quota",
 		"field": "spec.containers",
-		"message": `[tenant-quota] Pod "train-7" asks 2 CPUs; tenant "vision" uses 6500m of 8 CPUs across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise spec.limits.cpu of Tenant "vision"`,
+		"message": concat("", [
+			`[tenant-quota] Pod "train-7" asks 2 CPUs; tenant "vision" uses 6500m of 8 CPUs across its namespaces. `,
+			`Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the `,
+			`infra team to raise spec.limits.cpu of Tenant "vision"`,
+		]),
 	}}
 }
 
@@ -41,7 +48,11 @@ test_pod_beyond_pod_count_is_refused if {
 	violations(_pod_input("vision", _two_cpus, {"cpu": 0, "memory": 0, "pods": 10})) == {{
 		"rule": "tenant-quota",
 		"field": "spec",
-		"message": `[tenant-quota] Pod "train-7" asks 1 pod; tenant "vision" uses 10 of 10 pods across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise spec.limits.pods of Tenant "vision"`,
+		"message": concat("", [
+			`[tenant-quota] Pod "train-7" asks 1 pod; tenant "vision" uses 10 of 10 pods across its namespaces. Fix: `,
+			`lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra `,
+			`team to raise spec.limits.pods of Tenant "vision"`,
+		]),
 	}}
 }
 
@@ -49,7 +60,12 @@ test_memory_default_limit_applies if {
 	violations(_pod_input("vision", _two_cpus, {"memory": 16642998272})) == {{
 		"rule": "tenant-quota",
 		"field": "spec.containers",
-		"message": `[tenant-quota] Pod "train-7" asks 1Gi memory; tenant "vision" uses 15872Mi of 16Gi memory across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise the default tenant_limits.memory (or set spec.limits.memory of Tenant "vision")`,
+		"message": concat("", [
+			`[tenant-quota] Pod "train-7" asks 1Gi memory; tenant "vision" uses 15872Mi of 16Gi memory across its `,
+			`namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or `,
+			`ask the infra team to raise the default tenant_limits.memory (or set spec.limits.memory of Tenant `,
+			`"vision")`,
+		]),
 	}}
 }
 
@@ -58,7 +74,11 @@ test_pod_alone_beyond_the_limit_says_waiting_cannot_help if {
 	violations(_pod_input("vision", pod, {})) == {{
 		"rule": "tenant-quota",
 		"field": "spec.containers",
-		"message": `[tenant-quota] Pod "huge" asks 9 CPUs; tenant "vision" uses 0 of 8 CPUs across its namespaces. Fix: ask less per pod (the pod alone exceeds the limit, so waiting cannot help), or ask the infra team to raise spec.limits.cpu of Tenant "vision"`,
+		"message": concat("", [
+			`[tenant-quota] Pod "huge" asks 9 CPUs; tenant "vision" uses 0 of 8 CPUs across its namespaces. Fix: ask `,
+			`less per pod (the pod alone exceeds the limit, so waiting cannot help), or ask the infra team to raise `,
+			`spec.limits.cpu of Tenant "vision"`,
+		]),
 	}}
 }
 
@@ -77,14 +97,21 @@ test_sidecars_init_containers_and_overhead_count_as_the_scheduler_counts if {
 	violations(_pod_input("vision", pod, {"cpu": 1000})) == {{
 		"rule": "tenant-quota",
 		"field": "spec.containers",
-		"message": `[tenant-quota] Pod "sneaky" asks 7250m CPU; tenant "vision" uses 1 of 8 CPUs across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise spec.limits.cpu of Tenant "vision"`,
+		"message": concat("", [
+			`[tenant-quota] Pod "sneaky" asks 7250m CPU; tenant "vision" uses 1 of 8 CPUs across its namespaces. Fix: `,
+			`lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra `,
+			`team to raise spec.limits.cpu of Tenant "vision"`,
+		]),
 	}}
 }
 
 # A container with a limit and no request asks its limit (the apiserver's defaulting).
 test_a_limit_without_a_request_counts_as_the_request if {
 	tenant_quota.asks({"containers": [{"name": "m", "resources": {"limits": {"cpu": "3"}}}]}, "cpu") == 3000
-	tenant_quota.asks({"containers": [{"name": "m", "resources": {"limits": {"cpu": "3"}, "requests": {"cpu": "1"}}}]}, "cpu") == 1000
+	tenant_quota.asks(
+		{"containers": [{"name": "m", "resources": {"limits": {"cpu": "3"}, "requests": {"cpu": "1"}}}]},
+		"cpu",
+	) == 1000
 }
 
 # A tenant without limits and no defaults is not limited.
@@ -118,7 +145,12 @@ test_a_pod_level_request_beyond_the_limit_is_refused if {
 	violations(_pod_input("vision", _pod_level_pod("big", "12Gi"), {"memory": 5368709120})) == {{
 		"rule": "tenant-quota",
 		"field": "spec.resources",
-		"message": `[tenant-quota] Pod "big" asks 12Gi memory (spec.resources); tenant "vision" uses 5Gi of 16Gi memory across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to finish, or ask the infra team to raise the default tenant_limits.memory (or set spec.limits.memory of Tenant "vision")`,
+		"message": concat("", [
+			`[tenant-quota] Pod "big" asks 12Gi memory (spec.resources); tenant "vision" uses 5Gi of 16Gi memory `,
+			`across its namespaces. Fix: lower the request, delete pods you no longer need or wait for running ones to `,
+			`finish, or ask the infra team to raise the default tenant_limits.memory (or set spec.limits.memory of `,
+			`Tenant "vision")`,
+		]),
 	}}
 }
 

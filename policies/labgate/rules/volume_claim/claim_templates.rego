@@ -47,7 +47,9 @@ _claims contains {"field": field, "spec": volume.ephemeral.volumeClaimTemplate.s
 	field := sprintf("%s.volumes[%d].ephemeral.volumeClaimTemplate.spec", [template.path, i])
 }
 
-_claims contains {"field": sprintf("spec.volumeClaimTemplates[%d].spec", [i]), "spec": claim.spec, "template": true} if {
+_claims contains {
+	"field": sprintf("spec.volumeClaimTemplates[%d].spec", [i]), "spec": claim.spec, "template": true,
+} if {
 	_is_judged
 	input.request.kind.group == "apps"
 	input.request.kind.kind == "StatefulSet"
@@ -89,7 +91,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.volumeName", [claim.field])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s names PersistentVolume %q, %s: the claims made from a template may bind only their own tenant's volumes. Fix: remove volumeName from the claim template and let a StorageClass provision the volume, or ask the infra team to label the volume %s=%s",
+		concat("", [
+			"[%s] %s %s names PersistentVolume %q, %s: the claims made from a template may bind only their own ",
+			"tenant's volumes. Fix: remove volumeName from the claim template and let a StorageClass provision the ",
+			"volume, or ask the infra team to label the volume %s=%s",
+		]),
 		[rule_id, tenancy.object_ref, field, name, problem, tenancy.tenant_label, tenant],
 	)
 }
@@ -120,7 +126,11 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.selector", [claim.field])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s could match volumes of any tenant (it does not require %s=%s): a claim may select only its own tenant's volumes. Fix: add %s: %s to the selector's matchLabels, or remove the selector and let a StorageClass provision the volume",
+		concat("", [
+			"[%s] %s %s could match volumes of any tenant (it does not require %s=%s): a claim may select only its own ",
+			"tenant's volumes. Fix: add %s: %s to the selector's matchLabels, or remove the selector and let a ",
+			"StorageClass provision the volume",
+		]),
 		[rule_id, tenancy.object_ref, field, tenancy.tenant_label, tenant, tenancy.tenant_label, tenant],
 	)
 }
@@ -140,7 +150,14 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 	field := sprintf("%s.dataSourceRef", [claim.field])
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] %s %s names %s %q in namespace %q, which is not a namespace of tenant %q: a claim may copy only its own tenant's data. Fix: copy from a claim or snapshot in one of tenant %q's namespaces, or leave dataSourceRef.namespace out",
-		[rule_id, tenancy.object_ref, field, object.get(source, "kind", "object"), object.get(source, "name", ""), namespace, tenant, tenant],
+		concat("", [
+			"[%s] %s %s names %s %q in namespace %q, which is not a namespace of tenant %q: a claim may copy only its ",
+			"own tenant's data. Fix: copy from a claim or snapshot in one of tenant %q's namespaces, or leave ",
+			"dataSourceRef.namespace out",
+		]),
+		[
+			rule_id, tenancy.object_ref, field, object.get(source, "kind", "object"), object.get(source, "name", ""), namespace,
+			tenant, tenant,
+		],
 	)
 }

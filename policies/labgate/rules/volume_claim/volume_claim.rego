@@ -56,7 +56,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.volumeName"}
 	problem := _problem
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		"[%s] PersistentVolumeClaim %q spec.volumeName names PersistentVolume %q, %s: a claim may bind only its own tenant's volumes. Fix: remove spec.volumeName and let a StorageClass provision the volume, or ask the infra team to label the volume %s=%s",
+		concat("", [
+			"[%s] PersistentVolumeClaim %q spec.volumeName names PersistentVolume %q, %s: a claim may bind only its ",
+			"own tenant's volumes. Fix: remove spec.volumeName and let a StorageClass provision the volume, or ask the ",
+			"infra team to label the volume %s=%s",
+		]),
 		[rule_id, input.request.name, _volume_name, problem, tenancy.tenant_label, tenant.metadata.name],
 	)
 }
