@@ -69,7 +69,7 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.cluster_sim import Truth, _client, watch_pods
+from benchmarks.cluster_sim import Truth, client_of, watch_pods
 from benchmarks.report import replace_section
 from devcluster.controlplane import LocalControlPlane
 from devcluster.kueue import kueue_configuration
@@ -417,14 +417,19 @@ class Cluster:
         pods: dict[str, str] = {"gracePeriodSeconds": "0"}
         if job:
             pods["labelSelector"] = f"{JOB_NAME_LABEL}={job}"
-        for path, params in (
-            (jobs, {"propagationPolicy": "Background"}),
-            (f"/api/v1/namespaces/{namespace}/pods", pods),
-        ):
-            # A collection delete answers when it is done, slowly on a loaded machine; the deletion
-            # goes on if the answer is late, and the wait below sees it through.
-            with contextlib.suppress(httpx.TimeoutException):
-                self.admin.delete(path, params=params, timeout=max(1.0, deadline - time.monotonic()))
+
+        def delete() -> None:
+            for path, params in (
+                (jobs, {"propagationPolicy": "Background"}),
+                (f"/api/v1/namespaces/{namespace}/pods", pods),
+            ):
+                # A collection delete answers when it is done, slowly on a loaded machine, and the
+                # apiserver ends one past its request timeout (10,000 pods): what it deleted stays
+                # deleted, and the next round deletes the rest.
+                with contextlib.suppress(httpx.TimeoutException, httpx.RemoteProtocolError):
+                    self.admin.delete(
+                        path, params=params, timeout=max(1.0, min(60.0, deadline - time.monotonic()))
+                    )
 
         def gone() -> bool:
             with self.truth.lock:
@@ -434,7 +439,11 @@ class Cluster:
                     for p in self.truth.pods.values()
                 )
 
-        return wait_for(gone, timeout=max(0.0, deadline - time.monotonic()), every=0.5)
+        while time.monotonic() < deadline:
+            delete()
+            if wait_for(gone, timeout=max(0.0, min(60.0, deadline - time.monotonic())), every=0.5):
+                return True
+        return gone()
 
     def tenant_usage(self, name: str = TENANT) -> int:
         """The tenant's status.gpu.used; -1 when the apiserver did not answer."""
@@ -754,9 +763,9 @@ def run_stack(args: argparse.Namespace, *, kueue: bool) -> dict[str, Any]:
         with LabgateStack(workdir / "stack", nodes=simulation, webhook_replicas=1, kueue=kueue) as stack:
             facts["stack_start_s"] = stack.start_seconds
             _set_up(stack, args)
-            admin = _client(stack.admin_kubeconfig, stack.cluster.server)
+            admin = client_of(stack.admin_kubeconfig, stack.cluster.server)
             researchers = {
-                tenant: _client(stack.kubeconfig_for(f"r-{tenant}", (group,)), stack.cluster.server)
+                tenant: client_of(stack.kubeconfig_for(f"r-{tenant}", (group,)), stack.cluster.server)
                 for tenant, group in ((TENANT, RESEARCHERS), (GANG_TENANT, GANG_RESEARCHERS))
             }
             truth = LaunchTruth(quotas={TENANT: args.pods, GANG_TENANT: GANG_QUOTA})
