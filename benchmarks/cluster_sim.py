@@ -47,7 +47,7 @@ IMAGE = "registry.lab.example/research/trainer:v1"
 GPUS_PER_NODE = 8
 
 
-def _client(kubeconfig: Path, server: str) -> httpx.Client:
+def client_of(kubeconfig: Path, server: str) -> httpx.Client:
     """An HTTP client that authenticates as the kubeconfig's user (its embedded client certificate)."""
     config = yaml.safe_load(kubeconfig.read_text())
     user = config["users"][0]["user"]
@@ -313,7 +313,7 @@ def _create_tenants(stack: LabgateStack, pools: list[NodePool], names: list[str]
     stack.admin_kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(documents))
     for t in tenants:
         stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=180s", f"tenant/{t.name}")
-        t.client = _client(
+        t.client = client_of(
             stack.kubeconfig_for(f"r-{t.name}", (f"{t.name}-researchers",)), stack.cluster.server
         )
     return tenants
@@ -362,7 +362,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # Quotas below each pool's size: only labgate keeps a tenant within its quota.
         quota = int(nodes_per_tenant * GPUS_PER_NODE * 0.75)
         tenants = _create_tenants(stack, pools, names, quota)
-        admin = _client(stack.admin_kubeconfig, stack.cluster.server)
+        admin = client_of(stack.admin_kubeconfig, stack.cluster.server)
         truth = Truth(quotas={t.name: t.quota for t in tenants})
         stop = threading.Event()
         watcher = threading.Thread(target=watch_pods, args=(admin, truth, stop), daemon=True)

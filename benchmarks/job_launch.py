@@ -1,7 +1,7 @@
 """The Job launch benchmark: a large Job launched through labgate, against the same Job it does not see.
 
 A Job controller launching a large Job through labgate, against the same Job where labgate does not
-look; with `--kueue`, the same again in a second stack where Kueue runs beside labgate (issues 20, 21).
+look; with `--kueue`, the same again in a second stack where Kueue runs beside labgate.
 
     .venv/bin/python -m benchmarks.job_launch --pods 1000 --rounds 1 --window 60 --kueue --write docs/benchmarks.md
 
@@ -35,7 +35,7 @@ fits the quota but not what is free, so half its pods wait (without Kueue) or al
 alone): pods created, FailedCreate, API writes, the apiserver's and labgate's CPU. The baseline does
 the same under a Kubernetes ResourceQuota of the same size.
 
-Then a gang (issue 20): a 4 x 8-GPU Indexed Job (parallelism = completions = 4) in the `gang` tenant,
+Then a gang: a 4 x 8-GPU Indexed Job (parallelism = completions = 4) in the `gang` tenant,
 first when it fits at once (apply -> all 4 bound), then applied while a blocker Job holds 8 of the 32
 GPUs: watched for --gang-window seconds (pods created and bound at every poll, and from the watch: a
 partial gang bound while blocked is what Kueue must prevent), then the blocker deleted, and the time
@@ -69,7 +69,7 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.cluster_sim import Truth, _client, watch_pods
+from benchmarks.cluster_sim import Truth, client_of, watch_pods
 from benchmarks.report import replace_section
 from devcluster.controlplane import LocalControlPlane
 from devcluster.kueue import kueue_configuration
@@ -81,7 +81,7 @@ IMAGE = "registry.lab.example/research/trainer:v1"
 GPUS_PER_NODE = 8
 TENANT, BASELINE = "launch", "launch-baseline"
 RESEARCHERS = "launch-researchers"
-# The gang (issue 20): GANG_PODS pods of GANG_GPUS GPUs each, in a tenant of its own whose quota is
+# The gang: GANG_PODS pods of GANG_GPUS GPUs each, in a tenant of its own whose quota is
 # the gang's size; a blocker of GANG_GPUS GPUs leaves too little free for it.
 GANG_TENANT, GANG_RESEARCHERS = "gang", "gang-researchers"
 GANG_PODS, GANG_GPUS = 4, 8
@@ -417,14 +417,19 @@ class Cluster:
         pods: dict[str, str] = {"gracePeriodSeconds": "0"}
         if job:
             pods["labelSelector"] = f"{JOB_NAME_LABEL}={job}"
-        for path, params in (
-            (jobs, {"propagationPolicy": "Background"}),
-            (f"/api/v1/namespaces/{namespace}/pods", pods),
-        ):
-            # A collection delete answers when it is done, slowly on a loaded machine; the deletion
-            # goes on if the answer is late, and the wait below sees it through.
-            with contextlib.suppress(httpx.TimeoutException):
-                self.admin.delete(path, params=params, timeout=max(1.0, deadline - time.monotonic()))
+
+        def delete() -> None:
+            for path, params in (
+                (jobs, {"propagationPolicy": "Background"}),
+                (f"/api/v1/namespaces/{namespace}/pods", pods),
+            ):
+                # A collection delete answers when it is done, slowly on a loaded machine, and the
+                # apiserver ends one past its request timeout (10,000 pods): what it deleted stays
+                # deleted, and the next round deletes the rest.
+                with contextlib.suppress(httpx.TimeoutException, httpx.RemoteProtocolError):
+                    self.admin.delete(
+                        path, params=params, timeout=max(1.0, min(60.0, deadline - time.monotonic()))
+                    )
 
         def gone() -> bool:
             with self.truth.lock:
@@ -434,7 +439,11 @@ class Cluster:
                     for p in self.truth.pods.values()
                 )
 
-        return wait_for(gone, timeout=max(0.0, deadline - time.monotonic()), every=0.5)
+        while time.monotonic() < deadline:
+            delete()
+            if wait_for(gone, timeout=max(0.0, min(60.0, deadline - time.monotonic())), every=0.5):
+                return True
+        return gone()
 
     def tenant_usage(self, name: str = TENANT) -> int:
         """The tenant's status.gpu.used; -1 when the apiserver did not answer."""
@@ -578,7 +587,7 @@ def waiting(cluster: Cluster, target: str, args: argparse.Namespace) -> Waiting:
     return result
 
 
-# --- a gang (issue 20) ------------------------------------------------------------------------
+# --- a gang -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -754,9 +763,9 @@ def run_stack(args: argparse.Namespace, *, kueue: bool) -> dict[str, Any]:
         with LabgateStack(workdir / "stack", nodes=simulation, webhook_replicas=1, kueue=kueue) as stack:
             facts["stack_start_s"] = stack.start_seconds
             _set_up(stack, args)
-            admin = _client(stack.admin_kubeconfig, stack.cluster.server)
+            admin = client_of(stack.admin_kubeconfig, stack.cluster.server)
             researchers = {
-                tenant: _client(stack.kubeconfig_for(f"r-{tenant}", (group,)), stack.cluster.server)
+                tenant: client_of(stack.kubeconfig_for(f"r-{tenant}", (group,)), stack.cluster.server)
                 for tenant, group in ((TENANT, RESEARCHERS), (GANG_TENANT, GANG_RESEARCHERS))
             }
             truth = LaunchTruth(quotas={TENANT: args.pods, GANG_TENANT: GANG_QUOTA})
@@ -1071,14 +1080,14 @@ def table(stacks: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             "for the launch: 1 when Kueue queued it, 0 when it did not look).",
             "",
             *_stack_lines(stacks["with"], args),
-            "labgate without and with Kueue, per shape, each against its own stack's baseline (issues 20, 21):",
+            "labgate without and with Kueue, per shape, each against its own stack's baseline:",
             "",
             *kueue_rows(stacks["without"]["launches"], stacks["with"]["launches"]),
             "",
         ]
     if any(results["gangs"] for results in stacks.values()):
         lines += [
-            f"A gang (issue 20): an Indexed Job of {GANG_PODS} pods x {GANG_GPUS} GPUs (parallelism = "
+            f"A gang: an Indexed Job of {GANG_PODS} pods x {GANG_GPUS} GPUs (parallelism = "
             f"completions = {GANG_PODS}) in a tenant whose quota is {GANG_QUOTA} GPUs; once when it fits, "
             f"then applied while a blocker Job holds {GANG_GPUS} of them, watched for {args.gang_window:g} s "
             "(pods created and bound at every poll; bound pods from the watch), then the blocker deleted:",

@@ -663,6 +663,10 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
             if args.targets:
                 words = args.targets.split(",")
                 targets = [t for t in targets if any(w in t.name for w in words)]
+            facts["rss_start"] = {
+                "labgate webhook": rss_mb([pids["webhook-0"]]),
+                "OPA": rss_mb([pids["opa"]]),
+            }
             # Warm up every target (connections, compiled plans, caches).
             for target in targets:
                 attack(
@@ -721,7 +725,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                         print(
                             f"round {round_index + 1} {rate}/s {target.name}: p50 {result.percentile(0.5):.1f} p99 {result.percentile(0.99):.1f} ms, "
                             f"{result.answered}/{result.requests} answered, {result.overloaded} overloaded, load {row.loads[-1]}, "
-                            f"idle again after {waited:.1f} s",
+                            f"RSS {row.rss[-1]:.0f} MB, idle again after {waited:.1f} s",
                             file=sys.stderr,
                         )
             wait_until_idle(labgate_pids)
@@ -736,6 +740,12 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: 
                 **({"Gatekeeper": rss_mb([pids["gatekeeper"]])} if gatekeeper is not None else {}),
                 "no-op webhook": rss_mb([pids["noop-webhook"]]),
                 "reconciler": rss_mb([pids["reconciler-0"]]),
+            }
+            # Whether what the overload took is given back: the same processes a minute later, idle.
+            time.sleep(60)
+            facts["rss_minute_later"] = {
+                "labgate webhook": rss_mb([pids["webhook-0"]]),
+                "OPA": rss_mb([pids["opa"]]),
             }
     facts["loads"].append(load_average())
     facts["seconds"] = time.monotonic() - run_started
@@ -989,8 +999,13 @@ def markdown(rows: list[Row], facts: dict[str, Any], args: argparse.Namespace) -
         f"Kubernetes {facts['kubernetes']}, OPA {facts['opa']}, Gatekeeper {facts['gatekeeper']}, vegeta {facts['vegeta']}; "
         f"{args.rounds} interleaved rounds of {args.seconds:g} s per rate and target (ranges are min to max over rounds), "
         f"{args.pod_rounds} round(s) of pod creation; whole run {facts['seconds'] / 60:.1f} min. "
-        "CPU per 1,000 admissions counts the target's processes (labgate: webhook + OPA). RSS at the end: "
+        "CPU per 1,000 admissions counts the target's processes (labgate: webhook + OPA). RSS before the first "
+        "request: "
+        + ", ".join(f"{k} {v:.0f} MB" for k, v in facts.get("rss_start", {}).items())
+        + "; at the end: "
         + ", ".join(f"{k} {v:.0f} MB" for k, v in rss_end.items())
+        + "; a minute later, idle: "
+        + ", ".join(f"{k} {v:.0f} MB" for k, v in facts.get("rss_minute_later", {}).items())
         + ".\n"
     )
     return text

@@ -64,12 +64,11 @@ def _serving_files(settings: Settings) -> tuple[Path, Path]:
 
 
 def _serve(_: argparse.Namespace) -> int:
-    import asyncio
-
     import uvicorn
 
     from webhook.app import create_app, probes_only
     from webhook.http_guard import admission_server_config
+    from webhook.servers import EVENT_LOOP, run_servers
     from webhook.settings import get_settings
     from webhook.tls_reload import CertificateReloader
 
@@ -94,26 +93,15 @@ def _serve(_: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.health_port,
             lifespan="off",  # the admission server's lifespan owns the clients both answer from
+            loop=EVENT_LOOP,
             log_level="warning",
             access_log=False,
             timeout_keep_alive=5,
         )
         servers.append(uvicorn.Server(probes))
 
-    async def run() -> None:
-        # The probe server starts second: a signal stops the admission server first, which then
-        # hands the signal on (uvicorn re-raises it) to the probe server.
-        tasks = [asyncio.create_task(servers[0].serve())]
-        while not servers[0].started and not tasks[0].done():
-            await asyncio.sleep(0.05)
-        tasks += [asyncio.create_task(server.serve()) for server in servers[1:]]
-        await tasks[0]
-        for server in servers[1:]:
-            server.should_exit = True
-        await asyncio.gather(*tasks[1:])
-
     try:
-        asyncio.run(run())
+        run_servers(servers)
     finally:
         reloader.stop()
     return 0

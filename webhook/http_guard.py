@@ -16,6 +16,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from webhook.servers import EVENT_LOOP
 from webhook.settings import Settings
 
 HEAD_TIMEOUT_SECONDS = 10.0
@@ -116,6 +117,7 @@ def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
         ssl_keyfile=str(settings.tls_key_file),
         log_level="warning",
         access_log=False,
+        loop=EVENT_LOOP,
         http=GuardedH11Protocol,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         h11_max_incomplete_event_size=64 * 1024,
