@@ -742,7 +742,7 @@ def _baseline_quota(stack: LabgateStack, gpus: int) -> None:
 def _measure(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
     launches = []
     for round_ in range(1, args.rounds + 1):
-        for shape in SHAPES:
+        for shape in args.shapes.split(","):
             targets = ("baseline", "labgate") if round_ % 2 else ("labgate", "baseline")
             launches += [launch(cluster, t, shape, round_, args) for t in targets]
     waits = []
@@ -1116,6 +1116,7 @@ def main() -> None:
     )
     parser.add_argument("--without-waiting", action="store_true", help="skip the second Job beyond the quota")
     parser.add_argument("--without-gang", action="store_true", help="skip the gang")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="which Jobs to launch: job, indexed or both")
     parser.add_argument(
         "--kueue", action="store_true", help="then the same in a second stack with Kueue beside labgate"
     )
