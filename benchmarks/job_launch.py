@@ -1116,7 +1116,9 @@ def main() -> None:
     )
     parser.add_argument("--without-waiting", action="store_true", help="skip the second Job beyond the quota")
     parser.add_argument("--without-gang", action="store_true", help="skip the gang")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help="which Jobs to launch: job, indexed or both")
+    parser.add_argument(
+        "--shapes", default=",".join(SHAPES), help="which Jobs to launch: job, indexed or both"
+    )
     parser.add_argument(
         "--kueue", action="store_true", help="then the same in a second stack with Kueue beside labgate"
     )
