@@ -26,12 +26,27 @@ import data.labgate.lib.tenancy
 
 _config := data.labgate.config
 
+# METADATA
+# title: The resources counted as whole GPUs
+# description: |
+#   The extended resources (config gpu_resources, such as nvidia.com/gpu) whose units a tenant's
+#   GPU quota counts as whole GPUs of the model the pod's node selector names.
 gpu_resources := {r | some r in _config.gpu_resources}
 
-mig_resource_prefix := _config.mig_resource_prefix
+_mig_resource_prefix := _config.mig_resource_prefix
 
+# METADATA
+# title: The node label that names a GPU model
+# description: |
+#   The label (config gpu_model_label) a pod's nodeSelector sets to pick a GPU product; its value
+#   is the model the pod's whole GPUs count against in the tenant's quota.
 model_label := _config.gpu_model_label
 
+# METADATA
+# title: The model of GPUs asked without one
+# description: |
+#   What whole GPUs count as when the pod's nodeSelector names no GPU model, so quota and messages
+#   can still say which GPUs a pod asked.
 unspecified_model := "unspecified"
 
 # Resource domains of GPU vendors: a resource of one of these domains (or a subdomain) that labgate
@@ -45,31 +60,36 @@ _weights := object.get(_config, "gpu_resource_weights", {})
 
 # "nvidia.com/" for "nvidia.com/mig-": what is cut from a MIG resource to name its model.
 _mig_domain := concat("", [concat("/", array.slice(parts, 0, count(parts) - 1)), "/"]) if {
-	parts := split(mig_resource_prefix, "/")
+	parts := split(_mig_resource_prefix, "/")
 	count(parts) > 1
 } else := ""
 
+# METADATA
+# title: A MIG slice resource
+# description: |
+#   Whether a resource is a MIG slice of a GPU (its name starts with config mig_resource_prefix),
+#   counted as its own model in the tenant's quota.
 is_mig_resource(resource) if {
-	mig_resource_prefix != ""
-	startswith(resource, mig_resource_prefix)
+	_mig_resource_prefix != ""
+	startswith(resource, _mig_resource_prefix)
 }
 
-is_gpu_resource(resource) if resource in gpu_resources
+_is_gpu_resource(resource) if resource in gpu_resources
 
-is_gpu_resource(resource) if is_mig_resource(resource)
+_is_gpu_resource(resource) if is_mig_resource(resource)
 
 # What one unit of a resource counts against the tenant's total: gpu_resource_weights[resource], or
 # the entry for the MIG prefix, else 1.
-weight(resource) := w if {
+_weight(resource) := w if {
 	w := _weights[resource]
 } else := w if {
 	is_mig_resource(resource)
-	w := _weights[mig_resource_prefix]
+	w := _weights[_mig_resource_prefix]
 } else := 1
 
 # A resource of a GPU vendor's domain that labgate does not count and does not list as a companion.
 _is_unknown_vendor_resource(resource) if {
-	not is_gpu_resource(resource)
+	not _is_gpu_resource(resource)
 	not resource in _companion_resources
 	contains(resource, "/")
 	domain := split(resource, "/")[0]
@@ -81,13 +101,25 @@ _in_domain(domain, vendor) if domain == vendor
 
 _in_domain(domain, vendor) if endswith(domain, concat("", [".", vendor]))
 
-# "mig-1g.10gb" for "nvidia.com/mig-1g.10gb".
+# METADATA
+# title: The model a MIG resource counts as
+# description: |
+#   The MIG profile a MIG resource names, "mig-1g.10gb" for "nvidia.com/mig-1g.10gb": the model
+#   key of spec.gpu.models its units count against.
 mig_model(resource) := trim_prefix(resource, _mig_domain)
 
-# Whether a model name (a key of spec.gpu.models) is a MIG profile rather than a GPU product.
-is_mig_model(model) if startswith(concat("", [_mig_domain, model]), mig_resource_prefix)
+# METADATA
+# title: A quota model that is a MIG profile
+# description: |
+#   Whether a model name (a key of a tenant's spec.gpu.models) is a MIG profile rather than a GPU
+#   product, so rules can tell slices from whole GPUs.
+is_mig_model(model) if startswith(concat("", [_mig_domain, model]), _mig_resource_prefix)
 
-# The model of the whole GPUs a pod spec asks: its nodeSelector[gpu_model_label], else "unspecified".
+# METADATA
+# title: The model of a pod's whole GPUs
+# description: |
+#   The GPU product a pod spec selects with nodeSelector[gpu_model_label], else "unspecified": the
+#   model its whole GPUs count against in the tenant's quota.
 whole_gpu_model(spec) := model if {
 	model := _object(object.get(spec, "nodeSelector", {}))[model_label]
 	is_string(model)
@@ -127,17 +159,21 @@ _containers(spec) := _array(object.get(spec, "containers", []))
 
 _init_containers(spec) := _array(object.get(spec, "initContainers", []))
 
-# A native sidecar: an init container that keeps running beside the app containers.
+# METADATA
+# title: A native sidecar container
+# description: |
+#   An init container with restartPolicy Always, which keeps running beside the app containers,
+#   so its GPUs add to theirs in the pod's demand.
 is_sidecar(container) if object.get(container, "restartPolicy", "") == "Always"
 
 # The counted resources a pod spec names anywhere (containers, init containers, overhead).
 _spec_resources(spec) := {r |
 	some container in array.concat(_containers(spec), _init_containers(spec))
 	some r, _ in _asked(container)
-	is_gpu_resource(r)
+	_is_gpu_resource(r)
 } | {r |
 	some r, _ in _object(object.get(spec, "overhead", {}))
-	is_gpu_resource(r)
+	_is_gpu_resource(r)
 }
 
 # Containers and every sidecar run together.
@@ -164,21 +200,24 @@ _overhead(spec, resource) := n if {
 } else := 0
 
 # The scheduler's request of a pod spec for one resource.
-effective_request(spec, resource) := max([
+_effective_request(spec, resource) := max([
 	_running(spec, resource),
 	_init_peak(spec, resource),
 ]) + _overhead(spec, resource)
 
 # Every GPU ask of a pod spec's containers: {"resource", "model", "count", "gpus"} per counted
 # resource, sorted by resource; count is the effective request, gpus what it weighs on the total.
-asks(spec) := [{"resource": r, "model": _model(spec, r), "count": n, "gpus": n * weight(r)} |
+_asks(spec) := [{"resource": r, "model": _model(spec, r), "count": n, "gpus": n * _weight(r)} |
 	some r in sort(_spec_resources(spec))
-	n := effective_request(spec, r)
+	n := _effective_request(spec, r)
 	n > 0
 ]
 
-# Resources of a GPU vendor's domain that labgate does not count, where a pod spec names them:
-# [{"field", "resource", "count"}].
+# METADATA
+# title: GPU vendor resources labgate does not count
+# description: |
+#   Resources of a GPU vendor's domain that are neither counted nor listed as companions, where a
+#   pod spec names them: [{"field", "resource", "count"}]; gpu-resource-unknown refuses them.
 unknown_resources(spec) := array.concat(
 	[{"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r)} |
 		some group in ["initContainers", "containers"]
@@ -192,9 +231,12 @@ unknown_resources(spec) := array.concat(
 	],
 )
 
-# Resources of labgate's own domain (labgate.io/...) a pod spec asks: [{"field", "resource", "count"}].
-# They are counted for labgate by others (Kueue asks labgate.io/gpu-total for every nvidia.com/gpu a
-# workload asks, rbac/queues.py), and a pod that asks one itself changes that count.
+# METADATA
+# title: labgate's own resources a pod asks
+# description: |
+#   Resources of labgate.io/ a pod spec asks itself: [{"field", "resource", "count"}]. Kueue counts
+#   them for labgate (labgate.io/gpu-total per nvidia.com/gpu, rbac/queues.py), so a pod asking one
+#   would change the tenant's GPU count.
 own_domain_resources(spec) := [{
 	"field": sprintf("%s[%d].resources", [group, i]), "resource": r, "count": _quantity(c, r),
 } |
@@ -204,10 +246,18 @@ own_domain_resources(spec) := [{
 	startswith(r, "labgate.io/")
 ]
 
-# Every GPU ask of a pod spec: its containers' (asks) and its claims' (lib.dra).
-all_asks(spec) := array.concat(asks(spec), dra.claim_asks(spec, whole_gpu_model(spec)))
+# METADATA
+# title: Every GPU ask of a pod spec
+# description: |
+#   The GPUs a pod spec asks through its containers and through its resource claims (lib.dra), one
+#   {"resource", "model", "count", "gpus"} per ask.
+all_asks(spec) := array.concat(_asks(spec), dra.claim_asks(spec, whole_gpu_model(spec)))
 
-# {"total": n, "by_model": {model: n}}; {"total": 0, "by_model": {}} for a pod without GPUs.
+# METADATA
+# title: A pod spec's GPU demand
+# description: |
+#   What a pod spec takes from its tenant's GPU quota: {"total": n, "by_model": {model: n}}, the
+#   total weighted, and {"total": 0, "by_model": {}} for a pod without GPUs.
 demand(spec) := _demand_of(all_asks(spec))
 
 _demand_of(list) := {"total": sum([a.gpus | some a in list]), "by_model": {model: sum([a.count |
@@ -221,16 +271,29 @@ _demand_of(list) := {"total": sum([a.gpus | some a in list]), "by_model": {model
 # The asks and demand of each of the request's pod templates, by path: computed once per query.
 template_asks[template.path] := all_asks(template.spec) if some template in input.pod_templates
 
+# METADATA
+# title: The GPU demand of each pod template
+# description: |
+#   The GPU demand of each of the request's pod templates, by template path, computed once per
+#   query for the quota rules.
 template_demand[path] := _demand_of(list) if some path, list in template_asks
 
-# The request's kind is a bare Pod (not a subresource of one).
+# METADATA
+# title: The request is for a Pod
+# description: |
+#   Whether the admission request's kind is a bare Pod (not a subresource of one), the object whose
+#   GPUs are reserved against the tenant's quota.
 is_pod if {
 	input.request.kind.kind == "Pod"
 	input.request.kind.group == ""
 	object.get(input.request, "subResource", "") == ""
 }
 
-# The request's Pod in a tenant namespace, being created: what the webhook reserves when it admits.
+# METADATA
+# title: The Pod being created in a tenant namespace
+# description: |
+#   The pod template of a Pod created in a tenant's namespace: the GPUs the webhook reserves on the
+#   tenant's quota ledger when it admits.
 created_pod_template := template if {
 	is_pod
 	input.request.operation == "CREATE"
@@ -239,18 +302,29 @@ created_pod_template := template if {
 	template.path == "spec"
 }
 
-# Kueue's scheduling gate: a pod behind it cannot be scheduled, so it holds no GPUs until Kueue
-# admits it and removes the gate (lib.kueue names it too; rules.queue lets only Kueue remove it
-# where Kueue queues the tenant's pods).
+# METADATA
+# title: Kueue's admission scheduling gate
+# description: |
+#   The scheduling gate Kueue puts on a queued pod: behind it the pod cannot be scheduled, so it
+#   holds no GPUs until Kueue admits it and removes the gate (rules.queue lets only Kueue remove it).
 kueue_admission_gate := "kueue.x-k8s.io/admission"
 
+# METADATA
+# title: A pod waiting behind Kueue's gate
+# description: |
+#   Whether a pod still carries Kueue's admission scheduling gate, so its GPUs are not yet taken
+#   from the tenant's quota.
 is_behind_admission_gate(obj) if {
 	some gate in object.get(obj, ["spec", "schedulingGates"], [])
 	gate.name == kueue_admission_gate
 }
 
-# The request's Pod in a tenant namespace whose GPU demand is judged now: when it is created, and when
-# Kueue's admission gate is removed from it (from then on it can be scheduled).
+# METADATA
+# scope: document
+# title: The Pod whose GPU demand is judged now
+# description: |
+#   The request's Pod in a tenant namespace whose GPUs are judged against the quota now: when it is
+#   created, and when Kueue's admission gate is removed from it (from then on it can be scheduled).
 judged_pod_template := created_pod_template
 
 judged_pod_template := template if {
@@ -263,17 +337,23 @@ judged_pod_template := template if {
 	template.path == "spec"
 }
 
-# Of that Pod, what the webhook reserves when it admits: not while it waits behind Kueue's gate (it
-# is reserved when the gate is removed). One quota, two enforcers: docs/architecture.md.
+# METADATA
+# title: The Pod whose GPUs the webhook reserves
+# description: |
+#   Of the judged Pod, the one the webhook reserves GPUs for on the tenant's ledger when it admits:
+#   not while it waits behind Kueue's gate. One quota, two enforcers: docs/architecture.md.
 reserved_pod_template := template if {
 	template := judged_pod_template
 	not is_behind_admission_gate(input.request.object)
 }
 
-# Pod templates the GPU rules check: a Pod when it is created, whoever creates it (a Job's pods count
-# against the quota too); other workloads when people create or change them, so that what can never
-# run is refused when applied. Workloads that controllers write (a Deployment's ReplicaSets, a
-# CronJob's Jobs) are not checked again: the pods they make are.
+# METADATA
+# scope: document
+# title: The pod templates the GPU rules check
+# description: |
+#   A Pod when it is created, whoever creates it (a Job's pods count against the quota too); other
+#   workloads when people create or change them, so what can never run is refused when applied.
+#   Workloads controllers write (a Deployment's ReplicaSets) are not checked again: their pods are.
 checked_templates contains template if {
 	is_pod
 	input.request.operation == "CREATE"

@@ -7,9 +7,18 @@
 #   sync by the webhook), data.labgate.config and input.request.
 package labgate.lib.tenancy
 
+# METADATA
+# title: The namespace label that names its tenant
+# description: |
+#   The label (config tenant_label) whose value on a namespace names the tenant that owns it.
 tenant_label := data.labgate.config.tenant_label
 
-# The namespace the request writes into (for a Namespace object: the namespace itself).
+# METADATA
+# scope: document
+# title: The namespace the request writes into
+# description: |
+#   The namespace of the admission request, or for a Namespace object the namespace itself: where
+#   the tenant that owns the request is looked up.
 request_namespace := input.request.namespace if input.request.namespace != ""
 
 request_namespace := input.request.name if {
@@ -23,13 +32,25 @@ _namespace_labels := object.get(input.request.object, ["metadata", "labels"], {}
 	input.request.kind.group == ""
 } else := data.inventory.namespaces[request_namespace].labels
 
-# The tenant named by the namespace's label, whether or not such a Tenant exists.
+# METADATA
+# title: The tenant a namespace's label names
+# description: |
+#   The tenant named by the request namespace's tenant label, whether or not such a Tenant exists.
 claimed_tenant_name := _namespace_labels[tenant_label]
 
-# The Tenant object that owns the request's namespace.
+# METADATA
+# title: The tenant that owns the request's namespace
+# description: |
+#   The Tenant object that owns the request's namespace; undefined outside tenant namespaces, where
+#   the tenant rules do not apply.
 namespace_tenant := data.inventory.tenants[claimed_tenant_name]
 
-# The platform itself: cluster admins, controllers, nodes.
+# METADATA
+# scope: document
+# title: A requester that is the platform itself
+# description: |
+#   Cluster admins, controllers and nodes (config trusted_users, trusted_groups) and labgate's own
+#   service accounts, which tenant rules let through.
 is_trusted_requester if input.request.userInfo.username in data.labgate.config.trusted_users
 
 is_trusted_requester if {
@@ -49,6 +70,12 @@ _workload_subjects(tenant) := array.concat(
 	object.get(tenant, ["spec", "members", "researchers"], []),
 )
 
+# METADATA
+# scope: document
+# title: A Tenant subject that names the user
+# description: |
+#   Whether a User, Group or ServiceAccount subject of a Tenant's member lists names the
+#   requesting user.
 subject_matches(subject, user) if {
 	subject.kind == "User"
 	subject.name == user.username
@@ -64,14 +91,21 @@ subject_matches(subject, user) if {
 	user.username == sprintf("system:serviceaccount:%s:%s", [subject.namespace, subject.name])
 }
 
-# The tenant's own namespaces (those labelled with its name in the inventory).
+# METADATA
+# title: A tenant's namespaces
+# description: |
+#   The namespaces labelled with the tenant's name in the inventory: the tenant's own namespaces.
 tenant_namespaces(tenant_name) := {name |
 	some name, ns in data.inventory.namespaces
 	ns.labels[tenant_label] == tenant_name
 }
 
-# A member may run workloads in the tenant's namespaces; so may service accounts living there
-# (a training operator or a Job's controller acting inside the tenant).
+# METADATA
+# scope: document
+# title: A user who may run workloads for the tenant
+# description: |
+#   A member (an admin or researcher subject) may run workloads in the tenant's namespaces; so may
+#   service accounts living there (a training operator or a Job's controller acting inside the tenant).
 is_member(tenant, user) if {
 	some subject in _workload_subjects(tenant)
 	subject_matches(subject, user)
@@ -87,13 +121,20 @@ is_member(tenant, user) if {
 # tenant_namespaces builds the set of all of them.
 _is_tenant_namespace(namespace, tenant_name) if data.inventory.namespaces[namespace].labels[tenant_label] == tenant_name
 
-# Names of the tenants `user` belongs to, for messages that tell people where they may work.
+# METADATA
+# title: The tenants a user belongs to
+# description: |
+#   Names of the tenants a user is a member of, for messages that tell people where they may work.
 tenants_of(user) := {name |
 	some name, tenant in data.inventory.tenants
 	is_member(tenant, user)
 }
 
-# `"alice" (groups: team-a)` for messages (the system: groups left out; no groups part when none is left).
+# METADATA
+# title: A requesting user, for messages
+# description: |
+#   A user as a denial names them: "alice" (groups: team-a), the system: groups left out and no
+#   groups part when none is left.
 describe_user(user) := sprintf("%q (groups: %s)", [user.username, concat(", ", _shown_groups(user))]) if {
 	count(_shown_groups(user)) > 0
 } else := sprintf("%q", [user.username])
@@ -103,33 +144,52 @@ _shown_groups(user) := [g |
 	not startswith(g, "system:")
 ]
 
-# The tenant label of the request's namespace, or "" when it has none (or is not known yet).
+# METADATA
+# title: The tenant name of the request's namespace
+# description: |
+#   The tenant label of the request's namespace, or "" when it has none (or is not known yet).
 namespace_tenant_name := name if {
 	name := claimed_tenant_name
 } else := ""
 
-# Listed as an admin or researcher of the tenant (a user, group or service account subject); unlike
-# is_member, a service account merely living in the tenant's namespaces is not listed.
+# METADATA
+# title: A user the Tenant lists as a member
+# description: |
+#   Listed as an admin or researcher of the tenant (a user, group or service account subject);
+#   unlike is_member, a service account merely living in the tenant's namespaces is not listed.
 is_listed_member(tenant, user) if {
 	some subject in _workload_subjects(tenant)
 	subject_matches(subject, user)
 }
 
+# METADATA
+# title: A tenant admin
+# description: |
+#   Whether the user is one of the tenant's admins (spec.members.admins), who manage its members
+#   and namespaces.
 is_admin(tenant, user) if {
 	some subject in object.get(tenant, ["spec", "members", "admins"], [])
 	subject_matches(subject, user)
 }
 
-# "ann, ci/deployer" for messages: who to ask; a service account is shown as namespace/name.
-admin_names(tenant) := concat(", ", [subject_name(s) |
+# METADATA
+# title: A tenant's admins, for messages
+# description: |
+#   The tenant's admins as a denial names them, "ann, ci/deployer": who to ask; a service account
+#   is shown as namespace/name.
+admin_names(tenant) := concat(", ", [_subject_name(s) |
 	some s in object.get(tenant, ["spec", "members", "admins"], [])
 ])
 
-subject_name(subject) := sprintf("%s/%s", [subject.namespace, subject.name]) if {
+_subject_name(subject) := sprintf("%s/%s", [subject.namespace, subject.name]) if {
 	subject.kind == "ServiceAccount"
 } else := subject.name
 
-# `Pod "train-1"` for messages: the request's kind and name (the generateName while it has none).
+# METADATA
+# title: The request's object, for messages
+# description: |
+#   The request's kind and name as a denial names them, Pod "train-1" (the generateName while it
+#   has none).
 object_ref := sprintf("%s %q", [input.request.kind.kind, name]) if {
 	name := object.get(input.request, "name", "")
 	name != ""
@@ -138,8 +198,11 @@ object_ref := sprintf("%s %q", [input.request.kind.kind, name]) if {
 	object.get(input.request, ["object", "metadata", "generateName"], ""),
 ])
 
-# Every container of a pod spec, with its field relative to the spec: "containers[0]",
-# "initContainers[1]", "ephemeralContainers[0]".
+# METADATA
+# title: Every container of a pod spec
+# description: |
+#   Every container of a pod spec with its field relative to the spec ("containers[0]",
+#   "initContainers[1]", "ephemeralContainers[0]"), for rules that check each container.
 containers(spec) := {{"field": sprintf("%s[%d]", [group, i]), "container": container} |
 	some group in ["containers", "initContainers", "ephemeralContainers"]
 	some i, container in object.get(spec, group, [])

@@ -103,8 +103,8 @@ test_admins_are_listed_admins_only if {
 	not tenancy.is_admin(team_a, testdata.alice)
 	tenancy.admin_names(team_a) == "ann"
 	tenancy.admin_names({"metadata": {"name": "x"}, "spec": {}}) == ""
-	tenancy.subject_name({"kind": "ServiceAccount", "namespace": "ci", "name": "runner"}) == "ci/runner"
-	tenancy.subject_name({"kind": "Group", "name": "team-a"}) == "team-a"
+	tenancy._subject_name({"kind": "ServiceAccount", "namespace": "ci", "name": "runner"}) == "ci/runner"
+	tenancy._subject_name({"kind": "Group", "name": "team-a"}) == "team-a"
 }
 
 # --- text for messages ---
