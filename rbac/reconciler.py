@@ -29,7 +29,6 @@ from labgate.core.api_resources import (
     NAMESPACE,
     NODE,
     RESOURCE_CLAIM,
-    RESOURCE_FLAVOR,
     TENANT,
     WORKLOAD,
     Kind,
@@ -37,11 +36,12 @@ from labgate.core.api_resources import (
 )
 from labgate.core.kube import ApiClient, KubeApi, Reflector
 from labgate.core.queue_config import QueueConfig
-from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, TenantLimits
+from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.cert_rotation import CertificateManager, rotation_task
+from rbac.event_routes import Queue, route_of
 from rbac.leader import LeaderElector
 from rbac.node_index import NodeIndex
 from rbac.queue_holdings import QueueHoldings
@@ -54,7 +54,6 @@ from rbac.runtime import (
     PeriodicTasks,
     Workers,
     WorkQueue,
-    labels,
 )
 from rbac.settlement_controller import POD, SettlementController
 from rbac.tenant_controller import (
@@ -118,10 +117,6 @@ __all__ = [
 # within seconds of its expiry.
 LEDGER_SWEEP_SECONDS = 2.0
 
-# What a Tenant event may change without asking for a new provisioning pass (its status, written by
-# the status controller, and bookkeeping of the API server).
-_PROVISIONING_METADATA = ("generation", "finalizers", "deletionTimestamp", "labels", "annotations")
-
 
 @dataclass
 class Doors:
@@ -162,14 +157,6 @@ def connect(
             KubeApi(api, field_manager=FIELD_MANAGER), namespace=namespace, on_deleted=on_shard_deleted
         ),
     )
-
-
-def is_status_only_change(old: Object | None, new: Object) -> bool:
-    """True if a Tenant event changed nothing provisioning reads (e.g. its status was written)."""
-    if old is None or old.get("spec") != new.get("spec"):
-        return False
-    before, after = old.get("metadata", {}), new.get("metadata", {})
-    return all(before.get(field) == after.get(field) for field in _PROVISIONING_METADATA)
 
 
 class Reconciler:
@@ -277,6 +264,11 @@ class Reconciler:
             nodes=nodes,
         )
         self.queue_routes = QueueRoutes(self.cache, self.tenants, self.status)
+        self._queues = {
+            Queue.PROVISIONING: self.tenants.queue,
+            Queue.SETTLEMENT: self.settlement.queue,
+            Queue.STATUS: self.status.queue,
+        }
 
     def _wire(self) -> None:
         """Who hears of what: the reflectors of Tenants, Namespaces and managed objects enqueue
@@ -325,19 +317,14 @@ class Reconciler:
     # -- events -----------------------------------------------------------------------------------
 
     def route(self, kind: Kind, obj: Object, *, old: Object | None = None, is_event: bool = False) -> None:
-        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for."""
-        if kind is WORKLOAD or kind is RESOURCE_FLAVOR:
+        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for
+        (the table: rbac/event_routes.py)."""
+        target = route_of(kind, obj, old=old, is_event=is_event)
+        if Queue.KUEUE in target.queues:
             self.queue_routes.on_kueue_object(kind, obj)
-            return
-        name = str(obj["metadata"]["name"]) if kind is TENANT else labels(obj).get(TENANT_LABEL)
-        if name is None:
-            return
-        if kind is TENANT and is_event and is_status_only_change(old, obj):
-            self.status.queue.add(name)
-            return
-        self.tenants.queue.add(name)
-        if kind is TENANT or kind is NAMESPACE:  # the pods a tenant's namespaces hold may change
-            self.settlement.queue.add(name)
+        if target.tenant is not None:
+            for queue in target.queues - {Queue.KUEUE}:
+                self._queues[queue].add(target.tenant)
 
     def observe_list(self, kind: Kind, objects: list[Object]) -> None:
         """A reflector's list of `kind`: the cache takes it whole, and every tenant named is queued."""

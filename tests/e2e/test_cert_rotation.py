@@ -9,12 +9,13 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
+from cryptography import x509
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from devcluster.stack import WEBHOOK_CONFIGURATION, LabgateStack
 from labgate.core.kube import KubeApi
-from rbac.cert_lifetimes import Lifetimes
+from rbac.cert_lifetimes import Lifetimes, lifetimes_from
 from rbac.cert_rotation import (
     CertificateManager,
     FileStore,
@@ -25,6 +26,16 @@ from rbac.cert_rotation import (
 from tests.e2e.conftest import TenantFactory
 
 pytestmark = pytest.mark.chart
+
+
+def due_for_rotation(ca_pem: bytes) -> Lifetimes:
+    """Lifetimes the chart would accept under which the served CA is due for rotation now: a serving
+    certificate lives as long as the CA has left, so the CA cannot outlive the next one it signs, while a
+    freshly issued serving certificate is not close to expiry (so no `renew-serving` while replicas
+    catch up)."""
+    left = x509.load_pem_x509_certificate(ca_pem).not_valid_after_utc - dt.datetime.now(dt.UTC)
+    hours = int(left.total_seconds() // 3600)
+    return lifetimes_from(serving=f"{hours}h", renew_before="24h", ca=f"{2 * hours}h")
 
 
 def test_ca_rotation_under_load_fails_no_admission(stack: LabgateStack, tenants: TenantFactory) -> None:
@@ -41,10 +52,7 @@ def test_ca_rotation_under_load_fails_no_admission(stack: LabgateStack, tenants:
         configuration_name=WEBHOOK_CONFIGURATION,
         dns_names=("localhost",),
         ip_addresses=("127.0.0.1",),
-        # A CA that is "about to expire" at once, so the rotation starts now.
-        lifetimes=Lifetimes(
-            ca=dt.timedelta(days=2), serving=dt.timedelta(days=1), renew_before=dt.timedelta(days=400)
-        ),
+        lifetimes=due_for_rotation(stack.webhook_ca.cert_pem),
         replicas=lambda: [(url.hostname or "127.0.0.1", url.port or 443)],
     )
     old_ca = stack.webhook_ca.cert_pem
