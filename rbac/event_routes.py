@@ -1,4 +1,4 @@
-"""Which of the reconciler's queues a change to a watched object goes to: a pure table; the
+"""Which of the reconciler's queues a change to a watched object goes to (pure: a table); the
 reconciler (rbac/reconciler.py) only hands the tenant's name to the queues it names.
 
 | what changed                                         | tenant               | queues                  |
