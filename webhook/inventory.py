@@ -1,4 +1,6 @@
-"""OPA's copy of the cluster's tenants and namespaces (data.inventory), fed by watches.
+"""The webhook's copy of the cluster's tenants and namespaces, fed by watches and written into OPA
+as data.inventory (webhook.inventory_push); the restricted Secrets and the PersistentVolumes the
+policies read beside it.
 
 Rego needs to know which tenant owns a namespace, who its members are and how other namespaces
 are labelled (network policy peers). The webhook keeps that in OPA as data, so each admission
@@ -10,8 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from labgate.core.api_resources import (
     NAMESPACE,
@@ -30,73 +31,11 @@ from webhook.admission import (
     tenant_document,
     workload_priority_class_document,
 )
+from webhook.inventory_push import InventoryPush
+from webhook.inventory_snapshot import Document, InventorySnapshot
 from webhook.policy_input import SecretDocument, VolumeDocument
 
 log = logging.getLogger(__name__)
-
-
-class InventoryWriter(Protocol):
-    """Where the inventory is written: data.inventory in OPA (webhook.policy_engine.InventoryStore)."""
-
-    def replace_all(self, inventory: dict[str, Any]) -> None: ...
-
-    def put(self, collection: str, name: str, document: dict[str, Any]) -> None: ...
-
-    def patch(self, operations: list[dict[str, Any]]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-Document = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class InventorySnapshot:
-    """The inventory at one moment: never changed once published, so readers use it without a lock
-    or a copy, and a change publishes a new one (copying only the collection it changes; the
-    documents in it are shared, never changed either)."""
-
-    # "namespaces", "tenants", "priority_classes": name -> what policies see of it
-    collections: Mapping[str, Mapping[str, Document]]
-    revision: int
-    # labgate's own namespace, whose service accounts (the reconciler) the policies trust as the
-    # platform, whatever namespace the chart was installed in.
-    platform_namespace: str
-
-    @property
-    def namespaces(self) -> Mapping[str, Document]:
-        return self.collections["namespaces"]
-
-    @property
-    def tenants(self) -> Mapping[str, Document]:
-        return self.collections["tenants"]
-
-    def namespaces_of(self, tenant: str) -> list[str]:
-        """The namespaces that carry the tenant's label."""
-        return [
-            name for name, ns in self.namespaces.items() if ns.get("labels", {}).get(TENANT_LABEL) == tenant
-        ]
-
-    def with_collection(self, name: str, documents: Mapping[str, Document]) -> InventorySnapshot:
-        """This snapshot with collection `name` replaced by `documents`."""
-        return replace(self, collections={**self.collections, name: documents})
-
-    def with_document(self, collection: str, name: str, document: Document | None) -> InventorySnapshot:
-        """This snapshot with one document set (or removed, when None)."""
-        documents = dict(self.collections[collection])
-        if document is None:
-            documents.pop(name, None)
-        else:
-            documents[name] = document
-        return self.with_collection(collection, documents)
-
-    def document(self) -> dict[str, Any]:
-        """data.inventory as OPA holds it (the collections shared, not copied)."""
-        return {
-            **self.collections,
-            "revision": self.revision,
-            "platform": {"namespace": self.platform_namespace},
-        }
 
 
 def _no_listener(tenant: Object) -> None:
@@ -104,50 +43,33 @@ def _no_listener(tenant: Object) -> None:
 
 
 class InventorySync:
-    """Reflectors (Namespaces, Tenants, PriorityClasses; with Kueue its WorkloadPriorityClasses) that
-    write every change into OPA. A Tenant's status is never pushed: each Tenant seen is handed to
-    `tenant_seen` (webhook.tenant_status_facts.TenantStatusFacts keeps what the refusals quote)."""
+    """The webhook's copy of the cluster's Namespaces, Tenants and PriorityClasses (with Kueue its
+    WorkloadPriorityClasses), fed by reflectors and, on a miss, read through; every snapshot it
+    publishes goes to `push` (webhook.inventory_push.InventoryPush), which writes it into OPA. A
+    Tenant's status is never pushed: each Tenant seen is handed to `tenant_seen`
+    (webhook.tenant_status_facts.TenantStatusFacts keeps what the refusals quote)."""
 
     def __init__(
         self,
         kube: KubeApi,
-        store: InventoryWriter,
+        push: InventoryPush,
         *,
-        platform_namespace: str,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         kueue: bool = False,
         tenant_seen: Callable[[Object], None] = _no_listener,
     ):
-        """`kube`: the door its watches and read-throughs use (reads only). `kueue`: Kueue runs beside
-        labgate (its CRDs are installed), so its WorkloadPriorityClasses are watched too.
-        `tenant_seen`: told of every Tenant listed, changed or read through (not of a deleted one)."""
-        self._store = store
+        """`kube`: the door its watches and read-throughs use (reads only). `push`: made with this
+        copy's first snapshot (`empty_snapshot`). `kueue`: Kueue runs beside labgate (its CRDs are
+        installed), so its WorkloadPriorityClasses are watched too. `tenant_seen`: told of every
+        Tenant listed, changed or read through (not of a deleted one)."""
+        self._push = push
         self._tenant_seen = tenant_seen
         self._watch_timeout = watch_timeout_seconds
-        # Two locks, neither taken by the event loop: `_lock` orders the writers of snapshots (the
-        # watches, a read-through) and guards `_dirty`; `_push_lock` orders writes to OPA, which may
-        # be slow or hang. Never hold `_lock` across network I/O.
+        # Orders the writers of snapshots (the watches, a read-through); not taken by the event loop,
+        # never held across network I/O.
         self._lock = threading.Lock()
-        self._push_lock = threading.Lock()
-        # Changes waiting for OPA, written in batches by one pusher thread (a burst of thousands of
-        # namespace events becomes a few JSON Patch requests, not thousands of PUTs in a queue).
-        self._dirty: set[tuple[str, str]] = set()
-        # Writes into OPA that completed: a decision made before one is not reused after it.
-        self._writes = 0
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._pusher = threading.Thread(target=self._push_changes, name="inventory-pusher", daemon=True)
         # Replaced whole under `_lock`, read without it (one attribute read is atomic).
-        self._snapshot = InventorySnapshot(
-            collections={
-                "namespaces": {},
-                "tenants": {},
-                "priority_classes": {},
-                **({"workload_priority_classes": {}} if kueue else {}),
-            },
-            revision=0,
-            platform_namespace=platform_namespace,
-        )
+        self._snapshot = push.latest
         self._kube = kube
         api = kube.api
         self._reflectors = [
@@ -179,13 +101,18 @@ class InventorySync:
         """The inventory as it is now (never changes; a later change is a later snapshot)."""
         return self._snapshot
 
+    def _publish(self, snapshot: InventorySnapshot, changed: tuple[str, str] | None = None) -> None:
+        """Make `snapshot` the copy (holding `_lock`), and hand it to the push."""
+        self._snapshot = snapshot
+        self._push.follow(snapshot, changed)
+
     def _reflector(self, collection: str, api: ApiClient, list_fn: Any, to_doc: Any) -> Reflector:
         def on_list(objects: list[Object]) -> None:
             documents = {o["metadata"]["name"]: to_doc(o) for o in objects}
             with self._lock:
-                self._snapshot = self._snapshot.with_collection(collection, documents)
+                self._publish(self._snapshot.with_collection(collection, documents))
             try:
-                self.push_all()
+                self._push.push_all()
             except Exception as err:
                 # The API's answer is fresh even when OPA cannot take it: an unreachable OPA must
                 # read as [policy-engine-unavailable], not make this copy look stale ([facts-stale]).
@@ -201,9 +128,7 @@ class InventorySync:
                 known = self._snapshot.collections[collection].get(name)
                 if known == document:
                     return  # a status-only change, or the delete of what was never known: nothing for OPA
-                self._snapshot = self._snapshot.with_document(collection, name, document)
-                self._dirty.add((collection, name))
-            self._wake.set()
+                self._publish(self._snapshot.with_document(collection, name, document), (collection, name))
 
         return Reflector(
             collection,
@@ -224,12 +149,11 @@ class InventorySync:
         return not tenant or tenant in snapshot.tenants
 
     def _learn(self, collection: str, name: str, document: Document) -> None:
-        """A document read through: kept, and written into OPA at once (not queued behind a burst
-        of watch events: the request that read it waits for it)."""
+        """A document read through: kept, and written into OPA at once (the request that read it
+        waits for it)."""
         with self._lock:
-            self._snapshot = self._snapshot.with_document(collection, name, document)
-        self._store.put(collection, name, document)
-        self._count_write()
+            self._publish(self._snapshot.with_document(collection, name, document))
+        self._push.put(collection, name, document)
 
     def ensure_namespace(self, name: str) -> None:
         """Read through on a cache miss: a namespace created an instant before its first pod may not
@@ -249,60 +173,9 @@ class InventorySync:
             return
         self._learn("tenants", tenant_name, self._tenant_document(tenant))
 
-    def _push_changes(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.wait(timeout=1.0)
-            self._wake.clear()
-            with self._push_lock:
-                with self._lock:
-                    dirty, self._dirty = self._dirty, set()
-                    snapshot = self._snapshot
-                patch: list[dict[str, Any]] = []
-                for collection, name in sorted(dirty):
-                    document = snapshot.collections[collection].get(name)
-                    path = f"/{collection}/{name.replace('~', '~0').replace('/', '~1')}"
-                    if document is None:
-                        patch.append({"op": "remove", "path": path})
-                    else:
-                        patch.append({"op": "add", "path": path, "value": document})
-                if not patch:
-                    continue
-                try:
-                    self._store.patch(patch)
-                    self._count_write()
-                except Exception:  # OPA lost the inventory (a reload) or is down: write it all
-                    log.warning(
-                        "inventory patch of %d changes failed; pushing the whole inventory", len(patch)
-                    )
-                    try:
-                        self._push_all_holding_push_lock()
-                    except Exception:
-                        log.exception("inventory push failed; retrying")
-                        with self._lock:
-                            self._dirty |= dirty
-                        self._stopping.wait(1.0)
-
-    def _push_all_holding_push_lock(self) -> None:
-        with self._lock:
-            self._snapshot = replace(self._snapshot, revision=self._snapshot.revision + 1)
-            snapshot = self._snapshot
-        self._store.replace_all(snapshot.document())
-        self._count_write()
-
-    def _count_write(self) -> None:
-        with self._lock:
-            self._writes += 1
-
-    @property
-    def writes(self) -> int:
-        """How many writes into OPA have completed: what OPA holds is the same while this is."""
-        return self._writes
-
     def push_all(self) -> None:
-        """Write the whole inventory into OPA. Its revision lets the webhook tell that OPA still holds
-        it (OPA forgets pushed data when --watch reloads its policies)."""
-        with self._push_lock:
-            self._push_all_holding_push_lock()
+        """Write the whole inventory into OPA again (a decision found OPA without it)."""
+        self._push.push_all()
 
     def tenant_spec(self, name: str) -> dict[str, Any] | None:
         """The spec of tenant `name`, as the inventory knows it."""
@@ -316,7 +189,6 @@ class InventorySync:
         return str(tenant) if tenant else None
 
     def start(self) -> None:
-        self._pusher.start()
         for reflector in self._reflectors:
             reflector.start()
 
@@ -330,12 +202,19 @@ class InventorySync:
         return max(r.age() for r in self._reflectors)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
         for reflector in self._reflectors:
             reflector.stop()
-        self._pusher.join(timeout=5)
-        self._store.close()
+
+
+def empty_snapshot(*, platform_namespace: str, kueue: bool = False) -> InventorySnapshot:
+    """The inventory before any list: every collection the copy fills, empty."""
+    collections: dict[str, Mapping[str, Document]] = {
+        "namespaces": {},
+        "tenants": {},
+        "priority_classes": {},
+        **({"workload_priority_classes": {}} if kueue else {}),
+    }
+    return InventorySnapshot(collections=collections, platform_namespace=platform_namespace)
 
 
 class RestrictedSecrets(WatchFed):

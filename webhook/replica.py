@@ -39,7 +39,8 @@ from webhook.facts import (
     TenantStatusSource,
     VolumeFacts,
 )
-from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets
+from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets, empty_snapshot
+from webhook.inventory_push import InventoryPush
 from webhook.ledger_sums import LedgerAccess, LedgerSums
 from webhook.opa_management import InventoryStore, PolicyStore
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
@@ -225,11 +226,12 @@ def admission_reports(settings: Settings, kube: KubeApi) -> AdmissionReports | N
 
 @dataclass(frozen=True)
 class ClusterCaches:
-    """The watch-fed caches of the cluster a replica keeps: the inventory (pushed into OPA), what
+    """The watch-fed caches of the cluster a replica keeps: the inventory and its push into OPA, what
     the Tenants' statuses say (kept aside from it, fed by its Tenant watch), the GPU ledgers, the
     restricted secrets."""
 
     inventory: InventorySync
+    push: InventoryPush
     statuses: TenantStatusFacts
     ledgers: LedgerCache
     secrets: RestrictedSecrets
@@ -238,10 +240,13 @@ class ClusterCaches:
     def of(cls, settings: Settings, kube: KubeApi, ledger_writers: Executor) -> ClusterCaches:
         watch_timeout = settings.watch_timeout_seconds
         statuses = TenantStatusFacts()
+        push = InventoryPush(
+            InventoryStore(settings.opa_url),
+            empty_snapshot(platform_namespace=settings.namespace, kueue=settings.kueue),
+        )
         inventory = InventorySync(
             kube,
-            InventoryStore(settings.opa_url),
-            platform_namespace=settings.namespace,
+            push,
             watch_timeout_seconds=watch_timeout,
             kueue=settings.kueue,
             tenant_seen=statuses.remember_status,
@@ -252,7 +257,7 @@ class ClusterCaches:
             writers=ledger_writers,
         )
         secrets = RestrictedSecrets(kube, watch_timeout_seconds=watch_timeout)
-        return cls(inventory, statuses, ledgers, secrets)
+        return cls(inventory, push, statuses, ledgers, secrets)
 
     def age(self) -> float:
         """Seconds since the API last proved the stalest of them current."""
@@ -315,7 +320,7 @@ def build_replica(settings: Settings, kinds: tuple[WorkloadKind, ...]) -> Replic
         engine,
         cluster_facts(settings, kube, caches, registry, provenance),
         AdmissionOptions.of(settings, kinds, provenance),
-        version=reuse_version(lambda: caches.inventory.writes, policies),
+        version=reuse_version(lambda: caches.push.writes, policies),
     )
     FACTS_AGE.set_function(caches.age)  # read at scrape time
     return Replica(
@@ -326,7 +331,8 @@ def build_replica(settings: Settings, kinds: tuple[WorkloadKind, ...]) -> Replic
         ledger_writers=ledger_writers,
         reports=admission_reports(settings, reporting),
         policies=policies,
-        caches=(caches.inventory, caches.ledgers, caches.secrets),
+        # The push before the copy that feeds it; stopped in reverse order, after it.
+        caches=(caches.push, caches.inventory, caches.ledgers, caches.secrets),
     )
 
 

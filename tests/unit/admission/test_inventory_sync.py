@@ -1,6 +1,7 @@
-"""The inventory sync (webhook.inventory.InventorySync) against fakes of what it talks to: the watches
-that feed it (a fake Reflector the test delivers lists and events through), the API it reads through
-on a miss (a fake KubeApi) and OPA's data.inventory (a fake InventoryWriter). What a researcher would
+"""The inventory sync (webhook.inventory.InventorySync) and its push into OPA
+(webhook.inventory_push.InventoryPush) against fakes of what they talk to: the watches that feed the
+copy (a fake Reflector the test delivers lists and events through), the API it reads through on a
+miss (a fake KubeApi) and OPA's data.inventory (a fake InventoryWriter). What a researcher would
 notice: a namespace or Tenant change that never reaches OPA (decided on an old owner), a webhook that
 refuses as stale while the API is fine, a pod racing its namespace decided without its tenant."""
 
@@ -10,6 +11,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,7 +19,8 @@ import pytest
 import webhook.inventory
 from labgate.core.api_resources import NAMESPACE, TENANT, Kind
 from labgate.core.tenant import TENANT_LABEL
-from webhook.inventory import InventorySync
+from webhook.inventory import InventorySync, empty_snapshot
+from webhook.inventory_push import InventoryPush, patch_of
 from webhook.tenant_status_facts import TenantStatusFacts
 
 Object = dict[str, Any]
@@ -81,10 +84,14 @@ class FakeOpa:
         self.is_down = False
         self.lost_inventory = False  # a policy reload dropped pushed data: patches fail
         self.closed = False
+        self.refused = 0  # writes refused while down
         self.changed = threading.Condition()
 
     def _check(self) -> None:
         if self.is_down:
+            with self.changed:
+                self.refused += 1
+                self.changed.notify_all()
             raise ConnectionRefusedError("OPA is down")
 
     def replace_all(self, inventory: dict[str, Any]) -> None:
@@ -145,17 +152,14 @@ def tenant(name: str, *researchers: str, status: Object | None = None) -> Object
     }
 
 
+@dataclass
 class Sync:
-    def __init__(
-        self,
-        sync: InventorySync,
-        reflectors: dict[str, FakeReflector],
-        kube: FakeKube,
-        opa: FakeOpa,
-        statuses: TenantStatusFacts,
-    ):
-        self.sync, self.reflectors, self.kube, self.opa = sync, reflectors, kube, opa
-        self.statuses = statuses  # fed by the sync's Tenant watch, as webhook.replica wires them
+    sync: InventorySync
+    push: InventoryPush
+    reflectors: dict[str, FakeReflector]
+    kube: FakeKube
+    opa: FakeOpa
+    statuses: TenantStatusFacts  # fed by the sync's Tenant watch, as webhook.replica wires them
 
     def list_everything(self, namespaces: list[Object], tenants: list[Object]) -> None:
         self.reflectors["namespaces"].deliver_list(namespaces)
@@ -175,15 +179,13 @@ def sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
     opa = FakeOpa()
     statuses = TenantStatusFacts()
-    inventory = InventorySync(
-        kube,  # type: ignore[arg-type]
-        opa,
-        platform_namespace="labgate-system",
-        tenant_seen=statuses.remember_status,
-    )
-    inventory.start()  # the pusher thread; the fake watches wait for the test
-    yield Sync(inventory, reflectors, kube, opa, statuses)
+    push = InventoryPush(opa, empty_snapshot(platform_namespace="labgate-system"))
+    inventory = InventorySync(kube, push, tenant_seen=statuses.remember_status)  # type: ignore[arg-type]
+    push.start()  # the pusher thread
+    inventory.start()  # the fake watches wait for the test
+    yield Sync(inventory, push, reflectors, kube, opa, statuses)
     inventory.stop()
+    push.stop()
     assert opa.closed
 
 
@@ -229,7 +231,7 @@ def test_a_burst_of_changes_is_written_in_few_patches(sync: Sync) -> None:
     sync.list_everything([], [tenant("vision")])
     events = sync.reflectors["namespaces"]
     # Hold the pusher off while the burst arrives, as a pusher busy writing to a slow OPA would be.
-    with sync.sync._push_lock:
+    with sync.push._push_lock:
         for i in range(200):
             events.on_event("ADDED", namespace(f"ns-{i}", "vision"))
     sync.opa.wait_for(lambda: len((sync.opa.inventory or {}).get("namespaces", {})) == 200)
@@ -274,7 +276,9 @@ def test_with_kueue_workload_priority_classes_are_watched_and_written(
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
     assert "workload_priority_classes" not in reflectors
     opa = FakeOpa()
-    inventory = InventorySync(FakeKube(), opa, platform_namespace="labgate-system", kueue=True)  # type: ignore[arg-type]
+    push = InventoryPush(opa, empty_snapshot(platform_namespace="labgate-system", kueue=True))
+    inventory = InventorySync(FakeKube(), push, kueue=True)  # type: ignore[arg-type]
+    push.start()
     inventory.start()
     try:
         for name in ("namespaces", "tenants", "priority_classes"):
@@ -286,6 +290,7 @@ def test_with_kueue_workload_priority_classes_are_watched_and_written(
         assert (opa.inventory or {})["workload_priority_classes"] == {"urgent": {"value": 100000}}
     finally:
         inventory.stop()
+        push.stop()
 
 
 def test_without_kueue_no_workload_priority_class_is_watched(sync: Sync) -> None:
@@ -443,3 +448,28 @@ def test_the_open_nodes_are_kept_from_the_status_and_not_pushed(sync: Sync) -> N
     }
     sync.opa.wait_for(lambda: "vision" in (sync.opa.inventory or {}).get("tenants", {}))
     assert "status" not in (sync.opa.inventory or {})["tenants"]["vision"]
+
+
+def test_a_name_with_a_slash_or_a_tilde_is_one_path_segment_of_the_patch() -> None:
+    # JSON Pointer escapes (RFC 6901): unescaped, "a/b" would write into a document "a"'s field "b".
+    snapshot = empty_snapshot(platform_namespace="labgate-system").with_document(
+        "priority_classes", "a/b~c", {"value": 7}
+    )
+    patch = patch_of(snapshot, {("priority_classes", "a/b~c"), ("namespaces", "gone")})
+    assert patch == [
+        {"op": "remove", "path": "/namespaces/gone"},
+        {"op": "add", "path": "/priority_classes/a~1b~0c", "value": {"value": 7}},
+    ]
+
+
+def test_a_change_the_pusher_could_not_write_anywhere_is_written_once_opa_is_back(sync: Sync) -> None:
+    sync.list_everything([namespace("team-a", "vision")], [tenant("vision")])
+    writes = sync.push.writes
+    sync.opa.is_down = True
+    sync.reflectors["namespaces"].on_event("ADDED", namespace("team-b", "vision"))
+    sync.opa.wait_for(lambda: sync.opa.refused >= 2)  # the patch, then the whole inventory
+    assert "team-b" not in (sync.opa.inventory or {})["namespaces"]
+    assert sync.push.writes == writes  # a decision may still be reused: OPA holds what it held
+    sync.opa.is_down = False
+    sync.opa.wait_for(lambda: "team-b" in (sync.opa.inventory or {}).get("namespaces", {}))
+    assert sync.push.writes > writes  # now it is not
