@@ -6,7 +6,7 @@ import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
@@ -21,7 +21,6 @@ from webhook.policy_input import (
     HeldDocument,
     ImageReferenceDocument,
     OpenNodesDocument,
-    PodTemplateDocument,
     PolicyInput,
     QueuedDocument,
     ScaledWorkloadDocument,
@@ -42,16 +41,15 @@ def build_policy_input(
     `input.image_references` says where each image comes from, read from the reference alone (no
     registry is asked), so registry allowlists hold for every tenant.
     """
-    templates = find_pod_templates(
+    pod_templates = find_pod_templates(
         request.object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
     )
-    pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
     document: PolicyInput = {
         "request": request_document(request),
         "pod_templates": pod_templates,
         "image_references": image_references(pod_templates),
     }
-    if templates and (before := replicas_before(request, kinds)) is not None:
+    if pod_templates and (before := replicas_before(request, kinds)) is not None:
         document["replicas_before"] = before
     return document
 
@@ -67,7 +65,7 @@ def replicas_before(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) 
     old = find_pod_templates(
         request.old_object, group=request.kind.group, kind=request.kind.kind, kinds=kinds
     )
-    return {t.path: t.replicas for t in old}
+    return {t["path"]: t["replicas"] for t in old}
 
 
 def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> WorkloadKind | None:
@@ -81,8 +79,7 @@ def scaled_kind(request: AdmissionRequest, kinds: tuple[WorkloadKind, ...]) -> W
 def scaled_workload_document(kind: WorkloadKind, workload: Object) -> ScaledWorkloadDocument:
     """`input.scaled_workload`: the kind and pod templates of the workload a scale call resizes, as
     read from the API ({"kind", "error"} says instead why it could not be read)."""
-    templates = find_pod_templates(workload, group=kind.group, kind=kind.kind, kinds=(kind,))
-    pod_templates = [cast(PodTemplateDocument, t.model_dump()) for t in templates]
+    pod_templates = find_pod_templates(workload, group=kind.group, kind=kind.kind, kinds=(kind,))
     return {"kind": kind.kind, "pod_templates": pod_templates}
 
 

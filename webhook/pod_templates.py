@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import TypeAdapter
 
 # The kinds are listed once, in labgate.core (the reconciler's RBAC and the chart derive from them too).
 from labgate.core.workload_catalog import BUILTIN_WORKLOAD_KINDS, TemplateLocation, WorkloadKind
+from webhook.policy_input import PodTemplateDocument as PodTemplate
 
 __all__ = [
     "BUILTIN_WORKLOAD_KINDS",
@@ -32,18 +33,19 @@ __all__ = [
 ]
 
 
-class PodTemplate(BaseModel):
-    """One pod spec found inside an object: where, its spec and metadata, and how many pods it makes."""
-
-    model_config = ConfigDict(frozen=True)
-
-    path: str
-    spec: dict[str, Any]
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    replicas: int = 1
-    synthesized: bool = Field(
-        default=False, description="Built from an object that holds no PodSpec at `path` (see module doc)."
-    )
+def _template(
+    path: str, spec: dict[str, Any], metadata: dict[str, Any], replicas: int = 1, *, synthesized: bool = False
+) -> PodTemplate:
+    """One pod spec found inside an object, as the policies read it (`input.pod_templates[_]`): where,
+    its spec and metadata (the object's own dicts, not copies), how many pods it makes, and whether it
+    was built from an object that holds no PodSpec at `path` (see the module doc)."""
+    return {
+        "path": path,
+        "spec": spec,
+        "metadata": metadata,
+        "replicas": replicas,
+        "synthesized": synthesized,
+    }
 
 
 def _children(node: Any, head: str) -> list[tuple[str, Any]]:
@@ -152,13 +154,7 @@ def _synthesized(
         spec = _argo_pod_spec(node, workflow_spec)
     if spec is None:
         return None
-    return PodTemplate(
-        path=path,
-        spec=spec,
-        metadata=node.get("metadata") or {},
-        replicas=_replicas(obj, location, path),
-        synthesized=True,
-    )
+    return _template(path, spec, node.get("metadata") or {}, _replicas(obj, location, path), synthesized=True)
 
 
 _CONTAINER_FIELDS = ("image", "command", "args", "env", "envFrom", "volumeMounts", "resources")
@@ -191,7 +187,7 @@ def find_pod_templates(
     if (group, kind) == ("", "Pod"):
         spec = obj.get("spec")
         metadata = obj.get("metadata") or {}
-        return [PodTemplate(path="spec", spec=spec, metadata=metadata)] if isinstance(spec, dict) else []
+        return [_template("spec", spec, metadata)] if isinstance(spec, dict) else []
     found: list[PodTemplate] = []
     for workload in kinds:
         if (workload.group, workload.kind) != (group, kind):
@@ -204,11 +200,11 @@ def find_pod_templates(
                     continue
                 if isinstance(template, dict) and isinstance(template.get("spec"), dict):
                     found.append(
-                        PodTemplate(
-                            path=f"{path}.spec",
-                            spec=template["spec"],
-                            metadata=template.get("metadata") or {},
-                            replicas=_replicas(obj, location, path),
+                        _template(
+                            f"{path}.spec",
+                            template["spec"],
+                            template.get("metadata") or {},
+                            _replicas(obj, location, path),
                             synthesized=location.shape == "pod-override",
                         )
                     )

@@ -16,7 +16,7 @@ from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 
 
 class PodTemplateDocument(TypedDict):
-    """input.pod_templates[_]: one pod spec inside the object (`webhook.pod_templates.PodTemplate`)."""
+    """input.pod_templates[_]: one pod spec inside the object (found by `webhook.pod_templates`)."""
 
     path: str
     spec: dict[str, Any]

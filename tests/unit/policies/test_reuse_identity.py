@@ -36,11 +36,11 @@ def _pods_of(sample: Sample) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {**(t.metadata or {}), "name": "from-template"},
-            "spec": t.spec,
+            "metadata": {**(t["metadata"] or {}), "name": "from-template"},
+            "spec": t["spec"],
         }
         for t in templates
-        if not t.synthesized and isinstance(t.spec, dict)
+        if not t["synthesized"] and isinstance(t["spec"], dict)
     ]
 
 
