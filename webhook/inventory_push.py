@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from webhook.inventory_snapshot import InventorySnapshot
+from webhook.inventory_snapshot import InventorySnapshot, PatchOperation
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,14 @@ class InventoryWriter(Protocol):
 
     def put(self, collection: str, name: str, document: dict[str, Any]) -> None: ...
 
-    def patch(self, operations: list[dict[str, Any]]) -> None: ...
+    def patch(self, operations: list[PatchOperation]) -> None: ...
 
     def close(self) -> None: ...
 
 
-def patch_of(snapshot: InventorySnapshot, changed: set[tuple[str, str]]) -> list[dict[str, Any]]:
+def patch_of(snapshot: InventorySnapshot, changed: set[tuple[str, str]]) -> list[PatchOperation]:
     """The JSON Patch that brings OPA's data.inventory from before `changed` to `snapshot`."""
-    patch: list[dict[str, Any]] = []
+    patch: list[PatchOperation] = []
     for collection, name in sorted(changed):
         document = snapshot.collections[collection].get(name)
         path = f"/{collection}/{name.replace('~', '~0').replace('/', '~1')}"
@@ -109,7 +109,7 @@ class InventoryPush:
                 if patch:
                     self._write_patch(patch, dirty)
 
-    def _write_patch(self, patch: list[dict[str, Any]], dirty: set[tuple[str, str]]) -> None:
+    def _write_patch(self, patch: list[PatchOperation], dirty: set[tuple[str, str]]) -> None:
         try:
             self._store.patch(patch)
             self._count_write()

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from labgate.core.tenant import TENANT_LABEL
 
 Document = dict[str, Any]
+
+
+class PatchOperation(TypedDict):
+    """One operation of the JSON Patch (RFC 6902) that writes changes into data.inventory."""
+
+    op: Literal["add", "remove"]
+    path: str  # /collection/name, JSON Pointer escaped
+    value: NotRequired[Document]
 
 
 @dataclass(frozen=True, slots=True)

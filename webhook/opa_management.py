@@ -32,6 +32,7 @@ from opa_client.errors import (
 )
 
 from labgate.core.errors import LabgateError
+from webhook.inventory_snapshot import PatchOperation
 from webhook.opa_thread import LoopThread
 from webhook.policy_engine import INVENTORY_PATH, OpaUnreachableError
 
@@ -121,7 +122,7 @@ class OpaManagement:
     def put_data(self, path: str, document: dict[str, Any]) -> None:
         self._call(self._client.update_or_create_data(document, path), f"put data {path}")
 
-    def patch_data(self, path: str, operations: list[dict[str, Any]]) -> None:
+    def patch_data(self, path: str, operations: list[PatchOperation]) -> None:
         self._call(self._client.patch_data(path, operations), f"patch data {path}")
 
     def get_data(self, path: str) -> Any:
@@ -149,7 +150,7 @@ class InventoryStore:
         """Create or replace one tenant or namespace."""
         self._opa.put_data(f"{INVENTORY_PATH}/{collection}/{name}", document)
 
-    def patch(self, operations: list[dict[str, Any]]) -> None:
+    def patch(self, operations: list[PatchOperation]) -> None:
         """Apply a JSON Patch to the inventory (several changes in one request)."""
         self._opa.patch_data(INVENTORY_PATH, operations)
 

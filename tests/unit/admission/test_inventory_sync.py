@@ -21,6 +21,7 @@ from labgate.core.api_resources import NAMESPACE, TENANT, Kind
 from labgate.core.tenant import TENANT_LABEL
 from webhook.inventory import InventorySync, empty_snapshot
 from webhook.inventory_push import InventoryPush, patch_of
+from webhook.inventory_snapshot import PatchOperation
 from webhook.tenant_status_facts import TenantStatusFacts
 
 Object = dict[str, Any]
@@ -80,7 +81,7 @@ class FakeOpa:
 
     def __init__(self) -> None:
         self.inventory: dict[str, Any] | None = None
-        self.patches: list[list[dict[str, Any]]] = []
+        self.patches: list[list[PatchOperation]] = []
         self.is_down = False
         self.lost_inventory = False  # a policy reload dropped pushed data: patches fail
         self.closed = False
@@ -108,7 +109,7 @@ class FakeOpa:
             self.inventory[collection][name] = copy.deepcopy(document)
             self.changed.notify_all()
 
-    def patch(self, operations: list[dict[str, Any]]) -> None:
+    def patch(self, operations: list[PatchOperation]) -> None:
         self._check()
         if self.lost_inventory or self.inventory is None:
             raise RuntimeError("OPA: inventory path not found")
