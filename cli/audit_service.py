@@ -51,7 +51,7 @@ from webhook.policy_input import PolicyInput
 from webhook.policy_sync import PolicySync
 
 # Not __name__: docs/infra.md shows the audit's lines under this name.
-log = logging.getLogger("labgate.audit")
+log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 

@@ -85,7 +85,7 @@ KUEUE_KINDS = (CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR)
 REPAIRS = Counter("labgate_reconcile_repairs_total", "Managed objects restored after drift", ["kind"])
 
 # Not __name__: tests/unit/tenancy/test_controllers.py reads the drift-repair line under this name.
-log = logging.getLogger("labgate.reconciler")
+log = logging.getLogger(__name__)
 
 
 def finalizer_added(live: Object) -> list[dict[str, Any]]:

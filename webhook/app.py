@@ -38,7 +38,7 @@ from webhook.serving import AdmissionServer, Answer
 from webhook.settings import Settings, get_settings
 
 # Not __name__: the refusal line's logger is in docs/operations.md and tests/unit/admission/test_app.py.
-log = logging.getLogger("labgate.webhook")
+log = logging.getLogger(__name__)
 
 
 async def get_replica(request: Request) -> Replica:

@@ -72,7 +72,7 @@ def test_malformed_reviews_are_bad_requests_with_a_reason(
 
 
 def test_unreachable_policy_engine_refuses(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="labgate.webhook"):
+    with caplog.at_level(logging.INFO, logger="webhook.app"):
         response = client.post("/validate", json=REVIEW)
     assert response.status_code == 200
     body = response.json()["response"]
@@ -310,7 +310,7 @@ def test_the_real_decision_source_admits_a_members_pod_and_refuses_a_host_networ
     admitted = decided.post("/validate", json=_member_review("Pod", pod)).json()["response"]
     assert admitted["allowed"] is True, admitted
     hostile = {**pod, "spec": {**spec, "hostNetwork": True}}
-    with caplog.at_level(logging.INFO, logger="labgate.webhook"):
+    with caplog.at_level(logging.INFO, logger="webhook.app"):
         refused = decided.post("/validate", json=_member_review("Pod", hostile)).json()["response"]
     assert refused["allowed"] is False
     assert refused["status"]["message"].startswith("[pod-hardening]"), refused["status"]["message"]

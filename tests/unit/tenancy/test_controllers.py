@@ -438,7 +438,7 @@ def conflict_storm() -> Iterator[FakeLedgers]:
 def test_a_drifted_role_binding_is_repaired_while_settlement_is_stuck_in_ledger_conflicts(
     conflict_storm: FakeLedgers, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="labgate.reconciler")
+    caplog.set_level(logging.INFO, logger="rbac.tenant_controller")
     reconciler, kube = make(conflict_storm)
     binding_key = ("rbac.authorization.k8s.io/v1", "RoleBinding", "vision", "labgate-researchers")
     reconciler.start_workers()
