@@ -31,11 +31,12 @@ from labgate.core.coalesce import Coalescer
 from labgate.core.expiring_cache import ExpiringCache
 from webhook.policy_input import ImageFactDocument
 from webhook.provenance import cosign
-from webhook.provenance.cosign import Bundle, SimpleSigning, TrustedKey
+from webhook.provenance.cosign import SimpleSigning, TrustedKey
 from webhook.provenance.credentials import PullCredentials, RegistryCredential
 from webhook.provenance.reference import ImageReference, InvalidReferenceError, parse_reference
 from webhook.provenance.registry import RegistryClient, RegistryError, Repository
 from webhook.provenance.settings import ProvenanceSettings
+from webhook.provenance.signatures import StoredSignatures
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class ImageFacts:
     ):
         self.registry = registry
         self.settings = settings
+        self._stored = StoredSignatures(registry, settings)
         self._tags: ExpiringCache[_TagKey, str] = ExpiringCache(settings.cache_max_entries, clock)
         self._signatures: ExpiringCache[_DigestKey, tuple[cosign.Signature, ...]] = ExpiringCache(
             settings.cache_max_entries, clock
@@ -234,7 +236,7 @@ class ImageFacts:
                 return signed_by
 
         async def fetch() -> tuple[cosign.Signature, ...]:
-            found = await self._fetch_signatures(
+            found = await self._stored.of(
                 Repository(reference.registry, reference.repository), digest, credentials
             )
             self._signatures.put(key, found, self.settings.signature_ttl_seconds)
@@ -261,67 +263,6 @@ class ImageFacts:
                 if ok:
                     signed.add(key.name)
         return [k.name for k in keys if k.name in signed]
-
-    async def _fetch_signatures(
-        self, repository: Repository, digest: str, credentials: list[RegistryCredential]
-    ) -> tuple[cosign.Signature, ...]:
-        """Every cosign signature stored for `digest`: the `.sig` tag and Sigstore bundle referrers."""
-        legacy, bundles = await asyncio.gather(
-            self._legacy_signatures(repository, digest, credentials),
-            self._bundle_signatures(repository, digest, credentials),
-        )
-        return (*legacy, *bundles)
-
-    async def _legacy_signatures(
-        self, repository: Repository, digest: str, credentials: list[RegistryCredential]
-    ) -> list[cosign.Signature]:
-        manifest = await self.registry.manifest_if_exists(
-            repository, cosign.signature_tag(digest), credentials
-        )
-        if manifest is None:
-            return []
-        layers = cosign.simple_signing_layers(manifest.document())[: self.settings.max_signatures]
-        payloads = await asyncio.gather(
-            *(
-                self.registry.blob(
-                    repository, layer.digest, credentials, max_bytes=self.settings.max_signature_bytes
-                )
-                for layer in layers
-            )
-        )
-        return [
-            SimpleSigning(
-                payload=payload,
-                signature=layer.annotations[cosign.SIGNATURE_ANNOTATION],
-                certificate=layer.annotations.get(cosign.CERTIFICATE_ANNOTATION),
-            )
-            for layer, payload in zip(layers, payloads, strict=True)
-        ]
-
-    async def _bundle_signatures(
-        self, repository: Repository, digest: str, credentials: list[RegistryCredential]
-    ) -> list[cosign.Signature]:
-        referrers = await self.registry.referrers(
-            repository, digest, credentials, artifact_type=cosign.is_bundle_media_type
-        )
-
-        async def bundles_of(referrer_digest: str) -> list[cosign.Signature]:
-            manifest = await self.registry.manifest(repository, referrer_digest, credentials)
-            layers = cosign.bundle_layers(manifest.document())[:1]
-            contents = await asyncio.gather(
-                *(
-                    self.registry.blob(
-                        repository, layer.digest, credentials, max_bytes=self.settings.max_signature_bytes
-                    )
-                    for layer in layers
-                )
-            )
-            return [Bundle(content) for content in contents]
-
-        found = await asyncio.gather(
-            *(bundles_of(r.digest) for r in referrers[: self.settings.max_signatures])
-        )
-        return [signature for group in found for signature in group]
 
 
 def _credential_ids(credentials: list[RegistryCredential]) -> str:
