@@ -88,9 +88,7 @@ def test_unreachable_policy_engine_refuses(client: TestClient, caplog: pytest.Lo
 
 def refusal_record(caplog: pytest.LogCaptureFixture, uid: str) -> logging.LogRecord:
     """The one refusal line the webhook logged for `uid`."""
-    found = [
-        r for r in caplog.records if r.name == "webhook.app" and r.getMessage().startswith("refused ")
-    ]
+    found = [r for r in caplog.records if r.name == "webhook.app" and r.getMessage().startswith("refused ")]
     found = [r for r in found if getattr(r, FIELDS_ATTRIBUTE, {}).get("uid") == uid]
     assert len(found) == 1, [r.getMessage() for r in caplog.records]
     return found[0]
