@@ -233,6 +233,12 @@ _path_part(p) := sprintf("[%d]", [p]) if is_number(p)
 
 else := concat("", [".", p])
 
+# Whether the namespace holds a Secret restricted to service accounts (input.secrets).
+_any_restricted if {
+	some secret in object.get(input, "secrets", {})
+	secret.annotations[_restriction_annotation]
+}
+
 # The service accounts a Secret is restricted to, from input.secrets (undefined without the facts).
 _restricted_to(secret_name) := {trim_space(name) |
 	some name in split(input.secrets[secret_name].annotations[_restriction_annotation], ",")
@@ -246,6 +252,7 @@ _restricted_to(secret_name) := {trim_space(name) |
 violation contains {"rule": rule_id, "message": msg, "field": ref.field} if {
 	_writes
 	not tenancy.is_trusted_requester
+	_any_restricted # before walking the pod specs: most namespaces hold no restricted Secret
 	some template in input.pod_templates
 	some ref in _secret_references(template)
 	allowed := _restricted_to(ref.name)
