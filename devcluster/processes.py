@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +20,45 @@ from typing import IO, Self
 _PR_SET_PDEATHSIG = 1
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+# Ports handed out below the kernel's ephemeral range and below Services' NodePort range (30000-32767).
+_PORTS_FROM, _PORTS_BEFORE = 10000, 30000
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+_handing_out = threading.Lock()
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel gives outgoing connections (net.ipv4.ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a process started later.
+
+    Not one the kernel picks (bind to port 0): those come from the ephemeral range, which the outgoing
+    connections of every process here (an apiserver calling etcd and webhooks, a kubelet) draw their
+    source ports from, so one could take the port before the process that was told it binds it (a
+    kube-scheduler started a minute after its port was chosen failed so). Ports below that range
+    are never given to an outgoing connection; each is handed out once in the last 4,096."""
+    before = min(_PORTS_BEFORE, _ephemeral_low())
+    with _handing_out:
+        for _ in range(1000) if before - _PORTS_FROM >= 1000 else ():
+            port = _PORTS_FROM + secrets.randbelow(before - _PORTS_FROM)
+            if port not in _handed_out and _is_free(port):
+                _handed_out.append(port)
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a machine with a low range
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devcluster.__main__ import main as devcluster_main
-from devcluster.processes import process_identity, recorded_pids, spawn, stop_pid, stop_recorded
+from devcluster.processes import free_port, process_identity, recorded_pids, spawn, stop_pid, stop_recorded
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -85,3 +85,12 @@ def test_up_on_a_running_cluster_refuses_and_leaves_it_whole(
     finally:
         stop_recorded(tmp_path)
         running.stop()
+
+
+def test_ports_handed_out_are_never_an_outgoing_connections_and_never_twice() -> None:
+    # A port from the kernel's ephemeral range could be taken, before the process told to listen on
+    # it starts, as the source port of any outgoing connection (a kube-scheduler failed so in CI).
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= p < min(low, 30000) for p in ports)  # below NodePorts (30000-32767) too
