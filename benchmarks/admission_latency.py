@@ -37,7 +37,7 @@ from devcluster.processes import free_port, spawn, wait_until
 from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from devcluster.tools import REPO_ROOT, binary, pinned_versions
 from webhook.admission import build_policy_input
-from webhook.review import AdmissionRequest
+from webhook.review import parse_request
 
 
 @dataclass
@@ -250,7 +250,7 @@ def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
                 return review("bench-big", "alice", ["bench-big"], gpus=1)
 
             def opa_body() -> dict[str, Any]:
-                body = build_policy_input(request=AdmissionRequest.model_validate(member()["request"]))
+                body = build_policy_input(request=parse_request(member()["request"]))
                 body["gpu_usage"] = {"total": 0, "by_model": {}}
                 return {"input": body}
 

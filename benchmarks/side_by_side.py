@@ -47,7 +47,7 @@ from devcluster.stack import EXEMPT_NAMESPACES, LABGATE_NAMESPACE, WEBHOOK_CONFI
 from devcluster.tools import REPO_ROOT, binary, go_module_dir, pinned_versions, tool
 from webhook.admission import build_policy_input
 from webhook.registration import webhook_configurations
-from webhook.review import AdmissionRequest
+from webhook.review import parse_request
 
 HERE = Path(__file__).resolve().parent
 IMAGE = "registry.lab.example/research/trainer:v1"
@@ -271,7 +271,7 @@ def review(namespace: str, *, gpus: int = 0, distinct: bool = False) -> dict[str
 
 
 def opa_input(namespace: str) -> dict[str, Any]:
-    body = build_policy_input(request=AdmissionRequest.model_validate(review(namespace)["request"]))
+    body = build_policy_input(request=parse_request(review(namespace)["request"]))
     body["gpu_usage"] = {"total": 0, "by_model": {}}
     return {"input": body}
 

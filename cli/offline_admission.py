@@ -47,7 +47,7 @@ from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import ClaimUsersDocument, ImageFactDocument, PolicyInput, SecretDocument
 from webhook.registration import VALIDATING_WEBHOOK_NAME
 from webhook.request_class import RequestClass, classify
-from webhook.review import AdmissionRequest, AdmissionResponse, GroupVersionResource, Operation
+from webhook.review import AdmissionRequest, AdmissionResponse, Operation, parse_request
 
 # What the OPA server leaves out of policies/ (webhook/devcluster/stack.py, the chart): so must we.
 OPA_IGNORES = ("*_test.rego", "samples", "testdata")
@@ -243,7 +243,7 @@ def admission_request(
         return None if source is None else _as_the_apiserver_sends(source, group, kind, namespace)
 
     all_groups = list(dict.fromkeys([*groups, AUTHENTICATED_GROUP]))
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": uid,
             "kind": {"group": group, "version": version, "kind": kind},
@@ -267,8 +267,8 @@ def scale_request(
     workload's resource, subresource "scale"."""
     group, version = _group_version(str(workload.get("apiVersion", "")))
     resource = resource_of(group, str(workload.get("kind", "")), kinds)
-    gvr = GroupVersionResource(group=group, version=version, resource=resource)
-    return request.model_copy(update={"resource": gvr, "sub_resource": "scale"})
+    gvr = {"group": group, "version": version, "resource": resource}
+    return request.with_changes(resource=gvr, subResource="scale")
 
 
 def _request_namespace(group: str, kind: str, given: str | None, own: str | None) -> str | None:
@@ -326,7 +326,7 @@ def apply_patch(document: dict[str, Any], patch: Iterable[PatchOperation]) -> di
 
 def with_request_object(request: AdmissionRequest, obj: dict[str, Any]) -> AdmissionRequest:
     """`request` with another object (the mutated one)."""
-    return request.model_copy(update={"object": obj})
+    return request.with_changes(object=obj)
 
 
 # --- what comes out ---

@@ -131,23 +131,23 @@ async def _serve(
     """Parse, decide within the deadline, count, answer; any failure refuses (never admits)."""
     try:
         body = await _read_body(request, settings.max_body_bytes)
-        review = parse_review(body)
+        admission = parse_review(body)
     except BadRequestError as err:
         return _http_error(err)
     # The tenant's share of the gate: from the inventory's cache, never a read (an unknown
     # namespace counts as no tenant's).
-    namespace = request_namespace(review.request)
+    namespace = request_namespace(admission)
     tenant = (replica.server.inventory.tenant_of(namespace) if namespace else None) or NO_TENANT
     started = time.perf_counter()
     refusal = await line.enter(tenant)
     if refusal is not None:
         ADMISSION_OVERLOADED.inc()
-        return JSONResponse(content=refusal.response(review.request).to_review())
+        return JSONResponse(content=refusal.response(admission).to_review())
     try:
         # The wait for the slot is part of the deadline: the apiserver's timeout counts it too.
         deadline = settings.admission_deadline_seconds - (time.perf_counter() - started)
         answer, reason = await _decide(
-            review.request,
+            admission,
             handle,
             settings=settings,
             size=len(body),
@@ -156,7 +156,7 @@ async def _serve(
         )
         _account(
             request,
-            review.request,
+            admission,
             answer,
             elapsed=time.perf_counter() - started,
             reason=reason,

@@ -13,6 +13,7 @@ from typing import Any, NotRequired, TypedDict
 
 from labgate.core.gpu_amount import GpuDocument
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
+from webhook.review import RequestDocument
 
 
 class PodTemplateDocument(TypedDict):
@@ -135,11 +136,9 @@ class ImageFactDocument(TypedDict):
 class PolicyInput(TypedDict):
     """`input` of data.labgate.admission.decision and data.labgate.mutation."""
 
-    # The AdmissionRequest in its wire form (camelCase): kind, operation, userInfo, namespace, name,
-    # object, oldObject, ... Left a dict: it is `AdmissionRequest.model_dump` with the objects as
-    # parsed (webhook.admission.request_document), and a TypedDict of it would only restate
-    # webhook.review's models.
-    request: dict[str, Any]
+    # The AdmissionRequest in its wire form (camelCase), as parsed from the body
+    # (webhook.review.parse_review): kind, operation, userInfo, namespace, name, object, oldObject, ...
+    request: RequestDocument
     pod_templates: list[PodTemplateDocument]
     image_references: dict[str, ImageReferenceDocument]
     # On an UPDATE of a workload: how many pods each of the old object's pod templates makes at once,

@@ -5,11 +5,11 @@ refused and with which numbers."""
 from __future__ import annotations
 
 from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 
 def _request(namespace: str | None, kind: str = "Pod", name: str = "p") -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u-1",
             "kind": {"group": "", "version": "v1", "kind": kind},

@@ -121,11 +121,11 @@ def test_a_body_larger_than_any_admission_review_is_refused_with_413(client: Tes
 
 def test_overload_past_the_line_is_refused_with_the_rate_and_what_to_do() -> None:
     from webhook.admission_gate import AdmissionGate
-    from webhook.review import AdmissionReview
+    from webhook.review import parse_request
 
     gate = AdmissionGate(2, max_waiting=1)
     assert [gate.arrive().verdict for _ in range(4)] == ["enter", "enter", "wait", "refuse"]
-    request = AdmissionReview.model_validate(REVIEW).request
+    request = parse_request(REVIEW["request"])
     refused = gate.arrive()
     refusal = gate.refusal(refused.ticket, "line-full").response(request)
     assert refusal.allowed is False
@@ -156,14 +156,14 @@ def test_stale_facts_refuse_every_decision_and_report_not_ready() -> None:
     import asyncio
 
     from webhook.replica import AdmissionOptions, FactSources, admission_server
-    from webhook.review import AdmissionReview
+    from webhook.review import parse_request
 
     server = admission_server(
         None,  # type: ignore[arg-type]  # never reached: stale facts refuse first
         FactSources(inventory=EmptyCluster(), age=lambda: 31.0),
         AdmissionOptions(facts_max_age=20.0),
     )
-    request = AdmissionReview.model_validate(REVIEW).request
+    request = parse_request(REVIEW["request"])
     for served in (asyncio.run(server.validate(request)), asyncio.run(server.mutate(request))):
         answer = served.response
         assert answer.allowed is False

@@ -12,7 +12,7 @@ from tests.unit.admission.test_serving_volumes import _Inventory
 from webhook.claims import ClaimFacts, claim_users
 from webhook.facts import FactGatherer
 from webhook.request_class import swapped_claim
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 
 def _pod(name: str, claims: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def test_users_are_listed_in_the_claims_namespace_and_a_failure_is_never_no_user
 
 def _request(kind: str, operation: str, *, sub_resource: str | None = None) -> AdmissionRequest:
     claim = {"metadata": {"name": "gpus"}, "spec": {}}
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},

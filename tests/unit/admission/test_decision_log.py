@@ -25,13 +25,13 @@ from webhook.decision_log import (
     chain,
     verify,
 )
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 AT = datetime(2025, 3, 1, 12, 30, 0, 123456, tzinfo=UTC)
 
 
 def _request(name: str = "train-1", user: str = "alice") -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": f"uid-{name}",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},

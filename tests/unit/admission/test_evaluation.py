@@ -115,7 +115,7 @@ def test_before_the_inventory_is_synced_there_is_nothing_to_push() -> None:
 
     async def run() -> Decision:
         return await Evaluator(_ReloadedEngine(inventory), inventory).decide(
-            {"request": {}, "pod_templates": [], "image_references": {}}
+            {"request": request(0, "h100", 1).document, "pod_templates": [], "image_references": {}}
         )
 
     assert asyncio.run(run()).inventory_revision is None

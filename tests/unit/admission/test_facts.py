@@ -4,6 +4,7 @@ facts that may each cost a round trip, are fetched at the same time, not one aft
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from webhook.policy_input import (
     QueuedDocument,
 )
 from webhook.read_shares import Read, unshared
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
 MEETING_TIMEOUT = 2.0
@@ -83,7 +84,7 @@ class _FailingClaims:
 
 
 def _pod() -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -139,7 +140,7 @@ class _Usage:
 
 
 def _tenant_change(operation: str) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
@@ -232,7 +233,7 @@ def test_a_pod_created_gets_where_a_pod_without_tolerations_can_land() -> None:
     assert policy_input.get("open_nodes") == _TAINTED
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
     assert "open_nodes" not in plain  # no status yet: nothing said
-    update = _pod().model_copy(update={"operation": "UPDATE"})
+    update = _pod().with_changes(operation="UPDATE")
     changed, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), tenant_status=tainted).gather(update))
     assert "open_nodes" not in changed  # a running pod's update is not where it is placed
 
@@ -330,12 +331,12 @@ class _Workloads:
 
 
 def _cpu_pod(operation: str = "CREATE") -> AdmissionRequest:
-    request = _pod().model_dump(by_alias=True, exclude_none=True)
+    request: dict[str, Any] = copy.deepcopy(dict(_pod().document))
     request["operation"] = operation
     request["object"]["spec"] = {
         "containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}]
     }
-    return AdmissionRequest.model_validate(request)
+    return parse_request(request)
 
 
 def test_a_pod_create_gets_its_tenants_live_usage_for_tenant_quota() -> None:

@@ -23,9 +23,9 @@ from webhook import failures
 from webhook.app import BodyTooLargeError
 from webhook.failures import Attempt
 from webhook.policy_engine import PolicyEngineTimeoutError, PolicyEngineUnavailableError
-from webhook.review import AdmissionRequest, MalformedReviewError, parse_review
+from webhook.review import MalformedReviewError, parse_request, parse_review
 
-REQUEST = AdmissionRequest.model_validate(
+REQUEST = parse_request(
     {
         "uid": "u-1",
         "kind": {"group": "", "version": "v1", "kind": "Pod"},

@@ -27,7 +27,7 @@ from webhook.pod_templates import WorkloadKind
 from webhook.policy_input import ImageFactDocument, PolicyInput
 from webhook.read_shares import READS_PER_TENANT
 from webhook.replica import AdmissionOptions, FactSources, Replica, admission_server
-from webhook.review import AdmissionRequest
+from webhook.review import parse_request
 from webhook.serving import AdmissionServer
 from webhook.settings import Settings
 
@@ -164,7 +164,7 @@ def _decide(
     api = _HeldApi()
     api.released.set()
     server = _server(api, _Inventory(specs), Settings())
-    request = AdmissionRequest.model_validate(review["request"])
+    request = parse_request(review["request"])
     answer = asyncio.run(getattr(server, webhook)(request))
     return answer.response.model_dump(exclude_none=True), api.reads
 

@@ -20,7 +20,7 @@ from webhook import facts
 from webhook.policy_input import PolicyInput
 from webhook.pool_nodes import PoolNodes, gpu_counting
 from webhook.replica import FactSources, admission_server
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 POOL = {"labgate.io/pool": "h100-spot", "nvidia.com/gpu.product": "h100"}
 
@@ -91,7 +91,7 @@ def test_what_labgate_cannot_tell_reads_no_node(pools: list[dict[str, Any]]) -> 
 
 
 def _write(operation: str, tenant: dict[str, Any], sub_resource: str | None = None) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},

@@ -10,14 +10,14 @@ import pytest
 from labgate.gpu_accounting.pod_gpus import KUEUE_ADMISSION_GATE
 from webhook.admission import build_policy_input
 from webhook.request_class import RequestClass, classify
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 
 def _request(
     group: str, kind: str, operation: str, obj: Any, old: Any = None, *, sub_resource: str | None = None
 ) -> AdmissionRequest:
     resource = {"group": group, "version": "v1", "resource": kind.lower() + "s"}
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "request-uid",
             "kind": {"group": group, "version": "v1", "kind": kind},

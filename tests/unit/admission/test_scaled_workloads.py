@@ -20,7 +20,7 @@ from webhook.admission import build_policy_input, scaled_kind
 from webhook.facts import FactGatherer
 from webhook.policy_input import PolicyInput, ScaledWorkloadDocument
 from webhook.request_class import is_scale_up, needs_gpu_usage
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 from webhook.scaled_workloads import ScaledWorkloads
 
 _SPEC = {
@@ -42,7 +42,7 @@ def _scale(old: int, new: int, resource: str = "deployments") -> AdmissionReques
     def scale(replicas: int) -> dict[str, Any]:
         return {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": replicas}}
 
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
@@ -59,7 +59,7 @@ def _scale(old: int, new: int, resource: str = "deployments") -> AdmissionReques
 
 
 def _update(old: int, new: int) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
@@ -172,9 +172,9 @@ def test_an_update_of_a_workload_gets_its_old_replica_counts_and_the_usage() -> 
 
 
 def test_creates_pods_and_subresources_get_no_old_replica_counts() -> None:
-    created = _update(1, 5).model_copy(update={"operation": "CREATE", "old_object": None})
+    created = _update(1, 5).with_changes(operation="CREATE", oldObject=None)
     assert "replicas_before" not in build_policy_input(request=created)
-    status = _update(1, 5).model_copy(update={"sub_resource": "status"})
+    status = _update(1, 5).with_changes(subResource="status")
     assert "replicas_before" not in build_policy_input(request=status)
     assert not needs_gpu_usage(status, build_policy_input(request=status)["pod_templates"])
 

@@ -11,7 +11,7 @@ from labgate.core.decisions import Decision, Mutation
 from webhook.inventory import volume_document
 from webhook.policy_input import PolicyInput, VolumeDocument
 from webhook.replica import FactSources, admission_server
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 
 class _Inventory:
@@ -58,7 +58,7 @@ class _Volumes:
 
 
 def _claim(spec: dict[str, Any], kind: str = "PersistentVolumeClaim") -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": "", "version": "v1", "kind": kind},

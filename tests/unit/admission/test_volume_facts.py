@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.admission.test_serving_volumes import _Engine, _Inventory, _Volumes
 from webhook.replica import FactSources, admission_server
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 from webhook.volume_facts import MAX_TEMPLATE_VOLUMES, template_volume_names, template_volumes
 
 
@@ -52,7 +52,7 @@ def test_volumes_are_read_a_failed_read_left_out_and_the_number_bounded() -> Non
 
 
 def _request(obj: dict[str, Any], kind: str, group: str) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "u",
             "kind": {"group": group, "version": "v1", "kind": kind},

@@ -24,7 +24,7 @@ from webhook.policy_reports import (
     ReportNamespaceGoneError,
     admitted_findings,
 )
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 Manifest = dict[str, Any]
 
@@ -38,7 +38,7 @@ def request(
     kind: tuple[str, str, str] = ("", "v1", "Pod"),
 ) -> AdmissionRequest:
     group, version, kind_name = kind
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": f"req-{name}",
             "kind": {"group": group, "version": version, "kind": kind_name},

@@ -18,7 +18,7 @@ from labgate.gpu_accounting.pod_gpus import is_behind_admission_gate
 from tests.unit.gpu.test_gpu_batch import TENANT, Inventory, Ledgers, QuotaPolicy
 from webhook.replica import FactSources, admission_server
 from webhook.request_class import is_admission_gate_removal, needs_gpu_usage, takes_gpus_now
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 
 GATE = {"name": "kueue.x-k8s.io/admission"}
 KUEUE = {"username": "system:serviceaccount:kueue-system:kueue-controller-manager", "groups": []}
@@ -37,7 +37,7 @@ def _pod(gates: list[dict[str, str]] | None, gpus: int = 4) -> dict[str, Any]:
 def _request(
     operation: str, new: dict[str, Any], old: dict[str, Any] | None = None, **extra: Any
 ) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": "req",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},

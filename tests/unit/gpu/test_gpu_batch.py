@@ -17,7 +17,7 @@ from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger, LedgerConflictError, usage
 from webhook.policy_input import PolicyInput
 from webhook.replica import FactSources, admission_server
-from webhook.review import AdmissionRequest
+from webhook.review import AdmissionRequest, parse_request
 from webhook.serving import Answer
 
 TENANT = "vision"
@@ -33,7 +33,9 @@ class QuotaPolicy:
 
     def _decide(self, policy_input: PolicyInput) -> Decision:
         self.evaluations += 1
-        annotations = policy_input["request"]["object"]["metadata"]["annotations"]
+        obj = policy_input["request"].get("object")
+        assert obj is not None
+        annotations = obj["metadata"]["annotations"]
         model, count = annotations["model"], int(annotations["gpus"])
         used = policy_input.get("gpu_usage") or {"total": 0, "by_model": {}}
         over = used["total"] + count > self.total or (
@@ -123,7 +125,7 @@ class Ledgers:
 
 
 def request(index: int, model: str, gpus: int) -> AdmissionRequest:
-    return AdmissionRequest.model_validate(
+    return parse_request(
         {
             "uid": f"u-{index}",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
