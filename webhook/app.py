@@ -37,7 +37,7 @@ from webhook.review import AdmissionRequest, parse_review
 from webhook.serving import AdmissionServer, Answer
 from webhook.settings import Settings, get_settings
 
-# Not __name__: the refusal line's logger is in docs/operations.md and tests/unit/admission/test_app.py.
+# The refusal line names this logger (webhook.app): docs/operations.md and tests/unit/admission/test_app.py.
 log = logging.getLogger(__name__)
 
 
