@@ -24,6 +24,7 @@ reconciler counts them from what the scheduler allocated instead (`claim_allocat
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -117,7 +118,14 @@ def quantity(value: Any) -> Decimal:
         return Decimal(str(value))
     if not isinstance(value, str):
         return Decimal(0)
-    match = _QUANTITY.match(value.strip())
+    return _parsed_quantity(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_quantity(text: str) -> Decimal:
+    """A quantity's text as a number. Cached: a cluster's pods repeat a few quantities ("1", "1Gi")
+    on every watch event, and a Decimal is immutable, so one parse serves them all."""
+    match = _QUANTITY.match(text.strip())
     if match is None:
         return Decimal(0)
     number, suffix = match.group(1), match.group(2) or ""
@@ -127,7 +135,10 @@ def quantity(value: Any) -> Decimal:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # A parsed object's fields are dicts or absent: both answered before the ABC's slower check.
+    if type(value) is dict:
+        return value
+    return {} if value is None or not isinstance(value, Mapping) else value
 
 
 def _sequence(value: Any) -> Sequence[Any]:

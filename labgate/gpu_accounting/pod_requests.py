@@ -34,7 +34,10 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # A parsed object's fields are dicts or absent: both answered before the ABC's slower check.
+    if type(value) is dict:
+        return value
+    return {} if value is None or not isinstance(value, Mapping) else value
 
 
 def _units(resource: str, value: Any) -> int:
