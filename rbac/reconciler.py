@@ -41,7 +41,8 @@ from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.cert_rotation import CertificateManager, rotation_task
-from rbac.event_routes import Queue, route_of
+from rbac.event_intake import EventIntake
+from rbac.event_routes import Queue
 from rbac.leader import LeaderElector
 from rbac.node_index import NodeIndex
 from rbac.queue_holdings import QueueHoldings
@@ -264,23 +265,24 @@ class Reconciler:
             nodes=nodes,
         )
         self.queue_routes = QueueRoutes(self.cache, self.tenants, self.status)
-        self._queues = {
+        queues = {
             Queue.PROVISIONING: self.tenants.queue,
             Queue.SETTLEMENT: self.settlement.queue,
             Queue.STATUS: self.status.queue,
         }
+        self.intake = EventIntake(self.cache, queues, self.queue_routes)
 
     def _wire(self) -> None:
         """Who hears of what: the reflectors of Tenants, Namespaces and managed objects enqueue
         provisioning; pods (like ledgers and settled-pods shards, see `connect`) only settlement."""
-        self.leader.on_elected = self.enqueue_all
-        managed, pods = f"{MANAGED_BY_LABEL}={MANAGED_BY}", self.settlement.pods
+        self.leader.on_elected = self.intake.enqueue_all
+        managed, pods, intake = f"{MANAGED_BY_LABEL}={MANAGED_BY}", self.settlement.pods, self.intake
         self.reflectors = [
-            self._reflector(TENANT, None),
-            self._reflector(NAMESPACE, None),
-            *[self._reflector(kind, managed) for kind in self.tenants.kinds],
+            intake.reflector(self.kube, TENANT, None),
+            intake.reflector(self.kube, NAMESPACE, None),
+            *[intake.reflector(self.kube, kind, managed) for kind in self.tenants.kinds],
             # With Kueue, its Workloads: what each tenant has queued (its status).
-            *([self._reflector(WORKLOAD, None)] if self.kueue else []),
+            *([intake.reflector(self.kube, WORKLOAD, None)] if self.kueue else []),
             Reflector(
                 "pods", self.kube.api, self.kube.lister(POD), on_list=pods.on_list, on_event=pods.on_event
             ),
@@ -302,7 +304,7 @@ class Reconciler:
         self, resync_seconds: float, certificates: CertificateManager | None, certificate_check_seconds: float
     ) -> list[PeriodicTask]:
         tasks = [
-            PeriodicTask("resync", resync_seconds, self.enqueue_all, first_after=resync_seconds),
+            PeriodicTask("resync", resync_seconds, self.intake.enqueue_all, first_after=resync_seconds),
             PeriodicTask(
                 "reservation-sweep",
                 LEDGER_SWEEP_SECONDS,
@@ -314,46 +316,13 @@ class Reconciler:
             tasks.append(rotation_task(certificates, every_seconds=certificate_check_seconds))
         return tasks
 
-    # -- events -----------------------------------------------------------------------------------
-
-    def route(self, kind: Kind, obj: Object, *, old: Object | None = None, is_event: bool = False) -> None:
-        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for
-        (the table: rbac/event_routes.py)."""
-        target = route_of(kind, obj, old=old, is_event=is_event)
-        if Queue.KUEUE in target.queues:
-            self.queue_routes.on_kueue_object(kind, obj)
-        if target.tenant is not None:
-            for queue in target.queues - {Queue.KUEUE}:
-                self._queues[queue].add(target.tenant)
-
-    def observe_list(self, kind: Kind, objects: list[Object]) -> None:
-        """A reflector's list of `kind`: the cache takes it whole, and every tenant named is queued."""
-        self.cache.replace_kind(kind, objects)
-        for obj in objects:
-            self.route(kind, obj)
-
     def observe(self, kind: Kind, event: str, obj: Object) -> None:
-        """A reflector's watch event about `obj`."""
-        if event == "DELETED":
-            self.cache.remove(kind, obj)
-            self.route(kind, obj)
-        else:
-            self.route(kind, obj, old=self.cache.upsert(kind, obj), is_event=True)
-
-    def _reflector(self, kind: Kind, label_selector: str | None) -> Reflector:
-        return Reflector(
-            kind.plural,
-            self.kube.api,
-            self.kube.lister(kind, label_selector=label_selector),
-            on_list=lambda objects: self.observe_list(kind, objects),
-            on_event=lambda event, obj: self.observe(kind, event, obj),
-        )
+        """A reflector's watch event about `obj` (the intake's; tests feed events here)."""
+        self.intake.observe(kind, event, obj)
 
     def enqueue_all(self) -> None:
         """Every tenant's provisioning and settlement (on election and at each resync)."""
-        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
-            self.tenants.queue.add(key[3])
-            self.settlement.queue.add(key[3])
+        self.intake.enqueue_all()
 
     # -- life -------------------------------------------------------------------------------------
 
