@@ -15,19 +15,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
-from labgate.core.gpu_amount import GpuAmount
-from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from webhook.admission import build_policy_input, scaled_kind
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 from webhook.policy_input import (
     ClaimFactDocument,
     ClaimUsersDocument,
-    HeldDocument,
     ImageFactDocument,
-    OpenNodesDocument,
     PolicyInput,
-    QueuedDocument,
     ScaledWorkloadDocument,
     SecretDocument,
     VolumeDocument,
@@ -42,6 +37,7 @@ from webhook.references import (
 )
 from webhook.request_class import RequestClass, classify
 from webhook.review import AdmissionRequest
+from webhook.tenant_facts import TenantFacts
 from webhook.volume_facts import template_volume_names, template_volumes
 
 log = logging.getLogger(__name__)
@@ -50,19 +46,6 @@ log = logging.getLogger(__name__)
 POOL_NODES_SECONDS = 2.0
 # The most a scale up waits for the workload it resizes (then it is refused: gpu-quota-scale).
 SCALED_WORKLOAD_SECONDS = 1.5
-
-
-class TenantStatusSource(Protocol):
-    """What the Tenants' statuses say that the policies quote, kept aside from the inventory
-    (webhook.tenant_status_facts.TenantStatusFacts); each None until a status says it."""
-
-    def held_by_unscheduled(self, tenant: str) -> HeldDocument | None: ...
-
-    def queued_in_kueue(self, tenant: str) -> QueuedDocument | None: ...
-
-    def pool_gpus(self, tenant: str) -> PoolCapacityDocument | None: ...
-
-    def open_nodes(self, tenant: str) -> OpenNodesDocument | None: ...
 
 
 class InventoryState(Protocol):
@@ -124,36 +107,6 @@ class ScaledWorkloadFacts(Protocol):
     def fact(self, kind: WorkloadKind, namespace: str, name: str) -> ScaledWorkloadDocument: ...
 
 
-class GpuUsageSource(Protocol):
-    """A tenant's GPU usage (webhook.ledger_sums.LedgerSums, shared with the reservations)."""
-
-    def usage_of(self, tenant: str, *, excluding: str | None = None) -> GpuAmount: ...
-
-
-class WorkloadUsageSource(Protocol):
-    """What a tenant's live pods ask of CPU, memory and pod slots (TenantRequests, from the cached
-    ledger the reconciler keeps current)."""
-
-    def workloads_of(self, tenant: str) -> dict[str, int]: ...
-
-
-class CachedLedgers(Protocol):
-    """The tenants' cached ledgers (labgate.gpu_accounting.ledger_store.LedgerCache)."""
-
-    def cached(self, tenant: str) -> Ledger: ...
-
-
-class TenantRequests:
-    """What each tenant's live pods ask of CPU, memory and pod slots (tenant-quota), as the
-    reconciler last wrote it into the tenant's cached ledger: read, never reserved (no I/O)."""
-
-    def __init__(self, ledgers: CachedLedgers):
-        self.ledgers = ledgers
-
-    def workloads_of(self, tenant: str) -> dict[str, int]:
-        return self.ledgers.cached(tenant).workloads
-
-
 class Gathered(NamedTuple):
     """What FactGatherer.gather hands on: the policy input, the request's tenant (None outside any)
     and what kind of request it is."""
@@ -171,28 +124,24 @@ class FactGatherer:
         *,
         inventory: InventoryState,
         secrets: SecretFacts | None = None,
-        gpu_usage: GpuUsageSource | None = None,
+        tenant_facts: TenantFacts | None = None,
         workload_kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS,
         images: ImageFactSource | None = None,
         image_timeout: float = 1.0,
         volumes: VolumeFacts | None = None,
         claims: ClaimSource | None = None,
-        workload_usage: WorkloadUsageSource | None = None,
         max_references: int = DEFAULT_MAX_REFERENCES,
         pool_nodes: PoolNodeFacts | None = None,
         scaled_workloads: ScaledWorkloadFacts | None = None,
         reads: ReadShares | None = None,
-        tenant_status: TenantStatusSource | None = None,
     ):
         """`reads`: the tenants' shares of the reads through to the API (READS_PER_TENANT each
-        without one). `tenant_status`: what the Tenants' statuses say (None: nothing of it)."""
+        without one). `tenant_facts`: what the caches say of the tenant (None: none of it)."""
         self.inventory = inventory
-        self.tenant_status = tenant_status
+        self.tenant_facts = tenant_facts or TenantFacts()
         self.scaled_workloads = scaled_workloads
         self.pool_nodes = pool_nodes
-        self.workload_usage = workload_usage
         self.secrets = secrets
-        self.gpu_usage = gpu_usage
         self.workload_kinds = workload_kinds
         self.images = images
         self.image_timeout = image_timeout
@@ -200,45 +149,6 @@ class FactGatherer:
         self.claims = claims
         self.max_references = max_references
         self.reads = reads if reads is not None else ReadShares()
-
-    def _add_gpu_usage(
-        self,
-        request: AdmissionRequest,
-        request_class: RequestClass,
-        policy_input: PolicyInput,
-        tenant: str | None,
-    ) -> None:
-        """The tenant's GPU usage, where the policies read it (from the cached ledger: no I/O)."""
-        if self.gpu_usage is None:
-            return
-        if tenant and request_class.needs_gpu_usage:
-            # Both webhooks see the tenant's GPU usage: the mutation marks pods beyond quota
-            # preemptible (when the tenant allows it); the validation decides and reserves, and warns
-            # at apply time about a workload's pods that will wait for GPUs.
-            # A pod reserved before (a gate removal retried after its first try failed) is not
-            # counted twice: its reservation is replaced.
-            excluding = request_class.reservation_key if request_class.takes_gpus_now else None
-            policy_input["gpu_usage"] = self.gpu_usage.usage_of(tenant, excluding=excluding).to_document()
-            if self.tenant_status is not None:
-                self._add_tenant_status(policy_input, self.tenant_status, tenant)
-        if request_class.is_tenant_update and request.name:
-            try:  # only for a warning: a ledger that does not parse must not stop the infra team's change
-                policy_input["gpu_usage"] = self.gpu_usage.usage_of(request.name).to_document()
-            except Exception:
-                log.exception("no GPU usage of tenant %s for its update", request.name)
-
-    @staticmethod
-    def _add_tenant_status(policy_input: PolicyInput, status: TenantStatusSource, tenant: str) -> None:
-        """What the tenant's status says of its GPUs, where the policies read it (no I/O)."""
-        held = status.held_by_unscheduled(tenant)
-        if held is not None:  # quoted by a refusal: "8 held by 1 pod not yet scheduled: ..."
-            policy_input["gpu_held"] = held
-        queued = status.queued_in_kueue(tenant)
-        if queued is not None:  # quoted by queue-wait: "queued ahead: 1 workload asking 32 GPUs"
-            policy_input["gpu_queued"] = queued
-        pools = status.pool_gpus(tenant)
-        if pools is not None:  # gpu-quota-node refuses by it; a refusal's Fix names the largest node
-            policy_input["gpu_pools"] = pools
 
     async def gather(self, request: AdmissionRequest) -> Gathered:
         """The policy input, the tenant that owns the request's namespace, and what kind of request
@@ -272,14 +182,9 @@ class FactGatherer:
             policy_input["persistent_volumes"] = await template_volumes(
                 template_names, self.volumes, read=self.reads.of(tenant)
             )
-        self._add_gpu_usage(request, request_class, policy_input, tenant)
-        self._add_open_nodes(request, policy_input, tenant)
+        self.tenant_facts.add(request, request_class, policy_input, tenant)
         await self._add_tenant_pool_gpus(request, request_class, policy_input)
         await self._add_scaled_workload(request, request_class, policy_input, tenant)
-        if tenant and self.workload_usage is not None and request_class.is_pod_create:
-            # tenant-quota: the tenant's live pods' CPU, memory and pods, from the same cached ledger
-            # (no round trip); nothing when it has none.
-            self._add_tenant_usage(policy_input, self.workload_usage.workloads_of(tenant))
         if tenant and request.namespace and policy_input["pod_templates"]:
             # The claims and image readers read templates as plain documents (they are, at run time).
             templates = cast(list[dict[str, Any]], policy_input["pod_templates"])
@@ -289,20 +194,6 @@ class FactGatherer:
             if images is not None:
                 policy_input["images"] = images
         return Gathered(policy_input, tenant, request_class)
-
-    def _add_open_nodes(
-        self, request: AdmissionRequest, policy_input: PolicyInput, tenant: str | None
-    ) -> None:
-        """On a CREATE of pod templates in a tenant namespace, the nodes a pod without tolerations can
-        land on, as the tenant's status said (placement-no-untainted-node; no I/O); nothing before
-        the status says it."""
-        if not tenant or request.operation != "CREATE" or not policy_input["pod_templates"]:
-            return
-        if self.tenant_status is None:
-            return
-        nodes = self.tenant_status.open_nodes(tenant)
-        if nodes is not None:
-            policy_input["open_nodes"] = nodes
 
     async def _add_tenant_pool_gpus(
         self, request: AdmissionRequest, request_class: RequestClass, policy_input: PolicyInput
@@ -350,11 +241,6 @@ class FactGatherer:
             )
             error = f"the API did not answer within {SCALED_WORKLOAD_SECONDS:g} s"
             policy_input["scaled_workload"] = {"kind": kind.kind, "error": error}
-
-    @staticmethod
-    def _add_tenant_usage(policy_input: PolicyInput, workloads: dict[str, int]) -> None:
-        if workloads:
-            policy_input["tenant_usage"] = workloads
 
     def _bound_references(self, tenant: str, policy_input: PolicyInput, template_names: list[str]) -> None:
         """Raise TooManyReferencesError when the request names more objects to read than the bound

@@ -35,8 +35,6 @@ from webhook.facts import (
     PoolNodeFacts,
     ScaledWorkloadFacts,
     SecretFacts,
-    TenantRequests,
-    TenantStatusSource,
     VolumeFacts,
 )
 from webhook.inventory import InventorySync, PersistentVolumes, RestrictedSecrets, empty_snapshot
@@ -59,6 +57,7 @@ from webhook.reservations import GpuReservations
 from webhook.scaled_workloads import ScaledWorkloads
 from webhook.serving import AdmissionServer, UsageRecountSource, WatchedFacts, count_findings
 from webhook.settings import Settings
+from webhook.tenant_facts import TenantFacts, TenantRequests, TenantStatusSource
 from webhook.tenant_status_facts import TenantStatusFacts
 from webhook.usage_recount import UsageRecount
 
@@ -148,8 +147,11 @@ def admission_server(
     facts = FactGatherer(
         inventory=sources.inventory,
         secrets=sources.secrets,
-        gpu_usage=sums,
-        workload_usage=TenantRequests(ledgers) if ledgers is not None else None,
+        tenant_facts=TenantFacts(
+            gpu_usage=sums,
+            tenant_status=sources.tenant_status,
+            workload_usage=TenantRequests(ledgers) if ledgers is not None else None,
+        ),
         workload_kinds=options.workload_kinds,
         images=sources.images,
         image_timeout=options.image_timeout,
@@ -159,7 +161,6 @@ def admission_server(
         pool_nodes=sources.pool_nodes,
         scaled_workloads=sources.scaled_workloads,
         reads=ReadShares(options.reads_per_tenant),
-        tenant_status=sources.tenant_status,
     )
     watched = WatchedFacts(
         sources.inventory, ledgers, sources.secrets, age=sources.age, max_age=options.facts_max_age

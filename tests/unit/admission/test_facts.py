@@ -13,7 +13,7 @@ from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.ledger import Ledger
 from labgate.gpu_accounting.pool_capacity import PoolCapacityDocument
 from tests.unit.admission.test_serving_volumes import _Inventory
-from webhook.facts import FactGatherer, TenantRequests
+from webhook.facts import FactGatherer
 from webhook.policy_input import (
     ClaimFactDocument,
     ClaimUsersDocument,
@@ -25,6 +25,7 @@ from webhook.policy_input import (
 )
 from webhook.read_shares import Read, unshared
 from webhook.review import AdmissionRequest, parse_request
+from webhook.tenant_facts import TenantFacts, TenantRequests
 
 # Long enough never to fire when both sources run together; short enough to fail fast when not.
 MEETING_TIMEOUT = 2.0
@@ -162,7 +163,7 @@ def _tenant_change(operation: str) -> AdmissionRequest:
     ],
 )
 def test_a_tenant_update_gets_its_own_gpu_usage(operation: str, *, fail: bool, usage: Any) -> None:
-    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(fail))
+    gatherer = FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(fail)))
     policy_input, _, _ = asyncio.run(gatherer.gather(_tenant_change(operation)))
     assert policy_input.get("gpu_usage") == usage
 
@@ -197,22 +198,30 @@ class _Statuses:
 # Issue 22 item 6: a GPU pod's refusal quotes what the tenant's pods not yet scheduled hold.
 def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
     holding = _Statuses(held={"gpus": 8, "pods": ["gpu-experiment-dzjhx"]})
-    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=holding)
+    gatherer = FactGatherer(
+        inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(), tenant_status=holding)
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
     # No status facts, or a status that does not say it: nothing added.
     for statuses in (None, _Statuses()):
-        gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=statuses)
+        gatherer = FactGatherer(
+            inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(), tenant_status=statuses)
+        )
         plain, _, _ = asyncio.run(gatherer.gather(_pod()))
         assert "gpu_held" not in plain
 
 
 def test_a_gpu_pod_gets_what_the_nodes_of_its_pools_hold() -> None:
     pools = _Statuses(pools={"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}})
-    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=pools)
+    gatherer = FactGatherer(
+        inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(), tenant_status=pools)
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_pools") == {"h100": {"gpus": 16, "nodes": 2, "largestNode": 8}}
-    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    plain, _, _ = asyncio.run(
+        FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage())).gather(_pod())
+    )
     assert "gpu_pools" not in plain  # no facts: the Fix is as without nodes
 
 
@@ -228,13 +237,15 @@ _TAINTED: OpenNodesDocument = {
 def test_a_pod_created_gets_where_a_pod_without_tolerations_can_land() -> None:
     tainted = _Statuses(open_nodes=_TAINTED)
     policy_input, _, _ = asyncio.run(
-        FactGatherer(inventory=_Inventory(), tenant_status=tainted).gather(_pod())
+        FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(tenant_status=tainted)).gather(_pod())
     )
     assert policy_input.get("open_nodes") == _TAINTED
     plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory()).gather(_pod()))
     assert "open_nodes" not in plain  # no status yet: nothing said
     update = _pod().with_changes(operation="UPDATE")
-    changed, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), tenant_status=tainted).gather(update))
+    changed, _, _ = asyncio.run(
+        FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(tenant_status=tainted)).gather(update)
+    )
     assert "open_nodes" not in changed  # a running pod's update is not where it is placed
 
 
@@ -296,10 +307,14 @@ def test_the_holds_are_read_from_the_tenants_status(status: dict[str, Any], held
 # Issue 20: queue-wait quotes what Kueue holds queued of the tenant, as its status says it.
 def test_a_gpu_request_gets_what_kueue_holds_queued() -> None:
     queueing = _Statuses(queued={"workloads": 1, "gpus": 32})
-    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), tenant_status=queueing)
+    gatherer = FactGatherer(
+        inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(), tenant_status=queueing)
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
     assert policy_input.get("gpu_queued") == {"workloads": 1, "gpus": 32}
-    plain, _, _ = asyncio.run(FactGatherer(inventory=_Inventory(), gpu_usage=_Usage()).gather(_pod()))
+    plain, _, _ = asyncio.run(
+        FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage())).gather(_pod())
+    )
     assert "gpu_queued" not in plain
 
 
@@ -342,17 +357,17 @@ def _cpu_pod(operation: str = "CREATE") -> AdmissionRequest:
 def test_a_pod_create_gets_its_tenants_live_usage_for_tenant_quota() -> None:
     usage = {"cpu": 6000, "memory": 1 << 30, "pods": 3}
     workloads = _Workloads(usage)
-    gatherer = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
+    gatherer = FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(workload_usage=workloads))
     policy_input, _, _ = asyncio.run(gatherer.gather(_cpu_pod()))
     assert policy_input["tenant_usage"] == usage
     assert workloads.asked == ["vision"]
 
 
 def test_no_usage_and_no_pod_create_mean_no_tenant_usage() -> None:
-    none_yet = FactGatherer(inventory=_Inventory(), workload_usage=_Workloads({}))
+    none_yet = FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(workload_usage=_Workloads({})))
     assert "tenant_usage" not in asyncio.run(none_yet.gather(_cpu_pod()))[0]
     workloads = _Workloads({"pods": 3})
-    update = FactGatherer(inventory=_Inventory(), workload_usage=workloads)
+    update = FactGatherer(inventory=_Inventory(), tenant_facts=TenantFacts(workload_usage=workloads))
     assert "tenant_usage" not in asyncio.run(update.gather(_cpu_pod("UPDATE")))[0]
     assert workloads.asked == []
 
@@ -362,6 +377,8 @@ def test_the_tenants_live_usage_is_read_from_its_cached_ledger() -> None:
         def cached(self, tenant: str) -> Ledger:
             return Ledger(tenant=tenant, workloads={"cpu": 6000, "pods": 3} if tenant == "vision" else {})
 
-    gatherer = FactGatherer(inventory=_Inventory(), workload_usage=TenantRequests(Cached()))
+    gatherer = FactGatherer(
+        inventory=_Inventory(), tenant_facts=TenantFacts(workload_usage=TenantRequests(Cached()))
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(_cpu_pod()))
     assert policy_input["tenant_usage"] == {"cpu": 6000, "pods": 3}

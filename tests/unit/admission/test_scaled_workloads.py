@@ -22,6 +22,7 @@ from webhook.policy_input import PolicyInput, ScaledWorkloadDocument
 from webhook.request_class import is_scale_up, needs_gpu_usage
 from webhook.review import AdmissionRequest, parse_request
 from webhook.scaled_workloads import ScaledWorkloads
+from webhook.tenant_facts import TenantFacts
 
 _SPEC = {
     "nodeSelector": {"nvidia.com/gpu.product": "h100"},
@@ -99,7 +100,9 @@ def _gather(door: _Door, request: AdmissionRequest, tenant: str | None = "vision
             return tenant
 
     reader = ScaledWorkloads(cast(KubeApi, door), timeout=0.5)
-    gatherer = FactGatherer(inventory=_Tenants(), gpu_usage=_Usage(), scaled_workloads=reader)
+    gatherer = FactGatherer(
+        inventory=_Tenants(), scaled_workloads=reader, tenant_facts=TenantFacts(gpu_usage=_Usage())
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(request))
     return policy_input
 
@@ -155,7 +158,9 @@ def test_a_slow_read_is_not_waited_for_and_is_said(monkeypatch: pytest.MonkeyPat
             return {"kind": kind.kind, "pod_templates": []}
 
     monkeypatch.setattr(facts, "SCALED_WORKLOAD_SECONDS", 0.05)
-    gatherer = FactGatherer(inventory=_Inventory(), gpu_usage=_Usage(), scaled_workloads=_Slow())
+    gatherer = FactGatherer(
+        inventory=_Inventory(), scaled_workloads=_Slow(), tenant_facts=TenantFacts(gpu_usage=_Usage())
+    )
     policy_input, _, _ = asyncio.run(gatherer.gather(_scale(0, 5)))
     assert policy_input["scaled_workload"] == {
         "kind": "Deployment",
