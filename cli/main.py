@@ -907,6 +907,30 @@ def _add_reconcile_command(commands: Any) -> None:
         help="address for /metrics (default: loopback only; the chart passes the pod IP, which its NetworkPolicy guards)",
     )
     reconcile.add_argument(
+        "--gpu-config",
+        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
+        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
+    )
+    reconcile.add_argument(
+        "--kueue",
+        action="store_true",
+        help="Kueue is installed: provision each tenant's queues (ResourceFlavors for its node pools, a "
+        "ClusterQueue, a LocalQueue named default in each namespace)",
+    )
+    reconcile.add_argument(
+        "--queue-config",
+        help="the policies' queue configuration (policies/labgate/config/queue/data.json): where Kueue's pod "
+        "integration gates a managed tenant's GPU pods, its namespaces get no labgate-gpu ResourceQuota "
+        "(default: none gated)",
+    )
+    _add_certificate_flags(reconcile)
+    reconcile.set_defaults(handler=_reconcile)
+
+
+def _add_certificate_flags(reconcile: Any) -> None:
+    """The self-signed mode's flags: the Secret the leader keeps the webhook's CA and serving
+    certificate in, their lifetimes, and where the webhook is served (its caBundle's readers)."""
+    reconcile.add_argument(
         "--webhook-certificates-secret",
         help="make, keep and rotate the webhook's CA and serving certificate in this Secret (self-signed mode)",
     )
@@ -925,29 +949,11 @@ def _add_reconcile_command(commands: Any) -> None:
         default=30.0,
         help="how often the leader checks the certificates and takes the rotation's next step",
     )
-    reconcile.add_argument(
-        "--gpu-config",
-        help="the policies' configuration (policies/labgate/config/data.json): which resources are GPUs, "
-        "for counting live pods that have no GPU record (default: nvidia.com/gpu and its MIG profiles)",
-    )
-    reconcile.add_argument(
-        "--kueue",
-        action="store_true",
-        help="Kueue is installed: provision each tenant's queues (ResourceFlavors for its node pools, a "
-        "ClusterQueue, a LocalQueue named default in each namespace)",
-    )
-    reconcile.add_argument(
-        "--queue-config",
-        help="the policies' queue configuration (policies/labgate/config/queue/data.json): where Kueue's pod "
-        "integration gates a managed tenant's GPU pods, its namespaces get no labgate-gpu ResourceQuota "
-        "(default: none gated)",
-    )
     reconcile.add_argument("--webhook-service", default="labgate-webhook", help="the webhook's Service")
     reconcile.add_argument("--webhook-port", type=int, default=8443, help="the webhook pods' HTTPS port")
     reconcile.add_argument(
         "--webhook-configuration", default="labgate", help="name of both webhook configurations (caBundle)"
     )
-    reconcile.set_defaults(handler=_reconcile)
 
 
 def build_parser() -> argparse.ArgumentParser:
