@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -281,9 +281,17 @@ def _lease_holder(stack: LabgateStack) -> str | None:
 
 
 @pytest.fixture
-def standby(stack: LabgateStack) -> ManagedProcess:
-    """A second reconciler replica (stopped with the stack)."""
-    return stack.start_reconciler(identity="standby")
+def standby(stack: LabgateStack) -> Iterator[ManagedProcess]:
+    """A second reconciler replica, started once the first leads, stopped after the test, which
+    waits until the first leads again: later tests on the shared stack find reconciler-0 leading."""
+    # A stack just started may not have elected its first replica yet: the standby comes second.
+    eventually(lambda: _lease_holder(stack) == "reconciler-0", what="the first reconciler leads")
+    process = stack.start_reconciler(identity="standby")
+    try:
+        yield process
+    finally:
+        process.stop()
+        eventually(lambda: _lease_holder(stack) == "reconciler-0", what="the first reconciler leads again")
 
 
 def test_leader_failover_and_a_paused_leader_stops_writing(
