@@ -109,11 +109,30 @@ class WorkQueue:
     sooner, it waits out the rest of the interval, and everything queued meanwhile is one pass. A
     burst of a thousand pod events then costs a tenant a few passes (and their writes) rather than
     one each; the last one queued is always handed out, so the last state is always written. A name
-    queued `at_once` skips the rest of its interval (never the wait for a pass in progress)."""
+    queued `at_once` skips the rest of its interval (never the wait for a pass in progress).
 
-    def __init__(self, *, min_interval: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+    With `busy_share` (0 to 1), a name's passes take at most that share of one CPU: after a pass
+    that spent c seconds of CPU (`cpu_clock`, the worker thread's; the pass's waits on the API do
+    not count), the name rests at least c * (1 / busy_share - 1) seconds from the pass's end, when
+    that is longer than what is left of `min_interval`. A pass whose cost grows with the name's size
+    (a tenant of 10,000 pods) then runs less often, instead of once per interval whatever it costs,
+    which made a launch's total cost grow with the square of its pods."""
+
+    def __init__(
+        self,
+        *,
+        min_interval: float = 0.0,
+        busy_share: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
+        if busy_share is not None and not 0 < busy_share <= 1:
+            raise ValueError(f"busy_share must be within (0, 1], not {busy_share}")
         self.min_interval = min_interval
+        self.busy_share = busy_share
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._started: dict[str, float] = {}  # name -> the CPU clock when its pass was handed out
         self._cond = threading.Condition()
         self._pending: dict[str, None] = {}  # insertion-ordered set
         self._active: set[str] = set()
@@ -154,16 +173,23 @@ class WorkQueue:
         del self._pending[name]
         self._at_once.discard(name)
         self._active.add(name)
+        self._started[name] = self._cpu_clock()
+        # Names whose interval is over need no entry (a tenant that went away leaves none).
+        for done in [n for n, at in self._not_before.items() if at <= now]:
+            del self._not_before[done]
         if self.min_interval > 0:
             self._not_before[name] = now + self.min_interval
-            # Names whose interval is over need no entry (a tenant that went away leaves none).
-            for done in [n for n, at in self._not_before.items() if at <= now]:
-                del self._not_before[done]
         return name
 
     def done(self, name: str) -> None:
         with self._cond:
             self._active.discard(name)
+            started = self._started.pop(name, None)
+            if self.busy_share is not None and started is not None:
+                now = self._clock()
+                rest_until = now + (self._cpu_clock() - started) * (1 / self.busy_share - 1)
+                if rest_until > self._not_before.get(name, now):
+                    self._not_before[name] = rest_until
             self._cond.notify_all()
 
     def __len__(self) -> int:

@@ -86,6 +86,51 @@ def test_a_name_queued_at_once_skips_its_interval_but_never_waits_less_for_a_pas
     assert queue.get(timeout=0) == "vision"
 
 
+def test_with_a_busy_share_a_costly_pass_rests_in_proportion_and_a_cheap_one_keeps_the_interval() -> None:
+    """A share of 0.2: a pass that spent 0.5 s of CPU rests 2 s from its end (the interval of 1 s no
+    longer decides); one that spent 62.5 ms rests 0.25 s, within the interval, which decides."""
+    clock, cpu = ManualClock(), ManualClock()
+    queue = WorkQueue(min_interval=1.0, busy_share=0.2, clock=clock, cpu_clock=cpu)
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    cpu.now, clock.now = 0.5, 0.75  # the pass spent 0.5 s of CPU and 0.25 s waiting on the API
+    queue.done("vision")
+    queue.add("vision")
+    clock.now = 2.74
+    assert queue.get(timeout=0) is None
+    clock.now = 2.75
+    assert queue.get(timeout=0) == "vision"
+    cpu.now, clock.now = 0.5625, 2.875
+    queue.done("vision")
+    queue.add("vision")
+    clock.now = 3.74
+    assert queue.get(timeout=0) is None  # the interval from the hand-out decides
+    clock.now = 3.75
+    assert queue.get(timeout=0) == "vision"
+
+
+def test_a_busy_share_holds_back_only_its_own_name_and_yields_to_at_once() -> None:
+    clock, cpu = ManualClock(), ManualClock()
+    queue = WorkQueue(busy_share=0.1, clock=clock, cpu_clock=cpu)
+    queue.add("vision")
+    assert queue.get(timeout=0) == "vision"
+    cpu.now = 1.0  # a pass of 1 s of CPU: 9 s of rest
+    queue.done("vision")
+    queue.add("vision")
+    queue.add("audio")
+    assert queue.get(timeout=0) == "audio"
+    queue.done("audio")
+    assert queue.get(timeout=0) is None
+    queue.add("vision", at_once=True)  # a pod gone before it was settled: at once, whatever the rest
+    assert queue.get(timeout=0) == "vision"
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5])
+def test_a_busy_share_outside_zero_to_one_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="busy_share"):
+        WorkQueue(busy_share=share)
+
+
 class WaitSeen(threading.Condition):
     def __init__(self) -> None:
         super().__init__()
