@@ -133,12 +133,25 @@ class GpuAmount:
         )
 
 
+# Amounts parsed so far, by their fields: a ledger or settled-pods shard of thousands of pods holds a
+# handful of distinct amounts, and one shared (immutable) object each is hashed and compared once.
+_PARSED: dict[tuple[int, tuple[tuple[str, int], ...]], GpuAmount] = {}
+_PARSED_MAX = 4096
+
+
 def _from_fields(fields: dict[str, Any]) -> GpuAmount:
     # Validated already: ints, a dict of its own (no copy needed).
+    by_model = fields.get("by_model") or {}
+    key = (fields.get("total", 0), tuple(by_model.items()))
+    if (known := _PARSED.get(key)) is not None:
+        return known
     amount = GpuAmount.__new__(GpuAmount)
-    amount._total = fields.get("total", 0)
-    amount._by_model = MappingProxyType(fields.get("by_model") or {})
+    amount._total = key[0]
+    amount._by_model = MappingProxyType(by_model)
     amount._key = None
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[key] = amount
     return amount
 
 

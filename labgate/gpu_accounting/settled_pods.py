@@ -153,6 +153,10 @@ class SettledPods(WatchFed):
     def _on_event(self, event: str, obj: Object) -> None:
         if (address := self._address(obj)) is None:
             return
+        if event != "DELETED" and self._is_known(address, obj):
+            # This replica's own write, remembered when it was written: a shard fills to some
+            # 13,000 records, and parsing each write again was a tenth of the reconciler's time.
+            return
         with self._lock:
             if event == "DELETED":
                 self._shards.pop(address, None)
@@ -160,6 +164,13 @@ class SettledPods(WatchFed):
                 self._remember(address, self._parse(obj))
         if event == "DELETED" and self._on_deleted is not None:
             self._on_deleted(address[0])
+
+    def _is_known(self, address: tuple[str, int], obj: Object) -> bool:
+        """Whether the cache holds `obj`'s very version (one resourceVersion, one content)."""
+        version = obj.get("metadata", {}).get("resourceVersion")
+        with self._lock:
+            known = self._shards.get(address)
+        return version is not None and known is not None and known.resource_version == version
 
     def pods(self, tenant: str) -> dict[str, GpuAmount]:
         """Every settled pod of `tenant` (by uid), with its GPUs."""
