@@ -30,7 +30,7 @@ from labgate.core.gpu_amount import GpuAmount
 from labgate.core.kube import KubeApi
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger
-from labgate.gpu_accounting.live_usage import live_usage, unlisted_reservations
+from labgate.gpu_accounting.live_usage import count_live
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,15 @@ class UsageRecount:
         """The ledger as read and the usage at it; None when the pods cannot be counted (DRA claims).
         The ledger is read before the pods are listed: see labgate.gpu_accounting.live_usage."""
         ledger = self._fresh_ledger(tenant)
-        pods = [
+        # Page by page: a tenant of 10,000 pods is not held in memory at once.
+        pods = (
             pod
             for namespace in sorted(set(self._namespaces_of(tenant)))
-            for pod in self._kube.list(POD, namespace=namespace, timeout=self._timeout).get("items") or []
-        ]
-        usage = live_usage(ledger, pods, self._counting)
-        return None if usage is None else Recount(ledger, usage, unlisted_reservations(ledger, pods))
+            for page in self._kube.pages(POD, namespace=namespace, timeout=self._timeout)
+            for pod in page.get("items") or []
+        )
+        counted = count_live(ledger, pods, self._counting)
+        return None if counted is None else Recount(ledger, counted.usage, counted.unlisted)
 
     async def recount(self, tenant: str) -> Recount | None:
         """A count that began after this call; None when there is none in time (the refusal stands).

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,16 +309,31 @@ class KubeApi:
     ) -> Object:
         """Every object of `kind`, read page by page (a Reflector is for what must stay current);
         `timeout` bounds each page's request."""
-        base = [("labelSelector", label_selector)] if label_selector else []
         items: list[Object] = []
+        for page in self.pages(kind, namespace=namespace, label_selector=label_selector, timeout=timeout):
+            items.extend(page.get("items") or [])
+        return {**page, "items": items}
+
+    def pages(
+        self,
+        kind: Kind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        timeout: float = 10,
+    ) -> Iterator[Object]:
+        """The list of every object of `kind`, one page of LIST_PAGE_SIZE at a time, each page read
+        when the one before it has been taken (all pages are of one snapshot: the continue token
+        carries its resourceVersion), so that whoever counts them holds one page at a time."""
+        base = [("labelSelector", label_selector)] if label_selector else []
         token: str | None = None
         while True:
             query = [*base, ("limit", LIST_PAGE_SIZE), *([("continue", token)] if token else [])]
             page = self._call("GET", kind.path(namespace=namespace), query=query, timeout=timeout)
-            items.extend(page.get("items") or [])
             token = page.get("metadata", {}).get("continue") or None
+            yield page
             if token is None:
-                return {**page, "items": items}
+                return
 
     def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
         """Delete one object; False if it was already gone."""

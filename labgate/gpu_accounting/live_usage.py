@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from labgate.core.gpu_amount import GpuAmount, sum_of
@@ -48,28 +49,51 @@ def _names_claims(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
 
+@dataclass(frozen=True)
+class LiveCount:
+    """A count of the tenant's live pods against a ledger: the usage (see the module's docstring)
+    and the part of it that is reservations of pods the list lacks (`unlisted_reservations`)."""
+
+    usage: GpuAmount
+    unlisted: GpuAmount
+
+
+def count_live(
+    ledger: Ledger, pods: Iterable[Mapping[str, Any]], counting: GpuCounting, *, now: float | None = None
+) -> LiveCount | None:
+    """`live_usage` and `unlisted_reservations` in one pass over `pods`, which may be a stream (the
+    pages of a list): what is kept of a pod is its uid, and the pod itself only when the ledger
+    holds a reservation for it, so a tenant of 10,000 pods is counted a page at a time. None when a
+    pod names DRA claims."""
+    moment = time.time() if now is None else now
+    counted: list[GpuAmount] = []
+    listed: set[str] = set()
+    reserved_pods: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        if _names_claims(pod):
+            return None
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        listed.add(uid)
+        if uid in ledger.reservations:
+            reserved_pods[uid] = pod
+        gpus = pod_gpus(pod, counting)
+        if uid and _holds(pod, gpus):
+            counted.append(gpus)
+    reserved = (
+        reservation.gpus
+        for uid, reservation in ledger.reservations.items()
+        if _reservation_holds(reserved_pods.get(uid), expires=reservation.expires, now=moment)
+    )
+    return LiveCount(usage=sum_of((*counted, *reserved)), unlisted=_unlisted(ledger, listed, moment))
+
+
 def live_usage(
     ledger: Ledger, pods: Iterable[Mapping[str, Any]], counting: GpuCounting, *, now: float | None = None
 ) -> GpuAmount | None:
     """The tenant's usage from `pods` (every pod of its namespaces, listed after `ledger` was read) and
     the ledger's reservations; None when a pod names DRA claims (see the module's docstring)."""
-    moment = time.time() if now is None else now
-    counted: dict[str, GpuAmount] = {}
-    listed: dict[str, Mapping[str, Any]] = {}
-    for pod in pods:
-        if _names_claims(pod):
-            return None
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        listed[uid] = pod
-        gpus = pod_gpus(pod, counting)
-        if uid and _holds(pod, gpus):
-            counted[uid] = gpus
-    reserved = (
-        reservation.gpus
-        for uid, reservation in ledger.reservations.items()
-        if _reservation_holds(listed.get(uid), expires=reservation.expires, now=moment)
-    )
-    return sum_of((*counted.values(), *reserved))
+    counted = count_live(ledger, pods, counting, now=now)
+    return None if counted is None else counted.usage
 
 
 def unlisted_reservations(
@@ -78,12 +102,15 @@ def unlisted_reservations(
     """The part of the usage that is reservations of pods the list lacks (unexpired): pods not
     created yet, or created and deleted before the reconciler settled them. The API cannot tell the
     two apart; the reconciler, which saw a pod go, releases its reservation at once."""
-    moment = time.time() if now is None else now
     listed = {str((pod.get("metadata") or {}).get("uid") or "") for pod in pods}
+    return _unlisted(ledger, listed, time.time() if now is None else now)
+
+
+def _unlisted(ledger: Ledger, listed: set[str], now: float) -> GpuAmount:
     return sum_of(
         reservation.gpus
         for uid, reservation in ledger.reservations.items()
-        if uid not in listed and reservation.expires > moment
+        if uid not in listed and reservation.expires > now
     )
 
 

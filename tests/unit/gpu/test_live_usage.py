@@ -3,12 +3,13 @@ the second look before a gpu-quota refusal stands. Never below the truth at the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from labgate.core.gpu_amount import GpuAmount
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import Ledger, Reservation
-from labgate.gpu_accounting.live_usage import live_usage, unlisted_reservations
+from labgate.gpu_accounting.live_usage import LiveCount, count_live, live_usage, unlisted_reservations
 
 NOW = 1_000.0
 COUNTING = GpuCounting()
@@ -90,3 +91,26 @@ def test_pods_created_around_the_webhook_are_counted_from_their_specs() -> None:
 def test_a_tenant_with_a_pod_naming_dra_claims_is_not_counted_here() -> None:
     claimed = pod("p1", 0, resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}])
     assert live_usage(ledger(8), [claimed], COUNTING, now=NOW) is None
+
+
+def test_one_pass_over_a_stream_of_pages_counts_what_the_two_counts_over_a_list_do() -> None:
+    """The webhook counts a tenant's pods as the API's pages come (a generator read once): the usage
+    and the unlisted part are those of the whole list."""
+    book = ledger(
+        8, p1=(8, NOW + 5), gone=(2, NOW + 5), **{"reserved-gated": (2, NOW - 100)}, expired=(4, NOW - 1)
+    )
+    listed = [
+        pod("p1", 8),
+        pod("bypassed", 4),
+        pod("done", 8, phase="Succeeded"),
+        pod("reserved-gated", 2, gated=True),
+    ]
+
+    def pages() -> Iterator[dict[str, Any]]:
+        for i in range(0, len(listed), 2):
+            yield from listed[i : i + 2]
+
+    counted = count_live(book, pages(), COUNTING, now=NOW)
+    assert counted == LiveCount(usage=GpuAmount(16, {"h100": 16}), unlisted=GpuAmount(2, {"h100": 2}))
+    assert counted.usage == live_usage(book, listed, COUNTING, now=NOW)
+    assert counted.unlisted == unlisted_reservations(book, listed, now=NOW)
