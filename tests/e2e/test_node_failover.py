@@ -414,7 +414,7 @@ def uid_of(lab: Lab, kind: str, name: str, namespace: str) -> str | None:
 DRIFT = (("networkpolicy", "labgate-baseline-ingress"), ("rolebinding", "labgate-researchers"))
 
 
-def test_a_killed_reconciler_leaders_standby_takes_the_lease_and_repairs_drift(lab: Lab) -> None:
+def test_a_killed_reconciler_leaders_lease_goes_to_a_live_replica_which_repairs_drift(lab: Lab) -> None:
     lease_seconds = float(yaml.safe_load((CHART / "values.yaml").read_text())["reconciler"]["leaseSeconds"])
     # The standby takes over once the Lease went unrenewed for its duration (it looks every third of
     # it), then works through what its watches queued: the resync (300 s) is a backstop for missed
@@ -462,4 +462,11 @@ def test_a_killed_reconciler_leaders_standby_takes_the_lease_and_repairs_drift(l
         f"{round(taken.get('at', time.monotonic()) - killed_at, 1)} s after; drift repaired {repair_seconds} s "
         f"after it was made (bound {bound:.0f} s, lease {lease_seconds:.0f} s)"
     )
-    assert holder == standby, f"the other replica took the Lease: {holder} (standby {standby})"
+    # The standby usually wins; the Deployment's replacement for the killed pod, started meanwhile on
+    # the node, may win the same election when the Lease expires: either is a live replica, which is
+    # what the promise is about. Never the killed leader's name, and never no one.
+    live = {p["metadata"]["name"] for p in release_pods(lab.admin_kubeconfig, "reconciler")}
+    assert holder != leader, f"the killed leader {leader} still holds the Lease"
+    assert holder in live, (
+        f"the Lease is held by {holder!r}, no live replica ({sorted(live)}; standby {standby})"
+    )
