@@ -76,7 +76,7 @@ class Pacing:
 
     A pass over a tenant costs in proportion to its pods (about 60 ms of CPU at 10,000): a tenant's
     settlement and its status each take at most `busy_share` of one CPU, so that a large tenant is
-    settled less often than every `settle_seconds` (every 2 s or so at 10,000 pods) rather than at a
+    settled less often than every `settle_seconds` (every second or two at 10,000 pods) rather than at a
     cost that grows with the square of a launch's pods. Its reservations count until then, and the
     webhook's recount at the quota's edge reads the live pods (labgate.gpu_accounting.live_usage)."""
 
