@@ -10,6 +10,7 @@ this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -653,9 +654,10 @@ def test_admin_access_claims_are_refused_even_where_a_cluster_admin_set_the_labe
         arena.stack.admin_kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access-")
 
 
-def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Arena) -> None:
-    """Granted update on their namespace (RBAC as open as some labs make it), neither A's researcher
-    nor its admin may add the admin-access label; other labels they may add."""
+@contextlib.contextmanager
+def _namespace_editors(arena: Arena) -> Iterator[None]:
+    """Grant A's researchers and admin update on their namespace (RBAC as open as some labs make
+    it: labgate's own roles give members no namespace writes), for the length of the block."""
     ns = arena.a.namespace
     role = simple(
         "ClusterRole",
@@ -685,15 +687,57 @@ def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Are
     for obj in (role, binding):
         arena.stack.admin_kubectl("apply", "-f", "-", stdin=json.dumps(obj))
     try:
+        yield
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            arena.stack.admin_kubectl("delete", kind, f"e2e-ns-edit-{ns}", "--ignore-not-found")
+
+
+def test_the_admin_access_label_cannot_be_added_to_a_tenant_namespace(arena: Arena) -> None:
+    """Granted update on their namespace, neither A's researcher nor its admin may add the
+    admin-access label; other labels they may add."""
+    ns = arena.a.namespace
+    with _namespace_editors(arena):
         for who in (arena.a.researcher, arena.a.admin):
             refused = who.kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
             assert refused.returncode == 1, refused.stdout
             assert "[namespace-admin-access]" in refused.stderr, refused.stderr
             admitted = who.kubectl("label", "--overwrite", "namespace", ns, f"team-note={who.name}")
             assert admitted.returncode == 0, admitted.stderr
-    finally:
-        for kind in ("clusterrolebinding", "clusterrole"):
-            arena.stack.admin_kubectl("delete", kind, f"e2e-ns-edit-{ns}", "--ignore-not-found")
+
+
+def _tenant_label(arena: Arena) -> str | None:
+    namespace = json.loads(arena.stack.admin_kubectl("get", "namespace", arena.a.namespace, "-o", "json"))
+    label: str | None = (namespace["metadata"].get("labels") or {}).get("labgate.io/tenant")
+    return label
+
+
+def test_the_tenant_label_cannot_be_taken_off_a_tenant_namespace(arena: Arena) -> None:
+    """Granted update on their namespace, neither A's researcher nor its admin may take
+    labgate.io/tenant off it: the namespace would leave A's quotas (the webhook counts the pods of
+    A's namespaces) and labgate's admission, while its pods and controllers run on. By patch and by
+    a whole-object update; the label stays. Other labels they change; the platform releases it."""
+    ns = arena.a.namespace
+    with _namespace_editors(arena):
+        for who in (arena.a.researcher, arena.a.admin):
+            by_label = who.kubectl("label", "namespace", ns, "labgate.io/tenant-")
+            namespace = json.loads(who.kubectl("get", "namespace", ns, "-o", "json").stdout)
+            del namespace["metadata"]["labels"]["labgate.io/tenant"]
+            by_replace = who.kubectl("replace", "-f", "-", stdin=json.dumps(namespace))
+            for refused in (by_label, by_replace):
+                assert refused.returncode == 1, refused.stdout
+                assert f'[namespace-release] user "{who.name}"' in refused.stderr, refused.stderr
+                release = f'may not remove label labgate.io/tenant="{arena.a.name}" from namespace "{ns}"'
+                assert release in refused.stderr, refused.stderr
+                assert "Fix: keep the label" in refused.stderr, refused.stderr
+            assert _tenant_label(arena) == arena.a.name
+            admitted = who.kubectl("label", "--overwrite", "namespace", ns, f"team-note={who.name}-release")
+            assert admitted.returncode == 0, admitted.stderr
+    # The platform's release is admitted (a server-side dry run: the namespace stays A's for the
+    # rest of the module, and the reconciler, which relabels the namespaces a Tenant lists, is not raced).
+    released = arena.stack.cluster_kubectl("label", "namespace", ns, "labgate.io/tenant-", "--dry-run=server")
+    assert released.returncode == 0, released.stderr
+    assert f"namespace/{ns} unlabeled" in released.stdout, released.stdout
 
 
 def test_cluster_admins_still_bind_platform_volumes_into_a_tenant(arena: Arena) -> None:

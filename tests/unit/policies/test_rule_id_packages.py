@@ -23,6 +23,7 @@ ALLOWED_ELSEWHERE: dict[str, str] = {
     "gpu-dra-unsupported": "rules.gpu_countable: what labgate cannot count as GPUs is one concern, named per cause",
     "gpu-resource-reserved": "rules.gpu_countable: a labgate.io/ resource is one of the asks labgate cannot count",
     "gpu-resource-unknown": "rules.gpu_countable: an unknown vendor resource is one of the asks labgate cannot count",
+    "namespace-release": "rules.tenant_identity: who may take the tenant label off is the tenant identity's concern",
     "privileged-service-account": "rules.secret_scoping: who a pod runs as is judged with the tokens it can reach",
     "restricted-service-account": "rules.secret_scoping: who a pod runs as is judged with the tokens it can reach",
     "secret-restriction": "rules.secret_scoping: a Secret's restriction is judged with the accounts that read it",

@@ -3,7 +3,8 @@
 # description: |
 #   Who may change labgate's own labels, which say what belongs to which tenant. labgate.io/* labels
 #   and annotations on a namespace change only by the tenant's admins (for a namespace moving between
-#   tenants: the admins of both) or the platform. A namespaced object may not carry labgate.io/tenant
+#   tenants: the admins of both) or the platform; a namespace leaves every tenant (its tenant label
+#   removed) only by the platform's hand. A namespaced object may not carry labgate.io/tenant
 #   naming a tenant other than its namespace's (nor may its pod templates, so that a
 #   controller-created pod cannot inherit a false identity).
 #   Trusted requesters (the platform) are never refused here.
@@ -82,6 +83,7 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 	_is_namespace
 	count(_protected_changes) > 0
 	not tenancy.is_trusted_requester
+	not _is_release # namespace-release says what to do instead
 	some name in _approving_tenants
 	not _is_tenant_admin(name)
 	rule_id := rego.metadata.rule().custom.rule_id
@@ -94,6 +96,40 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _changes_text, _namespace_name,
 			name, _admins_text(name), name,
+		],
+	)
+}
+
+# The tenant label taken off a namespace that had one (an UPDATE): the namespace would leave every
+# tenant, and with it labgate's admission (its webhooks select tenant namespaces) and the tenant's
+# quotas, while what runs in it runs on and its controllers go on making pods.
+_is_release if {
+	input.request.operation == "UPDATE"
+	_old_tenant
+	not _meta("object", "labels")[tenancy.tenant_label]
+}
+
+# METADATA
+# title: Only the platform takes a namespace out of every tenant
+# custom:
+#   rule_id: namespace-release
+violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
+	input.request.kind.kind == "Namespace" # first, for rule indexing
+	input.request.kind.group == ""
+	_is_namespace
+	_is_release
+	not tenancy.is_trusted_requester
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		concat("", [
+			"[%s] user %s may not remove label %s=%q from namespace %q: a namespace without it leaves tenant %q's ",
+			"quotas and labgate's admission, while the pods and workloads in it run on. Fix: keep the label; to give ",
+			"the namespace up, delete it once its work is done, or ask the infra team to release it (or the admins ",
+			"of tenant %q and of another tenant to move it there: %s=<tenant>)",
+		]),
+		[
+			rule_id, tenancy.describe_user(input.request.userInfo), tenancy.tenant_label, _old_tenant,
+			_namespace_name, _old_tenant, _old_tenant, tenancy.tenant_label,
 		],
 	)
 }

@@ -51,26 +51,71 @@ test_platform_moves_namespace_between_tenants if {
 	count(violations_for(update_namespace(testdata.cluster_admin, old, new))) == 0
 }
 
+release_message(user) := concat("", [
+	`[namespace-release] user `, user, ` may not remove label labgate.io/tenant="team-a" from namespace "team-a": `,
+	`a namespace without it leaves tenant "team-a"'s quotas and labgate's admission, while the pods and workloads `,
+	`in it run on. Fix: keep the label; to give the namespace up, delete it once its work is done, or ask the `,
+	`infra team to release it (or the admins of tenant "team-a" and of another tenant to move it there: `,
+	`labgate.io/tenant=<tenant>)`,
+])
+
 test_researcher_may_not_remove_tenant_label if {
 	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
 	new := namespace("team-a", {}, {})
 	violations := violations_for(update_namespace(testdata.alice, old, new))
 	violations == {{
-		"rule": "tenant-label-protected",
+		"rule": "namespace-release",
 		"field": "metadata.labels",
-		"message": concat("", [
-			`[tenant-label-protected] user "alice" (groups: team-a) may not change label labgate.io/tenant: "team-a" `,
-			`-> (none) on namespace "team-a": labgate.io/ labels and annotations are changed only by admins of tenant `,
-			`"team-a" (ann) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of tenant `,
-			`"team-a" or the infra team to make the change`,
-		]),
+		"message": release_message(`"alice" (groups: team-a)`),
 	}}
+}
+
+# Its admin neither: the namespace's pods and controllers would run on outside the tenant's quotas
+# (the webhook's recount lists the pods of the tenant's namespaces only) and outside admission.
+test_admin_may_not_take_namespace_out_of_every_tenant if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a", "purpose": "training"}, {})
+	new := namespace("team-a", {"purpose": "training"}, {})
+	violations := violations_for(update_namespace(testdata.ann, old, new))
+	violations == {{"rule": "namespace-release", "field": "metadata.labels", "message": release_message(`"ann"`)}}
+}
+
+# The legitimate actions beside it: the platform releases it; an admin changes other labels, and
+# the namespace keeps its tenant; an empty label value is a tenant that does not exist (refused as
+# a move to it, not as a release).
+test_platform_releases_a_namespace if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a", {}, {})
+	count(violations_for(update_namespace(testdata.cluster_admin, old, new))) == 0
+}
+
+test_admin_relabels_a_namespace_that_keeps_its_tenant if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a", "purpose": "training"}, {})
+	new := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	count(violations_for(update_namespace(testdata.ann, old, new))) == 0
+}
+
+test_an_empty_tenant_label_is_a_move_to_no_tenant_not_a_release if {
+	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a", {"labgate.io/tenant": ""}, {})
+
+	# (and the name team-a lists, now labelled for no tenant of its own: namespace-reserved)
+	rules := sort([v.rule | some v in violations_for(update_namespace(testdata.ann, old, new))])
+	rules == ["namespace-reserved", "tenant-label-protected"]
 }
 
 test_researcher_may_not_change_labgate_annotation if {
 	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {"labgate.io/gpu-pool": "a100"})
 	new := namespace("team-a", {"labgate.io/tenant": "team-a"}, {"labgate.io/gpu-pool": "h100"})
-	[v.field | some v in violations_for(update_namespace(testdata.alice, old, new))] == ["metadata.annotations"]
+	violations_for(update_namespace(testdata.alice, old, new)) == {{
+		"rule": "tenant-label-protected",
+		"field": "metadata.annotations",
+		"message": concat("", [
+			`[tenant-label-protected] user "alice" (groups: team-a) may not change annotation labgate.io/gpu-pool: `,
+			`"a100" -> "h100" on namespace "team-a": labgate.io/ labels and annotations are changed only by admins `,
+			`of tenant "team-a" (ann) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an `,
+			`admin of tenant "team-a" or the infra team to make the change`,
+		]),
+	}}
 }
 
 test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
