@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic.alias_generators import to_camel
 
@@ -20,6 +20,7 @@ from labgate.core.api_resources import (
     Object,
     kind_of,
 )
+from labgate.core.watch_events import WatchEndedError, events
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ class Reflector:
         self._on_event = on_event
         self._watch_timeout = watch_timeout_seconds
         self._stop = threading.Event()
-        self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
         self.has_synced = threading.Event()
         self._last_contact = 0.0  # monotonic; 0 until the first list
@@ -109,9 +109,7 @@ class Reflector:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
+        self._stop.set()  # seen after the next event, or when the server ends the watch
         self._thread.join(timeout=5)
 
     def as_dict(self, obj: Any) -> Object:
@@ -130,6 +128,31 @@ class Reflector:
             if token is None:
                 return items, metadata.get("resourceVersion")
 
+    def _follow(self, resource_version: str | None) -> str | None:
+        """One watch from `resource_version` until the server ends it (or `stop`); each change to
+        `on_event`. Returns the version of the last event, to resume from."""
+        response = self._list(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=self._watch_timeout,
+            allow_watch_bookmarks=True,
+            _request_timeout=(5, self._watch_timeout + WATCH_READ_SLACK_SECONDS),
+            _preload_content=False,  # the raw response, streamed; not a body read whole and deserialized
+        )
+        try:
+            for event in events(response.stream(amt=None, decode_content=False)):
+                obj = self.as_dict(event["object"])
+                resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    self._on_event(event["type"], obj)
+                self._touch()
+                if self._stop.is_set():
+                    break
+        finally:
+            response.close()
+            response.release_conn()
+        return resource_version
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -140,20 +163,12 @@ class Reflector:
                 self._on_list(items)
                 self.has_synced.set()
                 while not self._stop.is_set():
-                    self._watch = watch.Watch()
-                    for event in self._watch.stream(
-                        self._list,
-                        resource_version=resource_version,
-                        timeout_seconds=self._watch_timeout,
-                        allow_watch_bookmarks=True,
-                        _request_timeout=(5, self._watch_timeout + WATCH_READ_SLACK_SECONDS),
-                    ):
-                        obj = self.as_dict(event["object"])
-                        resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
-                        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                            self._on_event(event["type"], obj)
-                        self._touch()
+                    resource_version = self._follow(resource_version)
                     self._touch()  # the server ended the watch on time: the connection is alive
+            except WatchEndedError as err:  # 410: the version is too old; anything else: say so
+                if err.status != 410:
+                    log.warning("reflector %s: watch ended with %s, re-listing", self.name, err)
+                    self._stop.wait(1.0)
             except ApiException as err:
                 if err.status != 410:
                     log.warning("reflector %s: API error %s, re-listing", self.name, err.status)
