@@ -10,14 +10,22 @@ parses with the standard library: about twice the CPU for a pod's event; docs/be
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TypedDict
 
 import orjson
 
-Event = dict[str, Any]
+from labgate.core.api_resources import Object
+from labgate.core.errors import LabgateError
 
 
-class WatchEndedError(Exception):
+class Event(TypedDict):
+    """One change the watch reports: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
+
+    type: str
+    object: Object
+
+
+class WatchEndedError(LabgateError):
     """The server ended the watch with an ERROR event: `status` is its code (410: the version
     watched from is too old, list again), `reason` what it said."""
 
@@ -27,7 +35,7 @@ class WatchEndedError(Exception):
         self.reason = reason
 
 
-class MalformedEventError(ValueError):
+class MalformedEventError(LabgateError):
     """A line of the stream that is not a watch event (a broken proxy, a truncated write)."""
 
 
@@ -65,4 +73,4 @@ def _event(line: bytes) -> Event:
         raise WatchEndedError(code if isinstance(code, int) else 500, reason)
     if not isinstance(event.get("object"), dict):
         raise MalformedEventError(f"a watch event without an object: {line[:80]!r}")
-    return event
+    return {"type": event["type"], "object": event["object"]}
