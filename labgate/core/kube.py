@@ -3,8 +3,10 @@ the list-then-watch loop that keeps a local copy of one kind of object current."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,6 +96,7 @@ class Reflector:
         self._on_event = on_event
         self._watch_timeout = watch_timeout_seconds
         self._stop = threading.Event()
+        self._response: Any = None  # the watch being read, while one is
         self._thread = threading.Thread(target=self._run, name=f"reflector-{name}", daemon=True)
         self.has_synced = threading.Event()
         self._last_contact = 0.0  # monotonic; 0 until the first list
@@ -109,7 +112,15 @@ class Reflector:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()  # seen after the next event, or when the server ends the watch
+        self._stop.set()
+        # The reading thread waits in the socket for the next event (up to the watch's timeout):
+        # shutting the socket down ends that read now, so a process stops in a moment, not after
+        # a join's timeout per reflector. Its `finally` then closes the response.
+        response = self._response
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
     def as_dict(self, obj: Any) -> Object:
@@ -139,7 +150,10 @@ class Reflector:
             _request_timeout=(5, self._watch_timeout + WATCH_READ_SLACK_SECONDS),
             _preload_content=False,  # the raw response, streamed; not a body read whole and deserialized
         )
+        self._response = response
         try:
+            if self._stop.is_set():  # `stop` came before the response was there to shut down
+                return resource_version
             for event in events(response.stream(amt=None, decode_content=False)):
                 obj = self.as_dict(event["object"])
                 resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
@@ -149,6 +163,7 @@ class Reflector:
                 if self._stop.is_set():
                     break
         finally:
+            self._response = None
             response.close()
             response.release_conn()
         return resource_version
@@ -174,6 +189,8 @@ class Reflector:
                     log.warning("reflector %s: API error %s, re-listing", self.name, err.status)
                     self._stop.wait(1.0)
             except Exception as err:  # a read timeout, a reset connection: list afresh
+                if self._stop.is_set():
+                    return  # the read `stop` ended
                 log.warning("reflector %s: watch failed (%s), re-listing", self.name, err)
                 self._stop.wait(1.0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -134,3 +135,49 @@ def test_the_reflector_feeds_events_and_lists_afresh_after_a_410() -> None:
     assert heard[:5] == [("list", "1"), ("ADDED", "11"), ("MODIFIED", "12"), ("list", "1"), ("DELETED", "31")]
     assert watched_from[:3] == ["10", "30", "31"]
     assert all(r.closed and r.released for r in responses)
+
+
+class _Socket:
+    """The response's socket: shutting it down ends the read that waits on it, as a real one does."""
+
+    def __init__(self) -> None:
+        self.shut = threading.Event()
+
+    def shutdown(self, how: int) -> None:
+        self.shut.set()
+
+
+class _QuietResponse(_Response):
+    """A watch on which nothing changes: its read waits until the socket is shut down, then ends
+    as a read of a shut-down socket does (here: the end of the stream)."""
+
+    def __init__(self) -> None:
+        super().__init__(b"")
+        self.connection = SimpleNamespace(sock=_Socket())
+        self.reading = threading.Event()
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        self.reading.set()
+        self.connection.sock.shut.wait()
+        yield from ()
+
+
+def test_stop_ends_a_watch_waiting_for_its_next_event(caplog: pytest.LogCaptureFixture) -> None:
+    """A process stopping does not wait out each reflector's quiet watch: `stop` shuts the socket
+    the read waits on, the thread ends, the response is closed, and nothing is logged as a failure."""
+    response = _QuietResponse()
+
+    def list_function(**kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            return response
+        return {"metadata": {"resourceVersion": "5"}, "items": []}
+
+    reflector = Reflector("pods", None, list_function, on_list=lambda items: None, on_event=lambda *_: None)
+    reflector.start()
+    assert response.reading.wait(timeout=10), "the reflector started its watch"
+    reflector.stop()
+    assert response.connection.sock.shut.is_set()
+    assert not reflector._thread.is_alive(), "the reflector's thread ended with stop"
+    assert response.closed
+    assert response.released
+    assert [r.message for r in caplog.records if r.levelname == "WARNING"] == []
