@@ -712,11 +712,12 @@ def _tenant_label(arena: Arena) -> str | None:
     return label
 
 
-def test_the_tenant_label_cannot_be_taken_off_a_tenant_namespace(arena: Arena) -> None:
+def test_the_tenant_label_cannot_be_taken_off_or_changed_on_a_tenant_namespace(arena: Arena) -> None:
     """Granted update on their namespace, neither A's researcher nor its admin may take
-    labgate.io/tenant off it: the namespace would leave A's quotas (the webhook counts the pods of
-    A's namespaces) and labgate's admission, while its pods and controllers run on. By patch and by
-    a whole-object update; the label stays. Other labels they change; the platform releases it."""
+    labgate.io/tenant off it, nor set it to B: the namespace would leave A's quotas (the webhook
+    counts the pods of A's namespaces) and, unlabelled, labgate's admission, while its pods and
+    controllers run on. By patch and by a whole-object update; the label stays. Other labels they
+    change; the platform releases it."""
     ns = arena.a.namespace
     with _namespace_editors(arena):
         for who in (arena.a.researcher, arena.a.admin):
@@ -730,6 +731,11 @@ def test_the_tenant_label_cannot_be_taken_off_a_tenant_namespace(arena: Arena) -
                 release = f'may not remove label labgate.io/tenant="{arena.a.name}" from namespace "{ns}"'
                 assert release in refused.stderr, refused.stderr
                 assert "Fix: keep the label" in refused.stderr, refused.stderr
+            moved = who.kubectl("label", "--overwrite", "namespace", ns, f"labgate.io/tenant={arena.b.name}")
+            assert moved.returncode == 1, moved.stdout
+            move = f'of namespace "{ns}" from "{arena.a.name}" to "{arena.b.name}"'
+            assert f'[namespace-release] user "{who.name}"' in moved.stderr, moved.stderr
+            assert move in moved.stderr, moved.stderr
             assert _tenant_label(arena) == arena.a.name
             admitted = who.kubectl("label", "--overwrite", "namespace", ns, f"team-note={who.name}-release")
             assert admitted.returncode == 0, admitted.stderr

@@ -2,9 +2,9 @@
 # title: Tenant identity
 # description: |
 #   Who may change labgate's own labels, which say what belongs to which tenant. labgate.io/* labels
-#   and annotations on a namespace change only by the tenant's admins (for a namespace moving between
-#   tenants: the admins of both) or the platform; a namespace leaves every tenant (its tenant label
-#   removed) only by the platform's hand. A namespaced object may not carry labgate.io/tenant
+#   and annotations on a namespace change only by the tenant's admins or the platform; a namespace
+#   leaves its tenant (its tenant label removed, or set to another tenant) only by the platform's
+#   hand. A namespaced object may not carry labgate.io/tenant
 #   naming a tenant other than its namespace's (nor may its pod templates, so that a
 #   controller-created pod cannot inherit a false identity).
 #   Trusted requesters (the platform) are never refused here.
@@ -60,7 +60,8 @@ _changes_field := f if {
 	some f in fields
 } else := "metadata"
 
-# The tenants whose admins must agree: the one the namespace leaves and the one it joins.
+# The tenants whose admins must agree: the namespace's, and the one a namespace of no tenant would
+# join (a namespace leaving its tenant, unlabelled or moved, is namespace-release's: the platform's).
 _approving_tenants contains _old_tenant
 
 _approving_tenants contains _new_tenant
@@ -100,17 +101,40 @@ violation contains {"rule": rule_id, "message": msg, "field": _changes_field} if
 	)
 }
 
-# The tenant label taken off a namespace that had one (an UPDATE): the namespace would leave every
-# tenant, and with it labgate's admission (its webhooks select tenant namespaces) and the tenant's
-# quotas, while what runs in it runs on and its controllers go on making pods.
+# The tenant label of a namespace that had one taken off, or set to another tenant (an UPDATE): the
+# pods and workloads in it run on, and its controllers go on making pods, while the namespace leaves
+# its tenant's quotas (the webhook counts the pods of a tenant's namespaces) and, without the label,
+# labgate's admission (its webhooks select tenant namespaces); moved, they join the other tenant's
+# count with no quota check (admins of two tenants could fill one quota twice).
 _is_release if {
 	input.request.operation == "UPDATE"
 	_old_tenant
-	not _meta("object", "labels")[tenancy.tenant_label]
+	not _new_tenant
 }
 
+_is_release if {
+	input.request.operation == "UPDATE"
+	_new_tenant != _old_tenant
+}
+
+_release_text := sprintf(
+	concat("", [
+		"remove label %s=%q from namespace %q: without it the namespace leaves tenant %q's quotas and labgate's ",
+		"admission",
+	]),
+	[tenancy.tenant_label, _old_tenant, _namespace_name, _old_tenant],
+) if {
+	not _new_tenant
+} else := sprintf(
+	concat("", [
+		"change label %s of namespace %q from %q to %q: the namespace would leave tenant %q's quotas and join ",
+		"tenant %q's with no quota check",
+	]),
+	[tenancy.tenant_label, _namespace_name, _old_tenant, _new_tenant, _old_tenant, _new_tenant],
+)
+
 # METADATA
-# title: Only the platform takes a namespace out of every tenant
+# title: Only the platform takes a namespace out of its tenant
 # custom:
 #   rule_id: namespace-release
 violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"} if {
@@ -122,15 +146,11 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
 		concat("", [
-			"[%s] user %s may not remove label %s=%q from namespace %q: a namespace without it leaves tenant %q's ",
-			"quotas and labgate's admission, while the pods and workloads in it run on. Fix: keep the label; to give ",
-			"the namespace up, delete it once its work is done, or ask the infra team to release it (or the admins ",
-			"of tenant %q and of another tenant to move it there: %s=<tenant>)",
+			"[%s] user %s may not %s, while the pods and workloads in it run on. ",
+			"Fix: keep the label; to give the namespace up, delete it once its work is done, or ask the infra team ",
+			"to release it or move it to another tenant",
 		]),
-		[
-			rule_id, tenancy.describe_user(input.request.userInfo), tenancy.tenant_label, _old_tenant,
-			_namespace_name, _old_tenant, _old_tenant, tenancy.tenant_label,
-		],
+		[rule_id, tenancy.describe_user(input.request.userInfo), _release_text],
 	)
 }
 

@@ -53,10 +53,9 @@ test_platform_moves_namespace_between_tenants if {
 
 release_message(user) := concat("", [
 	`[namespace-release] user `, user, ` may not remove label labgate.io/tenant="team-a" from namespace "team-a": `,
-	`a namespace without it leaves tenant "team-a"'s quotas and labgate's admission, while the pods and workloads `,
-	`in it run on. Fix: keep the label; to give the namespace up, delete it once its work is done, or ask the `,
-	`infra team to release it (or the admins of tenant "team-a" and of another tenant to move it there: `,
-	`labgate.io/tenant=<tenant>)`,
+	`without it the namespace leaves tenant "team-a"'s quotas and labgate's admission, while the pods and `,
+	`workloads in it run on. Fix: keep the label; to give the namespace up, delete it once its work is done, or `,
+	`ask the infra team to release it or move it to another tenant`,
 ])
 
 test_researcher_may_not_remove_tenant_label if {
@@ -80,8 +79,8 @@ test_admin_may_not_take_namespace_out_of_every_tenant if {
 }
 
 # The legitimate actions beside it: the platform releases it; an admin changes other labels, and
-# the namespace keeps its tenant; an empty label value is a tenant that does not exist (refused as
-# a move to it, not as a release).
+# the namespace keeps its tenant. An empty label value is a move to a tenant that does not exist:
+# refused as a move out of the tenant.
 test_platform_releases_a_namespace if {
 	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
 	new := namespace("team-a", {}, {})
@@ -94,13 +93,13 @@ test_admin_relabels_a_namespace_that_keeps_its_tenant if {
 	count(violations_for(update_namespace(testdata.ann, old, new))) == 0
 }
 
-test_an_empty_tenant_label_is_a_move_to_no_tenant_not_a_release if {
+test_an_empty_tenant_label_is_a_move_out_of_the_tenant if {
 	old := namespace("team-a", {"labgate.io/tenant": "team-a"}, {})
 	new := namespace("team-a", {"labgate.io/tenant": ""}, {})
 
 	# (and the name team-a lists, now labelled for no tenant of its own: namespace-reserved)
 	rules := sort([v.rule | some v in violations_for(update_namespace(testdata.ann, old, new))])
-	rules == ["namespace-reserved", "tenant-label-protected"]
+	rules == ["namespace-release", "namespace-reserved"]
 }
 
 test_researcher_may_not_change_labgate_annotation if {
@@ -118,20 +117,22 @@ test_researcher_may_not_change_labgate_annotation if {
 	}}
 }
 
+move_message := concat("", [
+	`[namespace-release] user "ann" may not change label labgate.io/tenant of namespace "team-a-data" from `,
+	`"team-a" to "team-b": the namespace would leave tenant "team-a"'s quotas and join tenant "team-b"'s with no `,
+	`quota check, while the pods and workloads in it run on. Fix: keep the label; to give the namespace up, `,
+	`delete it once its work is done, or ask the infra team to release it or move it to another tenant`,
+])
+
 test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 	old := namespace("team-a-data", {"labgate.io/tenant": "team-a"}, {})
 	new := namespace("team-a-data", {"labgate.io/tenant": "team-b"}, {})
 	violations := violations_for(update_namespace(testdata.ann, old, new))
 	violations == {
 		{
-			"rule": "tenant-label-protected",
+			"rule": "namespace-release",
 			"field": "metadata.labels",
-			"message": concat("", [
-				`[tenant-label-protected] user "ann" may not change label labgate.io/tenant: "team-a" -> "team-b" on `,
-				`namespace "team-a-data": labgate.io/ labels and annotations are changed only by admins of tenant `,
-				`"team-b" (carol) and the platform. Fix: leave the labgate.io/ keys as they were, or ask an admin of `,
-				`tenant "team-b" or the infra team to make the change`,
-			]),
+			"message": move_message,
 		},
 		{
 			"rule": "namespace-prefix",
@@ -152,6 +153,22 @@ test_admin_of_one_tenant_may_not_hand_namespace_to_another if {
 			]),
 		},
 	}
+}
+
+# Nor the admin of both tenants: the namespace's running pods would join team-b's count unchecked,
+# and team-a's quota would be free to fill again.
+test_admin_of_both_tenants_may_not_move_a_namespace if {
+	old := namespace("team-a-data", {"labgate.io/tenant": "team-a"}, {})
+	new := namespace("team-a-data", {"labgate.io/tenant": "team-b"}, {})
+	both := json.patch(testdata.inventory, [{
+		"op": "add", "path": "/tenants/team-b/spec/members/admins/-",
+		"value": {"kind": "User", "name": "ann"},
+	}])
+	violations := namespace_violations with input.request as update_namespace(testdata.ann, old, new)
+		with input.pod_templates as []
+		with data.inventory as both
+	[v.message | some v in violations; v.rule == "namespace-release"] == [move_message]
+	[v.rule | some v in violations; v.rule == "tenant-label-protected"] == []
 }
 
 test_claiming_an_unowned_namespace_for_a_missing_tenant_is_refused if {
