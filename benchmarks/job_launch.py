@@ -101,6 +101,11 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _WEBHOOK_REJECTIONS = re.compile(
     r"^apiserver_admission_webhook_rejection_count\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE
 )
+_WEBHOOK_SAMPLE = re.compile(
+    r"^(?P<name>labgate_admission_overloaded_total|labgate_admission_wait_seconds_(?:count|sum))"
+    r"(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)",
+    re.MULTILINE,
+)
 _WEBHOOK_CALL_FAILED = re.compile(r'failed calling webhook "(?P<webhook>[^"]+)"')
 _WEBHOOK_DENIAL = re.compile(
     r'admission webhook "(?P<webhook>[^"]+)" denied the request:\s*(?:\[(?P<rule>[\w.-]+)\])?'
@@ -138,6 +143,22 @@ def refused_creates(metrics_text: str, webhook_part: str = "labgate") -> int:
         if labels.get("operation") == "CREATE" and webhook_part in labels.get("name", ""):
             refused += round(float(sample["value"]))
     return refused
+
+
+def admission_overloads(metrics_text: str) -> Counter[str]:
+    """From a webhook replica's /metrics text: its [admission-overloaded] refusals so far by cause
+    (line-full, waited, pushed-out), and under "waits" and "waited_ms" how many requests waited for a
+    slot and for how long in all."""
+    found: Counter[str] = Counter()
+    for sample in _WEBHOOK_SAMPLE.finditer(metrics_text):
+        value = float(sample["value"])
+        if sample["name"] == "labgate_admission_overloaded_total":
+            found[dict(_LABEL.findall(sample["labels"] or "")).get("cause", "")] += round(value)
+        elif sample["name"].endswith("_count"):
+            found["waits"] += round(value)
+        else:
+            found["waited_ms"] += round(value * 1000)
+    return found
 
 
 def failed_create_reason(message: str) -> str:
@@ -363,6 +384,8 @@ class Sample:
     cpu: dict[str, float]
     writes: Counter[str]
     refused: int = 0  # creates labgate's webhooks refused so far (refused_creates)
+    # The webhook replicas' [admission-overloaded] refusals by cause and their waits (admission_overloads).
+    overloads: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -377,11 +400,17 @@ class Cluster:
     def sample(self) -> Sample:
         metrics = self.admin.get("/metrics", timeout=90)
         metrics.raise_for_status()
+        overloads: Counter[str] = Counter()
+        for health in self.stack.health_urls.values():
+            replica = httpx.get(f"{health}/metrics", timeout=30)
+            replica.raise_for_status()
+            overloads += admission_overloads(replica.text)
         return Sample(
             time.monotonic(),
             {name: cpu_seconds(pids) for name, pids in self.pids.items()},
             api_writes(metrics.text),
             refused_creates(metrics.text),
+            overloads,
         )
 
     def client(self, namespace: str) -> httpx.Client:
@@ -470,6 +499,7 @@ class Launch:
     timed_out: bool = False
     failed_create: Counter[str] = field(default_factory=Counter)
     refused: int = 0  # creates labgate refused, as the apiserver counted them (not capped as events are)
+    overloads: Counter[str] = field(default_factory=Counter)  # the webhook's, during the launch
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
@@ -500,11 +530,12 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.cpu = {n: after.cpu[n] - before.cpu.get(n, 0.0) for n in after.cpu}
     result.writes = after.writes - before.writes
     result.refused = after.refused - before.refused
+    result.overloads = after.overloads - before.overloads
     result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
-        f"refused by labgate {result.refused}, "
+        f"refused by labgate {result.refused} (overloaded {dict(result.overloads)}), "
         f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )

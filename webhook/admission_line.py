@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from labgate.core.metrics import ADMISSION_WAIT_SECONDS
-from webhook.admission_gate import NO_TENANT, AdmissionGate, Ticket
+from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_WAIT_SECONDS
+from webhook.admission_gate import NO_TENANT, AdmissionGate, Refused, Ticket
 from webhook.refusals import Refusal
 
 
@@ -27,11 +27,11 @@ class AdmissionLine:
         gets none. Cancelled while waiting, it leaves the line and holds nothing."""
         arrival = self.gate.arrive(tenant)
         if arrival.pushed_out is not None:
-            self._resolve(arrival.pushed_out, self.gate.refusal(arrival.pushed_out, "pushed-out"))
+            self._resolve(arrival.pushed_out, self._refusal(arrival.pushed_out, "pushed-out"))
         if arrival.verdict == "enter":
             return None
         if arrival.verdict == "refuse":
-            return self.gate.refusal(arrival.ticket, "line-full")
+            return self._refusal(arrival.ticket, "line-full")
         return await self._wait(arrival.ticket)
 
     def leave(self, tenant: str = NO_TENANT) -> None:
@@ -55,8 +55,13 @@ class AdmissionLine:
             ADMISSION_WAIT_SECONDS.observe(time.monotonic() - ticket.arrived)
         if not future.done():
             self.gate.withdraw(ticket)
-            return self.gate.refusal(ticket, "waited")
+            return self._refusal(ticket, "waited")
         return future.result()
+
+    def _refusal(self, ticket: Ticket, cause: Refused) -> Refusal:
+        """The gate's refusal of `ticket`, counted by its cause."""
+        ADMISSION_OVERLOADED.labels(cause).inc()
+        return self.gate.refusal(ticket, cause)
 
     def _abandon(self, ticket: Ticket, future: asyncio.Future[Refusal | None]) -> None:
         """The waiter's caller went away (the apiserver hung up): out of the line, or, when the gate

@@ -22,7 +22,6 @@ from labgate.core.errors import BadRequestError
 from labgate.core.logs import FIELDS_ATTRIBUTE
 from labgate.core.metrics import (
     ADMISSION_IN_FLIGHT,
-    ADMISSION_OVERLOADED,
     ADMISSION_REQUESTS,
     ADMISSION_SECONDS,
     ADMISSION_WAITING,
@@ -141,7 +140,6 @@ async def _serve(
     started = time.perf_counter()
     refusal = await line.enter(tenant)
     if refusal is not None:
-        ADMISSION_OVERLOADED.inc()
         return JSONResponse(content=refusal.response(admission).to_review())
     try:
         # The wait for the slot is part of the deadline: the apiserver's timeout counts it too.

@@ -27,8 +27,10 @@ POLICY_ENGINE_ERRORS = Counter(
 )
 ADMISSION_OVERLOADED = Counter(
     "labgate_admission_overloaded_total",
-    "Admission requests refused with [admission-overloaded] (no slot within the wait bound, or the "
-    "line of waiting requests full)",
+    "Admission requests refused with [admission-overloaded], by cause: line-full (the line of waiting "
+    "requests was full when it came), waited (no slot within the wait bound), pushed-out (it gave its "
+    "place in a full line up to another tenant's request)",
+    ["cause"],
 )
 ADMISSION_WAIT_SECONDS = Histogram(
     "labgate_admission_wait_seconds",

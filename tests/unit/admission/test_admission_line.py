@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client import REGISTRY
+
 from webhook.admission_gate import AdmissionGate
 from webhook.admission_line import AdmissionLine
 from webhook.refusals import Refusal
@@ -38,6 +40,11 @@ class _Replica:
         finally:
             self.deciding -= 1
             self.line.leave(tenant)
+
+
+def _overloaded(cause: str) -> float:
+    """The webhook's /metrics count of [admission-overloaded] refusals of `cause` so far."""
+    return REGISTRY.get_sample_value("labgate_admission_overloaded_total", {"cause": cause}) or 0.0
 
 
 async def _until(condition: object, what: str) -> None:
@@ -89,8 +96,10 @@ def test_a_waiter_past_its_bound_is_refused_with_what_it_waited() -> None:
         refusal = await line.enter("nlp")
         return refusal, gate
 
+    before = _overloaded("waited")
     refusal, gate = asyncio.run(late())
     assert refusal is not None
+    assert _overloaded("waited") == before + 1
     assert refusal.message.startswith(
         "[admission-overloaded] this labgate webhook replica is deciding 1 requests at once, its bound "
         "(LABGATE_MAX_IN_FLIGHT), with 0 more waiting for a slot"
@@ -107,9 +116,35 @@ def test_a_full_line_refuses_at_once() -> None:
         assert await line.enter("vision") is None
         return await asyncio.wait_for(line.enter("vision"), timeout=5)
 
+    before = _overloaded("line-full")
     refusal = asyncio.run(full())
     assert refusal is not None
     assert "the line of requests waiting for a slot is full" in refusal.message
+    assert _overloaded("line-full") == before + 1
+
+
+def test_a_waiter_pushed_out_of_a_full_line_is_refused_and_counted_as_such() -> None:
+    async def pushed() -> tuple[Refusal | None, asyncio.Future[Refusal | None]]:
+        gate = AdmissionGate(1, max_waiting=2)
+        line = AdmissionLine(gate, max_wait_seconds=60)
+        assert await line.enter("vision") is None
+        flood = [asyncio.ensure_future(line.enter("vision")) for _ in range(2)]
+        await _until(lambda: gate.waiting_count == 2, "the flood queued")
+        other = asyncio.ensure_future(line.enter("nlp"))
+        await _until(lambda: gate.waiting_of("nlp") == 1, "nlp queued in the flood's place")
+        line.leave("vision")  # the first waiter gets the slot
+        first = await asyncio.wait_for(flood[0], timeout=5)
+        assert first is None
+        line.leave("vision")
+        assert await asyncio.wait_for(other, timeout=5) is None
+        line.leave("nlp")
+        return await asyncio.wait_for(flood[1], timeout=5), other
+
+    before = _overloaded("pushed-out")
+    refusal, _ = asyncio.run(pushed())
+    assert refusal is not None
+    assert "[admission-overloaded]" in refusal.message
+    assert _overloaded("pushed-out") == before + 1
 
 
 def test_a_waiter_cancelled_while_waiting_holds_nothing_and_frees_nothing() -> None:

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from benchmarks.job_launch import (
     Launch,
+    admission_overloads,
     api_writes,
     bound_before,
     excludes_unlabelled_namespaces,
@@ -25,6 +27,7 @@ from benchmarks.job_launch import (
     writes_rows,
 )
 from devcluster.kueue import kueue_configuration
+from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_WAIT_SECONDS
 from labgate.core.tenant import TENANT_LABEL
 from webhook.registration import webhook_configurations
 
@@ -261,3 +264,16 @@ def test_refused_creates_are_the_apiservers_count_of_labgates_webhook_rejections
     )
     assert refused_creates(metrics) == 43
     assert refused_creates("") == 0
+
+
+def test_admission_overloads_read_the_webhooks_own_exposition() -> None:
+    """The webhook's /metrics text (prometheus_client's exposition of labgate's own metrics): its
+    [admission-overloaded] refusals by cause and its waits, as a launch's difference of two reads."""
+    before = admission_overloads(generate_latest(REGISTRY).decode())
+    ADMISSION_OVERLOADED.labels("waited").inc()
+    ADMISSION_OVERLOADED.labels("line-full").inc(2)
+    ADMISSION_WAIT_SECONDS.observe(0.25)
+    ADMISSION_WAIT_SECONDS.observe(1.0)
+    after = admission_overloads(generate_latest(REGISTRY).decode())
+    assert after - before == Counter({"line-full": 2, "waited": 1, "waits": 2, "waited_ms": 1250})
+    assert admission_overloads("") == Counter()
