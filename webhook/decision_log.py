@@ -131,6 +131,9 @@ def build_record(
             "kind": request.kind.kind,
             "namespace": request.namespace,
             "name": _object_name(request),
+            # Only for a subresource (status, finalize, scale, ephemeralcontainers): a write to one
+            # is not a write to the object, and the auditor can tell them apart.
+            **({"subresource": request.sub_resource} if request.sub_resource else {}),
         },
         "rules": {
             "denials": _rule_ids(findings.denials),

@@ -78,6 +78,9 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
             "Namespaced",
         ),
         _rule("", "v1", ["namespaces"], _WRITE, "Cluster"),
+        # A Namespace's labels change through its status and finalize subresources too (their
+        # strategies keep only the spec or the status), so the same rules judge them there.
+        _rule("", "v1", ["namespaces/status", "namespaces/finalize"], ["UPDATE"], "Cluster"),
         _rule("labgate.io", "v1alpha1", ["tenants"], _WRITE, "Cluster"),
     ]
 
@@ -97,17 +100,23 @@ def namespace_match_expression() -> str:
     """CEL: whether a Namespace request is labgate's to judge. A namespace with a tenant label, before
     or after the change, always is. One without is only when someone other than the platform asks,
     and the namespace did not opt out with the `labgate.io/ignore` label (a tenant's namespace cannot:
-    its tenant label wins). Other resources of the cluster-scoped webhooks (Tenants) always are."""
+    its tenant label wins). A write to a Namespace's status or finalize subresource by the platform
+    (the namespace controller finishing a deletion) never is: it cannot wait on labgate, and the
+    policies trust the platform anyway. Other resources of the cluster-scoped webhooks (Tenants)
+    always are."""
     groups = ", ".join(f"'{g}'" for g in PLATFORM_GROUPS)
     users = ", ".join(f"'{u}'" for u in PLATFORM_USERS)
     is_platform = (
         f"request.userInfo.username in [{users}] || "
         f"(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in [{groups}]))"
     )
-    return (
-        "request.resource.resource != 'namespaces' || "
+    judged = (
         f"{_has_label('object', TENANT_LABEL)} || {_has_label('oldObject', TENANT_LABEL)} || "
         f"(!({is_platform}) && !{_has_label('oldObject', IGNORE_LABEL)})"
+    )
+    return (
+        "request.resource.resource != 'namespaces' || "
+        f"((!has(request.subResource) || request.subResource == '' || !({is_platform})) && ({judged}))"
     )
 
 

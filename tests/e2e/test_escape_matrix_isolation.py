@@ -666,7 +666,8 @@ def _namespace_editors(arena: Arena) -> Iterator[None]:
         rules=[
             {
                 "apiGroups": [""],
-                "resources": ["namespaces"],
+                # The status and finalize subresources write the labels too.
+                "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
                 "resourceNames": [ns],
                 "verbs": ["get", "patch", "update"],
             }
@@ -744,6 +745,90 @@ def test_the_tenant_label_cannot_be_taken_off_or_changed_on_a_tenant_namespace(a
     released = arena.stack.cluster_kubectl("label", "namespace", ns, "labgate.io/tenant-", "--dry-run=server")
     assert released.returncode == 0, released.stderr
     assert f"namespace/{ns} unlabeled" in released.stdout, released.stdout
+
+
+def _patch_status_labels(
+    who: Researcher, ns: str, labels: dict[str, str | None]
+) -> subprocess.CompletedProcess[str]:
+    patch = json.dumps({"metadata": {"labels": labels}})
+    return who.kubectl("patch", "namespace", ns, "--subresource=status", "--type=merge", "-p", patch)
+
+
+def _decision_records(arena: Arena, namespace: str) -> list[dict[str, Any]]:
+    log = arena.stack.workdir / "logs" / "decisions-0.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in records if r["object"]["kind"] == "Namespace" and r["object"]["name"] == namespace]
+
+
+def test_the_namespace_status_and_finalize_subresources_change_no_tenant_label(arena: Arena) -> None:
+    """A Namespace's labels change through its status and finalize subresources too (their
+    strategies keep only the spec or the status). Granted them, neither A's researcher nor its admin
+    takes labgate.io/tenant off A's namespace, moves it to B, or adds the admin-access label there;
+    the labels stay, and a label of their own they change there. The platform's writes to them (the
+    namespace controller finishing a deletion) never wait on labgate: the decision log has none."""
+    ns = arena.a.namespace
+    with _namespace_editors(arena):
+        for who in (arena.a.researcher, arena.a.admin):
+            namespace = json.loads(who.kubectl("get", "namespace", ns, "-o", "json").stdout)
+            del namespace["metadata"]["labels"]["labgate.io/tenant"]
+            attempts = {
+                "status, tenant label off": (
+                    _patch_status_labels(who, ns, {"labgate.io/tenant": None}),
+                    "[namespace-release]",
+                ),
+                "status, moved to B": (
+                    _patch_status_labels(who, ns, {"labgate.io/tenant": arena.b.name}),
+                    "[namespace-release]",
+                ),
+                "status, admin access": (
+                    _patch_status_labels(who, ns, {"resource.kubernetes.io/admin-access": "true"}),
+                    "[namespace-admin-access]",
+                ),
+                "finalize, tenant label off": (
+                    who.kubectl(
+                        "replace",
+                        "--raw",
+                        f"/api/v1/namespaces/{ns}/finalize",
+                        "-f",
+                        "-",
+                        stdin=json.dumps(namespace),
+                    ),
+                    "[namespace-release]",
+                ),
+            }
+            for attempt, (refused, rule) in attempts.items():
+                assert refused.returncode == 1, f"{who.name}, {attempt}: {refused.stdout}"
+                assert rule in refused.stderr, f"{who.name}, {attempt}: {refused.stderr}"
+            labels = json.loads(arena.stack.admin_kubectl("get", "namespace", ns, "-o", "json"))["metadata"][
+                "labels"
+            ]
+            assert labels["labgate.io/tenant"] == arena.a.name
+            assert "resource.kubernetes.io/admin-access" not in labels
+            admitted = _patch_status_labels(who, ns, {"team-note": f"{who.name}-status"})
+            assert admitted.returncode == 0, admitted.stderr
+            assert _tenant_label(arena) == arena.a.name
+    # The refusals were the status and finalize writes they were, and the log says so.
+    deadline = time.monotonic() + 30
+    while len([r for r in _decision_records(arena, ns) if r["object"].get("subresource")]) < 10:
+        assert time.monotonic() < deadline, _decision_records(arena, ns)[-10:]
+        time.sleep(0.2)
+    written = [(r["object"]["subresource"], r["verdict"]) for r in _decision_records(arena, ns)[-10:]]
+    assert written.count(("status", "refused")) == 6, written
+    assert written.count(("finalize", "refused")) == 2, written
+    assert written.count(("status", "allowed")) == 2, written
+    # A namespace of A's the platform deletes goes, status and finalize written by the namespace
+    # controller without asking labgate.
+    gone = f"{arena.a.name}-gone-{uuid.uuid4().hex[:4]}"
+    created = arena.a.admin.kubectl("create", "namespace", gone)
+    assert created.returncode == 0, created.stderr
+    arena.stack.admin_kubectl("delete", "namespace", gone, "--wait=false")
+    deadline = time.monotonic() + 60
+    while arena.stack.cluster_kubectl("get", "namespace", gone).returncode == 0:
+        assert time.monotonic() < deadline, f"namespace {gone} was not deleted within 60s"
+        time.sleep(0.5)
+    records = _decision_records(arena, gone)
+    assert ("CREATE", "allowed") in {(r["operation"], r["verdict"]) for r in records}, records
+    assert [r for r in records if r["object"].get("subresource")] == []
 
 
 def test_cluster_admins_still_bind_platform_volumes_into_a_tenant(arena: Arena) -> None:

@@ -17,7 +17,7 @@ labgate.io/tenant
 The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
 */}}
 {{- define "labgate.namespaceMatchExpression" -}}
-{{ "request.resource.resource != 'namespaces' || (has(object.metadata.labels) && 'labgate.io/tenant' in object.metadata.labels) || (oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/tenant' in oldObject.metadata.labels) || (!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system']))) && !(oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/ignore' in oldObject.metadata.labels))" | quote }}
+{{ "request.resource.resource != 'namespaces' || ((!has(request.subResource) || request.subResource == '' || !(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system'])))) && ((has(object.metadata.labels) && 'labgate.io/tenant' in object.metadata.labels) || (oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/tenant' in oldObject.metadata.labels) || (!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system']))) && !(oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/ignore' in oldObject.metadata.labels))))" | quote }}
 {{- end }}
 
 {{/*

@@ -106,6 +106,51 @@ def test_a_record_names_the_request_the_rules_per_outcome_and_the_verdict() -> N
     }
 
 
+def test_a_write_to_a_subresource_says_which() -> None:
+    """A Namespace's status write is not a Namespace write: the record says `status`."""
+    request = parse_request(
+        {
+            "uid": "uid-ns",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "subResource": "status",
+            "name": "team-a",
+            "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": []},
+            "object": {"metadata": {"name": "team-a"}},
+            "oldObject": {"metadata": {"name": "team-a"}},
+        }
+    )
+    record = build_record(
+        request=request,
+        decision=REFUSAL,
+        tenant="team-a",
+        verdict="refused",
+        patch_applied=False,
+        latency_ms=1.0,
+        at=AT,
+    )
+    assert record["object"] == {
+        "group": "",
+        "kind": "Namespace",
+        "namespace": None,
+        "name": "team-a",
+        "subresource": "status",
+    }
+    assert (
+        "subresource"
+        not in build_record(
+            request=_request(),
+            decision=REFUSAL,
+            tenant="team-a",
+            verdict="refused",
+            patch_applied=False,
+            latency_ms=1.0,
+            at=AT,
+        )["object"]
+    )
+
+
 def test_a_verdict_without_a_decision_records_its_reason_and_no_rules() -> None:
     record = build_record(
         request=_request(),

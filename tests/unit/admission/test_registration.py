@@ -47,6 +47,12 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
         r for r in validating_rules if r["resources"] == ["pods/ephemeralcontainers"]
     ).items()
     assert "DELETE" in next(r for r in validating_rules if r["resources"] == ["secrets"])["operations"]
+    # A Namespace's labels change through its status and finalize subresources as through the object.
+    cluster_rules = configurations[1]["webhooks"][1]["rules"]
+    namespace_resources = {
+        r for rule in cluster_rules for r in rule["resources"] if r.startswith("namespaces")
+    }
+    assert namespace_resources == {"namespaces", "namespaces/status", "namespaces/finalize"}
     mutating = configurations[0]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     assert mutating["clientConfig"]["url"] == "https://127.0.0.1:1/mutate"
