@@ -25,6 +25,7 @@ from labgate.core.tenant import (
     TenantLimits,
 )
 from labgate.core.workload_catalog import SCALABLE_WORKLOADS, resources_by_group
+from labgate.gpu_accounting.demand import quantity
 from labgate.gpu_accounting.pod_requests import limit_units, quantity_text
 
 Manifest = dict[str, Any]
@@ -440,12 +441,23 @@ def object_key(obj: Manifest) -> tuple[str, str, str, str]:
     return (obj["apiVersion"], obj["kind"], metadata.get("namespace", ""), metadata["name"])
 
 
-def is_subset(desired: Any, live: Any) -> bool:
-    """True when every field `desired` sets has the same value in `live` (fields the API adds are ignored)."""
+# Maps whose values are resource quantities (a ResourceQuota's `hard`, a LimitRange's limits). The
+# API stores a quantity in its canonical form ("1000" reads back "1k", "1024Mi" "1Gi"), so these are
+# compared by value: compared as text, every read-back would look like drift, and the reconciler
+# would rewrite the quota (and say DriftRepaired) at each of its status updates.
+_QUANTITY_MAPS = frozenset({"hard", "default", "defaultRequest", "max", "min", "maxLimitRequestRatio"})
+
+
+def is_subset(desired: Any, live: Any, *, quantities: bool = False) -> bool:
+    """True when every field `desired` sets has the same value in `live` (fields the API adds are
+    ignored); `quantities`: the values are resource quantities, the same when they are equal in value."""
     if isinstance(desired, dict):
         # The API omits empty lists and maps (a RoleBinding with no subjects has no "subjects").
         return isinstance(live, dict) and all(
-            is_subset(v, live[k]) if k in live else v in ([], {}) for k, v in desired.items()
+            is_subset(v, live[k], quantities=quantities or k in _QUANTITY_MAPS)
+            if k in live
+            else v in ([], {})
+            for k, v in desired.items()
         )
     if isinstance(desired, list):
         return (
@@ -453,4 +465,15 @@ def is_subset(desired: Any, live: Any) -> bool:
             and len(desired) == len(live)
             and all(is_subset(d, x) for d, x in zip(desired, live, strict=True))
         )
-    return bool(desired == live)
+    if desired == live:
+        return True
+    return quantities and _same_quantity(desired, live)
+
+
+def _same_quantity(desired: Any, live: Any) -> bool:
+    """Two quantities of the same value ("1000" and "1k"); never two texts that are not quantities
+    (`quantity` reads those as 0)."""
+    if not (isinstance(desired, str | int) and isinstance(live, str | int)):
+        return False
+    value = quantity(desired)
+    return value == quantity(live) and value != 0

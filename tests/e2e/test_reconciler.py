@@ -229,6 +229,45 @@ def test_drift_is_repaired_for_every_managed_kind(stack: LabgateStack, tenants: 
     assert f"restored ClusterRoleBinding labgate:tenant:{team.name}:member" in messages
 
 
+def _drift_repaired(stack: LabgateStack, tenant: str) -> list[str]:
+    events = get_json(stack, "events", "-n", "default", "--field-selector", f"involvedObject.name={tenant}")
+    assert events is not None
+    return [e["message"] for e in events["items"] if e["reason"] == "DriftRepaired"]
+
+
+def test_a_quota_the_api_reads_back_in_canonical_form_is_no_drift(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """1,000 GPUs, 1,000 CPUs and 2,000 pods read back from the API as "1k" and "2k": the same values,
+    so the quota controller's status writes, as pods come and go, make the reconciler rewrite
+    nothing. Its one repair is the drift made on purpose after them."""
+    team = tenants.create(spec_extra={"gpu": {"total": 1000}, "limits": {"cpu": "1000", "pods": 2000}})
+
+    def hard(quota: str) -> dict[str, str]:
+        live = get_json(stack, "resourcequota", quota, "-n", team.namespace)
+        return dict((live or {}).get("spec", {}).get("hard") or {})
+
+    assert hard("labgate-gpu") == {"requests.nvidia.com/gpu": "1k"}
+    assert hard("labgate-limits") == {"requests.cpu": "1k", "pods": "2k"}
+    for i in range(3):
+        created = team.researcher.apply(pod_manifest(f"counted-{i}"), team.namespace)
+        assert created.returncode == 0, created.stderr
+
+    def used_pods() -> str:
+        live = get_json(stack, "resourcequota", "labgate-limits", "-n", team.namespace) or {}
+        return str(live.get("status", {}).get("used", {}).get("pods", ""))
+
+    eventually(lambda: used_pods() == "3", what="the quota controller counted the 3 pods")
+    # A drift made on purpose, after the status writes: once it is repaired, the reconciler has
+    # seen every change before it.
+    stack.admin_kubectl("delete", "serviceaccount", "experiment", "-n", team.namespace)
+    repaired = f"restored ServiceAccount {team.namespace}/experiment"
+    eventually(
+        lambda: repaired in _drift_repaired(stack, team.name), what="the deleted ServiceAccount restored"
+    )
+    assert _drift_repaired(stack, team.name) == [repaired]
+
+
 def test_removed_member_loses_access(stack: LabgateStack, tenants: TenantFactory) -> None:
     team = tenants.create()
     assert can_i(team.researcher, "create", "pods", team.namespace)

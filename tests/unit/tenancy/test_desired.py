@@ -130,6 +130,32 @@ def test_researchers_write_secrets_without_reading_them_and_admins_read_them() -
         ({"l": [1, 2]}, {"l": [1]}, False),
         ({"l": [{"a": 1}]}, {"l": [{"a": 1, "x": 0}]}, True),
         ({"m": {"k": "v"}}, {"m": {"k": "v", "other": "w"}}, True),
+        # A quota's quantities as the API reads them back, in canonical form: the same value.
+        (
+            {"spec": {"hard": {"requests.nvidia.com/gpu": "1000"}}},
+            {"spec": {"hard": {"requests.nvidia.com/gpu": "1k"}}},
+            True,
+        ),
+        (
+            {"spec": {"hard": {"requests.memory": "1024Mi", "pods": "2000"}}},
+            {"spec": {"hard": {"requests.memory": "1Gi", "pods": "2k"}}},
+            True,
+        ),
+        ({"spec": {"hard": {"requests.cpu": "1500m"}}}, {"spec": {"hard": {"requests.cpu": "1500m"}}}, True),
+        (
+            {"spec": {"limits": [{"default": {"memory": "2048Mi"}}]}},
+            {"spec": {"limits": [{"default": {"memory": "2Gi"}}]}},
+            True,
+        ),
+        # A different value, or text that is no quantity, is drift all the same.
+        (
+            {"spec": {"hard": {"requests.nvidia.com/gpu": "1000"}}},
+            {"spec": {"hard": {"requests.nvidia.com/gpu": "999"}}},
+            False,
+        ),
+        ({"spec": {"hard": {"pods": "many"}}}, {"spec": {"hard": {"pods": "lots"}}}, False),
+        # Elsewhere text is text: a label "1000" is not "1k".
+        ({"metadata": {"labels": {"size": "1000"}}}, {"metadata": {"labels": {"size": "1k"}}}, False),
     ],
 )
 def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
