@@ -441,11 +441,24 @@ def object_key(obj: Manifest) -> tuple[str, str, str, str]:
     return (obj["apiVersion"], obj["kind"], metadata.get("namespace", ""), metadata["name"])
 
 
-# Maps whose values are resource quantities (a ResourceQuota's `hard`, a LimitRange's limits). The
-# API stores a quantity in its canonical form ("1000" reads back "1k", "1024Mi" "1Gi"), so these are
-# compared by value: compared as text, every read-back would look like drift, and the reconciler
-# would rewrite the quota (and say DriftRepaired) at each of its status updates.
-_QUANTITY_MAPS = frozenset({"hard", "default", "defaultRequest", "max", "min", "maxLimitRequestRatio"})
+# Fields that hold resource quantities, or maps of them: a ResourceQuota's `hard`, a LimitRange's
+# limits, a Kueue ClusterQueue's quotas (Kueue's defaulting webhook re-encodes them). The API stores
+# a quantity in its canonical form ("1000" reads back "1k", "1024Mi" "1Gi"), so these are compared by
+# value: compared as text, every read-back would look like drift, and the reconciler would rewrite
+# the quota (and say DriftRepaired) at each of its status updates.
+_QUANTITY_FIELDS = frozenset(
+    {
+        "hard",
+        "default",
+        "defaultRequest",
+        "max",
+        "min",
+        "maxLimitRequestRatio",
+        "nominalQuota",
+        "borrowingLimit",
+        "lendingLimit",
+    }
+)
 
 
 def is_subset(desired: Any, live: Any, *, quantities: bool = False) -> bool:
@@ -454,7 +467,7 @@ def is_subset(desired: Any, live: Any, *, quantities: bool = False) -> bool:
     if isinstance(desired, dict):
         # The API omits empty lists and maps (a RoleBinding with no subjects has no "subjects").
         return isinstance(live, dict) and all(
-            is_subset(v, live[k], quantities=quantities or k in _QUANTITY_MAPS)
+            is_subset(v, live[k], quantities=quantities or k in _QUANTITY_FIELDS)
             if k in live
             else v in ([], {})
             for k, v in desired.items()

@@ -147,6 +147,21 @@ def test_researchers_write_secrets_without_reading_them_and_admins_read_them() -
             {"spec": {"limits": [{"default": {"memory": "2Gi"}}]}},
             True,
         ),
+        (
+            {
+                "spec": {
+                    "resourceGroups": [
+                        {"flavors": [{"resources": [{"name": "gpu", "nominalQuota": "1000"}]}]}
+                    ]
+                }
+            },
+            {
+                "spec": {
+                    "resourceGroups": [{"flavors": [{"resources": [{"name": "gpu", "nominalQuota": "1k"}]}]}]
+                }
+            },
+            True,
+        ),
         # A different value, or text that is no quantity, is drift all the same.
         (
             {"spec": {"hard": {"requests.nvidia.com/gpu": "1000"}}},
