@@ -102,7 +102,7 @@ _WEBHOOK_REJECTIONS = re.compile(
     r"^apiserver_admission_webhook_rejection_count\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE
 )
 _WEBHOOK_SAMPLE = re.compile(
-    r"^(?P<name>labgate_admission_overloaded_total|labgate_admission_wait_seconds_(?:count|sum))"
+    r"^(?P<name>labgate_admission_overloaded_total|labgate_admission_wait_seconds_(?:count|sum|bucket))"
     r"(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)",
     re.MULTILINE,
 )
@@ -147,18 +147,24 @@ def refused_creates(metrics_text: str, webhook_part: str = "labgate") -> int:
 
 def admission_overloads(metrics_text: str) -> Counter[str]:
     """From a webhook replica's /metrics text: its [admission-overloaded] refusals so far by cause
-    (line-full, waited, pushed-out), and under "waits" and "waited_ms" how many requests waited for a
-    slot and for how long in all."""
+    (line-full, waited, pushed-out), and under "waits", "waited_ms" and "waits_over_500ms" how many
+    requests waited for a slot, for how long in all, and how many of them longer than half a second
+    (the wait bound is 1 s by default)."""
     found: Counter[str] = Counter()
+    within_half_second = 0
     for sample in _WEBHOOK_SAMPLE.finditer(metrics_text):
         value = float(sample["value"])
+        labels = dict(_LABEL.findall(sample["labels"] or ""))
         if sample["name"] == "labgate_admission_overloaded_total":
-            found[dict(_LABEL.findall(sample["labels"] or "")).get("cause", "")] += round(value)
+            found[labels.get("cause", "")] += round(value)
         elif sample["name"].endswith("_count"):
             found["waits"] += round(value)
-        else:
+        elif sample["name"].endswith("_sum"):
             found["waited_ms"] += round(value * 1000)
-    return found
+        elif labels.get("le") == "0.5":
+            within_half_second += round(value)
+    found["waits_over_500ms"] = found["waits"] - within_half_second
+    return +found
 
 
 def failed_create_reason(message: str) -> str:
@@ -413,6 +419,17 @@ class Cluster:
             overloads,
         )
 
+    def pod_writes_stopped(self, quiet_seconds: float = 2.0) -> bool:
+        """Whether the apiserver served no pod write (any subresource) over `quiet_seconds`."""
+        before = self.pod_writes()
+        time.sleep(quiet_seconds)
+        return self.pod_writes() == before
+
+    def pod_writes(self) -> int:
+        metrics = self.admin.get("/metrics", timeout=90)
+        metrics.raise_for_status()
+        return sum(n for resource, n in api_writes(metrics.text).items() if resource.split("/")[0] == "pods")
+
     def client(self, namespace: str) -> httpx.Client:
         return self.researchers.get(namespace, self.admin)
 
@@ -549,6 +566,11 @@ def settle(cluster: Cluster, namespace: str, args: argparse.Namespace) -> None:
     Kueue would still count its quota). Bounded; says when it was not enough."""
     if not cluster.delete_jobs(namespace, timeout=args.timeout):
         print(f"warning: pods of {namespace} not gone within {args.timeout:.0f} s", flush=True)
+    # The Job controller goes on writing to the deleted pods (taking its tracking finalizers off,
+    # answered 404) for seconds after they are gone: wait until the pod writes stop, else the next
+    # launch, of either target, is charged with them.
+    if not wait_for(cluster.pod_writes_stopped, timeout=60, every=1):
+        print(f"warning: pod writes still going on 60 s after {namespace}'s pods were gone", flush=True)
     if namespace not in (TENANT, GANG_TENANT):
         return
     if not wait_for(lambda: cluster.tenant_usage(namespace) == 0, timeout=60, every=1):

@@ -275,5 +275,7 @@ def test_admission_overloads_read_the_webhooks_own_exposition() -> None:
     ADMISSION_WAIT_SECONDS.observe(0.25)
     ADMISSION_WAIT_SECONDS.observe(1.0)
     after = admission_overloads(generate_latest(REGISTRY).decode())
-    assert after - before == Counter({"line-full": 2, "waited": 1, "waits": 2, "waited_ms": 1250})
+    assert after - before == Counter(
+        {"line-full": 2, "waited": 1, "waits": 2, "waited_ms": 1250, "waits_over_500ms": 1}
+    )
     assert admission_overloads("") == Counter()
