@@ -107,8 +107,9 @@ def test_a_record_names_the_request_the_rules_per_outcome_and_the_verdict() -> N
 
 
 def test_a_write_to_a_subresource_says_which() -> None:
-    """A Namespace's status write is not a Namespace write: the record says `status`."""
-    request = parse_request(
+    """A Namespace's status write is not a Namespace write: the record says `status`; a write to
+    the object itself names no subresource."""
+    status_write = parse_request(
         {
             "uid": "uid-ns",
             "kind": {"group": "", "version": "v1", "kind": "Namespace"},
@@ -121,26 +122,9 @@ def test_a_write_to_a_subresource_says_which() -> None:
             "oldObject": {"metadata": {"name": "team-a"}},
         }
     )
-    record = build_record(
-        request=request,
-        decision=REFUSAL,
-        tenant="team-a",
-        verdict="refused",
-        patch_applied=False,
-        latency_ms=1.0,
-        at=AT,
-    )
-    assert record["object"] == {
-        "group": "",
-        "kind": "Namespace",
-        "namespace": None,
-        "name": "team-a",
-        "subresource": "status",
-    }
-    assert (
-        "subresource"
-        not in build_record(
-            request=_request(),
+    objects = [
+        build_record(
+            request=request,
             decision=REFUSAL,
             tenant="team-a",
             verdict="refused",
@@ -148,7 +132,12 @@ def test_a_write_to_a_subresource_says_which() -> None:
             latency_ms=1.0,
             at=AT,
         )["object"]
-    )
+        for request in (status_write, _request())
+    ]
+    assert objects == [
+        {"group": "", "kind": "Namespace", "namespace": None, "name": "team-a", "subresource": "status"},
+        {"group": "", "kind": "Pod", "namespace": "team-a", "name": "train-1"},
+    ]
 
 
 def test_a_verdict_without_a_decision_records_its_reason_and_no_rules() -> None:
