@@ -81,6 +81,7 @@ class AdmissionGate:
         self.waiting: dict[str, deque[Ticket]] = {}  # tenant -> its requests waiting, oldest first
         self.waiting_count = 0
         self._arrivals: deque[float] = deque()  # monotonic times of the last few seconds' requests
+        self.arrived = 0  # requests that arrived, ever
 
     def rate(self) -> float:
         """Admission requests per second over the last few seconds."""
@@ -94,6 +95,7 @@ class AdmissionGate:
         of its tenant's waits before it; else it waits, unless the line is full."""
         now = time.monotonic() if now is None else now
         self._arrivals.append(now)
+        self.arrived += 1
         self.rate()  # drops arrivals older than the window
         ticket = Ticket(tenant, now)
         if self._may_enter(tenant) and not self.waiting.get(tenant):

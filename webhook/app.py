@@ -4,6 +4,7 @@ replica (webhook/replica.py: the OPA and Kubernetes clients, the caches, the adm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +31,7 @@ from webhook import failures, refusals
 from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
 from webhook.admission_line import AdmissionLine
 from webhook.failures import Attempt
+from webhook.memory_return import allocator_trim, return_memory_after_bursts
 from webhook.pod_templates import WorkloadKind, load_workload_kinds
 from webhook.replica import Replica, build_replica
 from webhook.review import AdmissionRequest, parse_review
@@ -286,14 +288,17 @@ def _admission_route(
     return route
 
 
-def admission_router(settings: Settings) -> APIRouter:
-    """/validate and /mutate: each request through the same line for a slot, deadline, answer and
-    accounting, to the replica's server's `validate` or `mutate`."""
-    gate = AdmissionGate(
+def admission_gate(settings: Settings) -> AdmissionGate:
+    return AdmissionGate(
         settings.max_in_flight,
         tenant_limit=settings.max_in_flight_per_tenant,
         max_waiting=settings.max_waiting_admissions,
     )
+
+
+def admission_router(settings: Settings, gate: AdmissionGate) -> APIRouter:
+    """/validate and /mutate: each request through the same line (of `gate`) for a slot, deadline,
+    answer and accounting, to the replica's server's `validate` or `mutate`."""
     line = AdmissionLine(gate, max_wait_seconds=settings.max_admission_wait_seconds)
     # Read at scrape time: nothing to count on the request path.
     ADMISSION_IN_FLIGHT.set_function(lambda: gate.in_flight)
@@ -330,22 +335,45 @@ def _add_probe_routes(app: FastAPI) -> None:
         return JSONResponse(status_code=200 if all(checks.values()) else 503, content=content)
 
 
+@asynccontextmanager
+async def _memory_return(settings: Settings, gate: AdmissionGate) -> AsyncIterator[None]:
+    """While the app serves: the allocator's free memory given back after each burst of admissions
+    (webhook/memory_return.py), where the C library can and the settings ask for it."""
+    trim = allocator_trim()
+    if trim is None or settings.memory_return_seconds == 0:
+        yield
+        return
+    task = asyncio.create_task(
+        return_memory_after_bursts(
+            lambda: gate.arrived, window_seconds=settings.memory_return_seconds, trim=trim
+        )
+    )
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app(settings: Settings | None = None, *, build: Build = build_replica) -> FastAPI:
     """The webhook app. Each run of its lifespan builds one replica (`build`: webhook/replica.py's
     `build_replica`; tests give a builder of their own), starts it, and stops it at the end."""
     resolved = settings or get_settings()
     kinds = load_workload_kinds(resolved.workload_kinds_file)
+    gate = admission_gate(resolved)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.replica = replica = build(resolved, kinds)
         try:
             replica.start()
-            yield
+            async with _memory_return(resolved, gate):
+                yield
         finally:
             await replica.stop()
 
     app = FastAPI(title="labgate admission webhook", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.include_router(admission_router(resolved))
+    app.include_router(admission_router(resolved, gate))
     _add_probe_routes(app)
     return app

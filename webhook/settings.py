@@ -145,6 +145,13 @@ class Settings(BaseSettings):
         "uid (a Job's copies) gets that decision without a policy evaluation, for at most this long and "
         "while the tenants and policies OPA holds stay the same; 0 evaluates every pod.",
     )
+    memory_return_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How often the replica looks whether a burst of admissions is over (a window of at "
+        "most a tenth of the busiest one's requests); once it is, the memory the burst left free is "
+        "given back to the system (glibc's malloc_trim). 0 never gives it back.",
+    )
     workload_kinds_file: Path | None = Field(
         default=None,
         description="YAML list of extra workload kinds (group, version, kind, resource, template paths).",

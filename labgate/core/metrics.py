@@ -37,6 +37,10 @@ ADMISSION_WAIT_SECONDS = Histogram(
     "Time a request that found every slot taken waited for one (given one, refused or gone)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+MEMORY_RETURNS = Counter(
+    "labgate_memory_returns_total",
+    "Times the replica gave the allocator's free memory back to the system after a burst of admissions",
+)
 ADMISSION_IN_FLIGHT = Gauge(
     "labgate_admission_in_flight",
     "Admission requests the replica is deciding now (at most LABGATE_MAX_IN_FLIGHT)",
