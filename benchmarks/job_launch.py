@@ -167,6 +167,27 @@ def admission_overloads(metrics_text: str) -> Counter[str]:
     return +found
 
 
+_WEBHOOK_REFUSAL = re.compile(
+    r"^(?P<name>labgate_admission_rule_findings_total|labgate_policy_engine_errors_total)"
+    r"\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)",
+    re.MULTILINE,
+)
+
+
+def webhook_refusals(metrics_text: str) -> Counter[str]:
+    """From a webhook replica's /metrics text: what it refused so far other than for overload, by
+    rule id (its enforced findings; a request refused by two rules counts under both) and, under
+    `no-decision:<reason>`, the requests refused because no policy decision could be had."""
+    found: Counter[str] = Counter()
+    for sample in _WEBHOOK_REFUSAL.finditer(metrics_text):
+        labels = dict(_LABEL.findall(sample["labels"]))
+        if sample["name"] == "labgate_policy_engine_errors_total":
+            found[f"no-decision:{labels.get('reason', '')}"] += round(float(sample["value"]))
+        elif labels.get("mode") == "enforce":
+            found[labels.get("rule", "")] += round(float(sample["value"]))
+    return +found
+
+
 def failed_create_reason(message: str) -> str:
     """What refused a pod, from a FailedCreate event's message: `labgate [rule-id]` for a labgate
     webhook (its name ends in labgate.io), `labgate [call failed: CAUSE]` when the apiserver could not
@@ -392,6 +413,7 @@ class Sample:
     refused: int = 0  # creates labgate's webhooks refused so far (refused_creates)
     # The webhook replicas' [admission-overloaded] refusals by cause and their waits (admission_overloads).
     overloads: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)  # and their other refusals (webhook_refusals)
 
 
 @dataclass
@@ -407,16 +429,19 @@ class Cluster:
         metrics = self.admin.get("/metrics", timeout=90)
         metrics.raise_for_status()
         overloads: Counter[str] = Counter()
+        refusals: Counter[str] = Counter()
         for health in self.stack.health_urls.values():
             replica = httpx.get(f"{health}/metrics", timeout=30)
             replica.raise_for_status()
             overloads += admission_overloads(replica.text)
+            refusals += webhook_refusals(replica.text)
         return Sample(
             time.monotonic(),
             {name: cpu_seconds(pids) for name, pids in self.pids.items()},
             api_writes(metrics.text),
             refused_creates(metrics.text),
             overloads,
+            refusals,
         )
 
     def pod_writes_stopped(self, quiet_seconds: float = 2.0) -> bool:
@@ -517,6 +542,7 @@ class Launch:
     failed_create: Counter[str] = field(default_factory=Counter)
     refused: int = 0  # creates labgate refused, as the apiserver counted them (not capped as events are)
     overloads: Counter[str] = field(default_factory=Counter)  # the webhook's, during the launch
+    refusals: Counter[str] = field(default_factory=Counter)  # the webhook's other refusals, by rule
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
@@ -548,11 +574,13 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.writes = after.writes - before.writes
     result.refused = after.refused - before.refused
     result.overloads = after.overloads - before.overloads
+    result.refusals = after.refusals - before.refusals
     result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
-        f"refused by labgate {result.refused} (overloaded {dict(result.overloads)}), "
+        f"refused by labgate {result.refused} (overloaded {dict(result.overloads)}, "
+        f"by rule {dict(result.refusals)}), "
         f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )

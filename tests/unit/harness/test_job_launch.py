@@ -24,10 +24,16 @@ from benchmarks.job_launch import (
     kueue_rows,
     refused_creates,
     selector_matches,
+    webhook_refusals,
     writes_rows,
 )
 from devcluster.kueue import kueue_configuration
-from labgate.core.metrics import ADMISSION_OVERLOADED, ADMISSION_WAIT_SECONDS
+from labgate.core.metrics import (
+    ADMISSION_OVERLOADED,
+    ADMISSION_WAIT_SECONDS,
+    POLICY_ENGINE_ERRORS,
+    RULE_FINDINGS,
+)
 from labgate.core.tenant import TENANT_LABEL
 from webhook.registration import webhook_configurations
 
@@ -279,3 +285,15 @@ def test_admission_overloads_read_the_webhooks_own_exposition() -> None:
         {"line-full": 2, "waited": 1, "waits": 2, "waited_ms": 1250, "waits_over_500ms": 1}
     )
     assert admission_overloads("") == Counter()
+
+
+def test_webhook_refusals_are_its_enforced_findings_by_rule_and_its_missing_decisions() -> None:
+    """What else the webhook refused in a launch, by rule id, from the same exposition: warnings and
+    dry-run findings refuse nothing and are not counted."""
+    before = webhook_refusals(generate_latest(REGISTRY).decode())
+    RULE_FINDINGS.labels("gpu-quota", "enforce", "t").inc(3)
+    RULE_FINDINGS.labels("image-digest", "warn", "t").inc()
+    POLICY_ENGINE_ERRORS.labels("timeout").inc(2)
+    after = webhook_refusals(generate_latest(REGISTRY).decode())
+    assert after - before == Counter({"gpu-quota": 3, "no-decision:timeout": 2})
+    assert webhook_refusals("") == Counter()
