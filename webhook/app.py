@@ -4,7 +4,6 @@ replica (webhook/replica.py: the OPA and Kubernetes clients, the caches, the adm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,7 +30,7 @@ from webhook import failures, refusals
 from webhook.admission_gate import NO_TENANT, AdmissionGate, request_namespace
 from webhook.admission_line import AdmissionLine
 from webhook.failures import Attempt
-from webhook.memory_return import allocator_trim, return_memory_after_bursts
+from webhook.memory_return import returning_memory
 from webhook.pod_templates import WorkloadKind, load_workload_kinds
 from webhook.replica import Replica, build_replica
 from webhook.review import AdmissionRequest, parse_review
@@ -335,27 +334,6 @@ def _add_probe_routes(app: FastAPI) -> None:
         return JSONResponse(status_code=200 if all(checks.values()) else 503, content=content)
 
 
-@asynccontextmanager
-async def _memory_return(settings: Settings, gate: AdmissionGate) -> AsyncIterator[None]:
-    """While the app serves: the allocator's free memory given back after each burst of admissions
-    (webhook/memory_return.py), where the C library can and the settings ask for it."""
-    trim = allocator_trim()
-    if trim is None or settings.memory_return_seconds == 0:
-        yield
-        return
-    task = asyncio.create_task(
-        return_memory_after_bursts(
-            lambda: gate.arrived, window_seconds=settings.memory_return_seconds, trim=trim
-        )
-    )
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 def create_app(settings: Settings | None = None, *, build: Build = build_replica) -> FastAPI:
     """The webhook app. Each run of its lifespan builds one replica (`build`: webhook/replica.py's
     `build_replica`; tests give a builder of their own), starts it, and stops it at the end."""
@@ -368,7 +346,7 @@ def create_app(settings: Settings | None = None, *, build: Build = build_replica
         app.state.replica = replica = build(resolved, kinds)
         try:
             replica.start()
-            async with _memory_return(resolved, gate):
+            async with returning_memory(lambda: gate.arrived, window_seconds=resolved.memory_return_seconds):
                 yield
         finally:
             await replica.stop()

@@ -13,10 +13,11 @@ Where the C library has no `malloc_trim` (musl, macOS) nothing is trimmed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from labgate.core.metrics import MEMORY_RETURNS
@@ -79,3 +80,20 @@ async def return_memory_after_bursts(
             MEMORY_RETURNS.inc()
             log.debug("admission burst over: the allocator's free memory given back")
         seen = count
+
+
+@contextlib.asynccontextmanager
+async def returning_memory(arrived: Callable[[], int], *, window_seconds: float) -> AsyncIterator[None]:
+    """While the app serves: `return_memory_after_bursts` as a task of the running loop, where the C
+    library can give memory back and `window_seconds` is not 0."""
+    trim = allocator_trim()
+    if trim is None or window_seconds == 0:
+        yield
+        return
+    task = asyncio.create_task(return_memory_after_bursts(arrived, window_seconds=window_seconds, trim=trim))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

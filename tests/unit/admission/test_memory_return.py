@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from webhook.memory_return import BurstEnd, allocator_trim, return_memory_after_bursts
+from webhook.memory_return import BurstEnd, allocator_trim, return_memory_after_bursts, returning_memory
 
 
 def trims(windows: list[int], burst: int = 100) -> list[int]:
@@ -62,3 +62,14 @@ def test_this_platform_s_c_library_can_give_memory_back() -> None:
     trim = allocator_trim()
     assert trim is not None  # glibc, as in the chart's image (python:3.11-slim)
     trim()
+
+
+def test_the_watch_runs_while_the_app_serves_and_not_at_all_when_turned_off() -> None:
+    async def tasks_while_serving(window_seconds: float) -> int:
+        async with returning_memory(lambda: 0, window_seconds=window_seconds):
+            serving = len(asyncio.all_tasks())
+        assert len(asyncio.all_tasks()) == 1  # stopped with the app: only this coroutine is left
+        return serving - 1
+
+    assert asyncio.run(tasks_while_serving(10)) == 1
+    assert asyncio.run(tasks_while_serving(0)) == 0
