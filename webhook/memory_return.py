@@ -3,7 +3,7 @@
 Every connection the apiserver opens in a burst (HTTP/1.1: one per concurrent call) and every request
 parsed allocates through the C library's allocator, from the event loop's thread and the worker
 threads alike. glibc keeps what is freed in its arenas for the next allocation and hands pages back to
-the system only from the top of the main heap, so a replica stayed at the size of its busiest burst
+the system only from the top of each heap, so a replica stayed at the size of its busiest burst
 (docs/benchmarks.md, "Memory under an open-loop flood"). `malloc_trim(0)` gives the free pages of
 every arena back. It is called when a window of admissions is quiet after a busy one: never in the
 middle of a burst (the pages would be asked for again at once), never on a replica that stays idle.

@@ -61,7 +61,7 @@ def replica(serve: Callable[..., Replica]) -> Replica:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Replica]]:
-    """Starts the replica (at most once), with `LABGATE_*` settings from the keywords."""
+    """Starts a replica per call, with `LABGATE_*` settings from the keywords; stops them all."""
     processes: list[subprocess.Popen[bytes]] = []
     try:
         yield lambda **settings: _serve(tmp_path, processes, settings)
