@@ -201,9 +201,14 @@ violation contains {"rule": rule_id, "message": msg, "field": runs_as.field} if 
 # (secretRef, secretKeyRef, nodePublishSecretRef, a projected source's secret), or the entries of a
 # list under such a key (imagePullSecrets). cephfs.secretFile is a path on the node, not a Secret.
 _secret_references(template) := {ref |
+	_mentions_secret(template.spec) # one string search before walking every field of the spec
 	walk(template.spec, [path, value])
-	some ref in _reference_at(template.path, path, value)
+	ref := _reference_at(template.path, path, value)
 }
+
+# Whether "secret" appears anywhere in the spec's JSON, in any letter case: every key _is_secret_key
+# accepts appears there verbatim, so a spec without it references no Secret.
+_mentions_secret(spec) if contains(lower(json.marshal(spec)), "secret")
 
 _is_secret_key(key) if {
 	is_string(key)
@@ -211,20 +216,30 @@ _is_secret_key(key) if {
 	key != "secretFile"
 }
 
-_reference_at(prefix, path, value) := {{"field": _path_text(prefix, path), "name": value}} if {
-	count(path) > 0
-	_is_secret_key(path[count(path) - 1])
+# The reference at one place of the walk, undefined where there is none. The three cases exclude one
+# another (a string has no name; a key that says "secret" is not a list index), so at most one holds;
+# each asks its cheap type test before the key's.
+_reference_at(prefix, path, value) := {"field": _path_text(prefix, path), "name": value} if {
 	is_string(value)
-} else := {{"field": concat(".", [_path_text(prefix, path), "name"]), "name": value.name}} if {
-	count(path) > 0
 	_is_secret_key(path[count(path) - 1])
+}
+
+_reference_at(prefix, path, value) := {
+	"field": concat(".", [_path_text(prefix, path), "name"]),
+	"name": value.name,
+} if {
 	is_string(value.name)
-} else := {{"field": concat(".", [_path_text(prefix, path), "name"]), "name": value.name}} if {
-	count(path) > 1
-	_is_secret_key(path[count(path) - 2])
+	_is_secret_key(path[count(path) - 1])
+}
+
+_reference_at(prefix, path, value) := {
+	"field": concat(".", [_path_text(prefix, path), "name"]),
+	"name": value.name,
+} if {
 	is_number(path[count(path) - 1])
 	is_string(value.name)
-} else := set()
+	_is_secret_key(path[count(path) - 2])
+}
 
 # "spec.volumes[0].csi.nodePublishSecretRef" for ["volumes", 0, "csi", "nodePublishSecretRef"] under "spec".
 _path_text(prefix, path) := concat("", array.concat([prefix], [_path_part(p) | some p in path]))
