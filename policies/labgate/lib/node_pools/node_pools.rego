@@ -71,6 +71,18 @@ on_demand_field(template) := sprintf("%s.annotations", [_metadata_field(template
 pools(tenant) := _array(object.get(tenant, ["spec", "placement", "nodePools"], []))
 
 # METADATA
+# title: Every tenant's node pools
+# description: |
+#   pools(tenant) of each tenant of the inventory that lists some, by tenant name, for the rules that
+#   look at every tenant's pools. Read field by field: handing each Tenant of the inventory whole to
+#   pools() makes OPA convert all of it, which costs more than the rest of the scan.
+pools_by_tenant[name] := listed if {
+	some name, tenant in data.inventory.tenants
+	listed := tenant.spec.placement.nodePools
+	is_array(listed)
+}
+
+# METADATA
 # title: A tenant that may use on-demand pools
 # description: |
 #   Whether a tenant lets its pods ask on-demand capacity (spec.placement.allowOnDemand), so they
@@ -86,6 +98,11 @@ pool_label_values(tenant) := {pool.name | some pool in pools(tenant)} | {value |
 	some pool in pools(tenant)
 	value := _object(object.get(pool, "nodeSelector", {}))[node_pool_label]
 }
+
+# A pool that nodeSelector[node_pool_label] = value selects: one of pool_label_values is its.
+_selects(pool, value) if pool.name == value
+
+_selects(pool, value) if _object(object.get(pool, "nodeSelector", {}))[node_pool_label] == value
 
 # METADATA
 # title: A tenant's spot pools
@@ -177,9 +194,10 @@ selected_pool(tenant, value) := [pool |
 #   none of the tenant's own: a node pool belongs to its tenant against every other tenant.
 foreign_pool_owners(tenant, value) := {name |
 	not value in pool_label_values(tenant)
-	some name, other in data.inventory.tenants
+	some name, listed in pools_by_tenant
 	name != tenant.metadata.name
-	value in pool_label_values(other)
+	some pool in listed
+	_selects(pool, value)
 }
 
 # METADATA
@@ -202,8 +220,8 @@ _models_text(models) := "any model" if {
 #   Every taint key some tenant's node pool tolerates. A complete set, built at most once per
 #   evaluation (only when a GPU pod carries a toleration), then looked up for every toleration.
 pool_taint_keys := {key |
-	some tenant in data.inventory.tenants
-	some pool in pools(tenant)
+	some listed in pools_by_tenant
+	some pool in listed
 	some toleration in _array(object.get(pool, "tolerations", []))
 	key := object.get(toleration, "key", "")
 	key != ""

@@ -66,3 +66,22 @@ test_foreign_pool_owners_are_the_other_tenants_keeping_that_pool if {
 	node_pools.foreign_pool_owners(testdata.vision, "h100-spot") == set() with data.inventory as testdata.gpu_inventory
 	node_pools.foreign_pool_owners(testdata.vision, "cpu-shared") == set() with data.inventory as testdata.gpu_inventory
 }
+
+test_pools_by_tenant_are_each_tenants_pools if {
+	node_pools.pools_by_tenant == {
+		"vision": node_pools.pools(testdata.vision),
+		"speech": node_pools.pools(testdata.speech),
+	} with data.inventory as testdata.gpu_inventory
+}
+
+test_pools_by_tenant_leave_out_what_pools_reads_as_none if {
+	tenants := {
+		"listed": {"spec": {"placement": {"nodePools": [{"name": "p"}]}}},
+		"empty": {"spec": {"placement": {"nodePools": []}}},
+		"not-a-list": {"spec": {"placement": {"nodePools": {"name": "p"}}}},
+		"none": {"spec": {}},
+	}
+	node_pools.pools_by_tenant == {"listed": [{"name": "p"}], "empty": []} with data.inventory.tenants as tenants
+	node_pools.pools(tenants["not-a-list"]) == []
+	node_pools.pools(tenants.none) == []
+}

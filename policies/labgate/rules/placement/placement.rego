@@ -275,9 +275,9 @@ violation contains {"rule": rule_id, "message": msg, "field": field} if {
 # confined to them is never refused, whatever other pools' selectors could also match those nodes.
 
 _foreign_pools(tenant) := [{"tenant": name, "pool": pool} |
-	some name, other in data.inventory.tenants
+	some name, listed in node_pools.pools_by_tenant
 	name != tenant.metadata.name
-	some pool in node_pools.pools(other)
+	some pool in listed
 	not node_selection.pool_selector(pool) in _own_selectors(tenant)
 ]
 
