@@ -148,25 +148,29 @@ _asks contains _ask(
 
 # --- Pod and container security contexts alike ---
 
-# Every securityContext of a template: the pod's and each container's, with where and field.
+# Every securityContext of a template: the pod's (container null) and each container's.
 _contexts(template) := array.concat(
-	[
-		{
-			"where": template.path, "field": sprintf("%s.securityContext", [template.path]),
-			"context": _object(object.get(template.spec, "securityContext", {})),
-		},
-	],
-	[{
-		"where": _container_where(template, c), "field": _container_field(template, c, "securityContext"),
-		"context": _object(object.get(c.container, "securityContext", {})),
-	} |
+	[{"container": null, "context": _object(object.get(template.spec, "securityContext", {}))}],
+	[{"container": c, "context": _object(object.get(c.container, "securityContext", {}))} |
 		some c in tenancy.containers(template.spec)
 	],
 )
 
+# Where a securityContext is, for the message, and its field: written out only for one that asks
+# something, not for every container of every template.
+_context_where(template, ctx) := template.path if ctx.container == null
+
+_context_where(template, ctx) := _container_where(template, ctx.container) if ctx.container != null
+
+_context_field(template, ctx) := sprintf("%s.securityContext", [template.path]) if ctx.container == null
+
+_context_field(template, ctx) := _container_field(template, ctx.container, "securityContext") if {
+	ctx.container != null
+}
+
 _asks contains _ask(
-	ctx.where,
-	sprintf("%s.seccompProfile.type", [ctx.field]),
+	_context_where(template, ctx),
+	sprintf("%s.seccompProfile.type", [_context_field(template, ctx)]),
 	"seccompProfile Unconfined",
 	"seccompUnconfined",
 	null,
@@ -178,8 +182,8 @@ _asks contains _ask(
 }
 
 _asks contains _ask(
-	ctx.where,
-	sprintf("%s.appArmorProfile.type", [ctx.field]),
+	_context_where(template, ctx),
+	sprintf("%s.appArmorProfile.type", [_context_field(template, ctx)]),
 	"appArmorProfile Unconfined",
 	"appArmorUnconfined",
 	null,
@@ -213,8 +217,8 @@ _metadata_path(template) := concat(".", array.concat(array.slice(parts, 0, count
 }
 
 _asks contains _ask(
-	ctx.where,
-	sprintf("%s.seLinuxOptions.type", [ctx.field]),
+	_context_where(template, ctx),
+	sprintf("%s.seLinuxOptions.type", [_context_field(template, ctx)]),
 	sprintf("SELinux type %q", [selinux_type]),
 	"seLinux",
 	null,
@@ -228,8 +232,8 @@ _asks contains _ask(
 }
 
 _asks contains _ask(
-	ctx.where,
-	sprintf("%s.seLinuxOptions.%s", [ctx.field, key]),
+	_context_where(template, ctx),
+	sprintf("%s.seLinuxOptions.%s", [_context_field(template, ctx), key]),
 	sprintf("SELinux %s %q", [key, value]),
 	"seLinux",
 	null,
@@ -243,8 +247,8 @@ _asks contains _ask(
 }
 
 _asks contains _ask(
-	ctx.where,
-	sprintf("%s.windowsOptions.hostProcess", [ctx.field]),
+	_context_where(template, ctx),
+	sprintf("%s.windowsOptions.hostProcess", [_context_field(template, ctx)]),
 	"windowsOptions.hostProcess: true",
 	"windowsHostProcess",
 	null,
@@ -300,6 +304,7 @@ _asks contains _ask(
 	some template in input.pod_templates
 	some c in tenancy.containers(template.spec)
 	some handler in _handlers
+	object.get(c.container, handler, null) != null # only handlers the container has, before each action
 	some action in ["httpGet", "tcpSocket"]
 	host := object.get(c.container, array.concat(handler, [action, "host"]), "")
 	not host in {"", null}
