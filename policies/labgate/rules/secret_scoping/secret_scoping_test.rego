@@ -364,6 +364,23 @@ test_secret_references_are_found_wherever_the_spec_names_them if {
 	}
 }
 
+# The walk starts only where the spec's JSON says "secret" in some letter case: a spec whose only
+# mention is a capitalised key (imagePullSecrets, a driver's own field) is still walked.
+test_secret_references_named_only_by_capitalised_keys_are_found if {
+	pod := testdata.pod("x", {
+		"serviceAccountName": "evaluator",
+		"imagePullSecrets": [{"name": "registry"}],
+		"volumes": [{"name": "csi", "csi": {"driver": "d", "NodeStageSECRETRef": {"name": "shared"}}}],
+		"containers": [testdata.main_container],
+	})
+	templates := [{"path": "spec", "spec": pod.spec}]
+	{ref.field | some ref in secret_scoping._secret_references(templates[0])} == {
+		"spec.imagePullSecrets[0].name",
+		"spec.volumes[0].csi.NodeStageSECRETRef.name",
+	}
+	{ref | some ref in secret_scoping._secret_references({"path": "spec", "spec": testdata.main_container})} == set()
+}
+
 # --- secret-restriction ---
 
 restricted_secret(annotations) := {
