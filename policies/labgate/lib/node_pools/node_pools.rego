@@ -94,15 +94,20 @@ allows_on_demand(tenant) if object.get(tenant, ["spec", "placement", "allowOnDem
 # description: |
 #   Values of nodeSelector[node_pool_label] that select one of the tenant's pools: the pools' names,
 #   and the value a pool's own nodeSelector gives that label (so a pod labgate placed passes).
-pool_label_values(tenant) := {pool.name | some pool in pools(tenant)} | {value |
+pool_label_values(tenant) := {value |
 	some pool in pools(tenant)
-	value := _object(object.get(pool, "nodeSelector", {}))[node_pool_label]
+	some value in pool_label_values_of(pool)
 }
 
-# A pool that nodeSelector[node_pool_label] = value selects: one of pool_label_values is its.
-_selects(pool, value) if pool.name == value
-
-_selects(pool, value) if _object(object.get(pool, "nodeSelector", {}))[node_pool_label] == value
+# METADATA
+# title: The pool label values that select one pool
+# description: |
+#   Values of nodeSelector[node_pool_label] that select this pool: its name, and the value its own
+#   nodeSelector gives that label. The one place that says so: a tenant's own pools, the pool a value
+#   selects and the other tenants' pools it selects are all read through it, so they cannot disagree.
+pool_label_values_of(pool) := {pool.name} | {value |
+	value := _object(object.get(pool, "nodeSelector", {}))[node_pool_label]
+}
 
 # METADATA
 # title: A tenant's spot pools
@@ -184,7 +189,7 @@ _on_demand_allowed(tenant, template) if {
 #   the pool's own nodeSelector gives that label.
 selected_pool(tenant, value) := [pool |
 	some pool in pools(tenant)
-	value in {pool.name, _object(object.get(pool, "nodeSelector", {}))[node_pool_label]}
+	value in pool_label_values_of(pool)
 ][0]
 
 # METADATA
@@ -197,7 +202,7 @@ foreign_pool_owners(tenant, value) := {name |
 	some name, listed in pools_by_tenant
 	name != tenant.metadata.name
 	some pool in listed
-	_selects(pool, value)
+	value in pool_label_values_of(pool)
 }
 
 # METADATA

@@ -221,6 +221,35 @@ test_a_pod_selecting_its_pool_without_its_model_is_refused if {
 	}}
 }
 
+# A pool whose nodeSelector does not give labgate.io/node-pool (or that has none) is selected by its
+# name: its model is checked all the same, and another tenant's pool named so is still refused.
+test_a_pool_selected_by_its_name_alone_has_its_model_checked if {
+	name_only := json.patch(testdata.gpu_inventory, [
+		{"op": "remove", "path": "/tenants/vision/spec/placement/nodePools/1/nodeSelector"},
+		{"op": "add", "path": "/tenants/speech/spec/placement/nodePools/1/models", "value": ["a100"]},
+	])
+	a100 := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "a100", "labgate.io/node-pool": "h100-spot"}}, {})
+	{[x.rule, x.field] | some x in placement.violation} == {["placement-pool", "spec.nodeSelector"]}
+		with input as testdata.workload_input("Pod", "vision", testdata.vera, a100)
+		with data.inventory as name_only
+	h100 := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "h100-spot"}}, {})
+	count(placement.violation) == 0 with input as testdata.workload_input("Pod", "vision", testdata.vera, h100)
+		with data.inventory as name_only
+	on_a100_spot := {"nodeSelector": {"nvidia.com/gpu.product": "h100", "labgate.io/node-pool": "a100-spot"}}
+	on_speech := gpu_pod("1", on_a100_spot, {})
+	[x.message | some x in placement.violation] == [concat("", [
+		`[placement-pool] Pod "train-1" spec.nodeSelector asks labgate.io/node-pool="a100-spot" for GPU model `,
+		`"h100", which that pool does not have; tenant "speech"'s pools: "a100-ondemand" (on-demand: a100), `,
+		`"a100-spot" (spot: a100). Fix: select a pool with "h100", or remove the selector and labgate places the `,
+		`pod on one`,
+	])] with input as testdata.workload_input("Pod", "speech", testdata.sam, on_speech)
+		with data.inventory as name_only
+	foreign := {x.rule | some x in placement.violation}
+		with input as testdata.workload_input("Pod", "vision", testdata.vera, on_speech)
+		with data.inventory as name_only
+	foreign == {"placement-pool"}
+}
+
 test_a_pod_whose_model_no_pool_has_is_refused if {
 	pod := gpu_pod("1", {"nodeSelector": {"nvidia.com/gpu.product": "a100"}}, {})
 	violations("vision", testdata.vera, pod) == {{
