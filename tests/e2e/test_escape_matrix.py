@@ -1651,6 +1651,39 @@ def test_escape_attempt_is_refused_on_update(arena: Arena, attempt: Attempt) -> 
     assert "Fix:" in refused.stderr, refused.stderr
 
 
+def _one_create_per_rule() -> list[Attempt]:
+    """The first CREATE row of each rule that kubectl create can send (apply cannot send generateName)."""
+    rows: dict[str, Attempt] = {}
+    for attempt in ATTEMPTS:
+        if attempt.attempt_patch is None and "admin" not in attempt.where:
+            rows.setdefault(attempt.rule, attempt)
+    return list(rows.values())
+
+
+def _generated(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest named by the apiserver: metadata.generateName instead of metadata.name."""
+    metadata = {k: v for k, v in manifest["metadata"].items() if k != "name"}
+    return {**manifest, "metadata": {**metadata, "generateName": f"{manifest['metadata']['name']}-"}}
+
+
+GENERATED = _one_create_per_rule()
+
+
+@pytest.mark.parametrize("attempt", GENERATED, ids=[a.id for a in GENERATED])
+def test_escape_attempt_is_refused_when_the_apiserver_names_it(arena: Arena, attempt: Attempt) -> None:
+    """The same attempt with generateName (how controllers name what they create): refused with the
+    same rule, naming the object by the name the apiserver generated. The apiserver names the object
+    after the request is made: the mutating webhook and `labgate check` see no name at all, and the
+    validating webhook gets the generated one (the Rego tests and tests/unit/cli hold the nameless
+    case)."""
+    prefix = f"{attempt.attempt(arena)['metadata']['name']}-"
+    refused = _run(arena, attempt.actor, attempt.where, _generated(attempt.attempt(arena)))
+    assert refused.returncode == 1, f"admitted: {refused.stdout}"
+    assert f"[{attempt.rule}]" in refused.stderr, refused.stderr
+    assert "Fix:" in refused.stderr, refused.stderr
+    assert f'"{prefix}' in refused.stderr, refused.stderr
+
+
 def test_namespace_count_is_bounded_per_tenant(stack: LabgateStack, tenants: TenantFactory) -> None:
     """A tenant with maxCount 2 has its own namespace and may create one more; the third is refused
     with the counts, and allowed again once one is gone."""

@@ -166,6 +166,28 @@ def test_an_outsider_pod_is_refused_with_the_webhooks_message(files: dict[str, P
     )
 
 
+OPEN_POLICY = """\
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {generateName: open-}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress: [{from: [{namespaceSelector: {}}]}]
+"""
+
+
+def test_a_manifest_named_by_generate_name_is_judged_like_a_named_one(files: dict[str, Path]) -> None:
+    """A generateName manifest reaches the rules without a name (the apiserver names the object after
+    the request): refused all the same, and the message names it by its prefix."""
+    files["open"] = files["pod"].with_name("open.yaml")
+    files["open"].write_text(OPEN_POLICY)
+    result = check(files, "open", "--as", "alice", "--groups", "vision", "--namespace", "vision")
+    assert result.returncode == 1, result.stdout + result.stderr
+    refusal = '[network-policy-peer] NetworkPolicy "open-" spec.ingress[0].from[0]'
+    assert refusal in result.stdout, result.stdout
+
+
 def test_a_job_that_can_never_fit_the_gpu_quota_is_refused(files: dict[str, Path]) -> None:
     result = check(files, "sweep", "--as", "alice", "--groups", "vision", "-n", "vision")
     assert result.returncode == 1, result.stdout + result.stderr

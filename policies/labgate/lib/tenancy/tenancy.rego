@@ -186,17 +186,27 @@ _subject_name(subject) := sprintf("%s/%s", [subject.namespace, subject.name]) if
 } else := subject.name
 
 # METADATA
-# title: The request's object, for messages
+# title: The request's object name
 # description: |
-#   The request's kind and name as a denial names them, Pod "train-1" (the generateName while it
-#   has none).
-object_ref := sprintf("%s %q", [input.request.kind.kind, name]) if {
+#   The name of the request's object: request.name, else the name the apiserver generated (a
+#   validating webhook finds it in the object), else its generateName (a mutating webhook, an
+#   offline check). Always defined: a CREATE with generateName comes without request.name, and a
+#   refusal whose message read that field would be undefined, so the object admitted. Rules name the
+#   object through this, never through input.request.name.
+object_name := name if {
 	name := object.get(input.request, "name", "")
 	name != ""
-} else := sprintf("%s %q", [
-	input.request.kind.kind,
-	object.get(input.request, ["object", "metadata", "generateName"], ""),
-])
+} else := name if {
+	name := object.get(input.request, ["object", "metadata", "name"], "")
+	name != ""
+} else := object.get(input.request, ["object", "metadata", "generateName"], "")
+
+# METADATA
+# title: The request's object, for messages
+# description: |
+#   The request's kind and name as a denial names them, Pod "train-1" (object_name: the generateName
+#   while it has none).
+object_ref := sprintf("%s %q", [input.request.kind.kind, object_name])
 
 # METADATA
 # title: Every container of a pod spec

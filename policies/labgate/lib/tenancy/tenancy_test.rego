@@ -116,11 +116,20 @@ test_users_are_described_without_system_groups if {
 
 test_the_object_is_named_by_its_kind_and_name_or_generate_name if {
 	tenancy.object_ref == `Pod "train-1"` with input.request as testdata.pod_request("team-a", testdata.alice)
-	unnamed := object.union(
-		object.remove(testdata.pod_request("team-a", testdata.alice), ["name"]),
-		{"object": {"metadata": {"generateName": "sweep-"}}},
-	)
+
+	# generateName: no request.name; the mutating webhook sees no name yet, the validating webhook
+	# the one the apiserver generated.
+	unnamed := json.patch(testdata.pod_request("team-a", testdata.alice), [
+		{"op": "remove", "path": "/name"},
+		{"op": "remove", "path": "/object/metadata/name"},
+		{"op": "add", "path": "/object/metadata/generateName", "value": "sweep-"},
+	])
 	tenancy.object_ref == `Pod "sweep-"` with input.request as unnamed
+	tenancy.object_name == "sweep-" with input.request as unnamed
+	generated := json.patch(unnamed, [{"op": "add", "path": "/object/metadata/name", "value": "sweep-x7k2p"}])
+	tenancy.object_ref == `Pod "sweep-x7k2p"` with input.request as generated
+	tenancy.object_name == "sweep-x7k2p" with input.request as generated
+	tenancy.object_name == "train-1" with input.request as testdata.pod_request("team-a", testdata.alice)
 }
 
 test_containers_of_every_kind_are_listed_with_their_field if {

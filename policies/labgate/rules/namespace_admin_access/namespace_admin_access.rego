@@ -54,7 +54,7 @@ violation contains {"rule": rule_id, "message": msg, "field": "metadata.labels"}
 		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), dra_admin_access.admin_access_label, _new_label,
-			input.request.name,
+			tenancy.object_name,
 		],
 	)
 }

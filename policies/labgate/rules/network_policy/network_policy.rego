@@ -282,7 +282,7 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 			"tenant's): it selects %s, now or once created%s. Fix: %s, or %s",
 		]),
 		[
-			rule_id, input.request.name, p.field, p.shown, _opens[p.direction], tenant.metadata.name,
+			rule_id, tenancy.object_name, p.field, p.shown, _opens[p.direction], tenant.metadata.name,
 			concat(" and ", sort(outside)), _today_text(_selected_today(p.peer.namespaceSelector, allowed)),
 			_selector_fix(tenant), _opening_fix(tenant, p.direction),
 		],
@@ -313,7 +313,7 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 			"%s, or ask the infra team to allow egress in Tenant %q",
 		]),
 		[
-			rule_id, input.request.name, p.field, p.shown, p.direction, _addresses[p.direction],
+			rule_id, tenancy.object_name, p.field, p.shown, p.direction, _addresses[p.direction],
 			tenant.metadata.name, _ip_fix(p, tenant), tenant.metadata.name,
 		],
 	)
@@ -367,7 +367,7 @@ violation contains {"rule": rule_id, "message": msg, "field": p.field} if {
 			"[%s] NetworkPolicy %q %s (%s) would open egress to the cloud metadata address %s, which holds the node's ",
 			"credentials and no tenant may reach. Fix: %s",
 		]),
-		[rule_id, input.request.name, p.field, p.shown, concat(", ", sort(reachable)), _metadata_fix(p)],
+		[rule_id, tenancy.object_name, p.field, p.shown, concat(", ", sort(reachable)), _metadata_fix(p)],
 	)
 }
 
@@ -393,7 +393,7 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("metadata.
 		]),
 		[
 			rule_id, tenancy.describe_user(input.request.userInfo), _verb[input.request.operation],
-			input.request.name, input.request.namespace, _managed_by_label,
+			tenancy.object_name, input.request.namespace, _managed_by_label,
 		],
 	)
 }

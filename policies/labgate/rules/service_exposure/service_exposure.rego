@@ -44,7 +44,7 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.externalIPs"
 			"addresses (CVE-2020-8554); no tenant may set them. Fix: remove spec.externalIPs, and use a Service of ",
 			"type LoadBalancer if your Tenant allows it",
 		]),
-		[rule_id, input.request.name, json.marshal(ips)],
+		[rule_id, tenancy.object_name, json.marshal(ips)],
 	)
 }
 
@@ -67,6 +67,6 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.type"} if {
 			"type ClusterIP (the default) and reach it with kubectl port-forward, or ask the infra team to add %s to ",
 			"spec.network.allowServiceTypes of Tenant %q",
 		]),
-		[rule_id, input.request.name, kind, tenant.metadata.name, _allowed_text(tenant), kind, tenant.metadata.name],
+		[rule_id, tenancy.object_name, kind, tenant.metadata.name, _allowed_text(tenant), kind, tenant.metadata.name],
 	)
 }

@@ -7,13 +7,15 @@
 #   custom.rule_id by `labgate policy rule-ids --write` (and checked by `labgate policy test`).
 package labgate.rules.tenant_enforcement
 
+import data.labgate.lib.tenancy
+
 _is_tenant_write if {
 	input.request.kind.group == "labgate.io"
 	input.request.kind.kind == "Tenant"
 	input.request.operation in {"CREATE", "UPDATE"}
 }
 
-_name := input.request.object.metadata.name
+_name := tenancy.object_name
 
 _known_rule_ids := {id | some id in data.labgate.rule_ids.known}
 

@@ -7,13 +7,15 @@
 #   A Tenant's GPU quota: rules.tenant_quota; its spec.enforcement: rules.tenant_enforcement.
 package labgate.rules.tenant_namespace
 
+import data.labgate.lib.tenancy
+
 _is_tenant_write if {
 	input.request.kind.group == "labgate.io"
 	input.request.kind.kind == "Tenant"
 	input.request.operation in {"CREATE", "UPDATE"}
 }
 
-_name := input.request.object.metadata.name
+_name := tenancy.object_name
 
 _others := {name: tenant |
 	some name, tenant in data.inventory.tenants

@@ -41,6 +41,17 @@ test_namespace_named_by_another_tenant_is_refused if {
 	}}
 }
 
+# A Tenant manifest with only generateName, as `labgate check` submits it (no name anywhere yet):
+# its namespaces are still checked against every other tenant's.
+test_a_tenant_named_only_by_generate_name_is_checked_all_the_same if {
+	unnamed := json.patch(tenant_request("team-c", {"names": ["team-a"]}), [
+		{"op": "remove", "path": "/name"},
+		{"op": "replace", "path": "/object/metadata", "value": {"generateName": "team-"}},
+	])
+	violations := tenant_namespace.violation with input.request as unnamed with data.inventory as inventory
+	[[v.rule, v.field] | some v in violations] == [["tenant-namespace-conflict", "spec.namespaces.names[0]"]]
+}
+
 test_namespace_labelled_for_another_tenant_is_refused if {
 	violations := tenant_namespace.violation with input.request as tenant_request("team-c", {"names": ["team-b"]})
 		with data.inventory as inventory

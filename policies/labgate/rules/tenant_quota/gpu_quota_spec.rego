@@ -1,12 +1,13 @@
 package labgate.rules.tenant_quota
 
 import data.labgate.lib.gpu
+import data.labgate.lib.tenancy
 
 # tenant-quota-below-usage and tenant-quota-beyond-pools: a Tenant's own GPU quota (spec.gpu) judged
 # when the Tenant is written, against what it uses and what its pools' nodes hold. Announced, not
 # refused. One package with tenant_quota.rego (the quota of a tenant's pods), so its own helper names.
 
-_tenant_name := input.request.object.metadata.name
+_tenant_name := tenancy.object_name
 
 # --- A quota lowered below what the tenant uses ---
 

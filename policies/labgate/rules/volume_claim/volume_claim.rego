@@ -61,6 +61,6 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.volumeName"}
 			"own tenant's volumes. Fix: remove spec.volumeName and let a StorageClass provision the volume, or ask the ",
 			"infra team to label the volume %s=%s",
 		]),
-		[rule_id, input.request.name, _volume_name, problem, tenancy.tenant_label, tenant.metadata.name],
+		[rule_id, tenancy.object_name, _volume_name, problem, tenancy.tenant_label, tenant.metadata.name],
 	)
 }
