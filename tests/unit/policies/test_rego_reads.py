@@ -1,10 +1,13 @@
-"""Reads that make a refusal vanish for an ordinary object, kept out of the rules.
+"""Two reads that make a refusal vanish for an ordinary object, kept out of the rules.
 
 - `input.request.name`: a CREATE with generateName comes without it (the mutating webhook and
   `labgate check` see no name; only the validating webhook gets the generated one), and a message
   that reads an undefined field is undefined, so the refusal is lost and the object admitted. Rules
   name the object through `tenancy.object_name` / `tenancy.object_ref`. The reads listed below stay,
   each with the reason it cannot meet a nameless request.
+- `units.parse`: OPA reads no `n` or `u` suffix, which the apiserver keeps for a request that is not a
+  whole number of milli-units, and a quantity it cannot read was counted as 0. Quantities go through
+  `labgate.lib.quantity.number`.
 """
 
 from __future__ import annotations
@@ -48,3 +51,8 @@ def test_rules_name_the_object_through_tenancy_not_the_request() -> None:
     assert set(NAME_READS_ALLOWED) <= readers, (
         f"no longer read there: {sorted(set(NAME_READS_ALLOWED) - readers)}"
     )
+
+
+def test_quantities_are_read_by_the_quantity_library_only() -> None:
+    readers = {str(p.relative_to(LABGATE)) for p in _rules() if "units.parse(" in _code(p)}
+    assert readers == {"lib/quantity/quantity.rego"}

@@ -22,6 +22,7 @@
 package labgate.lib.gpu
 
 import data.labgate.lib.dra
+import data.labgate.lib.quantity
 import data.labgate.lib.tenancy
 
 _config := data.labgate.config
@@ -135,9 +136,7 @@ _array(value) := value if {
 } else := []
 
 # A resource quantity as a number: 8, "8", "1k". The apiserver has validated it already.
-_amount(quantity) := quantity if is_number(quantity)
-
-_amount(quantity) := units.parse(quantity) if is_string(quantity)
+_amount(q) := quantity.number(q)
 
 _model(_, resource) := mig_model(resource) if is_mig_resource(resource)
 

@@ -23,6 +23,7 @@
 package labgate.rules.tenant_quota
 
 import data.labgate.lib.gpu
+import data.labgate.lib.quantity
 import data.labgate.lib.tenancy
 
 # METADATA
@@ -64,9 +65,7 @@ _units("memory", q) := ceil(_number(q))
 
 _units("pods", q) := round(_number(q))
 
-_number(q) := q if is_number(q)
-
-_number(q) := units.parse(q) if is_string(q)
+_number(q) := quantity.number(q)
 
 # --- what a pod spec asks: the scheduler's effective request ---
 
