@@ -155,3 +155,29 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} i
 		],
 	)
 }
+
+# METADATA
+# title: A scale call of a managed tenant's workload labgate cannot read does not grow it
+# description: |
+#   Fail closed: without the workload's pod templates (input.scaled_workload.error) labgate cannot
+#   tell whether the new pods ask GPUs outside Kueue, so a scale up is refused; scaling down passes.
+# custom:
+#   rule_id: queue-unmanaged-scale
+violation contains {"rule": rule_id, "message": msg, "field": "spec.replicas"} if {
+	input.request.subResource == "scale"
+	input.request.operation == "UPDATE"
+	not kueue.has_pod_integration
+	tenant := kueue.managed_tenant
+	before := object.get(input.request.oldObject, ["spec", "replicas"], 0)
+	after := object.get(input.request.object, ["spec", "replicas"], 0)
+	after > before
+	reason := input.scaled_workload.error
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		concat("", [
+			"[%s] %s %q scaled from %d to %d pods, but labgate could not read it to tell whether its pods ask GPUs, ",
+			"which tenant %q runs through Kueue (%s). Fix: try again; if it persists, tell the infra team",
+		]),
+		[rule_id, input.scaled_workload.kind, tenancy.object_name, before, after, tenant.metadata.name, reason],
+	)
+}

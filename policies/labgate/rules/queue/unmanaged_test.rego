@@ -213,6 +213,26 @@ test_scaling_up_a_gpu_deployment_outside_kueue_is_refused_and_down_is_not if {
 	count(refusals(scale_input("StatefulSet", "db", 0, 12, cpu_spec))) == 0
 }
 
+# The webhook could not read the workload (input.scaled_workload.error): a scale up is refused, as
+# gpu-quota-scale refuses it where Kueue does not manage the tenant; a scale down passes.
+unreadable_scale(before, after) := json.patch(scale_input("Deployment", "web", before, after, gpu_spec), [{
+	"op": "replace", "path": "/scaled_workload",
+	"value": {"kind": "Deployment", "error": "timed out reading apps/v1 deployments web"},
+}])
+
+test_scaling_up_a_workload_labgate_cannot_read_is_refused_and_down_is_not if {
+	refusals(unreadable_scale(0, 5)) == {{
+		"rule": "queue-unmanaged-scale",
+		"field": "spec.replicas",
+		"message": concat("", [
+			`[queue-unmanaged-scale] Deployment "web" scaled from 0 to 5 pods, but labgate could not read it to tell `,
+			`whether its pods ask GPUs, which tenant "vision" runs through Kueue (timed out reading apps/v1 deployments `,
+			`web). Fix: try again; if it persists, tell the infra team`,
+		]),
+	}}
+	count(refusals(unreadable_scale(5, 2))) == 0
+}
+
 test_with_kueues_pod_integration_a_scale_up_queues_its_pods if {
 	count(queue.violation) == 0 with input as scale_input("StatefulSet", "db", 0, 12, gpu_spec)
 		with data.inventory as kueue_inventory
