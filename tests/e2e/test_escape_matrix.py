@@ -1713,6 +1713,27 @@ def test_namespace_count_is_bounded_per_tenant(stack: LabgateStack, tenants: Ten
     stack.admin_kubectl("delete", "namespace", f"{name}-two", "--wait=false")
 
 
+def test_a_namespace_named_by_the_apiserver_joins_the_researchers_tenant(arena: Arena) -> None:
+    """`generateName` under the researcher's own tenant's prefix: the mutating webhook sees no name
+    yet, and every name the apiserver can generate starts with the prefix, so the namespace is
+    labelled for the tenant and admitted. The same under the other tenant's prefix is refused."""
+
+    def create(generate_name: str) -> subprocess.CompletedProcess[str]:
+        manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": generate_name}}
+        return arena.a.researcher.kubectl("create", "-o", "name", "-f", "-", stdin=json.dumps(manifest))
+
+    created = create(f"{arena.a.name}-gen-")
+    assert created.returncode == 0, created.stderr
+    name = created.stdout.strip().removeprefix("namespace/")
+    assert name.startswith(f"{arena.a.name}-gen-"), created.stdout
+    found = json.loads(arena.stack.admin_kubectl("get", "namespace", name, "-o", "json"))
+    assert found["metadata"].get("labels", {}).get("labgate.io/tenant") == arena.a.name, found["metadata"]
+    arena.stack.admin_kubectl("delete", "namespace", name, "--wait=false")
+    foreign = create(f"{arena.b.name}-gen-")
+    assert foreign.returncode == 1, f"admitted: {foreign.stdout}"
+    assert "Fix:" in foreign.stderr, foreign.stderr
+
+
 def test_baseline_network_policies_cannot_be_edited_or_deleted(arena: Arena) -> None:
     admin, ns = arena.a.admin, arena.a.namespace
     edited = admin.kubectl(

@@ -2,7 +2,8 @@
 # title: A new namespace's tenant label
 # description: |
 #   A Namespace created by a listed member of the one tenant whose spec.namespaces.prefix its name
-#   starts with gets that tenant's label (config tenant_label). Gathered by labgate.mutation.
+#   (or its generateName) starts with gets that tenant's label (config tenant_label). Gathered by
+#   labgate.mutation.
 package labgate.mutations.namespace_label
 
 import data.labgate.lib.json_patch
@@ -14,7 +15,9 @@ _is_namespace_create if {
 	input.request.operation == "CREATE"
 }
 
-_namespace_name := object.get(input.request, ["object", "metadata", "name"], "")
+# The name, or while the apiserver has not generated one its generateName: every name generated from
+# it starts with it, so it is under a prefix when the generateName is.
+_namespace_name := tenancy.object_name
 
 _prefix_tenants := {name |
 	some name, tenant in data.inventory.tenants
