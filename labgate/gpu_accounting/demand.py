@@ -93,7 +93,10 @@ def load_gpu_counting(path: Path = DEFAULT_POLICY_CONFIG) -> GpuCounting:
     return GpuCounting.model_validate(json.loads(path.read_text()))
 
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
+# A number (digits with at most one point) and a suffix: a decimal exponent ("e3", "E-3"), a decimal
+# SI suffix ("m", "k", "E" for exa) or a binary one ("Ki", "Ei"). "E" and "Ei" begin like an exponent
+# and are not one: the suffix table decides first.
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
 _SUFFIX = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
@@ -129,9 +132,9 @@ def _parsed_quantity(text: str) -> Decimal:
     if match is None:
         return Decimal(0)
     number, suffix = match.group(1), match.group(2) or ""
-    if suffix[:1] in ("e", "E"):
-        return Decimal(number + suffix)
-    return Decimal(number) * _SUFFIX[suffix]
+    if suffix in _SUFFIX:
+        return Decimal(number) * _SUFFIX[suffix]
+    return Decimal(number + suffix)  # a decimal exponent
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

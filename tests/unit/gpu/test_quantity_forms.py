@@ -2,7 +2,9 @@
 (tenant-quota's asks, through labgate.lib.quantity) and the Python (the ledger's workloads usage), and
 as counted here by hand. Two counts that disagree let a pod past the tenant's limits: OPA's
 units.parse reads no n (nano) or u (micro) suffix, which the apiserver keeps for a value that is not a
-whole number of milli-units, and the Rego counted such a request as 0."""
+whole number of milli-units, and the Rego counted such a request as 0; and the Python read the exa
+suffixes E and Ei as a decimal exponent and raised, which stopped the reconciler's pod index (every
+pod's facts are read from every event)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,12 @@ FORMS: list[tuple[str, str, int]] = [
     ("memory", "1.5Gi", 1_610_612_736),
     ("memory", "2Ti", 2_199_023_255_552),
     ("memory", "500m", 1),
+    # E (exa) and Ei (exbi) begin like a decimal exponent and are suffixes: the Python raised on them.
+    ("memory", "1E", 10**18),
+    ("memory", "2E", 2 * 10**18),
+    ("memory", "1Ei", 2**60),
+    ("cpu", "1E", 10**21),
+    ("memory", "1E3", 1_000),
 ]
 
 
