@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, NodePool, Tenant
+from labgate.gpu_accounting.demand import quantity
 from rbac.outside_queue import NOTHING_HELD, HeldOutsideQueue
 
 Manifest = dict[str, Any]
@@ -235,11 +236,6 @@ def tenant_queues(
     return [queue, *(local_queue(tenant, ns) for ns in namespaces)]
 
 
-def _quantity(value: Any) -> float:
-    text = str(value)
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-
-
 def workload_gpus(workload: Manifest) -> int:
     """GPUs a Kueue Workload asks: each pod set's count times its pod's GPU requests (or limits)."""
     total = 0.0
@@ -251,7 +247,7 @@ def workload_gpus(workload: Manifest) -> int:
             amount = (resources.get("requests") or {}).get(GPU_RESOURCE) or (
                 resources.get("limits") or {}
             ).get(GPU_RESOURCE)
-            per_pod += _quantity(amount) if amount is not None else 0.0
+            per_pod += float(quantity(amount)) if amount is not None else 0.0
         total += per_pod * int(pod_set.get("count", 1))
     return int(total)
 

@@ -249,6 +249,8 @@ def workload(count: int, gpus: str, *, admitted: bool = False, finished: bool = 
 
 def test_queued_counts_the_workloads_waiting_for_quota_and_their_gpus() -> None:
     assert workload_gpus(workload(4, "8")) == 32
+    # Any quantity the apiserver writes (a float parse raised on "1k" and failed the tenant's status).
+    assert (workload_gpus(workload(2, "1k")), workload_gpus(workload(1, "2000m"))) == (2000, 2)
     waiting = [workload(4, "8"), workload(1, "2")]
     others = [
         workload(1, "8", admitted=True),
