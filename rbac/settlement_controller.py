@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from prometheus_client import Counter
 
 from labgate.core.api_resources import Kind, Object
+from labgate.core.gpu_amount import GpuAmount
 from labgate.core.kube import KubeApi
 from labgate.core.tenant import TENANT_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting, whole_gpu_model
@@ -51,6 +52,10 @@ GONE_MEMORY_SECONDS = 300.0
 # next event or sweep tries again).
 SETTLE_ATTEMPTS = 5
 
+UNREADABLE_PODS = Counter(
+    "labgate_pods_unreadable_total",
+    "Pod events whose spec the reconciler could not read (kept as present; its log names each)",
+)
 RECOUNTED = Counter(
     "labgate_gpu_pods_recounted_total",
     "Live GPU pods with neither a settled record nor a reservation, recorded from their specs",
@@ -111,8 +116,32 @@ class PodIndex:
             controller_uid=controller_uid(metadata),
         )
 
+    def _facts_or_presence(self, obj: Object) -> PodFacts:
+        """The pod's facts; for a pod whose spec cannot be read, only that it exists, where and in
+        which phase. One such pod must not stop the index (every event and list of every pod would
+        fail with it, and the settlement drops the settled GPUs of pods it no longer sees): kept
+        present, its settled record and reservation stay counted; it asks nothing more."""
+        try:
+            return self._facts(obj)
+        except Exception:  # an unforeseen form of some field: counted below, never the index's end
+            metadata = obj.get("metadata") or {}
+            log.exception(
+                "pod %s/%s: its spec could not be read", metadata.get("namespace"), metadata.get("name")
+            )
+            UNREADABLE_PODS.inc()
+            spec = obj.get("spec") or {}
+            return PodFacts(
+                namespace=str(metadata.get("namespace", "")),
+                name=str(metadata.get("name", "")),
+                phase=str((obj.get("status") or {}).get("phase", "")),
+                gpus=GpuAmount(),
+                is_preemptible=False,
+                is_scheduled=bool(spec.get("nodeName")),
+                node=str(spec.get("nodeName") or ""),
+            )
+
     def on_list(self, objects: list[Object]) -> None:
-        pods = {str(o["metadata"].get("uid", "")): self._facts(o) for o in objects}
+        pods = {str(o["metadata"].get("uid", "")): self._facts_or_presence(o) for o in objects}
         by_namespace: dict[str, set[str]] = {}
         for uid, facts in pods.items():
             by_namespace.setdefault(facts.namespace, set()).add(uid)
@@ -129,7 +158,7 @@ class PodIndex:
         uid = str(metadata.get("uid", ""))
         namespace = str(metadata["namespace"])
         tenant = tenant_of_namespace(self._cache, namespace)
-        facts = None if event == "DELETED" else self._facts(obj)
+        facts = None if event == "DELETED" else self._facts_or_presence(obj)
         with self._lock:
             if facts is None:
                 self._pods.pop(uid, None)

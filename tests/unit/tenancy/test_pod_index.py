@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from labgate.gpu_accounting.demand import GpuCounting
+from labgate.gpu_accounting.pod_requests import pod_requests
+from rbac import settlement_controller
 from rbac.runtime import ObjectCache
 from rbac.settlement_controller import PodIndex
 
@@ -31,3 +35,24 @@ def test_a_pod_asking_exa_bytes_is_indexed_beside_the_others() -> None:
     assert (known["exa"].requests["memory"], known["exbi"].requests["memory"]) == (10**18, 2**60)
     index.on_event("MODIFIED", _pod("exa", {"memory": "2E"}))
     assert index.known({"exa"})["exa"].requests["memory"] == 2 * 10**18
+
+
+def test_a_pod_whose_spec_cannot_be_read_is_kept_present_and_stops_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever form of a field the facts' reading does not foresee: the pod stays known, with its
+    phase (so its settled GPUs are not dropped as if it were gone), and every other pod is indexed."""
+
+    def unforeseen(pod: Any) -> dict[str, int]:
+        if pod["metadata"]["uid"] == "odd":
+            raise ValueError("an unforeseen quantity")
+        return pod_requests(pod)
+
+    monkeypatch.setattr(settlement_controller, "pod_requests", unforeseen)
+    index = PodIndex(ObjectCache(), GpuCounting(), on_tenant=lambda _: None)
+    index.on_list([_pod("odd", {"cpu": "1"}), _pod("gpu", {"nvidia.com/gpu": "8"})])
+    index.on_event("MODIFIED", _pod("odd", {"cpu": "2"}))
+    index.on_event("ADDED", _pod("late", {"nvidia.com/gpu": "2"}))
+    known = index.known({"odd", "gpu", "late"})
+    assert (known["odd"].phase, known["odd"].is_scheduled) == ("Running", True)
+    assert (known["gpu"].gpus.total, known["late"].gpus.total) == (8, 2)
