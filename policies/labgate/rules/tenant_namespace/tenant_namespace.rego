@@ -2,7 +2,8 @@
 # title: Tenants whose namespaces would collide
 # description: |
 #   Checks on Tenant objects themselves, beyond the CRD schema: two tenants may not claim the same
-#   namespace, nor overlapping namespace prefixes, since either would hand one team the other's work.
+#   namespace, nor overlapping namespace prefixes, since either would hand one team the other's work;
+#   nor the platform's namespaces (kube-*, labgate's own), which labgate's webhooks do not judge.
 #   Applies to everyone, the infra team included: a collision is a mistake, not a permission.
 #   A Tenant's GPU quota: rules.tenant_quota; its spec.enforcement: rules.tenant_enforcement.
 package labgate.rules.tenant_namespace
@@ -76,3 +77,33 @@ violation contains {"rule": rule_id, "message": msg, "field": "spec.namespaces.p
 _overlap(a, b) if startswith(a, b)
 
 _overlap(a, b) if startswith(b, a)
+
+# METADATA
+# title: A tenant does not take the platform's namespaces
+# description: |
+#   kube-system and every other kube- namespace, and the namespace labgate runs in, are the
+#   platform's: labgate's webhooks do not judge them (an outage of labgate must not stop them), so a
+#   tenant holding one would give its members rights there that nothing checks (labgate's own
+#   service accounts run in its namespace), and the reconciler would force Pod Security baseline on
+#   kube-system's privileged pods.
+# custom:
+#   rule_id: tenant-namespace-conflict
+violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.namespaces.names[%d]", [i])} if {
+	input.request.kind.kind == "Tenant" # first, for rule indexing
+	input.request.kind.group == "labgate.io"
+	_is_tenant_write
+	some i, namespace in object.get(input.request.object, ["spec", "namespaces", "names"], [])
+	_is_platform_namespace(namespace)
+	rule_id := rego.metadata.rule().custom.rule_id
+	msg := sprintf(
+		concat("", [
+			"[%s] Tenant %q spec.namespaces.names[%d] %q is the platform's: labgate's webhooks do not judge what ",
+			"happens in it, so no tenant may hold it. Fix: remove it, and give the tenant a namespace of its own",
+		]),
+		[rule_id, _name, i, namespace],
+	)
+}
+
+_is_platform_namespace(namespace) if startswith(namespace, "kube-")
+
+_is_platform_namespace(namespace) if namespace == data.inventory.platform.namespace

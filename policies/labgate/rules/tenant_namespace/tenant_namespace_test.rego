@@ -52,6 +52,37 @@ test_a_tenant_named_only_by_generate_name_is_checked_all_the_same if {
 	[[v.rule, v.field] | some v in violations] == [["tenant-namespace-conflict", "spec.namespaces.names[0]"]]
 }
 
+# kube-* and labgate's own namespace are exempt from its webhooks: no Tenant may list them.
+test_the_platforms_namespaces_are_refused_and_the_tenants_own_admitted if {
+	platform := object.union(inventory, {"platform": {"namespace": "labgate-system"}})
+	violations := tenant_namespace.violation
+		with input.request as tenant_request("ops", {"names": ["ops", "kube-system", "labgate-system", "kube-public"]})
+		with data.inventory as platform
+	{[v.field, v.message] | some v in violations} == {
+		[
+			"spec.namespaces.names[1]",
+			concat("", [
+				`[tenant-namespace-conflict] Tenant "ops" spec.namespaces.names[1] "kube-system" is the platform's: `,
+				`labgate's webhooks do not judge what happens in it, so no tenant may hold it. Fix: remove it, and `,
+				`give the tenant a namespace of its own`,
+			]),
+		],
+		["spec.namespaces.names[2]", concat("", [
+			`[tenant-namespace-conflict] Tenant "ops" spec.namespaces.names[2] "labgate-system" is the platform's: `,
+			`labgate's webhooks do not judge what happens in it, so no tenant may hold it. Fix: remove it, and `,
+			`give the tenant a namespace of its own`,
+		])],
+		["spec.namespaces.names[3]", concat("", [
+			`[tenant-namespace-conflict] Tenant "ops" spec.namespaces.names[3] "kube-public" is the platform's: `,
+			`labgate's webhooks do not judge what happens in it, so no tenant may hold it. Fix: remove it, and `,
+			`give the tenant a namespace of its own`,
+		])],
+	}
+	count(tenant_namespace.violation) == 0
+		with input.request as tenant_request("ops", {"names": ["ops", "kubeflow-ops"], "prefix": "ops-"})
+		with data.inventory as platform
+}
+
 test_namespace_labelled_for_another_tenant_is_refused if {
 	violations := tenant_namespace.violation with input.request as tenant_request("team-c", {"names": ["team-b"]})
 		with data.inventory as inventory
