@@ -167,12 +167,12 @@ def shared_priority_classes() -> list[Manifest]:
 
 
 def tenant_namespaces(tenant: Tenant, labelled: set[str]) -> list[str]:
-    """The tenant's namespaces: the ones it names, and those under its prefix that carry its label."""
-    names = set(tenant.spec.namespaces.names)
-    prefix = tenant.spec.namespaces.prefix
-    if prefix:
-        names |= {n for n in labelled if n.startswith(prefix)}
-    return sorted(names)
+    """The tenant's namespaces: the ones it names (labelled for it here), and every namespace that
+    carries its label. The label is what makes a namespace the tenant's for the webhook (who may work
+    there, whose quota its pods count in): one the Tenant no longer names, still labelled, keeps its
+    bindings, quotas and baseline NetworkPolicies until the platform releases it (takes the label
+    off), so its running pods are never left unisolated and uncounted in the Tenant's status."""
+    return sorted(set(tenant.spec.namespaces.names) | labelled)
 
 
 def _subjects(members: list[Subject]) -> list[dict[str, str]]:

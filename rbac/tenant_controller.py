@@ -302,7 +302,7 @@ class TenantController:
 
     def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
         """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces
-        (the ones it named and the ones under its prefix that carry its label)."""
+        (the ones it named and every one that carries its label)."""
         with self._lock:
             self._provisioned.pop(name, None)
             self._held.pop(name, None)

@@ -428,6 +428,26 @@ def test_a_tenant_spec_change_reconciles_rbac_but_a_status_change_does_not() -> 
     assert len(reconciler.tenants.queue) == 1
 
 
+def test_a_namespace_the_tenant_no_longer_names_keeps_its_isolation_while_it_carries_the_label() -> None:
+    """Taken out of spec.namespaces.names, the namespace keeps the tenant label (only the platform
+    takes it off) and so stays the tenant's for the webhook, its pods in the tenant's count: its
+    baseline NetworkPolicies, quotas and bindings stay until the label goes."""
+    reconciler, kube = make()
+    drain(reconciler)
+    moved = copy.deepcopy(TENANT_OBJECT)
+    moved["metadata"]["generation"] = 2
+    moved["spec"]["namespaces"] = {"names": ["vision-new"]}
+    reconciler.observe(TENANT, "MODIFIED", moved)
+    drain(reconciler)
+    assert [key for key in kube.deletions if key[2] == "vision"] == []
+    kept = {key[1:] for key in kube.objects if key[2] == "vision"}
+    assert {
+        ("NetworkPolicy", "vision", "labgate-baseline-ingress"),
+        ("NetworkPolicy", "vision", "labgate-baseline-egress"),
+    } <= kept
+    assert ("NetworkPolicy", "vision-new", "labgate-baseline-ingress") in {key[1:] for key in kube.objects}
+
+
 @pytest.fixture
 def conflict_storm() -> Iterator[FakeLedgers]:
     ledgers = FakeLedgers(conflicting=True)

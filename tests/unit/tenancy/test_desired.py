@@ -28,10 +28,14 @@ def by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], dic
     return {object_key(o): o for o in objects}
 
 
-def test_namespaces_are_the_named_ones_plus_labelled_ones_under_the_prefix() -> None:
-    assert tenant_namespaces(tenant(), {"vision-sweep", "audio-x", "vision"}) == ["vision", "vision-sweep"]
+def test_namespaces_are_the_named_ones_plus_every_one_labelled_for_the_tenant() -> None:
+    # `labelled`: the namespaces labelled for this tenant (the webhook's view of what is its).
+    assert tenant_namespaces(tenant(), {"vision-sweep", "vision"}) == ["vision", "vision-sweep"]
+    # Dropped from names (or labelled by the platform) and still labelled: still the tenant's, so its
+    # bindings, quotas and NetworkPolicies stay until the label is taken off.
     no_prefix = tenant(namespaces={"names": ["vision"]})
-    assert tenant_namespaces(no_prefix, {"vision-sweep"}) == ["vision"]
+    assert tenant_namespaces(no_prefix, {"vision-sweep"}) == ["vision", "vision-sweep"]
+    assert tenant_namespaces(no_prefix, set()) == ["vision"]
 
 
 def test_every_namespace_gets_bindings_policies_defaults_and_an_experiment_account() -> None:
