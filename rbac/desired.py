@@ -461,15 +461,21 @@ _QUANTITY_FIELDS = frozenset(
 )
 
 
+# Label selectors, compared whole: a selector selects what matches every term it has, so a term the
+# live copy adds narrows it. A baseline NetworkPolicy whose `podSelector: {}` (every pod) was narrowed
+# to `{matchLabels: {app: x}}` leaves every other pod of the namespace open; read as a subset of the
+# desired copy it would never be repaired.
+_SELECTOR_FIELDS = frozenset({"podSelector", "namespaceSelector", "selector"})
+
+
 def is_subset(desired: Any, live: Any, *, quantities: bool = False) -> bool:
     """True when every field `desired` sets has the same value in `live` (fields the API adds are
-    ignored); `quantities`: the values are resource quantities, the same when they are equal in value."""
+    ignored, but in a label selector, which must be the same whole); `quantities`: the values are
+    resource quantities, the same when they are equal in value."""
     if isinstance(desired, dict):
         # The API omits empty lists and maps (a RoleBinding with no subjects has no "subjects").
         return isinstance(live, dict) and all(
-            is_subset(v, live[k], quantities=quantities or k in _QUANTITY_FIELDS)
-            if k in live
-            else v in ([], {})
+            _is_same_part(k, v, live[k], quantities=quantities) if k in live else v in ([], {})
             for k, v in desired.items()
         )
     if isinstance(desired, list):
@@ -481,6 +487,22 @@ def is_subset(desired: Any, live: Any, *, quantities: bool = False) -> bool:
     if desired == live:
         return True
     return quantities and _same_quantity(desired, live)
+
+
+def _is_same_part(field: str, desired: Any, live: Any, *, quantities: bool) -> bool:
+    if field in _SELECTOR_FIELDS:
+        return bool(_without_empty(desired) == _without_empty(live))
+    return is_subset(desired, live, quantities=quantities or field in _QUANTITY_FIELDS)
+
+
+def _without_empty(value: Any) -> Any:
+    """`value` without the empty lists and maps the API omits, at any depth."""
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ([], {})}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
 
 
 def _same_quantity(desired: Any, live: Any) -> bool:

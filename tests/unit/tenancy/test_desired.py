@@ -175,6 +175,27 @@ def test_researchers_write_secrets_without_reading_them_and_admins_read_them() -
         ({"spec": {"hard": {"pods": "many"}}}, {"spec": {"hard": {"pods": "lots"}}}, False),
         # Elsewhere text is text: a label "1000" is not "1k".
         ({"metadata": {"labels": {"size": "1000"}}}, {"metadata": {"labels": {"size": "1k"}}}, False),
+        # A label selector is the same whole: a baseline NetworkPolicy narrowed to some pods (or to
+        # some namespaces' pods) is drift, though every term the desired copy sets is still there.
+        ({"spec": {"podSelector": {}}}, {"spec": {"podSelector": {"matchLabels": {"app": "x"}}}}, False),
+        (
+            {"spec": {"podSelector": {}}},
+            {"spec": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}},
+            False,
+        ),
+        (
+            {"namespaceSelector": {"matchLabels": {"labgate.io/tenant": "vision"}}},
+            {"namespaceSelector": {"matchLabels": {"labgate.io/tenant": "vision", "extra": "y"}}},
+            False,
+        ),
+        # ... and as the API reads it back (empty parts omitted) it is the same selector.
+        ({"spec": {"podSelector": {}}}, {"spec": {"podSelector": {"matchLabels": {}}}}, True),
+        ({"spec": {"podSelector": {}}}, {"spec": {}}, True),
+        (
+            {"namespaceSelector": {"matchLabels": {"labgate.io/tenant": "vision"}}},
+            {"namespaceSelector": {"matchLabels": {"labgate.io/tenant": "vision"}}},
+            True,
+        ),
     ],
 )
 def test_is_subset(desired: Any, live: Any, expected: bool) -> None:
