@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from labgate.core.api_resources import Kind, Object
 from labgate.core.kube import KubeApi, Reflector
-from rbac.event_routes import Queue, route_of
+from rbac.event_routes import Queue, Route, former_route, route_of
 from rbac.queue_routes import QueueRoutes
 from rbac.runtime import ObjectCache, WorkQueue
 
@@ -27,10 +27,15 @@ class EventIntake:
         self._kueue_routes = kueue_routes
 
     def route(self, kind: Kind, obj: Object, *, old: Object | None = None, is_event: bool = False) -> None:
-        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for."""
+        """Queue what a change to `obj` (a Tenant, Namespace, managed object or Workload) asks for,
+        of the tenant it names and of the one it named before the change."""
         target = route_of(kind, obj, old=old, is_event=is_event)
         if Queue.KUEUE in target.queues:
             self._kueue_routes.on_kueue_object(kind, obj)
+        self._enqueue(target)
+        self._enqueue(former_route(kind, obj, old=old))
+
+    def _enqueue(self, target: Route) -> None:
         if target.tenant is not None:
             for queue in target.queues - {Queue.KUEUE}:
                 self._queues[queue].add(target.tenant)
@@ -60,7 +65,12 @@ class EventIntake:
         )
 
     def enqueue_all(self) -> None:
-        """Every tenant's provisioning and settlement (on election and at each resync)."""
-        for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant"):
-            self._queues[Queue.PROVISIONING].add(key[3])
-            self._queues[Queue.SETTLEMENT].add(key[3])
+        """Every tenant's provisioning and settlement (on election and at each resync); and the
+        provisioning of every tenant gone whose name labels an object still, which cleans up what a
+        missed watch event left of it."""
+        live = {key[3] for key, _ in self.cache.select(lambda k, _: k[1] == "Tenant")}
+        for name in sorted(live):
+            self._queues[Queue.PROVISIONING].add(name)
+            self._queues[Queue.SETTLEMENT].add(name)
+        for name in sorted(self.cache.tenants_named() - live):
+            self._queues[Queue.PROVISIONING].add(name)

@@ -9,10 +9,12 @@ reconciler (rbac/reconciler.py) only hands the tenant's name to the queues it na
 | a Namespace with the tenant label                    | its label            | provisioning, settlement|
 | an object labgate manages, with the tenant label     | its label            | provisioning            |
 | anything without the tenant label                    | none                 | none                    |
+| a Namespace or managed object whose label changed    | its former label too | as for its old copy     |
 
 A namespace joining or leaving a tenant changes which pods the tenant's GPUs count, hence the
 settlement; a managed object (a RoleBinding, a quota, a NetworkPolicy) only its provisioning, which
-repairs drift. Pods, ledgers and settled-pods shards are routed by the settlement's own watch
+repairs drift. A namespace the platform releases (takes the label off) or moves reaches the tenant it
+left at once: its bindings there go now, not at the next resync. Pods, ledgers and settled-pods shards are routed by the settlement's own watch
 (rbac/settlement_controller.py), not here.
 """
 
@@ -70,3 +72,18 @@ def route_of(kind: Kind, obj: Object, *, old: Object | None = None, is_event: bo
     if kind is TENANT or kind is NAMESPACE:
         return Route(tenant, frozenset({Queue.PROVISIONING, Queue.SETTLEMENT}))
     return Route(tenant, frozenset({Queue.PROVISIONING}))
+
+
+def _tenant_label(obj: Object) -> str | None:
+    tenant = ((obj.get("metadata") or {}).get("labels") or {}).get(TENANT_LABEL)
+    return tenant if isinstance(tenant, str) and tenant else None
+
+
+def former_route(kind: Kind, obj: Object, *, old: Object | None) -> Route:
+    """Where a watch event goes for the tenant a Namespace or managed object left: when the event
+    changed or took off its tenant label, the route of its old copy; else NOWHERE."""
+    if old is None or kind in (TENANT, WORKLOAD, RESOURCE_FLAVOR):
+        return NOWHERE
+    if _tenant_label(old) == _tenant_label(obj):
+        return NOWHERE
+    return route_of(kind, old)

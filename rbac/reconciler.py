@@ -13,7 +13,8 @@ in, and the reflectors whose events reach them.
   lease runs out.
 - Deleting a Tenant runs its finalizer: labgate's objects go; namespaces stay unless
   spec.namespaces.keepOnDelete is false (they hold data), keeping their tenant label so the admission
-  policies refuse new work there until the infra team reassigns or deletes them.
+  policies refuse new work there until the infra team reassigns or deletes them, and keeping the
+  restrictions on the pods that run on there (NetworkPolicies, quotas, LimitRange) while the grants go.
 - In the chart's self-signed mode, the webhook certificates' rotation (rbac/cert_rotation.py) is a
   periodic task of its own.
 """

@@ -96,6 +96,12 @@ class ObjectCache:
         with self._lock:
             return [(k, self._objects[k]) for k in self._by_tenant.get(tenant, ())]
 
+    def tenants_named(self) -> set[str]:
+        """Every tenant some cached object is labelled for (a Tenant deleted with its namespaces kept
+        is among them: its kept NetworkPolicies and quotas carry its name)."""
+        with self._lock:
+            return set(self._by_tenant)
+
     def select(self, predicate: Callable[[Key, Object], bool]) -> list[tuple[Key, Object]]:
         with self._lock:
             return [(k, o) for k, o in self._objects.items() if predicate(k, o)]

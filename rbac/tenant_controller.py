@@ -113,6 +113,18 @@ def finalizer_removed(finalizers: tuple[str, ...]) -> list[dict[str, Any]]:
     return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
 
 
+# What a deleted tenant's kept namespaces keep (spec.namespaces.keepOnDelete): its pods go on running
+# there, so the restrictions stay (the baseline NetworkPolicies keep them apart from other tenants and
+# the metadata address, the quotas and defaults bound them) while the grants go (bindings, service
+# account, queues). They go with the namespace, or when the platform takes its tenant label off.
+RESTRICTION_KINDS = frozenset((k.api_version, k.kind) for k in (NETWORK_POLICY, RESOURCE_QUOTA, LIMIT_RANGE))
+
+
+def kept_on_delete(key: Key, kept_namespaces: set[str]) -> bool:
+    """Whether a deleted tenant's object `key` stays: a restriction in a namespace it kept."""
+    return key[:2] in RESTRICTION_KINDS and key[2] in kept_namespaces
+
+
 class TenantController:
     """Provisions, repairs and finalizes one tenant per queued name; `on_provisioned(name)` after a
     pass over a live tenant (its status follows)."""
@@ -302,12 +314,15 @@ class TenantController:
 
     def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
         """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces
-        (the ones it named and every one that carries its label)."""
+        (the ones it named and every one that carries its label). Without, a namespace that keeps the
+        tenant's label keeps its restrictions (see `kept_on_delete`)."""
         with self._lock:
             self._provisioned.pop(name, None)
             self._held.pop(name, None)
+        kept = set() if delete_namespaces else labelled_namespaces(self.cache, name)
         for key, _ in self._owned(name):
-            self._delete(key)
+            if not kept_on_delete(key, kept):
+                self._delete(key)
         if self.kueue:
             self._sync_flavors()
         if delete_namespaces:

@@ -284,3 +284,48 @@ def test_a_tenant_admins_allowed_widening_opens_what_it_says_and_nothing_more(
     assert not pod_dials(lab, closed.name, "one", outside_listener)
     # The partner accepts the closed tenant, not the reverse: its pods still cannot reach the closed one.
     assert not pod_dials(lab, partner.name, "one", at(closed.pods["one"]))
+
+
+def node_rules_caught_up(lab: Lab, closed: Team, open_team: Team) -> None:
+    """Return once the node's rules hold every NetworkPolicy change made before the call: a policy
+    made now (the closed tenant's pod `one` accepting the open tenant) is seen to open, then, taken
+    away, to close. The enforcer reads its cache of policies in order, so a change it shows is
+    applied with every change before it."""
+    barrier = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "test-barrier", "namespace": closed.name},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "one"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"namespaceSelector": {"matchLabels": {"labgate.io/tenant": open_team.name}}}]}
+            ],
+        },
+    }
+    made = admin(lab, "apply", "-f", "-", stdin=json.dumps(barrier))
+    assert made.returncode == 0, made.stderr
+
+    def reaches() -> bool:
+        return pod_dials(lab, open_team.name, "one", at(closed.pods["one"]))
+
+    settles(reaches, True, "the barrier policy applied on the node")
+    removed = admin(lab, "delete", "networkpolicy", "test-barrier", "-n", closed.name)
+    assert removed.returncode == 0, removed.stderr
+    settles(reaches, False, "the barrier policy taken away on the node")
+
+
+def test_a_deleted_tenants_kept_namespace_stays_closed_to_other_tenants(
+    lab: Lab, closed: Team, open_team: Team
+) -> None:
+    """keepOnDelete (the default) keeps the namespace and its running pods: they stay apart from
+    every other tenant after the Tenant goes, and still reach each other."""
+    gone = provision(lab, f"net-d-{uuid.uuid4().hex[:4]}", {})
+    settles(lambda: pod_dials(lab, open_team.name, "one", at(gone.pods["one"])), False, "b→d closed")
+    deleted = admin(lab, "delete", "tenant", gone.name, "--timeout=60s")
+    assert deleted.returncode == 0, deleted.stderr
+    assert admin(lab, "get", "tenant", gone.name).returncode == 1, "the Tenant is gone"
+    node_rules_caught_up(lab, closed, open_team)
+    assert not pod_dials(lab, open_team.name, "one", at(gone.pods["one"])), "another tenant reaches it"
+    assert pod_dials(lab, gone.name, "one", at(gone.pods["two"])), "its own pods reach each other"
+    assert ready_pod_ip(lab, gone.name, "two") == gone.pods["two"], "its pods run on"

@@ -157,6 +157,21 @@ def _drift_cases(
             lambda o: o is not None and o["spec"]["ingress"] != [{}],
         ),
         (
+            # Narrowed to some pods: every other pod of the namespace would be open to anyone.
+            "NetworkPolicy narrowed",
+            [
+                "patch",
+                "networkpolicy",
+                "labgate-baseline-egress",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                '{"spec":{"podSelector":{"matchLabels":{"app":"only-this"}}}}',
+            ],
+            lambda o: o is not None and o["spec"]["podSelector"] in ({}, {"matchLabels": {}}),
+        ),
+        (
             "ResourceQuota raised",
             [
                 "patch",
@@ -199,6 +214,7 @@ def _drift_cases(
 _DRIFT_TARGETS = {
     "RoleBinding deleted": ("rolebinding/labgate-researchers", True),
     "NetworkPolicy edited": ("networkpolicy/labgate-baseline-ingress", True),
+    "NetworkPolicy narrowed": ("networkpolicy/labgate-baseline-egress", True),
     "ResourceQuota raised": ("resourcequota/labgate-gpu", True),
     "LimitRange deleted": ("limitrange/labgate-defaults", True),
     "ServiceAccount deleted": ("serviceaccount/experiment", True),
@@ -302,11 +318,20 @@ def test_deleting_a_tenant_cleans_up_but_keeps_data_namespaces(
         assert get_json(stack, f"clusterrolebinding/labgate:tenant:{team.name}:member") is None
     kept_namespace = get_json(stack, f"namespace/{kept.namespace}")
     assert kept_namespace is not None, "keepOnDelete (the default) keeps the namespace and its data"
-    bindings = get_json(
-        stack, "rolebindings", "-n", kept.namespace, "-l", "app.kubernetes.io/managed-by=labgate"
-    )
+    managed = "app.kubernetes.io/managed-by=labgate"
+    bindings = get_json(stack, "rolebindings", "-n", kept.namespace, "-l", managed)
     assert bindings is not None
     assert bindings["items"] == []
+    # Its pods may run on: the restrictions stay (the packets they stop: tests/e2e/test_node_network_policy.py).
+    policies = get_json(stack, "networkpolicies", "-n", kept.namespace, "-l", managed)
+    assert policies is not None
+    assert sorted(p["metadata"]["name"] for p in policies["items"]) == [
+        "labgate-baseline-egress",
+        "labgate-baseline-ingress",
+    ]
+    limits = get_json(stack, "limitranges", "-n", kept.namespace, "-l", managed)
+    assert limits is not None
+    assert [r["metadata"]["name"] for r in limits["items"]] == ["labgate-defaults"]
     eventually(
         lambda: get_json(stack, f"namespace/{dropped.namespace}") is None,
         what="namespace deleted",

@@ -36,6 +36,7 @@ class FakeKube:
         self.applies: list[Key] = []
         self.deletions: list[Key] = []
         self.events: list[Object] = []
+        self.finalized: list[str] = []
         self.applied = threading.Condition()
 
     def lister(self, kind: Kind, **_: Any) -> Callable[..., Any]:
@@ -71,7 +72,9 @@ class FakeKube:
         return True
 
     def json_patch(self, kind: Kind, name: str, patch: list[dict[str, Any]], **_: Any) -> Object:
-        raise AssertionError("the tenant carries its finalizer already")
+        assert [op["op"] for op in patch] == ["test", "remove"], "the tenant carries its finalizer already"
+        self.finalized.append(name)
+        return {}
 
     def wait_for_apply(self, key: Key, *, after: int, timeout: float) -> bool:
         with self.applied:
@@ -446,6 +449,103 @@ def test_a_namespace_the_tenant_no_longer_names_keeps_its_isolation_while_it_car
         ("NetworkPolicy", "vision", "labgate-baseline-egress"),
     } <= kept
     assert ("NetworkPolicy", "vision-new", "labgate-baseline-ingress") in {key[1:] for key in kube.objects}
+
+
+RESTRICTIONS = {
+    ("NetworkPolicy", "labgate-baseline-ingress"),
+    ("NetworkPolicy", "labgate-baseline-egress"),
+    ("ResourceQuota", "labgate-gpu"),
+    ("LimitRange", "labgate-defaults"),
+}
+GRANTS = {
+    ("RoleBinding", "labgate-admins"),
+    ("RoleBinding", "labgate-researchers"),
+    ("RoleBinding", "labgate-viewers"),
+    ("ServiceAccount", "experiment"),
+}
+
+
+def in_namespace(kube: FakeKube, namespace: str) -> set[tuple[str, str]]:
+    return {(key[1], key[3]) for key in kube.objects if key[2] == namespace}
+
+
+def deleting(keep_on_delete: bool | None = None) -> Object:
+    tenant = copy.deepcopy(TENANT_OBJECT)
+    tenant["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
+    if keep_on_delete is not None:
+        tenant["spec"]["namespaces"]["keepOnDelete"] = keep_on_delete
+    return tenant
+
+
+def test_a_deleted_tenants_kept_namespace_keeps_its_restrictions_and_loses_its_grants() -> None:
+    """keepOnDelete (the default): the pods there go on running, so the baseline NetworkPolicies
+    and quotas stay (other tenants still cannot reach them, nor they the metadata address); the
+    members' bindings and the service account go. Gone for good, the Tenant's leftovers stay too."""
+    reconciler, kube = make()
+    drain(reconciler)
+    assert in_namespace(kube, "vision") >= RESTRICTIONS | GRANTS
+    reconciler.observe(TENANT, "MODIFIED", deleting())
+    drain(reconciler)
+    assert kube.finalized == ["vision"]
+    left = in_namespace(kube, "vision")
+    assert left >= RESTRICTIONS
+    assert left & GRANTS == set()
+    assert ("v1", "Namespace", "", "vision") not in kube.deletions
+    cluster_wide = {key[3] for key in kube.objects if key[2] == "" and "ClusterRole" in key[1]}
+    assert not {name for name in cluster_wide if name.startswith("labgate:tenant:vision")}
+    # The Tenant object goes; its cleanup pass (after the event, and at each resync) keeps them.
+    reconciler.observe(TENANT, "DELETED", deleting())
+    reconciler.enqueue_all()
+    assert len(reconciler.tenants.queue) == 1, "a gone tenant that labels objects still is queued"
+    drain(reconciler)
+    assert in_namespace(kube, "vision") >= RESTRICTIONS
+
+
+def test_a_deleted_tenant_without_keep_on_delete_leaves_nothing() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
+    drain(reconciler)
+    assert in_namespace(kube, "vision") == set()
+    assert ("v1", "Namespace", "", "vision") in kube.deletions
+
+
+def released(namespace: Object) -> Object:
+    copied = copy.deepcopy(namespace)
+    del copied["metadata"]["labels"][TENANT_LABEL]
+    return copied
+
+
+def test_a_kept_namespace_the_platform_releases_loses_the_deleted_tenants_restrictions() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    reconciler.observe(TENANT, "MODIFIED", deleting())
+    drain(reconciler)
+    reconciler.observe(TENANT, "DELETED", deleting())
+    drain(reconciler)
+    reconciler.observe(NAMESPACE, "MODIFIED", released(NAMESPACE_OBJECT))
+    assert len(reconciler.tenants.queue) == 1, "the tenant the namespace left hears of it"
+    drain(reconciler)
+    assert in_namespace(kube, "vision") == set()
+
+
+def test_a_namespace_released_from_a_live_tenant_loses_its_bindings_at_once() -> None:
+    """The platform takes the label off a namespace the Tenant no longer names: the webhook no
+    longer judges it, so the members' bindings there go now, not at the next resync."""
+    reconciler, kube = make()
+    drain(reconciler)
+    moved = copy.deepcopy(TENANT_OBJECT)
+    moved["metadata"]["generation"] = 2
+    moved["spec"]["namespaces"] = {"names": ["vision-new"]}
+    kube.objects[object_key(moved)] = copy.deepcopy(moved)  # what the status writes read back
+    reconciler.observe(TENANT, "MODIFIED", moved)
+    drain(reconciler)
+    assert in_namespace(kube, "vision") >= GRANTS
+    reconciler.observe(NAMESPACE, "MODIFIED", released(NAMESPACE_OBJECT))
+    assert len(reconciler.tenants.queue) == 1
+    drain(reconciler)
+    assert in_namespace(kube, "vision") == set()
+    assert in_namespace(kube, "vision-new") >= GRANTS
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from labgate.core.api_resources import NAMESPACE, RESOURCE_FLAVOR, TENANT, WORKLOAD, Kind, Object
 from labgate.core.tenant import TENANT_LABEL
-from rbac.event_routes import NOWHERE, Queue, Route, route_of
+from rbac.event_routes import NOWHERE, Queue, Route, former_route, route_of
 
 ROLE_BINDING = Kind("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings", is_namespaced=True)
 PROVISION_AND_SETTLE = frozenset({Queue.PROVISIONING, Queue.SETTLEMENT})
@@ -89,3 +89,21 @@ def test_an_object_without_metadata_goes_nowhere_rather_than_failing_the_watch()
 def test_kueues_objects_go_to_the_kueue_routes_which_find_their_tenant(kind: Kind) -> None:
     workload = labelled("job-train-1", "vision")  # a label does not decide a Workload's tenant
     assert route_of(kind, workload, is_event=True) == Route(None, frozenset({Queue.KUEUE}))
+
+
+@pytest.mark.parametrize("now", [None, "", "other"])
+def test_a_namespace_leaving_its_tenant_reaches_the_tenant_it_left(now: str | None) -> None:
+    before = labelled("vision-train", "vision")
+    assert former_route(NAMESPACE, labelled("vision-train", now), old=before) == Route(
+        "vision", PROVISION_AND_SETTLE
+    )
+    relabelled = former_route(ROLE_BINDING, labelled("labgate-researchers", now), old=labelled("x", "vision"))
+    assert relabelled == Route("vision", frozenset({Queue.PROVISIONING}))
+
+
+def test_no_former_route_when_the_label_stayed_or_nothing_came_before() -> None:
+    same = labelled("vision-train", "vision")
+    assert former_route(NAMESPACE, same, old=copy.deepcopy(same)) == NOWHERE
+    assert former_route(NAMESPACE, same, old=None) == NOWHERE
+    assert former_route(NAMESPACE, same, old=labelled("vision-train", None)) == NOWHERE
+    assert former_route(WORKLOAD, labelled("w", None), old=labelled("w", "vision")) == NOWHERE
