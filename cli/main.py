@@ -111,10 +111,12 @@ def _reconciler_policy_config(args: argparse.Namespace) -> PolicyConfig:
     """What the reconciler follows of the policies' configuration (`--gpu-config`, `--queue-config`;
     the reconciler's defaults for what is not given)."""
     import json
+    from dataclasses import replace
 
     from labgate.core.queue_config import QueueConfig
     from labgate.core.tenant import TenantLimits
     from labgate.gpu_accounting.demand import GpuCounting
+    from rbac.desired import METADATA_ADDRESSES, ipv4_exceptions
     from rbac.reconciler import PolicyConfig
 
     policy = PolicyConfig()
@@ -122,11 +124,21 @@ def _reconciler_policy_config(args: argparse.Namespace) -> PolicyConfig:
         config = json.loads(Path(args.gpu_config).read_text(encoding="utf-8"))
         # The infra team's default tenant limits: the per-namespace ResourceQuota follows them.
         limits = TenantLimits.model_validate(config.get("tenant_limits") or {})
-        policy = PolicyConfig(gpu_counting=GpuCounting.model_validate(config), limit_defaults=limits)
+        # The cloud metadata addresses: every tenant's baseline egress excepts them.
+        addresses = tuple(config.get("metadata_addresses", METADATA_ADDRESSES))
+        try:
+            ipv4_exceptions(addresses)
+        except ValueError as error:
+            raise SystemExit(f"labgate reconcile: {args.gpu_config}: metadata_addresses: {error}") from None
+        policy = PolicyConfig(
+            gpu_counting=GpuCounting.model_validate(config),
+            limit_defaults=limits,
+            metadata_addresses=addresses,
+        )
     if args.queue_config:
         # Which tenants' GPU pods Kueue gates: their namespaces get no labgate-gpu ResourceQuota.
         queue = QueueConfig.model_validate_json(Path(args.queue_config).read_text(encoding="utf-8"))
-        policy = PolicyConfig(policy.gpu_counting, policy.limit_defaults, queue)
+        policy = replace(policy, queue_config=queue)
     return policy
 
 

@@ -10,6 +10,7 @@ create namespaces, which the admission policies then restrict to the prefix.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from labgate.core.queue_config import QueueConfig
@@ -33,7 +34,9 @@ Manifest = dict[str, Any]
 RESEARCHER_ROLE = "labgate:researcher"
 TENANT_ADMIN_ROLE = "labgate:tenant-admin"
 GPU_RESOURCE = "nvidia.com/gpu"
-METADATA_ADDRESS = "169.254.169.254/32"
+# The cloud metadata addresses (policy config metadata_addresses: the reconciler's --gpu-config);
+# the baseline egress of a tenant with allowEgress opens IPv4 but these.
+METADATA_ADDRESSES = ("169.254.169.254", "fd00:ec2::254")
 EXPERIMENT_SERVICE_ACCOUNT = "experiment"
 
 _WORKLOAD_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
@@ -282,30 +285,22 @@ def _limits_quota(tenant: Tenant, namespace: str, limits: TenantLimits) -> Manif
 
 
 def _namespace_objects(
-    tenant: Tenant, namespace: str, limit_defaults: TenantLimits, *, gpu_backstop: bool
+    tenant: Tenant,
+    namespace: str,
+    limit_defaults: TenantLimits,
+    *,
+    gpu_backstop: bool,
+    metadata_addresses: tuple[str, ...],
 ) -> list[Manifest]:
+    """A namespace's objects in the order they are applied: the restrictions (baseline
+    NetworkPolicies, quotas, defaults) before the grants (service account, bindings), so that in a
+    new namespace no member can start a pod before what isolates and bounds it exists."""
     name = tenant.name
     members = tenant.spec.members
     objects: list[Manifest] = [
         _namespace(tenant, namespace),
-        _binding("labgate-admins", name, namespace, TENANT_ADMIN_ROLE, members.admins),
-        _binding("labgate-researchers", name, namespace, RESEARCHER_ROLE, members.researchers),
-        _binding("labgate-viewers", name, namespace, "view", members.viewers),
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(EXPERIMENT_SERVICE_ACCOUNT, name, namespace),
-            "automountServiceAccountToken": False,
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "LimitRange",
-            "metadata": _meta("labgate-defaults", name, namespace),
-            # Defaults so that a pod without requests is still admitted under a quota on requests.
-            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "256Mi"}}]},
-        },
         _ingress_policy(tenant, namespace),
-        _egress_policy(tenant, namespace),
+        _egress_policy(tenant, namespace, metadata_addresses),
     ]
     if gpu_backstop and tenant.spec.gpu.total is not None:
         objects.append(_gpu_quota(tenant, namespace, tenant.spec.gpu.total))
@@ -313,7 +308,25 @@ def _namespace_objects(
         limits := _limits_quota(tenant, namespace, tenant.spec.limits.with_defaults(limit_defaults))
     ) is not None:
         objects.append(limits)
-    return objects
+    return [
+        *objects,
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": _meta("labgate-defaults", name, namespace),
+            # Defaults so that a pod without requests is still admitted under a quota on requests.
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "256Mi"}}]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(EXPERIMENT_SERVICE_ACCOUNT, name, namespace),
+            "automountServiceAccountToken": False,
+        },
+        _binding("labgate-admins", name, namespace, TENANT_ADMIN_ROLE, members.admins),
+        _binding("labgate-researchers", name, namespace, RESEARCHER_ROLE, members.researchers),
+        _binding("labgate-viewers", name, namespace, "view", members.viewers),
+    ]
 
 
 def _tenant_peer(tenant: str) -> dict[str, Any]:
@@ -330,7 +343,14 @@ def _ingress_policy(tenant: Tenant, namespace: str) -> Manifest:
     }
 
 
-def _egress_policy(tenant: Tenant, namespace: str) -> Manifest:
+def ipv4_exceptions(metadata_addresses: tuple[str, ...]) -> list[str]:
+    """The `except` of the baseline's IPv4 egress block: every IPv4 metadata address, as a /32 (the
+    block opens no IPv6). Raises ValueError for an entry that is no IP address."""
+    addresses = [ipaddress.ip_address(a) for a in metadata_addresses]
+    return sorted({f"{a}/32" for a in addresses if a.version == 4})
+
+
+def _egress_policy(tenant: Tenant, namespace: str, metadata_addresses: tuple[str, ...]) -> Manifest:
     rules: list[dict[str, Any]] = [
         {"to": [_tenant_peer(tenant.name)]},
         {
@@ -344,7 +364,8 @@ def _egress_policy(tenant: Tenant, namespace: str) -> Manifest:
         },
     ]
     if tenant.spec.network.allow_egress:
-        rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_ADDRESS]}}]})
+        block = {"cidr": "0.0.0.0/0", "except": ipv4_exceptions(metadata_addresses)}
+        rules.append({"to": [{"ipBlock": block}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -422,15 +443,21 @@ def desired_objects(
     namespaces: list[str],
     limit_defaults: TenantLimits | None = None,
     queue_config: QueueConfig | None = None,
+    metadata_addresses: tuple[str, ...] = METADATA_ADDRESSES,
 ) -> list[Manifest]:
     """Everything `tenant` should have, given its namespaces (see tenant_namespaces); `limit_defaults`:
     the infra team's default limits (policy config tenant_limits) for those its spec leaves unset;
-    `queue_config`: the policies' queue config (which tenants' GPU pods Kueue gates)."""
+    `queue_config`: the policies' queue config (which tenants' GPU pods Kueue gates);
+    `metadata_addresses`: the policy config's, which no baseline egress opens."""
     objects = member_cluster_objects(tenant, namespaces=namespaces)
     gpu_backstop = has_gpu_backstop(tenant, queue_config or QueueConfig())
     for namespace in namespaces:
         objects += _namespace_objects(
-            tenant, namespace, limit_defaults or TenantLimits(), gpu_backstop=gpu_backstop
+            tenant,
+            namespace,
+            limit_defaults or TenantLimits(),
+            gpu_backstop=gpu_backstop,
+            metadata_addresses=metadata_addresses,
         )
     return objects
 

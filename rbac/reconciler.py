@@ -42,6 +42,7 @@ from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
 from rbac.cert_rotation import CertificateManager, rotation_task
+from rbac.desired import METADATA_ADDRESSES
 from rbac.event_intake import EventIntake
 from rbac.event_routes import Queue
 from rbac.leader import LeaderElector
@@ -101,13 +102,16 @@ PACING = Pacing()
 class PolicyConfig:
     """What the reconciler follows of the policies' configuration (`labgate reconcile --gpu-config`,
     `--queue-config`): which resources are GPUs (for recounting live pods), the infra team's default
-    tenant limits (config tenant_limits: the labgate-limits ResourceQuotas follow them), and the queue
+    tenant limits (config tenant_limits: the labgate-limits ResourceQuotas follow them), the cloud
+    metadata addresses the baseline egress excepts (config metadata_addresses), and the queue
     config (where Kueue gates a tenant's GPU pods there is no labgate-gpu ResourceQuota:
     rbac.desired.has_gpu_backstop)."""
 
     gpu_counting: GpuCounting = field(default_factory=GpuCounting)
     limit_defaults: TenantLimits = field(default_factory=TenantLimits)
     queue_config: QueueConfig = field(default_factory=QueueConfig)
+    # The cloud metadata addresses (config metadata_addresses): no baseline egress opens them.
+    metadata_addresses: tuple[str, ...] = METADATA_ADDRESSES
 
 
 __all__ = [
@@ -259,6 +263,7 @@ class Reconciler:
             held_outside_queue=holdings.of,
             queue_config=self.policy.queue_config,
             gpu_model_label=gpu_counting.gpu_model_label,
+            metadata_addresses=self.policy.metadata_addresses,
         )
         self.status = TenantStatusController(
             self.kube,

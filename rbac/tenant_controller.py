@@ -46,6 +46,7 @@ from labgate.gpu_accounting.ledger import (
 from labgate.gpu_accounting.ledger_store import LedgerCache
 from labgate.gpu_accounting.pool_capacity import QUOTA_CONDITION, capacity_document, quota_condition
 from rbac.desired import (
+    METADATA_ADDRESSES,
     Manifest,
     desired_objects,
     is_subset,
@@ -142,15 +143,18 @@ class TenantController:
         held_outside_queue: Callable[[str], HeldOutsideQueue] = lambda _: NOTHING_HELD,
         queue_config: QueueConfig | None = None,
         gpu_model_label: str = GPU_MODEL_LABEL,
+        metadata_addresses: tuple[str, ...] = METADATA_ADDRESSES,
     ):
         """`limit_defaults`: the infra team's default tenant limits (policy config tenant_limits);
         `kueue`: Kueue is installed; each tenant also gets its queues (rbac/queues.py), whose GPU
         quota is less what `held_outside_queue(tenant)` says its pods hold that Kueue did not admit
         (rbac/queue_holdings.py); `queue_config`: the policies' queue config (where Kueue gates GPU
         pods, no labgate-gpu quota); `gpu_model_label`: the node label naming a pool's GPU model
-        (GpuCounting's), under which a flavor's model quota is found."""
+        (GpuCounting's), under which a flavor's model quota is found; `metadata_addresses`: the
+        policy config's, which no tenant's baseline egress opens."""
         self.kueue = kueue
         self.gpu_model_label = gpu_model_label
+        self.metadata_addresses = metadata_addresses
         self.queue_config = queue_config or QueueConfig()
         self._held_outside_queue = held_outside_queue
         # What each tenant's ClusterQueue was last written for (is_queue_stale).
@@ -204,7 +208,11 @@ class TenantController:
             WRITES.labels("patch").inc()
         namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
         desired = desired_objects(
-            tenant, namespaces=namespaces, limit_defaults=self.limit_defaults, queue_config=self.queue_config
+            tenant,
+            namespaces=namespaces,
+            limit_defaults=self.limit_defaults,
+            queue_config=self.queue_config,
+            metadata_addresses=self.metadata_addresses,
         )
         if self.kueue:
             self._sync_flavors()

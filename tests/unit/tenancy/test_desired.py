@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -79,6 +80,34 @@ def test_egress_off_keeps_only_tenant_and_dns() -> None:
         "egress"
     ]
     assert rules[-1] == {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]}
+
+
+def test_every_configured_ipv4_metadata_address_is_excepted_from_the_open_egress() -> None:
+    """The policy config's metadata_addresses, not one address written in the code: a cloud whose
+    metadata service answers elsewhere (here 100.100.100.200) is closed the same."""
+    addresses = ("169.254.169.254", "100.100.100.200", "fd00:ec2::254")
+    objects = by_key(desired_objects(tenant(), namespaces=["vision"], metadata_addresses=addresses))
+    egress = objects[("networking.k8s.io/v1", "NetworkPolicy", "vision", "labgate-baseline-egress")]
+    block = egress["spec"]["egress"][-1]["to"][0]["ipBlock"]
+    # The block opens IPv4 only, so the IPv6 address needs no exception.
+    assert block == {"cidr": "0.0.0.0/0", "except": ["100.100.100.200/32", "169.254.169.254/32"]}
+    with pytest.raises(ValueError, match=re.escape("169.254.0.0/16")):
+        desired_objects(tenant(), namespaces=["vision"], metadata_addresses=("169.254.0.0/16",))
+
+
+def test_a_namespaces_restrictions_are_applied_before_its_grants() -> None:
+    """In a new namespace no member can start a pod before its baseline NetworkPolicies and quotas
+    exist: they come first in the order the reconciler applies."""
+    kinds = [
+        o["kind"]
+        for o in desired_objects(tenant(gpu={"total": 8}, limits={"pods": 10}), namespaces=["vision"])
+        if o["metadata"].get("namespace") == "vision" or o["kind"] == "Namespace"
+    ]
+    restrictions = {"NetworkPolicy", "ResourceQuota", "LimitRange"}
+    first_grant = kinds.index("ServiceAccount")
+    assert kinds[0] == "Namespace"
+    assert set(kinds[1:first_grant]) == restrictions
+    assert set(kinds[first_grant:]) == {"ServiceAccount", "RoleBinding"}
 
 
 def test_ingress_from_allowed_tenants() -> None:
