@@ -84,9 +84,14 @@ def push_chart_images(cluster: NodeCluster, labgate_archive: Path, workdir: Path
     return ChartImages(labgate=labgate, opa=opa, kubectl=kubectl)
 
 
+# The namespace the node installs leave out of admission besides kube-system and the release's.
+SPARED_NAMESPACE = "monitoring"
+
+
 def chart_values(images: ChartImages, *, apiserver_address: str, client_ca_pem: bytes) -> dict[str, Any]:
     """The values of the install: every image by digest, two webhook replicas, the chart's own
-    (self-signed) certificates, the apiserver's client certificate required by the webhook."""
+    (self-signed) certificates, the apiserver's client certificate required by the webhook, one
+    namespace spared from admission."""
     return {
         "image": {**split_reference(images.labgate), "pullPolicy": "IfNotPresent"},
         "opa": {"image": split_reference(images.opa)},
@@ -96,6 +101,8 @@ def chart_values(images: ChartImages, *, apiserver_address: str, client_ca_pem: 
             "replicas": 2,
             "clientAuth": {"required": True, "caBundle": base64.b64encode(client_ca_pem).decode()},
             "networkPolicy": {"apiserverCIDRs": [f"{apiserver_address}/32"]},
+            # A namespace the infra team spares from admission: no Tenant may hold it.
+            "exemptNamespaces": [SPARED_NAMESPACE],
         },
     }
 

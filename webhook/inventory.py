@@ -206,7 +206,9 @@ class InventorySync:
             reflector.stop()
 
 
-def empty_snapshot(*, platform_namespace: str, kueue: bool = False) -> InventorySnapshot:
+def empty_snapshot(
+    *, platform_namespace: str, kueue: bool = False, exempt_namespaces: tuple[str, ...] = ()
+) -> InventorySnapshot:
     """The inventory before any list: every collection the copy fills, empty."""
     collections: dict[str, Mapping[str, Document]] = {
         "namespaces": {},
@@ -214,7 +216,9 @@ def empty_snapshot(*, platform_namespace: str, kueue: bool = False) -> Inventory
         "priority_classes": {},
         **({"workload_priority_classes": {}} if kueue else {}),
     }
-    return InventorySnapshot(collections=collections, platform_namespace=platform_namespace)
+    return InventorySnapshot(
+        collections=collections, platform_namespace=platform_namespace, exempt_namespaces=exempt_namespaces
+    )
 
 
 class RestrictedSecrets(WatchFed):

@@ -32,6 +32,9 @@ class InventorySnapshot:
     # labgate's own namespace, whose service accounts (the reconciler) the policies trust as the
     # platform, whatever namespace the chart was installed in.
     platform_namespace: str
+    # The other namespaces the webhook registrations leave out (the chart's webhook.exemptNamespaces):
+    # what happens there is never judged, so the policies keep them from every tenant.
+    exempt_namespaces: tuple[str, ...] = ()
 
     @property
     def namespaces(self) -> Mapping[str, Document]:
@@ -66,5 +69,8 @@ class InventorySnapshot:
         return {
             **self.collections,
             "revision": revision,
-            "platform": {"namespace": self.platform_namespace},
+            "platform": {
+                "namespace": self.platform_namespace,
+                "exempt_namespaces": sorted(self.exempt_namespaces),
+            },
         }

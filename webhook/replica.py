@@ -243,7 +243,11 @@ class ClusterCaches:
         statuses = TenantStatusFacts()
         push = InventoryPush(
             InventoryStore(settings.opa_url),
-            empty_snapshot(platform_namespace=settings.namespace, kueue=settings.kueue),
+            empty_snapshot(
+                platform_namespace=settings.namespace,
+                kueue=settings.kueue,
+                exempt_namespaces=tuple(settings.exempt_namespaces),
+            ),
         )
         inventory = InventorySync(
             kube,

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
     namespace: str = Field(
         default="labgate-system", description="labgate's own namespace (never intercepted)."
     )
+    exempt_namespaces: list[str] = Field(
+        default_factory=list,
+        description="The namespaces the webhook registrations leave out besides `namespace` and kube-* "
+        "(the chart's webhook.exemptNamespaces, as JSON): no Tenant may hold one (tenant-namespace-conflict).",
+    )
     policy_dir: Path | None = Field(
         default=None,
         description="Load the policies from this directory into OPA and keep them loaded (new files and "

@@ -212,6 +212,30 @@ def test_a_researchers_sweep_is_refused_as_the_host_stack_refuses_it_and_her_exp
     assert admin(installed, "get", "job", "lr-sweep", "-n", "team-a").returncode != 0, "no Job was created"
 
 
+def test_no_tenant_may_hold_a_namespace_the_chart_spares_from_admission(installed: Installed) -> None:
+    """The chart's webhook.exemptNamespaces are never judged: the webhook it installs knows them,
+    and refuses a Tenant that names one; a namespace whose name only begins the same is admitted."""
+    spared = installed.values["webhook"]["exemptNamespaces"][0]
+
+    def tenant(namespace: str) -> str:
+        members = {"researchers": [{"kind": "Group", "name": "ops"}]}
+        spec = {"members": members, "namespaces": {"names": [namespace]}}
+        return json.dumps(
+            {"apiVersion": "labgate.io/v1alpha1", "kind": "Tenant", "metadata": {"name": "ops"}, "spec": spec}
+        )
+
+    refused = admin(installed, "apply", "-f", "-", stdin=tenant(spared))
+    assert refused.returncode == 1, refused.stdout
+    assert (
+        f'[tenant-namespace-conflict] Tenant "ops" spec.namespaces.names[0] "{spared}" is the platform\'s'
+        in refused.stderr
+    )
+    admitted = admin(installed, "apply", "-f", "-", stdin=tenant(f"{spared}-ops"))
+    assert admitted.returncode == 0, admitted.stderr
+    deleted = admin(installed, "delete", "tenant", "ops", "--timeout=60s")
+    assert deleted.returncode == 0, deleted.stderr
+
+
 # examples/experiment-pod.yaml's image: from a registry no policy names yet.
 ELSEWHERE_IMAGE = "registry.lab.example/team-a/trainer:v1"
 

@@ -180,7 +180,9 @@ def sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sync]:
     monkeypatch.setattr(webhook.inventory, "Reflector", make_reflector)
     opa = FakeOpa()
     statuses = TenantStatusFacts()
-    push = InventoryPush(opa, empty_snapshot(platform_namespace="labgate-system"))
+    push = InventoryPush(
+        opa, empty_snapshot(platform_namespace="labgate-system", exempt_namespaces=("monitoring",))
+    )
     inventory = InventorySync(kube, push, tenant_seen=statuses.remember_status)  # type: ignore[arg-type]
     push.start()  # the pusher thread
     inventory.start()  # the fake watches wait for the test
@@ -200,7 +202,11 @@ def test_the_listed_cluster_is_written_whole_and_the_webhook_is_ready_only_then(
     assert sync.opa.inventory is not None
     assert set(sync.opa.inventory["namespaces"]) == {"team-a", "default"}
     assert set(sync.opa.inventory["tenants"]) == {"vision"}
-    assert sync.opa.inventory["platform"] == {"namespace": "labgate-system"}
+    # What the webhook registrations leave out, for tenant-namespace-conflict.
+    assert sync.opa.inventory["platform"] == {
+        "namespace": "labgate-system",
+        "exempt_namespaces": ["monitoring"],
+    }
     assert sync.sync.tenant_of("team-a") == "vision"
     assert sync.sync.tenant_of("default") is None
 

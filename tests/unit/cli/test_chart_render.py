@@ -313,6 +313,12 @@ def test_namespace_selector_always_exempts_kube_system_and_the_release_namespace
         assert webhook["namespaceSelector"] == expected
         exempt = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
         assert {"kube-system", namespace} <= set(exempt)
+    # The policies know what the registrations leave out: no Tenant may hold one of those namespaces
+    # (tenant-namespace-conflict reads the webhook's exempt_namespaces from its inventory).
+    labgate = container(one(manifests, "Deployment", "labgate-webhook"), "labgate")
+    env = {e["name"]: e.get("value", "") for e in labgate["env"]}
+    told = Settings.model_validate({"exempt_namespaces": json.loads(env["LABGATE_EXEMPT_NAMESPACES"])})
+    assert set(told.exempt_namespaces) == {"kube-system", namespace, *extra}
 
 
 @pytest.mark.parametrize(("policy", "timeout"), [("Fail", 3), ("Ignore", 10)])

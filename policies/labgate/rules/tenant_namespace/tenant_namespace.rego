@@ -81,11 +81,11 @@ _overlap(a, b) if startswith(b, a)
 # METADATA
 # title: A tenant does not take the platform's namespaces
 # description: |
-#   kube-system and every other kube- namespace, and the namespace labgate runs in, are the
-#   platform's: labgate's webhooks do not judge them (an outage of labgate must not stop them), so a
-#   tenant holding one would give its members rights there that nothing checks (labgate's own
-#   service accounts run in its namespace), and the reconciler would force Pod Security baseline on
-#   kube-system's privileged pods.
+#   kube-system and every other kube- namespace, the namespace labgate runs in, and the ones its
+#   chart exempts (webhook.exemptNamespaces) are the platform's: labgate's webhooks do not judge
+#   them (an outage of labgate must not stop them), so a tenant holding one would give its members
+#   rights there that nothing checks (labgate's own service accounts run in its namespace), and the
+#   reconciler would force Pod Security baseline on kube-system's privileged pods.
 # custom:
 #   rule_id: tenant-namespace-conflict
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.namespaces.names[%d]", [i])} if {
@@ -107,3 +107,5 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.name
 _is_platform_namespace(namespace) if startswith(namespace, "kube-")
 
 _is_platform_namespace(namespace) if namespace == data.inventory.platform.namespace
+
+_is_platform_namespace(namespace) if namespace in object.get(data.inventory.platform, "exempt_namespaces", [])

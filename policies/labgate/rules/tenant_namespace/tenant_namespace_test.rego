@@ -83,6 +83,19 @@ test_the_platforms_namespaces_are_refused_and_the_tenants_own_admitted if {
 		with data.inventory as platform
 }
 
+# The chart's webhook.exemptNamespaces are left out of the webhook registrations as well: refused
+# too; a namespace whose name only begins like one is the tenant's to hold.
+test_the_charts_exempt_namespaces_are_refused_and_similar_names_admitted if {
+	platform := object.union(inventory, {"platform": {"namespace": "labgate-system", "exempt_namespaces": ["monitoring"]}})
+	violations := tenant_namespace.violation
+		with input.request as tenant_request("ops", {"names": ["ops", "monitoring"]})
+		with data.inventory as platform
+	[[v.rule, v.field] | some v in violations] == [["tenant-namespace-conflict", "spec.namespaces.names[1]"]]
+	count(tenant_namespace.violation) == 0
+		with input.request as tenant_request("ops", {"names": ["ops", "monitoring-ops"]})
+		with data.inventory as platform
+}
+
 test_namespace_labelled_for_another_tenant_is_refused if {
 	violations := tenant_namespace.violation with input.request as tenant_request("team-c", {"names": ["team-b"]})
 		with data.inventory as inventory
