@@ -612,7 +612,16 @@ def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) 
 
     def debug(container: str, *env: str) -> subprocess.CompletedProcess[str]:
         return researcher.kubectl(
-            "debug", "d-dbg", "-n", ns, f"--image={IMAGE}", "--profile=baseline", "-c", container, *env
+            "debug",
+            "d-dbg",
+            "-n",
+            ns,
+            f"--image={IMAGE}",
+            "--profile=baseline",
+            "-c",
+            container,
+            "--image-pull-policy=Always",
+            *env,
         )
 
     refused = debug("peek", "--env=NVIDIA_VISIBLE_DEVICES=all")
@@ -1335,3 +1344,46 @@ def test_a_gated_pods_node_selection_is_judged_when_it_changes(
     ungated = patch({"op": "remove", "path": "/spec/schedulingGates"})
     assert ungated.returncode == 0, ungated.stderr
     _lands_on(ar, ns, name, "a-h100")
+
+
+def _pull_policies(pod_spec: dict[str, Any]) -> dict[str, str]:
+    return {
+        c["name"]: c.get("imagePullPolicy", "")
+        for group in ("initContainers", "containers", "ephemeralContainers")
+        for c in pod_spec.get(group, [])
+    }
+
+
+def test_every_pod_a_tenant_starts_pulls_its_image_whoever_creates_it(arena: Arena) -> None:
+    """A shared node keeps the images it pulled: a tenant's pod that does not pull always could start
+    from a private image another tenant pulled (the packets of that are tests/e2e/test_node_helm.py's).
+    A Pod written with IfNotPresent, by the researcher or the admin, and the pod the Job controller
+    makes from a template that says so, are stored pulling always; the template stays as written."""
+    ns = arena.a.namespace
+    cached = {"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent"}
+    fetch = {"name": "fetch", "image": IMAGE, "imagePullPolicy": "Never"}
+    for who, name in ((arena.a.researcher, "pull-r"), (arena.a.admin, "pull-a")):
+        made = pod(name, containers=[cached], initContainers=[fetch])
+        created = who.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(made))
+        assert created.returncode == 0, created.stderr
+        live = json.loads(arena.stack.admin_kubectl("get", "pod", name, "-n", ns, "-o", "json"))
+        assert _pull_policies(live["spec"]) == {"main": "Always", "fetch": "Always"}
+        # The legitimate change of a running pod's image: it pulls always, so it is admitted.
+        swapped = who.kubectl("set", "image", f"pod/{name}", f"main={IMAGE}-2", "-n", ns)
+        assert swapped.returncode == 0, swapped.stderr
+    sweep = job("pull-job", containers=[cached])
+    created = arena.a.researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(sweep))
+    assert created.returncode == 0, created.stderr
+    stored = json.loads(arena.stack.admin_kubectl("get", "job", "pull-job", "-n", ns, "-o", "json"))
+    assert _pull_policies(stored["spec"]["template"]["spec"]) == {"main": "IfNotPresent"}
+
+    def made_by_the_job() -> list[dict[str, Any]]:
+        listed = arena.stack.admin_kubectl("get", "pods", "-n", ns, "-l", "job-name=pull-job", "-o", "json")
+        items: list[dict[str, Any]] = json.loads(listed)["items"]
+        return items
+
+    deadline = time.monotonic() + 60
+    while not made_by_the_job():
+        assert time.monotonic() < deadline, "the Job controller made no pod"
+        time.sleep(0.5)
+    assert [_pull_policies(p["spec"]) for p in made_by_the_job()] == [{"main": "Always"}]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+import secrets
 import socket
 import ssl
 import subprocess
@@ -43,10 +45,10 @@ from devcluster.node_chart import (
     release_pods,
 )
 from devcluster.node_cluster import NodeCluster
-from devcluster.node_images import push_binary_image
+from devcluster.node_images import build_echo, push_binary_image
 from devcluster.node_runtime import NodeImageStore
 from devcluster.tools import REPO_ROOT, tool
-from tests.e2e.conftest import is_pod_ready, labgate_image_or_skip, poll
+from tests.e2e.conftest import is_pod_ready, labgate_image_or_skip, poll, provision_tenant
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -54,6 +56,8 @@ EXAMPLES = REPO_ROOT / "examples"
 ALICE = ("alice", ("team-a",))
 # The webhook pods' HTTPS port (the chart's webhook.port).
 WEBHOOK_PORT = 8443
+# The one user of the node's private registry (htpasswd): a lab's robot account for one team's images.
+PRIVATE_PULLER = ("team-puller", secrets.token_urlsafe(18))
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     archive = labgate_image_or_skip()
     workdir = tmp_path_factory.mktemp("node-helm")
-    started = NodeCluster(workdir / "cluster")
+    started = NodeCluster(workdir / "cluster", private_registry_users=dict([PRIVATE_PULLER]))
     with started:
         release = install_chart(started, archive, workdir)
         # Shown with -s: the figures in docs/operations.md.
@@ -517,6 +521,262 @@ def test_an_unsigned_image_is_refused_before_any_pull_and_the_signed_one_pulled_
     print("\n".join(f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in events))
     assert any(e["reason"] == "Pulling" and signed in e["message"] for e in events), events
     assert not any(unsigned_digest in e["message"] for e in events), events
+
+
+ECHO_PORT = 7777
+# What the kubelet reports of a container whose image it could not pull.
+PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff"}
+
+
+@dataclass(frozen=True)
+class PullTenant:
+    """A fresh Tenant of one namespace (its name) whose images may come from the node's two
+    registries, and its researcher's kubeconfig."""
+
+    name: str
+    member: Path
+
+
+def pull_tenant(installed: Installed, name: str) -> PullTenant:
+    """Provision `name` (labgate's reconciler) with an admin, a researcher group, and spec.images
+    allowing the open registry's labgate/ and the whole private registry (whatever the cluster-wide
+    allowed_registries say by the time this runs)."""
+    cluster = installed.cluster
+    members = {
+        "admins": [{"kind": "User", "name": f"admin-{name}"}],
+        "researchers": [{"kind": "Group", "name": name}],
+    }
+    images = {"registries": [f"{cluster.registry.host}/labgate", cluster.private_registry.host]}
+    provision_tenant(cluster.control_plane.admin_kubeconfig, name, {"members": members, "images": images})
+    return PullTenant(name, cluster.control_plane.kubeconfig_for(f"researcher-{name}", (name,)))
+
+
+def echo_pod(
+    name: str, image: str, *, pull_secret: str | None = None, pull_policy: str | None = None
+) -> dict[str, Any]:
+    """A long-running echo server (Ready once it listens), with a pull secret and policy if given."""
+    resources = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "32Mi"}}
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "args": ["-listen", f":{ECHO_PORT}"],
+        "readinessProbe": {"tcpSocket": {"port": ECHO_PORT}, "periodSeconds": 1},
+        "resources": resources,
+    }
+    if pull_policy is not None:
+        container["imagePullPolicy"] = pull_policy
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [container]}
+    if pull_secret is not None:
+        spec["imagePullSecrets"] = [{"name": pull_secret}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def create_pod(kubeconfig: Path, namespace: str, pod: dict[str, Any]) -> None:
+    created = kubectl(kubeconfig, "create", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+
+
+def wait_ready(installed: Installed, namespace: str, name: str) -> dict[str, Any]:
+    """The pod once Ready (its container runs and listens)."""
+    seen: dict[str, Any] = {}
+
+    def ready() -> bool:
+        seen.update(get_json(installed, "pod", name, "-n", namespace))
+        return is_pod_ready(seen)
+
+    poll(ready, lambda: f"pod {namespace}/{name} Ready (status {seen.get('status')})", timeout=120)
+    return seen
+
+
+def pod_events(installed: Installed, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+    events: list[dict[str, Any]] = get_json(
+        installed, "events", "-n", namespace, "--field-selector", selector
+    )["items"]
+    return events
+
+
+def has_run(pod: dict[str, Any]) -> bool:
+    """Whether any container of the pod ever started (running now, or ended)."""
+    states = [s.get("state", {}) for s in pod["status"].get("containerStatuses", [])]
+    started = any("running" in s or "terminated" in s for s in states)
+    return started or pod["status"].get("phase") in {"Running", "Succeeded", "Failed"}
+
+
+def pull_failure(pod: dict[str, Any]) -> str | None:
+    """The kubelet's reason for a container waiting on its image's pull, if that is why it waits."""
+    for status in pod["status"].get("containerStatuses", []):
+        waiting = status.get("state", {}).get("waiting", {})
+        if waiting.get("reason") in PULL_FAILURES:
+            return f"{waiting['reason']}: {waiting.get('message', '')}"
+    return None
+
+
+def wait_pull_refused(installed: Installed, namespace: str, name: str) -> str:
+    """The kubelet's pull failure for the pod (its reason and message), asserting at every look that
+    none of its containers ever started."""
+    seen: dict[str, Any] = {}
+
+    def refused() -> bool:
+        seen.update(get_json(installed, "pod", name, "-n", namespace))
+        assert not has_run(seen), f"{namespace}/{name} ran from the node's cache: {seen['status']}"
+        return pull_failure(seen) is not None
+
+    poll(refused, lambda: f"{namespace}/{name}'s pull refused (status {seen.get('status')})", timeout=120)
+    failure = pull_failure(seen)
+    assert failure is not None
+    return failure
+
+
+def unauthorized_pull_events(installed: Installed, namespace: str, name: str, host: str) -> list[str]:
+    """The kubelet's Failed events for the pod that say the registry at `host` refused it (401)."""
+    return [
+        e["message"]
+        for e in pod_events(installed, namespace, name)
+        if e.get("reason") == "Failed"
+        and host in e.get("message", "")
+        and re.search(r"401|unauthorized", e["message"], re.IGNORECASE)
+    ]
+
+
+def pull_policies(pod: dict[str, Any]) -> list[str | None]:
+    return [c.get("imagePullPolicy") for c in pod["spec"]["containers"]]
+
+
+def private_pull_secret(installed: Installed, tenant: PullTenant, name: str) -> None:
+    """The tenant's member stores the private registry's credentials as a dockerconfigjson Secret."""
+    user, password = PRIVATE_PULLER
+    created = kubectl(
+        tenant.member,
+        "create",
+        "secret",
+        "docker-registry",
+        name,
+        "-n",
+        tenant.name,
+        f"--docker-server={installed.cluster.private_registry.host}",
+        f"--docker-username={user}",
+        f"--docker-password={password}",
+    )
+    assert created.returncode == 0, created.stderr
+
+
+def unjudged_namespace(installed: Installed, name: str) -> None:
+    """A namespace of no tenant (labgate does not judge it), with its default ServiceAccount."""
+    created = admin(installed, "create", "namespace", name)
+    assert created.returncode == 0, created.stderr
+    poll(
+        lambda: admin(installed, "get", "serviceaccount", "default", "-n", name).returncode == 0,
+        f"namespace {name}'s default ServiceAccount",
+    )
+
+
+def remove(installed: Installed, tenants: list[str], namespaces: list[str]) -> list[str]:
+    """Delete the Tenants, then their namespaces and the others (with every pod and Secret in them);
+    what failed."""
+    steps = [("tenant", name) for name in tenants] + [("namespace", name) for name in namespaces]
+    failed = []
+    for kind, name in steps:
+        deleted = admin(installed, "delete", kind, name, "--ignore-not-found", "--timeout=120s")
+        if deleted.returncode != 0:
+            failed.append(f"{kind}/{name}: {deleted.stderr.strip()}")
+    return failed
+
+
+@dataclass(frozen=True)
+class PullImages:
+    """The echo server as the private registry's image (by digest) and as the open registry's."""
+
+    private: str
+    public: str
+
+
+def push_pull_images(installed: Installed) -> PullImages:
+    cluster = installed.cluster
+    echo = build_echo(installed.workdir / "echo")
+    # The same binary; another config (so another digest) than the public image's.
+    private = cluster.push_private_binary(echo, "lab-a/echo", env={"BUILD": "private"})
+    return PullImages(private=private, public=cluster.push_binary(echo, "labgate/echo"))
+
+
+def test_a_tenant_cannot_start_another_tenants_private_image_from_the_nodes_cache(
+    installed: Installed,
+) -> None:
+    """Tenant A pulls its private image onto the (only, shared) node with its own pull secret. The
+    node's containerd now holds it, and a pod that may run a cached image without asking the
+    registry (imagePullPolicy IfNotPresent) does run it with no credentials at all: the control, in
+    a namespace labgate does not judge. Tenant B's pod of the same reference by digest, without
+    A's secret, is admitted but labgate sets imagePullPolicy: Always on it, so the kubelet asks the
+    registry with B's (no) credentials: refused, and it never runs. A's second pod, with the
+    secret, and B's pod of a public image run."""
+    images = push_pull_images(installed)
+    suffix = uuid.uuid4().hex[:4]
+    owner, other, control = f"pull-a-{suffix}", f"pull-b-{suffix}", f"pull-control-{suffix}"
+    try:
+        check_private_image_isolation(installed, images, owner, other, control)
+    finally:
+        failed = remove(installed, [owner, other], [owner, other, control])
+    assert failed == [], f"what the test made is deleted: {failed}"
+
+
+def check_private_image_isolation(
+    installed: Installed, images: PullImages, owner_name: str, other_name: str, control: str
+) -> None:
+    owner, other = pull_tenant(installed, owner_name), pull_tenant(installed, other_name)
+    private_pull_secret(installed, owner, "private-pull")
+    owner_pulls_onto_the_node(installed, owner, images.private)
+    cache_runs_it_unchecked(installed, control, images.private)
+    borrower_is_refused(installed, other, images.private)
+    # The legitimate counterparts: A's next pod with its secret, B's pod of a public image.
+    create_pod(owner.member, owner.name, echo_pod("holder-two", images.private, pull_secret="private-pull"))
+    create_pod(other.member, other.name, echo_pod("public", images.public))
+    wait_ready(installed, owner.name, "holder-two")
+    wait_ready(installed, other.name, "public")
+    borrower = get_json(installed, "pod", "borrower", "-n", other.name)
+    assert not has_run(borrower), borrower["status"]
+    assert pull_failure(borrower) is not None, borrower["status"]
+    # Why: labgate's mutation set Always on every tenant pod (the kubelet asks the registry each time).
+    for tenant, pod in ((owner, "holder"), (owner, "holder-two"), (other, "borrower"), (other, "public")):
+        assert pull_policies(get_json(installed, "pod", pod, "-n", tenant.name)) == ["Always"], pod
+
+
+def owner_pulls_onto_the_node(installed: Installed, owner: PullTenant, image: str) -> None:
+    """A's pod with its pull secret runs: the kubelet pulled the image into the node's containerd."""
+    create_pod(owner.member, owner.name, echo_pod("holder", image, pull_secret="private-pull"))
+    wait_ready(installed, owner.name, "holder")
+    digest = image.partition("@")[2]
+    assert NodeImageStore.read(installed.cluster.node).digest_of(image) == digest, "the node holds it"
+
+
+def cache_runs_it_unchecked(installed: Installed, namespace: str, image: str) -> None:
+    """The control (the hole is real on this node): where labgate does not judge, a pod of the image
+    with IfNotPresent and no pull secret runs from the node's cache, the registry never asked."""
+    unjudged_namespace(installed, namespace)
+    pod = echo_pod("from-cache", image, pull_policy="IfNotPresent")
+    create_pod(installed.cluster.control_plane.admin_kubeconfig, namespace, pod)
+    wait_ready(installed, namespace, "from-cache")
+    events = pod_events(installed, namespace, "from-cache")
+    pulled = [e["message"] for e in events if e.get("reason") in {"Pulling", "Pulled"}]
+    assert any("already present on machine" in m for m in pulled), pulled
+    assert not any(e.get("reason") == "Pulling" for e in events), pulled
+
+
+def borrower_is_refused(installed: Installed, other: PullTenant, image: str) -> None:
+    """B's pod of the same reference, without a secret: admitted, set to Always, and the kubelet's
+    pull of it refused by the private registry (401): it never runs."""
+    create_pod(other.member, other.name, echo_pod("borrower", image))
+    failure = wait_pull_refused(installed, other.name, "borrower")
+    host = installed.cluster.private_registry.host
+
+    def refusals() -> list[str]:
+        return unauthorized_pull_events(installed, other.name, "borrower", host)
+
+    poll(
+        lambda: bool(refusals()),
+        lambda: f"a Failed event of a 401 from {host}: {pod_events(installed, other.name, 'borrower')}",
+    )
+    # Shown with -s: how the kubelet reports it.
+    print(f"borrower: {failure}", *refusals(), sep="\n")
 
 
 def labgate_webhook_configurations(installed: Installed) -> list[str]:

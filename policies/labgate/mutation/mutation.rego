@@ -29,6 +29,8 @@
 #       service account the Tenant lists in spec.secrets.automountServiceAccountToken. On a Pod the
 #       ServiceAccount admission plugin has already mounted the token by then, so its volume
 #       (kube-api-access-*) and mounts are taken out too, or the token would stay mounted;
+#     - imagePullPolicy: Always on every container of a Pod (config always_pull_images): a shared
+#       node's image cache holds other tenants' private images (mutations.image_pull);
 #     - where Kueue manages the tenant (lib.kueue), an object Kueue queues gets the label
 #       kueue.x-k8s.io/queue-name: <config queue.default_local_queue> when it names no queue, starts
 #       suspended (a Job's spec.suspend, a Kubeflow job's spec.runPolicy.suspend: Kueue unsuspends it
@@ -45,7 +47,7 @@ import data.labgate.mutations.record
 # The concerns that change the object itself, then those that change each pod template, in order.
 _object_concerns := ["namespace_label", "queue"]
 
-_template_concerns := ["placement", "token_automount", "priority_class", "image_pinning", "preemptible"]
+_template_concerns := ["placement", "token_automount", "image_pull", "priority_class", "image_pinning", "preemptible"]
 
 # METADATA
 # title: The JSON Patch the mutating webhook returns

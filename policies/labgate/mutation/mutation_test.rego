@@ -3,10 +3,14 @@ package labgate.mutation_test
 import data.labgate.lib.testdata
 import data.labgate.mutation
 
-# The mutation's output for `input_doc`: {"patch", "warnings"}.
+# The mutation's output for `input_doc`: {"patch", "warnings"}, without the image pull policy (every
+# container of every pod gets one: mutations/image_pull's tests, and
+# test_every_change_is_recorded_on_the_pod_with_its_rule below, show it among the others).
 mutate(input_doc) := {"patch": p, "warnings": w} if {
 	p := mutation.changes_patch with input as input_doc with data.inventory as testdata.gpu_inventory
+		with data.labgate.config.always_pull_images as false
 	w := mutation.warnings with input as input_doc with data.inventory as testdata.gpu_inventory
+		with data.labgate.config.always_pull_images as false
 }
 
 # The input the webhook would send for the patched object: the patch applied, templates found again.
@@ -386,7 +390,8 @@ _pin_input := {
 		{
 			"path": "spec",
 			"spec": {
-				"containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1"}],
+				# Pulled always already: these tests are about the image's digest alone.
+				"containers": [{"name": "main", "image": "registry.lab.example/vision/train:v1", "imagePullPolicy": "Always"}],
 				"automountServiceAccountToken": false, "priority": 0,
 			},
 			"metadata": {}, "replicas": 1,
@@ -428,7 +433,8 @@ test_tenants_that_require_pinned_images_are_not_rewritten if {
 
 # Regression: nothing on a pod said why labgate put it on a spot pool.
 test_every_change_is_recorded_on_the_pod_with_its_rule if {
-	input_doc := pod_input("speech", testdata.sam, {"containers": [gpu_container("1")]})
+	as_written := object.union(gpu_container("1"), {"imagePullPolicy": "IfNotPresent"})
+	input_doc := pod_input("speech", testdata.sam, {"containers": [as_written]})
 	full := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
 	last := full[count(full) - 1]
 	last.path == "/metadata/annotations"
@@ -436,6 +442,7 @@ test_every_change_is_recorded_on_the_pod_with_its_rule if {
 		{"rule": "placement", "op": "add", "path": "/spec/nodeSelector"},
 		{"rule": "placement", "op": "add", "path": "/spec/tolerations"},
 		{"rule": "token-automount", "op": "add", "path": "/spec/automountServiceAccountToken"},
+		{"rule": "image-pull-always", "op": "add", "path": "/spec/containers/0/imagePullPolicy"},
 		{"rule": "priority-class", "op": "add", "path": "/spec/priorityClassName"},
 	]
 }
@@ -455,7 +462,7 @@ test_a_jobs_template_carries_its_record_so_its_pods_do if {
 test_nothing_changed_nothing_recorded if {
 	input_doc := pod_input("speech", testdata.sam, {
 		"automountServiceAccountToken": true, "priorityClassName": "p",
-		"containers": [{"name": "main", "image": "x"}],
+		"containers": [{"name": "main", "image": "x", "imagePullPolicy": "Always"}],
 	})
 	p := mutation.patch with input as input_doc with data.inventory as testdata.gpu_inventory
 	p == []

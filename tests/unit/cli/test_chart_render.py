@@ -506,7 +506,14 @@ def test_webhook_container_settings_probes_and_tls(default_manifests: list[Manif
     assert float(env["LABGATE_MAX_ADMISSION_WAIT_SECONDS"]) == 1.0
     assert (env["LABGATE_MAX_IN_FLIGHT"], env["LABGATE_MAX_WAITING_ADMISSIONS"]) == ("64", "256")
     # The values the chart sets are values Settings accepts.
-    Settings.model_validate({k.removeprefix("LABGATE_").lower(): v for k, v in env.items() if k in fields})
+    # (Lists arrive as JSON, which the environment source reads and model_validate does not.)
+    Settings.model_validate(
+        {
+            k.removeprefix("LABGATE_").lower(): json.loads(v) if v.startswith("[") else v
+            for k, v in env.items()
+            if k in fields
+        }
+    )
     assert float(env["LABGATE_PROVENANCE_REGISTRY_TIMEOUT_SECONDS"]) == 1.0
     assert "LABGATE_PROVENANCE_INSECURE_REGISTRIES" not in env, "HTTPS to every registry unless told"
     # Probes use the plain-HTTP port: the admission port asks every caller for a client certificate.

@@ -143,12 +143,16 @@ def test_a_member_pod_is_admitted_with_what_labgate_changed(files: dict[str, Pat
         "Pod/train-1 admitted",
         "labgate changed it (JSON Patch):",
         "  add /spec/automountServiceAccountToken = false",
+        # Written without a pull policy: `labgate check` sets what the API would not leave unset.
+        '  add /spec/containers/0/imagePullPolicy = "Always"',
         # Every change is recorded on the object, with the mutation that made it, and its warning is
         # carried for the validating webhook to say when it admits.
         '  add /metadata/annotations = {"labgate.io/mutation-warnings":"[\\"labgate turned off token '
         'automount (service account \\\\\\"default\\\\\\") for pod\\"]",'
         '"labgate.io/mutations":"[{\\"op\\":\\"add\\",\\"path\\":'
-        '\\"/spec/automountServiceAccountToken\\",\\"rule\\":\\"token-automount\\"}]"}',
+        '\\"/spec/automountServiceAccountToken\\",\\"rule\\":\\"token-automount\\"},'
+        '{\\"op\\":\\"add\\",\\"path\\":\\"/spec/containers/0/imagePullPolicy\\",'
+        '\\"rule\\":\\"image-pull-always\\"}]"}',
     ]
 
 

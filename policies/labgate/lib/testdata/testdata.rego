@@ -156,7 +156,9 @@ deployment(name, labels, spec) := {
 	"spec": {"template": {"metadata": {"labels": labels}, "spec": spec}},
 }
 
-main_container := {"name": "main", "image": "registry.lab.example/research/trainer:v1"}
+# A container as the validating webhook sees it in a tenant's pod: labgate's mutation made it pull
+# always (mutations.image_pull; rules.image_pull refuses it otherwise).
+main_container := {"name": "main", "image": "registry.lab.example/research/trainer:v1", "imagePullPolicy": "Always"}
 
 # A Job named `name` running `parallelism` pods at once, whose pod template has `annotations` and `spec`.
 job(name, parallelism, annotations, spec) := {

@@ -31,7 +31,11 @@ fact(reference, registry, repository, tag, signed_by) := {
 
 trainer_fact := fact(trainer, "registry.lab.example", "research/trainer", "v1", ["release"])
 
-pod_with(images) := testdata.pod("train-1", {"containers": [{"name": "main", "image": image} | some image in images]})
+# As the validating webhook sees it: labgate's mutation made every container pull always.
+pod_with(images) := testdata.pod("train-1", {"containers": [
+{"name": "main", "image": image, "imagePullPolicy": "Always"} |
+	some image in images
+]})
 
 violations_for(namespace, user, obj, images) := violations if {
 	workload := testdata.workload_input("Pod", namespace, user, obj)

@@ -1,0 +1,37 @@
+# METADATA
+# title: Every container of a tenant's pod pulls its image
+# description: |
+#   imagePullPolicy: Always on every container (containers, initContainers, ephemeralContainers)
+#   of a Pod created in a tenant's namespace, where config always_pull_images is true (the default).
+#   A node shared by tenants keeps every image it pulled: with IfNotPresent (the API's default for a
+#   tagged image) or Never, the kubelet starts a container from an image another tenant pulled with
+#   its own credentials, and never asks the registry whether this pod's may pull it. With Always it
+#   asks, with the pod's pull secrets; a digest the node holds is not downloaded again. Pods only:
+#   a workload's template stays as written, each pod made from it is mutated when created. Silent
+#   (no warning, on every pod it would say the same); the record annotation lists it. Gathered by
+#   labgate.mutation; rules.image_pull refuses what it did not set.
+package labgate.mutations.image_pull
+
+import data.labgate.lib.gpu
+import data.labgate.lib.json_patch
+
+# Each mutated template's changes, by its path: [{"rule", "ops", "warning"}].
+template_changes[template.path] := _pull_changes(template) if {
+	gpu.is_pod
+	object.get(data.labgate.config, "always_pull_images", true) == true
+	some template in json_patch.mutated_templates
+}
+
+_pull_changes(template) := [{"rule": "image-pull-always", "ops": ops, "warning": ""} |
+	ops := [{"op": "add", "path": _policy_pointer(template, group, i), "value": "Always"} |
+		some group in ["initContainers", "containers", "ephemeralContainers"]
+		some i, container in json_patch.array_or_empty(object.get(template.spec, group, []))
+		object.get(container, "imagePullPolicy", "") != "Always"
+	]
+	count(ops) > 0
+]
+
+_policy_pointer(template, group, i) := sprintf(
+	"%s/%s/%d/imagePullPolicy",
+	[json_patch.pointer(template.path), group, i],
+)

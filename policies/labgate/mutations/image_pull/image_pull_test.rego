@@ -1,0 +1,44 @@
+package labgate.mutations.image_pull_test
+
+import data.labgate.lib.testdata
+import data.labgate.mutations.image_pull
+
+_container(name, policy) := object.union(
+	{"name": name, "image": "registry.lab.example/research/trainer:v1"},
+	{"imagePullPolicy": policy | policy != null},
+)
+
+_pod(spec) := testdata.workload_input("Pod", "team-a", testdata.alice, testdata.pod("x", spec))
+
+_spec := {
+	"initContainers": [_container("fetch", "IfNotPresent")],
+	"containers": [_container("main", "Never"), _container("side", "Always"), _container("bare", null)],
+}
+
+test_every_container_of_a_tenants_pod_pulls_always if {
+	changes := image_pull.template_changes.spec with input as _pod(_spec) with data.inventory as testdata.inventory
+	changes == [{"rule": "image-pull-always", "warning": "", "ops": [
+		{"op": "add", "path": "/spec/initContainers/0/imagePullPolicy", "value": "Always"},
+		{"op": "add", "path": "/spec/containers/0/imagePullPolicy", "value": "Always"},
+		{"op": "add", "path": "/spec/containers/2/imagePullPolicy", "value": "Always"},
+	]}]
+}
+
+test_a_pod_that_pulls_always_already_is_left_alone if {
+	spec := {"containers": [_container("main", "Always")]}
+	image_pull.template_changes.spec == [] with input as _pod(spec) with data.inventory as testdata.inventory
+}
+
+test_the_infra_team_may_turn_it_off if {
+	not image_pull.template_changes.spec with input as _pod(_spec) with data.inventory as testdata.inventory
+		with data.labgate.config.always_pull_images as false
+}
+
+# A workload's template stays as written (its pods are mutated when created), and so does anything
+# outside a tenant's namespace.
+test_templates_and_pods_of_no_tenant_are_left_alone if {
+	job := testdata.workload_input("Job", "team-a", testdata.alice, testdata.job("sweep", 1, {}, _spec))
+	count(image_pull.template_changes) == 0 with input as job with data.inventory as testdata.inventory
+	elsewhere := testdata.workload_input("Pod", "default", testdata.alice, testdata.pod("x", _spec))
+	count(image_pull.template_changes) == 0 with input as elsewhere with data.inventory as testdata.inventory
+}
