@@ -86,9 +86,14 @@ def validating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -
 
 
 def mutating_rules(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> list[dict[str, Any]]:
-    """What the mutating webhook sees: what it mutates, on CREATE only (policies/labgate/mutation
-    patches nothing else): pod templates (placement, automount, priority) and new namespaces."""
-    return [*_workload_rules(kinds, ["CREATE"]), _rule("", "v1", ["namespaces"], ["CREATE"], "Cluster")]
+    """What the mutating webhook sees: what it mutates (policies/labgate/mutation patches nothing
+    else): pod templates on CREATE (placement, automount, pull policy, priority), the ephemeral
+    containers kubectl debug adds (pull policy) and new namespaces."""
+    return [
+        *_workload_rules(kinds, ["CREATE"]),
+        _rule("", "v1", ["pods/ephemeralcontainers"], ["UPDATE"], "Namespaced"),
+        _rule("", "v1", ["namespaces"], ["CREATE"], "Cluster"),
+    ]
 
 
 def _has_label(variable: str, label: str) -> str:

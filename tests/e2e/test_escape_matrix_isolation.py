@@ -612,16 +612,7 @@ def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(arena: Arena) 
 
     def debug(container: str, *env: str) -> subprocess.CompletedProcess[str]:
         return researcher.kubectl(
-            "debug",
-            "d-dbg",
-            "-n",
-            ns,
-            f"--image={IMAGE}",
-            "--profile=baseline",
-            "-c",
-            container,
-            "--image-pull-policy=Always",
-            *env,
+            "debug", "d-dbg", "-n", ns, f"--image={IMAGE}", "--profile=baseline", "-c", container, *env
         )
 
     refused = debug("peek", "--env=NVIDIA_VISIBLE_DEVICES=all")

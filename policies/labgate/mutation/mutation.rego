@@ -30,7 +30,8 @@
 #       ServiceAccount admission plugin has already mounted the token by then, so its volume
 #       (kube-api-access-*) and mounts are taken out too, or the token would stay mounted;
 #     - imagePullPolicy: Always on every container of a Pod (config always_pull_images): a shared
-#       node's image cache holds other tenants' private images (mutations.image_pull);
+#       node's image cache holds other tenants' private images (mutations.image_pull); on UPDATE,
+#       on an ephemeral container kubectl debug adds to a tenant's pod;
 #     - where Kueue manages the tenant (lib.kueue), an object Kueue queues gets the label
 #       kueue.x-k8s.io/queue-name: <config queue.default_local_queue> when it names no queue, starts
 #       suspended (a Job's spec.suspend, a Kubeflow job's spec.runPolicy.suspend: Kueue unsuspends it
@@ -45,7 +46,7 @@ import data.labgate.lib.tenancy
 import data.labgate.mutations.record
 
 # The concerns that change the object itself, then those that change each pod template, in order.
-_object_concerns := ["namespace_label", "queue"]
+_object_concerns := ["namespace_label", "queue", "image_pull"]
 
 _template_concerns := ["placement", "token_automount", "image_pull", "priority_class", "image_pinning", "preemptible"]
 

@@ -78,10 +78,22 @@ def test_shards_split_objects_between_replicas() -> None:
     assert validating[2]["objectSelector"] == {"matchLabels": {"shard": "1"}}
 
 
-def test_the_mutating_webhook_sees_creates_only() -> None:
+def test_the_mutating_webhook_sees_creates_and_kubectl_debug_only() -> None:
+    """Never a pod's UPDATE: it would sit in front of every label and finalizer change controllers
+    make to running pods. The ephemeral containers kubectl debug adds (their pull policy) are a
+    subresource of their own, already judged by the validating webhook."""
     mutating = webhook_configurations(
         name="labgate", urls=["https://a"], ca_bundle_pem=b"CA", exempt_namespaces=["kube-system"]
     )[0]["webhooks"]
+    updated = {
+        resource
+        for webhook in mutating
+        for rule in webhook["rules"]
+        if "UPDATE" in rule["operations"]
+        for resource in rule["resources"]
+    }
+    assert updated == {"pods/ephemeralcontainers"}
     assert {op for webhook in mutating for rule in webhook["rules"] for op in rule["operations"]} == {
-        "CREATE"
+        "CREATE",
+        "UPDATE",
     }

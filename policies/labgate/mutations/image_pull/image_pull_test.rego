@@ -42,3 +42,25 @@ test_templates_and_pods_of_no_tenant_are_left_alone if {
 	elsewhere := testdata.workload_input("Pod", "default", testdata.alice, testdata.pod("x", _spec))
 	count(image_pull.template_changes) == 0 with input as elsewhere with data.inventory as testdata.inventory
 }
+
+# kubectl debug: the ephemeral container it adds to a tenant's running pod pulls always; one the pod
+# already had is left as it is, and so is a pod of no tenant.
+test_an_ephemeral_container_kubectl_debug_adds_pulls_always if {
+	old := testdata.pod("x", {
+		"containers": [_container("main", "Always")],
+		"ephemeralContainers": [_container("old", "IfNotPresent")],
+	})
+	added := _container("debugger", "IfNotPresent")
+	new := json.patch(old, [{"op": "add", "path": "/spec/ephemeralContainers/-", "value": added}])
+	debug := object.union(
+		testdata.request("UPDATE", "Pod", "team-a", testdata.alice, new, old),
+		{"subResource": "ephemeralcontainers"},
+	)
+	image_pull.changes == [{"rule": "image-pull-always", "warning": "", "ops": [
+		{"op": "add", "path": "/spec/ephemeralContainers/1/imagePullPolicy", "value": "Always"},
+	]}] with input.request as debug with data.inventory as testdata.inventory
+	elsewhere := object.union(debug, {"namespace": "default"})
+	image_pull.changes == [] with input.request as elsewhere with data.inventory as testdata.inventory
+	plain_update := object.remove(debug, ["subResource"])
+	image_pull.changes == [] with input.request as plain_update with data.inventory as testdata.inventory
+}
