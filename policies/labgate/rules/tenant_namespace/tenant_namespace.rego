@@ -23,13 +23,24 @@ _others := {name: tenant |
 	name != _name
 }
 
-_owner_of_namespace(namespace) := owner if {
+# Who holds `namespace` besides this tenant, and the fix that frees it: another Tenant that lists it,
+# or, listed by none, another live tenant whose label it carries (a cluster admin moved it there;
+# the reconciler does not take it back, rbac/tenant_controller.held_by_other_tenants).
+_holder_of_namespace(namespace) := [owner, fix] if {
 	some owner, tenant in _others
 	namespace in object.get(tenant, ["spec", "namespaces", "names"], [])
-} else := owner if {
+	fix := sprintf("choose another namespace, or remove it from Tenant %q first", [owner])
+} else := [owner, fix] if {
 	owner := data.inventory.namespaces[namespace].labels[data.labgate.config.tenant_label]
 	owner != _name
 	_others[owner]
+	fix := sprintf(
+		concat("", [
+			"it carries the label %s=%s: remove it from this Tenant's spec.namespaces.names, or have a cluster ",
+			"admin move it back once its work is done (kubectl label --overwrite namespace %s %s=%s)",
+		]),
+		[data.labgate.config.tenant_label, owner, namespace, data.labgate.config.tenant_label, _name],
+	)
 }
 
 # METADATA
@@ -41,14 +52,11 @@ violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.name
 	input.request.kind.group == "labgate.io"
 	_is_tenant_write
 	some i, namespace in object.get(input.request.object, ["spec", "namespaces", "names"], [])
-	owner := _owner_of_namespace(namespace)
+	[owner, fix] := _holder_of_namespace(namespace)
 	rule_id := rego.metadata.rule().custom.rule_id
 	msg := sprintf(
-		concat("", [
-			"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: choose another namespace, ",
-			"or remove it from Tenant %q first",
-		]),
-		[rule_id, _name, i, namespace, owner, owner],
+		"[%s] Tenant %q spec.namespaces.names[%d] %q already belongs to tenant %q. Fix: %s",
+		[rule_id, _name, i, namespace, owner, fix],
 	)
 }
 

@@ -41,6 +41,37 @@ test_namespace_named_by_another_tenant_is_refused if {
 	}}
 }
 
+# A cluster admin moved namespace team-a-old (still listed by team-a) to team-b: an update of team-a
+# that keeps it is refused with the fix that applies (the label, not another Tenant's list), and the
+# update that drops it is admitted.
+moved_inventory := json.patch(inventory, [{
+	"op": "add",
+	"path": "/namespaces/team-a-old",
+	"value": {"labels": {"labgate.io/tenant": "team-b"}},
+}])
+
+test_a_listed_namespace_moved_to_another_tenant_is_refused_with_the_fix_for_a_label if {
+	violations := tenant_namespace.violation
+		with input.request as tenant_request("team-a", {"names": ["team-a", "team-a-old"], "prefix": "team-a-"})
+		with data.inventory as moved_inventory
+	violations == {{
+		"rule": "tenant-namespace-conflict",
+		"field": "spec.namespaces.names[1]",
+		"message": concat("", [
+			`[tenant-namespace-conflict] Tenant "team-a" spec.namespaces.names[1] "team-a-old" already belongs to `,
+			`tenant "team-b". Fix: it carries the label labgate.io/tenant=team-b: remove it from this Tenant's `,
+			`spec.namespaces.names, or have a cluster admin move it back once its work is done `,
+			`(kubectl label --overwrite namespace team-a-old labgate.io/tenant=team-a)`,
+		]),
+	}}
+}
+
+test_the_pair_the_update_that_drops_the_moved_namespace_is_admitted if {
+	count(tenant_namespace.violation) == 0
+		with input.request as tenant_request("team-a", {"names": ["team-a"], "prefix": "team-a-"})
+		with data.inventory as moved_inventory
+}
+
 # A Tenant manifest with only generateName, as `labgate check` submits it (no name anywhere yet):
 # its namespaces are still checked against every other tenant's.
 test_a_tenant_named_only_by_generate_name_is_checked_all_the_same if {
