@@ -35,7 +35,7 @@ from labgate.core.api_resources import (
 from labgate.core.kube import KubeApi
 from labgate.core.metrics import GPU_LIMIT, GPU_USED
 from labgate.core.queue_config import QueueConfig
-from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, Tenant, TenantLimits
+from labgate.core.tenant import FINALIZER, MANAGED_BY, MANAGED_BY_LABEL, TENANT_LABEL, Tenant, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger import (
     FINISHED_PHASES,
@@ -58,6 +58,7 @@ from rbac.desired import (
 from rbac.node_index import NodeIndex
 from rbac.outside_queue import NOTHING_HELD, HeldOutsideQueue
 from rbac.queues import FLAVOR_LABEL, GPU_MODEL_LABEL, queued, shared_flavors, tenant_queues
+from rbac.removal import Removal
 from rbac.runtime import WRITES, Key, LeaderGate, ObjectCache, WorkQueue, labels
 from rbac.settlement_controller import PodIndex, labelled_namespaces
 from rbac.tenant_events import TenantEvents, now_timestamp, tenant_key
@@ -126,6 +127,31 @@ def kept_on_delete(key: Key, kept_namespaces: set[str]) -> bool:
     return key[:2] in RESTRICTION_KINDS and key[2] in kept_namespaces
 
 
+def held_by_other_tenants(cache: ObjectCache, tenant: Tenant) -> dict[str, str]:
+    """The namespaces `tenant` names that carry another live tenant's label, each with that tenant.
+    Such a namespace is not taken: relabelling it would hand its running pods and its members' work
+    to this tenant, and two Tenants naming one namespace (two writes the webhook admitted at once,
+    or a namespace the platform moved while still listed) would take it from each other at every
+    pass. A label naming a tenant that no longer exists (a deleted tenant's kept namespace) is no
+    owner: listing the namespace gives it to this tenant, as the infra guide says."""
+    held = {}
+    for name in tenant.spec.namespaces.names:
+        owner = labels(cache.get(("v1", "Namespace", "", name)) or {}).get(TENANT_LABEL)
+        if owner and owner != tenant.name and cache.get(tenant_key(owner)) is not None:
+            held[name] = owner
+    return held
+
+
+def _key(item: tuple[Key, Object]) -> Key:
+    return item[0]
+
+
+def held_namespaces(cache: ObjectCache, tenant: Tenant, held_elsewhere: dict[str, str]) -> list[str]:
+    """The tenant's namespaces (rbac.desired.tenant_namespaces) but those another tenant holds."""
+    named_or_labelled = tenant_namespaces(tenant, labelled_namespaces(cache, tenant.name))
+    return [n for n in named_or_labelled if n not in held_elsewhere]
+
+
 class TenantController:
     """Provisions, repairs and finalizes one tenant per queued name; `on_provisioned(name)` after a
     pass over a live tenant (its status follows)."""
@@ -159,7 +185,10 @@ class TenantController:
         self._held_outside_queue = held_outside_queue
         # What each tenant's ClusterQueue was last written for (is_queue_stale).
         self._held: dict[str, HeldOutsideQueue] = {}
+        # The namespaces each tenant names that another tenant holds, as last reported.
+        self._held_elsewhere: dict[str, dict[str, str]] = {}
         self.kinds: tuple[Kind, ...] = MANAGED_KINDS + (KUEUE_KINDS if kueue else ())
+        self._removal = Removal(kube, gate=gate, kinds=(*self.kinds, NAMESPACE))
         self.kube = kube
         self.cache = cache
         self.limit_defaults = limit_defaults or TenantLimits()
@@ -206,7 +235,8 @@ class TenantController:
             self._gate.check()
             self.kube.json_patch(TENANT, name, finalizer_added(live_tenant))
             WRITES.labels("patch").inc()
-        namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
+        held_elsewhere = held_by_other_tenants(self.cache, tenant)
+        namespaces = held_namespaces(self.cache, tenant, held_elsewhere)
         desired = desired_objects(
             tenant,
             namespaces=namespaces,
@@ -220,9 +250,10 @@ class TenantController:
         for obj in desired:
             self._ensure(obj, tenant=tenant)
         wanted = {object_key(o) for o in desired}
-        for key, _ in self._owned(name):
+        for key, live in self._owned(name):
             if key not in wanted:
-                self._delete(key)  # e.g. a binding of a namespace the tenant dropped
+                self._removal.remove(key, live)  # e.g. a binding of a namespace the tenant dropped
+        self._report_held_elsewhere(tenant, held_elsewhere)
         with self._lock:
             self._provisioned[name] = tenant.generation
         self._on_provisioned(name)
@@ -267,6 +298,22 @@ class TenantController:
             self._held[tenant.name] = held
         return queues
 
+    def _report_held_elsewhere(self, tenant: Tenant, held: dict[str, str]) -> None:
+        """A Warning on the Tenant when the namespaces it names that another tenant holds change (at
+        the end of its pass: once it is recorded, that pass has left them)."""
+        with self._lock:
+            if self._held_elsewhere.get(tenant.name, {}) == held:
+                return
+            self._held_elsewhere[tenant.name] = held
+        if held:
+            shown = ", ".join(f"{n} (labelled for tenant {o})" for n, o in sorted(held.items()))
+            message = (
+                f"not taking namespaces another tenant holds: {shown}. Fix: remove them from "
+                f"spec.namespaces.names, or have a cluster admin move them once their work is done"
+            )
+            log.warning("tenant %s: %s", tenant.name, message)
+            self._events.record(tenant.name, "NamespaceHeldByAnotherTenant", message, kind="Warning")
+
     def _report_adjusted(self, tenant: Tenant, held: HeldOutsideQueue) -> None:
         if held.total:
             shown = ", ".join(held.pods[:3]) + (
@@ -286,17 +333,11 @@ class TenantController:
         for flavor in desired:
             self._ensure(flavor, tenant=None)
         wanted = {object_key(f) for f in desired}
-        for key, _ in self.cache.select(
+        for key, live in self.cache.select(
             lambda k, o: k[1] == RESOURCE_FLAVOR.kind and labels(o).get(FLAVOR_LABEL) == "true"
         ):
             if key not in wanted:
-                self._delete(key)
-
-    def _delete(self, key: Key) -> None:
-        self._gate.check()
-        kind = next(k for k in (*self.kinds, NAMESPACE) if (k.api_version, k.kind) == key[:2])
-        self.kube.delete(kind, key[3], namespace=key[2] or None)
-        WRITES.labels("delete").inc()
+                self._removal.remove(key, live)
 
     def _is_provisioned(self, tenant: Tenant) -> bool:
         live = self.cache.get(tenant_key(tenant.name)) or {}
@@ -310,32 +351,33 @@ class TenantController:
         ]
 
     def _finalize(self, tenant: Tenant) -> None:
-        self._clean_up(
-            tenant.name,
-            delete_namespaces=not tenant.spec.namespaces.keep_on_delete,
-            named=tuple(tenant.spec.namespaces.names),
-        )
+        """Clean up, then let the Tenant go; not while something was written since it was read (its
+        watch event brings the tenant here again, the cache then up to date)."""
+        if not self._clean_up(tenant.name, delete_namespaces=not tenant.spec.namespaces.keep_on_delete):
+            return
         if FINALIZER in tenant.finalizers:
             self._gate.check()
             self.kube.json_patch(TENANT, tenant.name, finalizer_removed(tenant.finalizers))
             WRITES.labels("patch").inc()
 
-    def _clean_up(self, name: str, *, delete_namespaces: bool, named: tuple[str, ...] = ()) -> None:
-        """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces
-        (the ones it named and every one that carries its label). Without, a namespace that keeps the
-        tenant's label keeps its restrictions (see `kept_on_delete`)."""
+    def _clean_up(self, name: str, *, delete_namespaces: bool) -> bool:
+        """Delete what labgate made for tenant `name`; with `delete_namespaces`, also its namespaces:
+        every one that carries its label, as last seen (one the Tenant names but the platform released
+        or gave to another tenant is not its to delete). Without, a namespace that keeps the tenant's
+        label keeps its restrictions (see `kept_on_delete`). False if something stayed (see rbac.removal)."""
         with self._lock:
             self._provisioned.pop(name, None)
             self._held.pop(name, None)
+            self._held_elsewhere.pop(name, None)
         kept = set() if delete_namespaces else labelled_namespaces(self.cache, name)
-        for key, _ in self._owned(name):
-            if not kept_on_delete(key, kept):
-                self._delete(key)
+        doomed = [(key, live) for key, live in self._owned(name) if not kept_on_delete(key, kept)]
+        if delete_namespaces:
+            namespaces = [(k, o) for k, o in self.cache.labelled_for(name) if k[1] == "Namespace"]
+            doomed += sorted(namespaces, key=_key)
+        gone = [self._removal.remove(key, live) for key, live in doomed]
         if self.kueue:
             self._sync_flavors()
-        if delete_namespaces:
-            for namespace in sorted(set(named) | labelled_namespaces(self.cache, name)):
-                self._delete(("v1", "Namespace", "", namespace))
+        return all(gone)
 
 
 class TenantStatusController:
@@ -381,7 +423,7 @@ class TenantStatusController:
         # controller queues the status again once it has provisioned a newer one.
         if tenant.is_deleting or self._provisioned_generation(name) != tenant.generation:
             return
-        namespaces = tenant_namespaces(tenant, labelled_namespaces(self.cache, name))
+        namespaces = held_namespaces(self.cache, tenant, held_by_other_tenants(self.cache, tenant))
         gpus, counts = self._usage(live, namespaces)
         record_gpu_metrics(tenant, gpus)
         old = live.get("status") or {}

@@ -367,12 +367,15 @@ class KubeApi:
             if token is None:
                 return
 
-    def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
-        """Delete one object; False if it was already gone."""
+    def delete(
+        self, kind: Kind, name: str, *, namespace: str | None = None, resource_version: str | None = None
+    ) -> bool:
+        """Delete one object; False if it was already gone. With `resource_version`, only that version
+        of it: one written since (another writer's) is left, and the call raises `ApiException` 409."""
+        preconditions = {"preconditions": {"resourceVersion": resource_version}} if resource_version else {}
+        body = {"propagationPolicy": "Background", **preconditions}
         try:
-            self._call(
-                "DELETE", kind.path(namespace=namespace, name=name), body={"propagationPolicy": "Background"}
-            )
+            self._call("DELETE", kind.path(namespace=namespace, name=name), body=body)
         except ApiException as err:
             if err.status == 404:
                 return False

@@ -339,6 +339,45 @@ def test_deleting_a_tenant_cleans_up_but_keeps_data_namespaces(
     )
 
 
+def _events_of(stack: LabgateStack, tenant: str, reason: str) -> list[str]:
+    events = get_json(stack, "events", "-n", "default", "--field-selector", f"involvedObject.name={tenant}")
+    assert events is not None
+    return [e["message"] for e in events["items"] if e["reason"] == reason]
+
+
+def test_a_namespace_the_platform_moves_stays_moved_while_its_old_tenant_still_lists_it(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """A cluster admin relabels a namespace tenant `a` still lists to tenant `b`. From that moment
+    the webhook judges it as b's and counts its pods in b's quota, so it stays b's: a's passes do
+    not take it back (a second move of its running pods, unchecked), a's members lose their rights
+    there, b's gain theirs, and a's Tenant says why."""
+    a, b = tenants.create(), tenants.create()
+    assert can_i(a.researcher, "create", "pods", a.namespace)
+    stack.admin_kubectl("label", "--overwrite", "namespace", a.namespace, f"labgate.io/tenant={b.name}")
+    eventually(lambda: can_i(b.researcher, "create", "pods", a.namespace), what="b's members granted there")
+    held = f"{a.namespace} (labelled for tenant {b.name})"
+    eventually(
+        lambda: any(held in m for m in _events_of(stack, a.name, "NamespaceHeldByAnotherTenant")),
+        what="a's pass over the move, which says why it does not take the namespace back",
+    )
+    # The Warning ends a's pass over the move: that pass is done, and left the namespace as it is.
+    namespace = get_json(stack, f"namespace/{a.namespace}")
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["labgate.io/tenant"] == b.name
+    assert not can_i(a.researcher, "create", "pods", a.namespace)
+    assert can_i(b.researcher, "create", "pods", a.namespace)
+    refused = a.researcher.apply(pod_manifest("after-move"), a.namespace)
+    assert refused.returncode != 0
+    # The infra team's next edit of Tenant a is told what to do with the name it still lists.
+    viewers = {"spec": {"members": {"viewers": [{"kind": "User", "name": f"viewer-{a.name}"}]}}}
+    kept = stack.cluster_kubectl("patch", "tenant", a.name, "--type=merge", "-p", json.dumps(viewers))
+    assert kept.returncode != 0
+    assert f"it carries the label labgate.io/tenant={b.name}: remove it from this Tenant's" in kept.stderr
+    dropped = {**viewers["spec"], "namespaces": {"names": []}}
+    stack.admin_kubectl("patch", "tenant", a.name, "--type=merge", "-p", json.dumps({"spec": dropped}))
+
+
 def _lease_holder(stack: LabgateStack) -> str | None:
     lease = get_json(stack, "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE)
     return None if lease is None else lease["spec"].get("holderIdentity")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from labgate.core.api_resources import NAMESPACE, RESOURCE_QUOTA, ROLE_BINDING, TENANT, Kind, Object, kind_of
+from labgate.core.kube import ApiException
 from labgate.core.queue_config import QueueConfig
 from labgate.core.tenant import FINALIZER, TENANT_LABEL
 from labgate.gpu_accounting.ledger import GpuAmount, Ledger, LedgerConflictError, with_reservation
@@ -27,7 +28,9 @@ Key = tuple[str, str, str, str]
 
 class FakeKube:
     """The calls the controllers make, answered as an API server would (apply merges and returns the
-    whole object), each write counted."""
+    whole object with a new resourceVersion; a delete whose precondition names an older one is
+    refused with 409), each write counted. `before_delete` runs before each delete is answered: a
+    write of someone else's landing between a controller's read and its delete."""
 
     api: Any = None
 
@@ -38,6 +41,8 @@ class FakeKube:
         self.events: list[Object] = []
         self.finalized: list[str] = []
         self.applied = threading.Condition()
+        self.versions = 0
+        self.before_delete: Callable[[Key], None] = lambda _: None
 
     def lister(self, kind: Kind, **_: Any) -> Callable[..., Any]:
         return lambda **__: None
@@ -49,6 +54,8 @@ class FakeKube:
             stored["status"] = copy.deepcopy(obj["status"])
         else:
             stored = {**stored, **copy.deepcopy(obj)}
+        self.versions += 1
+        stored["metadata"] = {**stored.get("metadata", {}), "resourceVersion": str(self.versions)}
         self.objects[key] = stored
         with self.applied:
             self.applies.append(key)
@@ -64,12 +71,29 @@ class FakeKube:
     def get(
         self, kind: Kind, name: str, *, namespace: str | None = None, timeout: float = 10
     ) -> Object | None:
-        return None
+        found = self.objects.get((kind.api_version, kind.kind, namespace or "", name))
+        return copy.deepcopy(found) if found is not None else None
 
-    def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
-        self.deletions.append((kind.api_version, kind.kind, namespace or "", name))
-        self.objects.pop((kind.api_version, kind.kind, namespace or "", name), None)
+    def delete(
+        self, kind: Kind, name: str, *, namespace: str | None = None, resource_version: str | None = None
+    ) -> bool:
+        key = (kind.api_version, kind.kind, namespace or "", name)
+        self.before_delete(key)
+        live = self.objects.get(key, {}).get("metadata", {})
+        if resource_version and live.get("resourceVersion") not in (None, resource_version):
+            raise ApiException(status=409, reason="Conflict")
+        self.deletions.append(key)
+        self.objects.pop(key, None)
         return True
+
+    def write_as(self, key: Key, tenant: str) -> Object:
+        """Someone else's write of `key`: labelled for `tenant`, a new resourceVersion."""
+        self.versions += 1
+        stored = copy.deepcopy(self.objects[key])
+        stored["metadata"]["labels"] = {**stored["metadata"].get("labels", {}), TENANT_LABEL: tenant}
+        stored["metadata"]["resourceVersion"] = str(self.versions)
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
 
     def json_patch(self, kind: Kind, name: str, patch: list[dict[str, Any]], **_: Any) -> Object:
         assert [op["op"] for op in patch] == ["test", "remove"], "the tenant carries its finalizer already"
@@ -720,3 +744,159 @@ def test_where_kueue_gates_gpu_pods_the_gpu_backstop_is_removed_and_not_restored
     reconciler.enqueue_all()
     drain(reconciler)
     assert (GPU_BACKSTOP in kube.applies[before:]) is not pod_integration
+
+
+def test_a_namespace_moved_to_another_tenant_keeps_what_that_tenant_applied_there_meanwhile() -> None:
+    """The platform moves namespace vision to tenant nlp. vision's pass removes its objects there
+    while nlp's pass applies its own of the same names: a delete of vision's landing after nlp's
+    apply would leave nlp's namespace without its baseline NetworkPolicies. Each delete names the
+    version vision read, so nlp's stays."""
+    reconciler, kube = make()
+    drain(reconciler)
+    assert in_namespace(kube, "vision") >= RESTRICTIONS | GRANTS
+    dropped = copy.deepcopy(TENANT_OBJECT)
+    dropped["metadata"]["generation"] = 2
+    dropped["spec"]["namespaces"] = {"names": ["vision-new"]}
+    kube.objects[object_key(dropped)] = copy.deepcopy(dropped)
+    reconciler.observe(TENANT, "MODIFIED", dropped)
+    drain(reconciler)
+    rewritten: list[Key] = []
+
+    def nlp_applies_first(key: Key) -> None:
+        if key[2] == "vision" and key not in rewritten:
+            rewritten.append(key)
+            kube.write_as(key, "nlp")
+
+    kube.before_delete = nlp_applies_first
+    moved = copy.deepcopy(NAMESPACE_OBJECT)
+    moved["metadata"]["labels"][TENANT_LABEL] = "nlp"
+    reconciler.observe(NAMESPACE, "MODIFIED", moved)
+    drain(reconciler)
+    assert rewritten, "vision's pass tried to remove its objects from the namespace it lost"
+    assert [key for key in kube.deletions if key[2] == "vision"] == []
+    assert in_namespace(kube, "vision") >= RESTRICTIONS | GRANTS
+    assert {labels_of(kube.objects[key]) for key in rewritten} == {"nlp"}
+
+
+def labels_of(obj: Object) -> str:
+    return str(obj["metadata"]["labels"][TENANT_LABEL])
+
+
+def test_the_pair_a_namespace_moved_without_a_concurrent_write_loses_the_old_tenants_objects() -> None:
+    reconciler, kube = make()
+    drain(reconciler)
+    dropped = copy.deepcopy(TENANT_OBJECT)
+    dropped["metadata"]["generation"] = 2
+    dropped["spec"]["namespaces"] = {"names": ["vision-new"]}
+    kube.objects[object_key(dropped)] = copy.deepcopy(dropped)
+    reconciler.observe(TENANT, "MODIFIED", dropped)
+    drain(reconciler)
+    moved = copy.deepcopy(NAMESPACE_OBJECT)
+    moved["metadata"]["labels"][TENANT_LABEL] = "nlp"
+    reconciler.observe(NAMESPACE, "MODIFIED", moved)
+    drain(reconciler)
+    assert in_namespace(kube, "vision") == set()
+
+
+def test_a_deleted_tenants_namespace_moved_during_its_cleanup_stays_with_its_new_tenant() -> None:
+    """keepOnDelete false: a cluster admin moves the namespace to tenant nlp between the read and the
+    delete. The namespace is nlp's now, so it stays; the Tenant keeps its finalizer until the move's
+    event brings a pass that finds nothing of its left, then goes."""
+    reconciler, kube = make()
+    drain(reconciler)
+    namespace_key = ("v1", "Namespace", "", "vision")
+    moved: list[Object] = []
+
+    def moved_first(key: Key) -> None:
+        if key == namespace_key and not moved:
+            moved.append(kube.write_as(key, "nlp"))
+
+    kube.before_delete = moved_first
+    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
+    drain(reconciler)
+    assert moved
+    assert namespace_key not in kube.deletions
+    assert kube.finalized == []
+    reconciler.observe(NAMESPACE, "MODIFIED", moved[0])
+    drain(reconciler)
+    assert kube.finalized == ["vision"]
+    assert labels_of(kube.objects[namespace_key]) == "nlp"
+
+
+def test_the_pair_an_object_written_during_cleanup_but_still_the_tenants_goes_in_the_same_pass() -> None:
+    """The quota controller writes a ResourceQuota's status while pods come and go: a delete that
+    meets a newer version of an object still labelled for the tenant deletes that version."""
+    reconciler, kube = make()
+    drain(reconciler)
+    quota = ("v1", "ResourceQuota", "vision", "labgate-gpu")
+    written: list[Object] = []
+
+    def status_written_first(key: Key) -> None:
+        if key == quota and not written:
+            written.append(kube.write_as(key, "vision"))
+
+    kube.before_delete = status_written_first
+    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
+    drain(reconciler)
+    assert written
+    assert quota in kube.deletions
+    assert ("v1", "Namespace", "", "vision") in kube.deletions
+    assert kube.finalized == ["vision"]
+
+
+def nlp_tenant(names: list[str]) -> Object:
+    tenant = copy.deepcopy(TENANT_OBJECT)
+    tenant["metadata"].update({"name": "nlp", "uid": "t-2"})
+    tenant["spec"]["members"] = {"researchers": [{"kind": "Group", "name": "nlp"}]}
+    tenant["spec"]["namespaces"] = {"names": names}
+    return tenant
+
+
+def test_two_tenants_naming_one_namespace_do_not_take_it_from_each_other() -> None:
+    """Two Tenant writes admitted at once (the webhook's inventory a moment behind) may both name
+    namespace shared. The first pass labels it; the other tenant does not relabel it, gives its
+    members nothing there, and says why on its Tenant."""
+    reconciler, kube = make()
+    drain(reconciler)
+    both = copy.deepcopy(TENANT_OBJECT)
+    both["metadata"]["generation"] = 2
+    both["spec"]["namespaces"] = {"names": ["vision", "shared"]}
+    for tenant in (both, nlp_tenant(["shared"])):
+        kube.objects[object_key(tenant)] = copy.deepcopy(tenant)
+        reconciler.observe(TENANT, "MODIFIED", tenant)
+    drain(reconciler)
+    shared = ("v1", "Namespace", "", "shared")
+    assert kube.applies.count(shared) == 1
+    owner = labels_of(kube.objects[shared])
+    other = {"vision", "nlp"} - {owner}
+    bindings = [o for k, o in kube.objects.items() if k[1] == "RoleBinding" and k[2] == "shared"]
+    assert bindings
+    assert {labels_of(b) for b in bindings} == {owner}
+    warnings = [e for e in kube.events if e["reason"] == "NamespaceHeldByAnotherTenant"]
+    assert [e["involvedObject"]["name"] for e in warnings] == list(other)
+    assert f"shared (labelled for tenant {owner})" in warnings[0]["message"]
+    # The namespace's event (its label) brings no fight: the other tenant's pass leaves it.
+    reconciler.observe(NAMESPACE, "ADDED", kube.objects[shared])
+    drain(reconciler)
+    assert kube.applies.count(shared) == 1
+    assert len([e for e in kube.events if e["reason"] == "NamespaceHeldByAnotherTenant"]) == 1, "said once"
+
+
+def test_the_pair_a_namespace_labelled_for_a_tenant_that_is_gone_is_taken() -> None:
+    """A deleted tenant's kept namespace, listed by another Tenant, becomes that tenant's."""
+    reconciler, kube = make()
+    drain(reconciler)
+    kept = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "old-data", "labels": {TENANT_LABEL: "ghost"}},
+    }
+    kube.objects[object_key(kept)] = copy.deepcopy(kept)
+    reconciler.observe(NAMESPACE, "ADDED", kept)
+    taker = nlp_tenant(["old-data"])
+    kube.objects[object_key(taker)] = copy.deepcopy(taker)
+    reconciler.observe(TENANT, "ADDED", taker)
+    drain(reconciler)
+    assert labels_of(kube.objects[object_key(kept)]) == "nlp"
+    assert in_namespace(kube, "old-data") >= RESTRICTIONS | GRANTS
+    assert [e for e in kube.events if e["reason"] == "NamespaceHeldByAnotherTenant"] == []

@@ -44,7 +44,9 @@ class DeletingKube(FakeKube):
         super().__init__()
         self.deleted: list[tuple[str, str, str]] = []
 
-    def delete(self, kind: Kind, name: str, *, namespace: str | None = None) -> bool:
+    def delete(
+        self, kind: Kind, name: str, *, namespace: str | None = None, resource_version: str | None = None
+    ) -> bool:
         self.deleted.append((kind.kind, namespace or "", name))
         return True
 
