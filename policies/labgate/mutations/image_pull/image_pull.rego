@@ -9,9 +9,8 @@
 #   asks, with the pod's pull secrets; a digest the node holds is not downloaded again. Pods only:
 #   a workload's template stays as written, each pod made from it is mutated when created; and an
 #   ephemeral container kubectl debug adds to a tenant's pod (an UPDATE of pods/ephemeralcontainers,
-#   `changes`). Silent
-#   (no warning, on every pod it would say the same); the record annotation lists it. Gathered by
-#   labgate.mutation; rules.image_pull refuses what it did not set.
+#   `changes`). Silent (no warning: on every pod it would say the same); the record annotation
+#   lists it. Gathered by labgate.mutation; rules.image_pull refuses what it did not set.
 package labgate.mutations.image_pull
 
 import data.labgate.lib.gpu
