@@ -378,6 +378,28 @@ def test_a_namespace_the_platform_moves_stays_moved_while_its_old_tenant_still_l
     stack.admin_kubectl("patch", "tenant", a.name, "--type=merge", "-p", json.dumps({"spec": dropped}))
 
 
+def test_a_tenant_listing_a_namespace_another_tenant_holds_is_still_deleted(
+    stack: LabgateStack, tenants: TenantFactory
+) -> None:
+    """Deleted while it still lists a namespace moved to tenant `b`, Tenant `a` goes: the
+    reconciler's removal of its finalizer changes no spec, so the rule on colliding namespaces
+    does not judge it (refused, the Tenant would stay Terminating for ever). What the namespace
+    holds stays b's."""
+    a, b = tenants.create(), tenants.create()
+    stack.admin_kubectl("label", "--overwrite", "namespace", a.namespace, f"labgate.io/tenant={b.name}")
+    held = f"{a.namespace} (labelled for tenant {b.name})"
+    eventually(
+        lambda: any(held in m for m in _events_of(stack, a.name, "NamespaceHeldByAnotherTenant")),
+        what="a's pass over the move",
+    )
+    stack.admin_kubectl("delete", "tenant", a.name, "--timeout=30s")
+    assert get_json(stack, f"tenant/{a.name}") is None
+    namespace = get_json(stack, f"namespace/{a.namespace}")
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["labgate.io/tenant"] == b.name
+    assert can_i(b.researcher, "create", "pods", a.namespace)
+
+
 def _lease_holder(stack: LabgateStack) -> str | None:
     lease = get_json(stack, "lease/labgate-reconciler", "-n", LABGATE_NAMESPACE)
     return None if lease is None else lease["spec"].get("holderIdentity")

@@ -202,6 +202,29 @@ object_name := name if {
 } else := object.get(input.request, ["object", "metadata", "generateName"], "")
 
 # METADATA
+# scope: document
+# title: A request that writes a Tenant's spec
+# description: |
+#   A CREATE of a Tenant, or an UPDATE that changes its spec. The rules on a Tenant's spec (its
+#   namespaces, pools, enforcement, quota) judge only these: an UPDATE that leaves the spec as it was
+#   (the reconciler adding or removing its finalizer, a label or an annotation) cannot make what they
+#   check worse, while the world around the Tenant may have changed since its spec was admitted (a
+#   cluster admin moved a namespace it lists to another tenant, a rule id it names left the
+#   policies). Refusing such an UPDATE would keep a deleted Tenant from ever going.
+tenant_spec_written if {
+	input.request.kind.group == "labgate.io"
+	input.request.kind.kind == "Tenant"
+	input.request.operation == "CREATE"
+}
+
+tenant_spec_written if {
+	input.request.kind.group == "labgate.io"
+	input.request.kind.kind == "Tenant"
+	input.request.operation == "UPDATE"
+	object.get(input.request.object, "spec", {}) != object.get(input.request, ["oldObject", "spec"], {})
+}
+
+# METADATA
 # title: The request's object, for messages
 # description: |
 #   The request's kind and name as a denial names them, Pod "train-1" (object_name: the generateName

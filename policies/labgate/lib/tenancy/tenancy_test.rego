@@ -143,3 +143,31 @@ test_containers_of_every_kind_are_listed_with_their_field if {
 	}
 	count(tenancy.containers({})) == 0
 }
+
+tenant_write(operation, spec, old) := {
+	"operation": operation,
+	"kind": {"group": "labgate.io", "version": "v1alpha1", "kind": "Tenant"},
+	"object": {"metadata": {"name": "team-a"}, "spec": spec},
+	"oldObject": old,
+}
+
+test_a_tenants_spec_is_written_by_a_create_and_by_an_update_that_changes_it if {
+	tenancy.tenant_spec_written with input.request as tenant_write("CREATE", {"gpu": {"total": 8}}, null)
+	tenancy.tenant_spec_written with input.request as tenant_write(
+		"UPDATE", {"gpu": {"total": 8}},
+		{"metadata": {"name": "team-a"}, "spec": {"gpu": {"total": 4}}},
+	)
+}
+
+test_an_update_that_leaves_the_spec_writes_nothing_the_spec_rules_judge if {
+	not tenancy.tenant_spec_written with input.request as tenant_write(
+		"UPDATE", {"gpu": {"total": 8}},
+		{"metadata": {"name": "team-a", "finalizers": ["labgate.io/cleanup"]}, "spec": {"gpu": {"total": 8}}},
+	)
+}
+
+# A request straight at the webhook port without oldObject is judged, never let through.
+test_an_update_without_its_old_object_is_judged if {
+	request := object.remove(tenant_write("UPDATE", {"gpu": {"total": 8}}, null), ["oldObject"])
+	tenancy.tenant_spec_written with input.request as request
+}

@@ -9,11 +9,8 @@ package labgate.rules.tenant_enforcement
 
 import data.labgate.lib.tenancy
 
-_is_tenant_write if {
-	input.request.kind.group == "labgate.io"
-	input.request.kind.kind == "Tenant"
-	input.request.operation in {"CREATE", "UPDATE"}
-}
+# A CREATE, or an UPDATE that changes the spec (see tenancy.tenant_spec_written).
+_is_tenant_write if tenancy.tenant_spec_written
 
 _name := tenancy.object_name
 

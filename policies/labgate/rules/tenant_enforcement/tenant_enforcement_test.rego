@@ -74,3 +74,27 @@ test_generated_rule_ids_are_loaded_with_the_policies if {
 	"gpu-quota" in data.labgate.rule_ids.known
 	"tenant-enforcement-unknown" in data.labgate.rule_ids.known
 }
+
+# A rule id the policies no longer have: the reconciler's removal of its finalizer (the spec as it
+# was) is admitted, so the Tenant can be deleted; an edit of its spec that keeps the id is refused.
+finalizer_removed(request) := object.union(request, {
+	"operation": "UPDATE",
+	"oldObject": object.union(request.object, {"metadata": {"finalizers": ["labgate.io/cleanup"]}}),
+})
+
+test_a_finalizer_removal_is_admitted_though_a_named_rule_left_the_policies if {
+	count(tenant_enforcement.violation) == 0
+		with input.request as finalizer_removed(with_enforcement({"gone-rule": "warn"}))
+		with data.inventory as inventory
+		with data.labgate.rule_ids.known as ["gpu-quota", "pod-hardening"]
+}
+
+test_the_pair_an_edit_of_the_spec_that_keeps_the_gone_rule_is_refused if {
+	edited := json.patch(finalizer_removed(with_enforcement({"gone-rule": "warn"})), [
+		{"op": "add", "path": "/object/spec/members", "value": {"viewers": [{"kind": "User", "name": "v"}]}},
+	])
+	[v.rule | some v in tenant_enforcement.violation] == ["tenant-enforcement-unknown"]
+		with input.request as edited
+		with data.inventory as inventory
+		with data.labgate.rule_ids.known as ["gpu-quota", "pod-hardening"]
+}

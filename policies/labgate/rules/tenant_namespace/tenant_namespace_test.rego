@@ -146,3 +146,14 @@ test_overlapping_prefix_is_refused if {
 		]),
 	}}
 }
+
+# Deleting Tenant team-a while it still lists the namespace moved to team-b: the reconciler's
+# removal of its finalizer changes no spec and is admitted (refused, the Tenant would never go).
+test_a_finalizer_removal_is_admitted_while_a_listed_namespace_is_held_elsewhere if {
+	request := tenant_request("team-a", {"names": ["team-a", "team-a-old"], "prefix": "team-a-"})
+	finalizer_removed := object.union(request, {
+		"operation": "UPDATE",
+		"oldObject": object.union(request.object, {"metadata": {"finalizers": ["labgate.io/cleanup"]}}),
+	})
+	count(tenant_namespace.violation) == 0 with input.request as finalizer_removed with data.inventory as moved_inventory
+}

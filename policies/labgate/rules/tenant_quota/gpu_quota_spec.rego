@@ -109,7 +109,7 @@ _nodes_word(n) := "nodes" if n != 1
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.gpu.models[%s]", [model])} if {
 	input.request.kind.kind == "Tenant" # first, for rule indexing
 	input.request.kind.group == "labgate.io"
-	input.request.operation in {"CREATE", "UPDATE"}
+	tenancy.tenant_spec_written
 	object.get(input.request, "subResource", "") == ""
 	_pool_capacity
 	some model, quota in object.get(input.request.object, ["spec", "gpu", "models"], {})
