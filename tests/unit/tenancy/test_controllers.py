@@ -746,20 +746,27 @@ def test_where_kueue_gates_gpu_pods_the_gpu_backstop_is_removed_and_not_restored
     assert (GPU_BACKSTOP in kube.applies[before:]) is not pod_integration
 
 
-def test_a_namespace_moved_to_another_tenant_keeps_what_that_tenant_applied_there_meanwhile() -> None:
-    """The platform moves namespace vision to tenant nlp. vision's pass removes its objects there
-    while nlp's pass applies its own of the same names: a delete of vision's landing after nlp's
-    apply would leave nlp's namespace without its baseline NetworkPolicies. Each delete names the
-    version vision read, so nlp's stays."""
+def provisioned_then_dropped_from_the_spec() -> tuple[Reconciler, FakeKube]:
+    """Tenant vision provisioned, then its spec lists vision-new instead of vision (which keeps the
+    tenant's label, so stays vision's)."""
     reconciler, kube = make()
     drain(reconciler)
-    assert in_namespace(kube, "vision") >= RESTRICTIONS | GRANTS
     dropped = copy.deepcopy(TENANT_OBJECT)
     dropped["metadata"]["generation"] = 2
     dropped["spec"]["namespaces"] = {"names": ["vision-new"]}
     kube.objects[object_key(dropped)] = copy.deepcopy(dropped)
     reconciler.observe(TENANT, "MODIFIED", dropped)
     drain(reconciler)
+    return reconciler, kube
+
+
+def test_a_namespace_moved_to_another_tenant_keeps_what_that_tenant_applied_there_meanwhile() -> None:
+    """The platform moves namespace vision to tenant nlp. vision's pass removes its objects there
+    while nlp's pass applies its own of the same names: a delete of vision's landing after nlp's
+    apply would leave nlp's namespace without its baseline NetworkPolicies. Each delete names the
+    version vision read, so nlp's stays."""
+    reconciler, kube = provisioned_then_dropped_from_the_spec()
+    assert in_namespace(kube, "vision") >= RESTRICTIONS | GRANTS
     rewritten: list[Key] = []
 
     def nlp_applies_first(key: Key) -> None:
@@ -783,14 +790,7 @@ def labels_of(obj: Object) -> str:
 
 
 def test_the_pair_a_namespace_moved_without_a_concurrent_write_loses_the_old_tenants_objects() -> None:
-    reconciler, kube = make()
-    drain(reconciler)
-    dropped = copy.deepcopy(TENANT_OBJECT)
-    dropped["metadata"]["generation"] = 2
-    dropped["spec"]["namespaces"] = {"names": ["vision-new"]}
-    kube.objects[object_key(dropped)] = copy.deepcopy(dropped)
-    reconciler.observe(TENANT, "MODIFIED", dropped)
-    drain(reconciler)
+    reconciler, kube = provisioned_then_dropped_from_the_spec()
     moved = copy.deepcopy(NAMESPACE_OBJECT)
     moved["metadata"]["labels"][TENANT_LABEL] = "nlp"
     reconciler.observe(NAMESPACE, "MODIFIED", moved)
@@ -798,23 +798,30 @@ def test_the_pair_a_namespace_moved_without_a_concurrent_write_loses_the_old_ten
     assert in_namespace(kube, "vision") == set()
 
 
+def deleted_while_written(target: Key, tenant: str) -> tuple[Reconciler, FakeKube, list[Object]]:
+    """Tenant vision provisioned, then deleted with keepOnDelete false; someone else's write of
+    `target`, labelled for `tenant`, lands just before its first delete (the list: as written)."""
+    reconciler, kube = make()
+    drain(reconciler)
+    written: list[Object] = []
+
+    def write_first(key: Key) -> None:
+        if key == target and not written:
+            written.append(kube.write_as(key, tenant))
+
+    kube.before_delete = write_first
+    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
+    drain(reconciler)
+    assert written, "the clean-up tried to delete it"
+    return reconciler, kube, written
+
+
 def test_a_deleted_tenants_namespace_moved_during_its_cleanup_stays_with_its_new_tenant() -> None:
     """keepOnDelete false: a cluster admin moves the namespace to tenant nlp between the read and the
     delete. The namespace is nlp's now, so it stays; the Tenant keeps its finalizer until the move's
     event brings a pass that finds nothing of its left, then goes."""
-    reconciler, kube = make()
-    drain(reconciler)
     namespace_key = ("v1", "Namespace", "", "vision")
-    moved: list[Object] = []
-
-    def moved_first(key: Key) -> None:
-        if key == namespace_key and not moved:
-            moved.append(kube.write_as(key, "nlp"))
-
-    kube.before_delete = moved_first
-    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
-    drain(reconciler)
-    assert moved
+    reconciler, kube, moved = deleted_while_written(namespace_key, "nlp")
     assert namespace_key not in kube.deletions
     assert kube.finalized == []
     reconciler.observe(NAMESPACE, "MODIFIED", moved[0])
@@ -826,19 +833,8 @@ def test_a_deleted_tenants_namespace_moved_during_its_cleanup_stays_with_its_new
 def test_the_pair_an_object_written_during_cleanup_but_still_the_tenants_goes_in_the_same_pass() -> None:
     """The quota controller writes a ResourceQuota's status while pods come and go: a delete that
     meets a newer version of an object still labelled for the tenant deletes that version."""
-    reconciler, kube = make()
-    drain(reconciler)
     quota = ("v1", "ResourceQuota", "vision", "labgate-gpu")
-    written: list[Object] = []
-
-    def status_written_first(key: Key) -> None:
-        if key == quota and not written:
-            written.append(kube.write_as(key, "vision"))
-
-    kube.before_delete = status_written_first
-    reconciler.observe(TENANT, "MODIFIED", deleting(keep_on_delete=False))
-    drain(reconciler)
-    assert written
+    _, kube, _ = deleted_while_written(quota, "vision")
     assert quota in kube.deletions
     assert ("v1", "Namespace", "", "vision") in kube.deletions
     assert kube.finalized == ["vision"]
