@@ -423,15 +423,17 @@ class TenantStatusController:
         # controller queues the status again once it has provisioned a newer one.
         if tenant.is_deleting or self._provisioned_generation(name) != tenant.generation:
             return
-        namespaces = held_namespaces(self.cache, tenant, held_by_other_tenants(self.cache, tenant))
+        held_elsewhere = held_by_other_tenants(self.cache, tenant)
+        namespaces = held_namespaces(self.cache, tenant, held_elsewhere)
         gpus, counts = self._usage(live, namespaces)
         record_gpu_metrics(tenant, gpus)
         old = live.get("status") or {}
         pools, quota = self._pools(tenant, old)
         # Until the nodes are listed, as the live status says it (a restart does not blank it).
         nodes = self.nodes.open_nodes() if self.nodes.is_synced else old.get("nodes")
+        phases = self._namespace_phases(namespaces)
         status, ready = tenant_status(
-            tenant, namespaces, self._namespace_phases(namespaces), gpus, counts, pools=pools, nodes=nodes
+            tenant, namespaces, phases, gpus, counts, pools=pools, nodes=nodes, held_elsewhere=held_elsewhere
         )
         conditions = [ready, *quota]
         if is_unchanged(status, conditions, old):

@@ -38,8 +38,25 @@ def namespace_states(namespaces: list[str], phases: Mapping[str, str]) -> list[d
     return [{"name": ns, "state": phases.get(ns, "Pending")} for ns in namespaces]
 
 
-def ready_condition(tenant: Tenant, namespaces: list[str], states: list[dict[str, str]]) -> dict[str, Any]:
-    """Ready once every namespace is Active (without its lastTransitionTime)."""
+def ready_condition(
+    tenant: Tenant,
+    namespaces: list[str],
+    states: list[dict[str, str]],
+    held_elsewhere: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Ready once every namespace is Active (without its lastTransitionTime); never while a namespace
+    the Tenant lists is held by another tenant (`held_elsewhere`, name to tenant), which it does not
+    take (rbac.tenant_controller.held_by_other_tenants)."""
+    if held_elsewhere:
+        shown = ", ".join(f"{n} (labelled for tenant {o})" for n, o in sorted(held_elsewhere.items()))
+        return {
+            "type": "Ready",
+            "status": "False",
+            "observedGeneration": tenant.generation,
+            "reason": "NamespaceHeldByAnotherTenant",
+            "message": f"lists namespaces another tenant holds: {shown}. Fix: remove them from "
+            "spec.namespaces.names, or have a cluster admin move them back once their work is done",
+        }
     ready = all(s["state"] == "Active" for s in states)
     return {
         "type": "Ready",
@@ -96,11 +113,12 @@ def tenant_status(
     *,
     pools: Mapping[str, Any] | None = None,
     nodes: Mapping[str, Any] | None = None,
+    held_elsewhere: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The status (without conditions) and the Ready condition (without its transition time);
     `pools`: status.gpu.pools (rbac.tenant_controller, from labgate.gpu_accounting.pool_capacity);
     `nodes`: status.nodes, the cluster's nodes a pod without tolerations can land on
-    (rbac.node_taints.open_nodes), left out while unknown."""
+    (rbac.node_taints.open_nodes), left out while unknown; `held_elsewhere`: see ready_condition."""
     states = namespace_states(namespaces, phases)
     status = {
         "observedGeneration": tenant.generation,
@@ -109,7 +127,7 @@ def tenant_status(
         "gpu": gpu_status(tenant, gpus, counts, pools),
         **({"nodes": dict(nodes)} if nodes is not None else {}),
     }
-    return status, ready_condition(tenant, namespaces, states)
+    return status, ready_condition(tenant, namespaces, states, held_elsewhere)
 
 
 def old_condition(old_status: Mapping[str, Any], kind: str = "Ready") -> dict[str, Any]:

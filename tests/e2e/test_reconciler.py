@@ -339,6 +339,12 @@ def test_deleting_a_tenant_cleans_up_but_keeps_data_namespaces(
     )
 
 
+def _ready_reason(stack: LabgateStack, tenant: str) -> tuple[str, str] | None:
+    live = get_json(stack, f"tenant/{tenant}") or {}
+    ready = [c for c in live.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
+    return (ready[0]["status"], ready[0]["reason"]) if ready else None
+
+
 def _events_of(stack: LabgateStack, tenant: str, reason: str) -> list[str]:
     events = get_json(stack, "events", "-n", "default", "--field-selector", f"involvedObject.name={tenant}")
     assert events is not None
@@ -362,6 +368,11 @@ def test_a_namespace_the_platform_moves_stays_moved_while_its_old_tenant_still_l
         what="a's pass over the move, which says why it does not take the namespace back",
     )
     # The Warning ends a's pass over the move: that pass is done, and left the namespace as it is.
+    # a's Ready condition says so for as long as it lasts (`kubectl get tenant` shows it).
+    eventually(
+        lambda: _ready_reason(stack, a.name) == ("False", "NamespaceHeldByAnotherTenant"),
+        what="a's Ready condition",
+    )
     namespace = get_json(stack, f"namespace/{a.namespace}")
     assert namespace is not None
     assert namespace["metadata"]["labels"]["labgate.io/tenant"] == b.name
@@ -376,6 +387,7 @@ def test_a_namespace_the_platform_moves_stays_moved_while_its_old_tenant_still_l
     assert f"it carries the label labgate.io/tenant={b.name}: remove it from this Tenant's" in kept.stderr
     dropped = {**viewers["spec"], "namespaces": {"names": []}}
     stack.admin_kubectl("patch", "tenant", a.name, "--type=merge", "-p", json.dumps({"spec": dropped}))
+    stack.admin_kubectl("wait", "--for=condition=Ready", "--timeout=30s", f"tenant/{a.name}")
 
 
 def test_a_tenant_listing_a_namespace_another_tenant_holds_is_still_deleted(

@@ -876,6 +876,16 @@ def test_two_tenants_naming_one_namespace_do_not_take_it_from_each_other() -> No
     drain(reconciler)
     assert kube.applies.count(shared) == 1
     assert len([e for e in kube.events if e["reason"] == "NamespaceHeldByAnotherTenant"]) == 1, "said once"
+    (loser,) = other
+    assert ready_of(kube, loser) == ("False", "NamespaceHeldByAnotherTenant")
+    assert ready_of(kube, owner)[1] == "NamespacesPending", "the holder waits only for the fake's phases"
+
+
+def ready_of(kube: FakeKube, tenant: str) -> tuple[str, str]:
+    """The Ready condition's status and reason the reconciler last wrote for `tenant`."""
+    conditions = kube.objects[("labgate.io/v1alpha1", "Tenant", "", tenant)]["status"]["conditions"]
+    ready = next(c for c in conditions if c["type"] == "Ready")
+    return ready["status"], ready["reason"]
 
 
 def test_the_pair_a_namespace_labelled_for_a_tenant_that_is_gone_is_taken() -> None:

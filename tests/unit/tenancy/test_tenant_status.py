@@ -147,3 +147,15 @@ def test_the_open_nodes_are_written_when_they_change() -> None:
     # Unknown (the nodes not listed yet, nothing in the live status): not said.
     unknown, _ = tenant_status(TENANT, ["vision"], {"vision": "Active"}, H100x2, PodCounts(0, 0))
     assert "nodes" not in unknown
+
+
+def test_a_tenant_listing_a_namespace_another_tenant_holds_is_not_ready_and_says_the_fix() -> None:
+    active = {"vision": "Active"}
+    _, held = tenant_status(
+        TENANT, ["vision"], active, H100x2, PodCounts(0, 0), held_elsewhere={"vision-old": "nlp"}
+    )
+    assert (held["status"], held["reason"]) == ("False", "NamespaceHeldByAnotherTenant")
+    assert "vision-old (labelled for tenant nlp)" in held["message"]
+    assert "Fix: remove them from spec.namespaces.names" in held["message"]
+    _, ready = tenant_status(TENANT, ["vision"], active, H100x2, PodCounts(0, 0), held_elsewhere={})
+    assert (ready["status"], ready["reason"]) == ("True", "Provisioned")
