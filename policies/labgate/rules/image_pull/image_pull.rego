@@ -55,6 +55,7 @@ _fix(c) := "add --image-pull-policy=Always to kubectl debug" if {
 # custom:
 #   rule_id: image-pull-always
 violation contains {"rule": rule_id, "message": msg, "field": sprintf("spec.%s.imagePullPolicy", [c.field])} if {
+	input.request.kind.kind == "Pod" # first, for rule indexing
 	_is_judged
 	some c in tenancy.containers(input.request.object.spec)
 	_pulls_from_cache(c.container)
