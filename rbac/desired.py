@@ -33,6 +33,8 @@ Manifest = dict[str, Any]
 
 RESEARCHER_ROLE = "labgate:researcher"
 TENANT_ADMIN_ROLE = "labgate:tenant-admin"
+# Kubernetes' built-in read-only role (aggregated), what a tenant's viewers are bound to.
+VIEWER_ROLE = "view"
 GPU_RESOURCE = "nvidia.com/gpu"
 # The cloud metadata addresses (policy config metadata_addresses: the reconciler's --gpu-config);
 # the baseline egress of a tenant with allowEgress opens IPv4 but these.
@@ -140,6 +142,21 @@ def shared_cluster_roles() -> list[Manifest]:
             "rules": admin_rules,
         },
     ]
+
+
+def roles_granted_beyond_the_reconciler() -> list[str]:
+    """The ClusterRoles the reconciler writes that grant what it does not hold itself (pods, exec,
+    the workload kinds): the shared roles. RBAC refuses such a write unless the writer holds
+    `escalate` on the role's name, so the chart grants it on these names only. Every other ClusterRole
+    the reconciler writes (each tenant's member and namespace-creator roles) grants a part of what
+    it holds, and needs neither verb."""
+    return [role["metadata"]["name"] for role in shared_cluster_roles()]
+
+
+def roles_bound_beyond_the_reconciler() -> list[str]:
+    """The ClusterRoles the reconciler's RoleBindings name that grant what it does not hold: RBAC
+    refuses such a binding unless the writer holds `bind` on the role's name (the chart's grant)."""
+    return [*roles_granted_beyond_the_reconciler(), VIEWER_ROLE]
 
 
 def shared_priority_classes() -> list[Manifest]:
@@ -325,7 +342,7 @@ def _namespace_objects(
         },
         _binding("labgate-admins", name, namespace, TENANT_ADMIN_ROLE, members.admins),
         _binding("labgate-researchers", name, namespace, RESEARCHER_ROLE, members.researchers),
-        _binding("labgate-viewers", name, namespace, "view", members.viewers),
+        _binding("labgate-viewers", name, namespace, VIEWER_ROLE, members.viewers),
     ]
 
 

@@ -25,7 +25,14 @@ from devcluster.processes import free_port, spawn
 from devcluster.stack import LABGATE_NAMESPACE, LabgateStack
 from devcluster.tools import REPO_ROOT, ensure_tools
 from labgate.core.tenant import Tenant
-from rbac.desired import desired_objects, shared_cluster_roles, shared_priority_classes
+from rbac.desired import (
+    RESEARCHER_ROLE,
+    TENANT_ADMIN_ROLE,
+    VIEWER_ROLE,
+    desired_objects,
+    shared_cluster_roles,
+    shared_priority_classes,
+)
 from rbac.reconciler import FIELD_MANAGER
 from tests.unit.cli.test_chart_render import with_cluster
 
@@ -197,8 +204,11 @@ RECONCILER_MAY = [
     ("create", "namespaces"),
     ("delete", "namespaces"),
     ("patch", "rolebindings", "-n", "default"),
-    ("escalate", "clusterroles"),
-    ("bind", "clusterroles"),
+    # The shared roles grant more than the reconciler holds: it writes and binds them by name.
+    ("escalate", f"clusterroles/{RESEARCHER_ROLE}"),
+    ("escalate", f"clusterroles/{TENANT_ADMIN_ROLE}"),
+    ("bind", f"clusterroles/{RESEARCHER_ROLE}"),
+    ("bind", f"clusterroles/{VIEWER_ROLE}"),
     ("create", "clusterrolebindings"),
     ("patch", "networkpolicies", "-n", "default"),
     ("list", "pods", "--all-namespaces"),
@@ -213,6 +223,12 @@ RECONCILER_MAY_NOT = [
     ("create", "leases", "-n", "default"),
     ("update", "configmaps", "-n", "default"),
     ("delete", "tenants.labgate.io"),
+    ("escalate", "clusterroles"),
+    ("escalate", "clusterroles/cluster-admin"),
+    ("bind", "clusterroles"),
+    ("bind", "clusterroles/cluster-admin"),
+    ("bind", "clusterroles/admin"),
+    ("bind", "clusterroles/edit"),
 ]
 
 
@@ -271,14 +287,16 @@ def _tenant(suffix: str, namespaces: list[str]) -> Tenant:
     )
 
 
-def apply_as(stack: LabgateStack, who: str, objects: list[Manifest]) -> subprocess.CompletedProcess[str]:
-    """Server-side apply (dry run) as `who`, with the reconciler's field manager."""
+def apply_as(
+    stack: LabgateStack, who: str, objects: list[Manifest], *, dry_run: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Server-side apply (a dry run unless told) as `who`, with the reconciler's field manager."""
     return admin_kubectl(
         stack,
         "apply",
         "--server-side",
         f"--field-manager={FIELD_MANAGER}",
-        "--dry-run=server",
+        *(["--dry-run=server"] if dry_run else []),
         f"--as={who}",
         "-o",
         "name",
@@ -291,27 +309,77 @@ def apply_as(stack: LabgateStack, who: str, objects: list[Manifest]) -> subproce
 def test_reconciler_rbac_can_write_everything_a_tenant_needs(
     stack: LabgateStack, installed_rbac: Installed
 ) -> None:
-    """As the reconciler's service account, everything rbac.desired makes for a tenant: ClusterRoles
-    that grant more than the reconciler holds need `escalate`, bindings `bind`. Written into labgate's
-    own namespace, which the webhook never intercepts, so that only RBAC decides."""
+    """As the reconciler's service account, everything rbac.desired makes for a tenant: the shared
+    ClusterRoles grant more than the reconciler holds and need `escalate` on their names, bindings of
+    them `bind`. Written into labgate's own namespace, which the webhook never intercepts, so that
+    only RBAC decides.
+
+    A tenant's own ClusterRoles grant a part of what the reconciler holds: RBAC lets it bind them
+    because it reads them and finds nothing beyond its rights. So they are written for real first, as
+    the reconciler does before their bindings (a dry run would leave nothing to read), without their
+    labels, or the stack's reconciler would delete them as a gone tenant's."""
     suffix = uuid.uuid4().hex[:6]
-    objects = [
-        *shared_cluster_roles(),
-        *shared_priority_classes(),
-        *desired_objects(_tenant(suffix, [LABGATE_NAMESPACE]), namespaces=[LABGATE_NAMESPACE]),
-    ]
+    reconciler = installed_rbac.service_account("reconciler")
+    tenant_objects = desired_objects(_tenant(suffix, [LABGATE_NAMESPACE]), namespaces=[LABGATE_NAMESPACE])
+    objects = [*shared_cluster_roles(), *shared_priority_classes(), *tenant_objects]
     assert {o["kind"] for o in objects} >= {
         "ClusterRole",
         "ClusterRoleBinding",
         "RoleBinding",
         "NetworkPolicy",
     }
-    result = apply_as(stack, installed_rbac.service_account("reconciler"), objects)
+    tenant_roles = [
+        {**o, "metadata": {"name": o["metadata"]["name"]}}
+        for o in tenant_objects
+        if o["kind"] == "ClusterRole"
+    ]
+    assert len(tenant_roles) == 2  # the member and namespace-creator roles
+    try:
+        written = apply_as(stack, reconciler, tenant_roles, dry_run=False)
+        assert written.returncode == 0, written.stderr
+        result = apply_as(stack, reconciler, objects)
+    finally:
+        admin_kubectl(stack, "delete", "--ignore-not-found", "-f", "-", stdin=as_list(tenant_roles))
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.split()) == sorted(reference(o) for o in objects)
     # Without the chart's RBAC the same writes are refused: the test above is not vacuous.
     stranger = f"system:serviceaccount:{LABGATE_NAMESPACE}:nobody-{suffix}"
     assert apply_as(stack, stranger, objects[:1]).returncode != 0
+
+
+def _grant_attempts(suffix: str) -> list[Manifest]:
+    """What a stolen reconciler token would try: tenant-shaped names, grants beyond its own rights."""
+    rbac = "rbac.authorization.k8s.io"
+    name = f"labgate:tenant:chart-{suffix}:member"
+    meta = {"name": name, "labels": {"labgate.io/tenant": f"chart-{suffix}"}}
+    return [
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+         "subjects": [{"kind": "User", "name": f"intruder-{suffix}", "apiGroup": rbac}],
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "cluster-admin"}},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+         "metadata": {**meta, "name": "labgate-admins", "namespace": LABGATE_NAMESPACE},
+         "subjects": [{"kind": "User", "name": f"intruder-{suffix}", "apiGroup": rbac}],
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "admin"}},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": meta,
+         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+    ]  # fmt: skip
+
+
+def test_reconciler_cannot_grant_beyond_what_it_provisions(
+    stack: LabgateStack, installed_rbac: Installed
+) -> None:
+    """The reconciler's token binds only the roles a tenant's bindings name, and writes no ClusterRole
+    but the shared ones beyond its own rights: cluster-admin, admin, or a tenant-shaped role that reads
+    Secrets, are each refused by RBAC, while everything a tenant needs passes (the test above)."""
+    reconciler = installed_rbac.service_account("reconciler")
+    for attempt in _grant_attempts(uuid.uuid4().hex[:6]):
+        result = apply_as(stack, reconciler, [attempt])
+        assert result.returncode != 0, f"{attempt['kind']} admitted: {result.stdout}"
+        assert "attempting to grant RBAC permissions not currently held" in result.stderr, result.stderr
+    # The same objects as the cluster admin: refused above for the reconciler's rights, not their shape.
+    assert dry_run_apply(stack, _grant_attempts(uuid.uuid4().hex[:6])[:1]).returncode == 0
 
 
 def test_reconciler_writes_pass_admission_as_its_service_account(

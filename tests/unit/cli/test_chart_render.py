@@ -20,7 +20,7 @@ from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from labgate.core.tenant import DEFAULT_PRIORITY_CLASS
 from rbac.cert_lifetimes import Lifetimes, lifetimes_from
-from rbac.desired import shared_priority_classes
+from rbac.desired import RESEARCHER_ROLE, TENANT_ADMIN_ROLE, VIEWER_ROLE, shared_priority_classes
 from webhook.provenance.settings import ProvenanceSettings
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
@@ -773,7 +773,15 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     ]
     for group, resource in managed:
         assert {(group, resource, v) for v in writes} <= cluster, resource
-    assert {("rbac.authorization.k8s.io", "clusterroles", v) for v in ("escalate", "bind")} <= cluster
+    # escalate and bind only on the roles that grant more than the reconciler holds, by name
+    role_rules = [r for r in one(default_manifests, "ClusterRole", "labgate-reconciler")["rules"]
+                  if r["resources"] == ["clusterroles"]]  # fmt: skip
+    named = {v: r["resourceNames"] for r in role_rules for v in r["verbs"] if "resourceNames" in r}
+    assert named == {
+        "escalate": [RESEARCHER_ROLE, TENANT_ADMIN_ROLE],
+        "bind": [RESEARCHER_ROLE, TENANT_ADMIN_ROLE, VIEWER_ROLE],
+    }
+    assert not {v for r in role_rules if "resourceNames" not in r for v in r["verbs"]} & {"escalate", "bind"}
     assert {("labgate.io", "tenants", v) for v in ("get", "list", "watch", "patch")} <= cluster
     assert {("labgate.io", "tenants/status", v) for v in ("get", "patch")} <= cluster
     assert {("", "pods", v) for v in ("get", "list", "watch")} <= cluster
@@ -984,7 +992,18 @@ def test_kueue_is_opt_in_and_gives_the_reconciler_its_queues(
         rules = one(manifests, "ClusterRole", "labgate-reconciler")["rules"]
         return "--kueue" in args, [r for r in rules if "kueue.x-k8s.io" in r["apiGroups"]]
 
-    assert reconciler_view(default_manifests) == (False, [])
+    # Without Kueue, reading ClusterQueues only: each tenant's member role grants that read, which
+    # the reconciler must hold to write the role without `escalate`.
+    assert reconciler_view(default_manifests) == (
+        False,
+        [
+            {
+                "apiGroups": ["kueue.x-k8s.io"],
+                "resources": ["clusterqueues"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    )
     told, rules = reconciler_view(render({"kueue": {"enabled": True}}))
     assert told
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "clusterqueues", "localqueues"],
