@@ -1,10 +1,14 @@
-"""Limits on slow clients, below the app: uvicorn's h11 protocol with a deadline for each request's
-head (request line and headers). uvicorn closes idle keep-alive connections, but a connection that
-sends part of a request head and stalls would otherwise be held open forever (slowloris).
+"""Limits on slow clients, below the app: uvicorn's httptools protocol (llhttp, in C) with a deadline
+for each request's head (request line and headers) and a bound on its size. uvicorn closes idle
+keep-alive connections, but a connection that sends part of a request head and stalls would
+otherwise be held open forever (slowloris), and llhttp itself sets no bound on a head's size.
 
 The same protocol sends each response in one piece (`CorkedTransport`): uvicorn writes a response's
 head and body separately, which over TLS were two records and two socket sends per admission
-request, for the webhook and for the apiserver that reads them."""
+request, for the webhook and for the apiserver that reads them.
+
+httptools rather than h11 (pure Python): a tenth less of the webhook's CPU an admission request
+(docs/benchmarks.md, "The HTTP protocol under the admission routes")."""
 
 from __future__ import annotations
 
@@ -12,14 +16,16 @@ import asyncio
 import ssl
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from webhook.servers import EVENT_LOOP
 from webhook.settings import Settings
 
 HEAD_TIMEOUT_SECONDS = 10.0
+# A request head larger than this is answered 400 and its connection closed (the apiserver's are
+# well under 2 KiB).
+MAX_HEAD_BYTES = 64 * 1024
 
 # The apiserver's webhook client (Go's net/http, through k8s.io/apimachinery's transport defaults)
 # keeps an idle connection for 90 s. If the server closes an idle connection first, a request the
@@ -61,12 +67,14 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-class GuardedH11Protocol(H11Protocol):
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Closes a connection whose request head is not complete within HEAD_TIMEOUT_SECONDS of its
-    first byte (or of the connection, for a client that sends nothing); sends each response in one
-    piece (`CorkedTransport`)."""
+    first byte (or of the connection, for a client that sends nothing), answers a head larger than
+    MAX_HEAD_BYTES with 400 and closes; sends each response in one piece (`CorkedTransport`)."""
 
     _head_timer: asyncio.TimerHandle | None = None
+    _awaiting_head = True  # from the connection, and again once each request has been read whole
+    _head_bytes = 0  # received of the head awaited (counted by chunk: bytes after it may be included)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked: Any = CorkedTransport(transport, asyncio.get_running_loop())
@@ -84,15 +92,32 @@ class GuardedH11Protocol(H11Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._awaiting_head and not self.transport.is_closing():
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self.conn.their_state is h11.IDLE:  # a new request's head is arriving
+        if self._awaiting_head:  # a new request's head is arriving
             self._arm()
+            self._head_bytes += len(data)
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
+        if self._awaiting_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
             self._disarm()
+            self.send_400_response(f"Request head larger than {MAX_HEAD_BYTES} bytes.")
+
+    def on_message_begin(self) -> None:
+        self._arm()  # also a pipelined request's head that began in the chunk that ended the last
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_head, self._head_bytes = False, 0
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        # The next request's head: its deadline starts with its first byte (uvicorn's keep-alive
+        # timeout closes the connection if none comes).
+        self._awaiting_head, self._head_bytes = True, 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -118,8 +143,7 @@ def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
         log_level="warning",
         access_log=False,
         loop=EVENT_LOOP,
-        http=GuardedH11Protocol,
+        http=GuardedHttpToolsProtocol,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        h11_max_incomplete_event_size=64 * 1024,
         **client_auth,
     )

@@ -200,3 +200,46 @@ def test_a_responses_head_and_body_leave_in_one_write_and_closing_sends_what_is_
     inner = asyncio.run(scenario())
     assert inner.writes[1:] == [b"last"]
     assert inner.closed
+
+
+def test_an_oversized_request_head_is_refused_and_the_connection_closed(served: Served) -> None:
+    """llhttp bounds no head's size: the protocol does (MAX_HEAD_BYTES), whether the head comes in
+    one write or many, and the next connection is served as usual."""
+    filler = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+    head = b"POST /validate HTTP/1.1\r\nHost: localhost\r\n" + filler * (http_guard.MAX_HEAD_BYTES // 1000)
+    for chunks in ([head], [head[i : i + 4096] for i in range(0, len(head), 4096)]):
+        with served.connect(served.apiserver) as sock:
+            for chunk in chunks:
+                try:
+                    sock.sendall(chunk)
+                except (ssl.SSLError, ConnectionError):
+                    break  # closed under the write: the refusal was read below or lost with it
+            reply = answer(sock)
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+        assert b"Request head larger than" in reply
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(request(REVIEW))
+        assert answer(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_head_within_the_bound_is_served(served: Served) -> None:
+    """The pair of the refusal above: a head of many headers, under the bound, is answered."""
+    filler = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+    extra = filler * (http_guard.MAX_HEAD_BYTES // 2000)
+    message = request(REVIEW).replace(b"Host: localhost\r\n", b"Host: localhost\r\n" + extra, 1)
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(message)
+        assert answer(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_pipelined_requests_stalled_head_is_cut_off(served: Served) -> None:
+    """A whole request and the start of the next in one write: the second head's deadline runs
+    from its first byte, and the first is answered."""
+    keep_alive = request(REVIEW).replace(b"Connection: close\r\n", b"")
+    with served.connect(served.apiserver) as sock:
+        sock.sendall(keep_alive + b"POST /validate HTTP/1.1\r\nHost: local")
+        started = time.monotonic()
+        reply = answer(sock)
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+        assert reply.count(b"HTTP/1.1 ") == 1
+        assert time.monotonic() - started < 5
