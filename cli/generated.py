@@ -45,14 +45,35 @@ def _go_string(text: str) -> str:
     return json.dumps(text)
 
 
+def _reconciler_role_helpers() -> str:
+    """The ClusterRoles the chart lets the reconciler escalate and bind, by name."""
+    escalated = json.dumps(roles_granted_beyond_the_reconciler())
+    bound = json.dumps(roles_bound_beyond_the_reconciler())
+    return f"""{{{{/*
+The ClusterRoles the reconciler writes that grant more than it holds, as a JSON list: its `escalate`
+names them (rbac.desired.roles_granted_beyond_the_reconciler).
+*/}}}}
+{{{{- define "labgate.reconcilerEscalatedRoleNames" -}}}}
+{escalated}
+{{{{- end }}}}
+
+{{{{/*
+The ClusterRoles the reconciler binds that grant more than it holds, as a JSON list: its `bind`
+names them (rbac.desired.roles_bound_beyond_the_reconciler).
+*/}}}}
+{{{{- define "labgate.reconcilerBoundRoleNames" -}}}}
+{bound}
+{{{{- end }}}}
+
+"""
+
+
 def chart_helpers(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> str:
     """charts/labgate/templates/_generated.tpl."""
     resources = "\n".join(
         f"  (list {_go_string(g)} {_go_string(v)} {_go_string(r)})" for g, v, r in workload_resources(kinds)
     )
     priority_classes = json.dumps([DEFAULT_PRIORITY_CLASS, PREEMPTIBLE_PRIORITY_CLASS])
-    escalated = json.dumps(roles_granted_beyond_the_reconciler())
-    bound = json.dumps(roles_bound_beyond_the_reconciler())
     list_rules = "\n".join(
         f'- apiGroups: [{json.dumps(group)}]\n  resources: {json.dumps(resources)}\n  verbs: ["list"]'
         for group, resources in resources_by_group(kinds).items()
@@ -72,23 +93,7 @@ From labgate/core/workload_catalog.py, webhook/registration.py, labgate/core/ten
 {priority_classes}
 {{{{- end }}}}
 
-{{{{/*
-The ClusterRoles the reconciler writes that grant more than it holds, as a JSON list: its `escalate`
-names them (rbac.desired.roles_granted_beyond_the_reconciler).
-*/}}}}
-{{{{- define "labgate.reconcilerEscalatedRoleNames" -}}}}
-{escalated}
-{{{{- end }}}}
-
-{{{{/*
-The ClusterRoles the reconciler binds that grant more than it holds, as a JSON list: its `bind`
-names them (rbac.desired.roles_bound_beyond_the_reconciler).
-*/}}}}
-{{{{- define "labgate.reconcilerBoundRoleNames" -}}}}
-{bound}
-{{{{- end }}}}
-
-{{{{/*
+{_reconciler_role_helpers()}{{{{/*
 The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
 */}}}}
 {{{{- define "labgate.namespaceMatchExpression" -}}}}
