@@ -1,7 +1,8 @@
 """What one admission request costs the webhook in the layers around labgate's decision, apart from
-the network: FastAPI's routing, dependency solving, request and response objects against a bare
-ASGI callable that reads the same body and sends the same answer (both driven in-process, no
-sockets, no server), and reading the AdmissionReview: labgate's `parse_review`, the pydantic
+the network: FastAPI's routing, dependency solving, request and response objects, and a plain
+Starlette route in the same FastAPI app (labgate's admission routes), against a bare ASGI callable
+that reads the same body and sends the same answer (all driven in-process, no sockets, no
+server), and reading the AdmissionReview: labgate's `parse_review`, the pydantic
 validation inside it, and orjson's parse alone of the same bytes.
 
     .venv/bin/python -m benchmarks.webhook_layers            # about 15 seconds
@@ -161,6 +162,27 @@ def fastapi_app() -> FastAPI:
     return app
 
 
+def starlette_route_app() -> FastAPI:
+    """The same route as a plain Starlette endpoint in the FastAPI app, the replica read from the
+    app's state as labgate's admission routes do (webhook/app.py `_admission_route`)."""
+    app = FastAPI()
+    app.state.replica = _REPLICA
+
+    async def route(request: Request) -> Response:
+        replica = await _get_replica_of(request)
+        assert replica is _REPLICA
+        await request.body()
+        return Response(content=ANSWER, media_type="application/json")
+
+    app.router.add_route("/validate", route, methods=["POST"])
+    return app
+
+
+async def _get_replica_of(request: Request) -> _Replica:
+    replica: _Replica = request.app.state.replica
+    return replica
+
+
 def _scope(body: bytes) -> Scope:
     return {
         "type": "http",
@@ -226,6 +248,7 @@ def main() -> None:
 
     bare = per_request_us(through(bare_app), count, repeats)
     framework = per_request_us(through(fastapi), count, repeats)
+    plain_route = per_request_us(through(starlette_route_app()), count, repeats)
     loop.close()
 
     def each(parse: Callable[[bytes], object]) -> Callable[[], None]:
@@ -244,6 +267,7 @@ def main() -> None:
     print(f"| bare ASGI callable (body read, answer sent) | {bare:.1f} |")
     print(f"| FastAPI route shaped as labgate's | {framework:.1f} |")
     print(f"| FastAPI's own share (the difference) | {framework - bare:.1f} |")
+    print(f"| a plain Starlette route in the FastAPI app (labgate's admission routes) | {plain_route:.1f} |")
     print(f"| labgate `parse_review` | {labgate_parse:.1f} |")
     print(f"| of which pydantic `validate_json` | {pydantic_parse:.1f} |")
     print(f"| orjson `loads` of the same bytes | {orjson_parse:.1f} |")

@@ -273,12 +273,16 @@ Webhook = Callable[[AdmissionServer, AdmissionRequest], Awaitable[Answer]]
 
 def _admission_route(
     webhook: Webhook, settings: Settings, line: AdmissionLine
-) -> Callable[[Request, Replica], Awaitable[Response]]:
-    async def route(request: Request, replica: Annotated[Replica, Depends(get_replica)]) -> Response:
-        server = replica.server
+) -> Callable[[Request], Awaitable[Response]]:
+    """A plain Starlette endpoint, not a FastAPI one: FastAPI's dependency solving and response
+    handling cost an admission request more than the protocol's parsing does
+    (docs/benchmarks.md, "The webhook's share, part by part"), and the route needs neither."""
+
+    async def route(request: Request) -> Response:
+        replica = await get_replica(request)
         return await _serve(
             request,
-            partial(webhook, server),
+            partial(webhook, replica.server),
             settings=settings,
             replica=replica,
             line=line,
@@ -305,9 +309,7 @@ def admission_router(settings: Settings, gate: AdmissionGate) -> APIRouter:
     router = APIRouter()
     webhooks: dict[str, Webhook] = {"validate": AdmissionServer.validate, "mutate": AdmissionServer.mutate}
     for name, webhook in webhooks.items():
-        router.add_api_route(
-            f"/{name}", _admission_route(webhook, settings, line), methods=["POST"], name=name
-        )
+        router.add_route(f"/{name}", _admission_route(webhook, settings, line), methods=["POST"], name=name)
     return router
 
 
