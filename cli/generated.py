@@ -45,27 +45,31 @@ def _go_string(text: str) -> str:
     return json.dumps(text)
 
 
-def _reconciler_role_helpers() -> str:
-    """The ClusterRoles the chart lets the reconciler escalate and bind, by name."""
-    escalated = json.dumps(roles_granted_beyond_the_reconciler())
-    bound = json.dumps(roles_bound_beyond_the_reconciler())
+def _json_list_define(name: str, comment: str, values: list[str]) -> str:
+    """A chart helper `name` that renders `values` as a JSON list, with `comment` above it."""
     return f"""{{{{/*
-The ClusterRoles the reconciler writes that grant more than it holds, as a JSON list: its `escalate`
-names them (rbac.desired.roles_granted_beyond_the_reconciler).
+{comment}
 */}}}}
-{{{{- define "labgate.reconcilerEscalatedRoleNames" -}}}}
-{escalated}
-{{{{- end }}}}
-
-{{{{/*
-The ClusterRoles the reconciler binds that grant more than it holds, as a JSON list: its `bind`
-names them (rbac.desired.roles_bound_beyond_the_reconciler).
-*/}}}}
-{{{{- define "labgate.reconcilerBoundRoleNames" -}}}}
-{bound}
+{{{{- define "{name}" -}}}}
+{json.dumps(values)}
 {{{{- end }}}}
 
 """
+
+
+def _reconciler_role_helpers() -> str:
+    """The ClusterRoles the chart lets the reconciler escalate and bind, by name."""
+    return _json_list_define(
+        "labgate.reconcilerEscalatedRoleNames",
+        "The ClusterRoles the reconciler writes that grant more than it holds, as a JSON list: its `escalate`\n"
+        "names them (rbac.desired.roles_granted_beyond_the_reconciler).",
+        roles_granted_beyond_the_reconciler(),
+    ) + _json_list_define(
+        "labgate.reconcilerBoundRoleNames",
+        "The ClusterRoles the reconciler binds that grant more than it holds, as a JSON list: its `bind`\n"
+        "names them (rbac.desired.roles_bound_beyond_the_reconciler).",
+        roles_bound_beyond_the_reconciler(),
+    )
 
 
 def chart_helpers(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> str:
