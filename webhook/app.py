@@ -276,7 +276,7 @@ def _admission_route(
 ) -> Callable[[Request], Awaitable[Response]]:
     """A plain Starlette endpoint, not a FastAPI one: FastAPI's dependency solving and response
     handling cost an admission request more than the protocol's parsing does
-    (docs/benchmarks.md, "The webhook's share, part by part"), and the route needs neither."""
+    (docs/benchmarks.md, "Cost per pod": 81 µs a request against 32), and the route needs neither."""
 
     async def route(request: Request) -> Response:
         replica = await get_replica(request)
