@@ -32,15 +32,12 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from benchmarks.webhook_layers import review_body
+from benchmarks.webhook_layers import ANSWER, bare_app, review_body
 from devcluster.processes import free_port
 from labgate.core.certificates import issue_serving_cert, make_ca
 from webhook.http_guard import CorkedTransport, admission_server_config
 from webhook.settings import Settings
 
-ANSWER = (
-    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true}}'
-)
 PROTOCOLS = ("h11", "httptools")
 
 
@@ -51,24 +48,6 @@ class CorkedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked: Any = CorkedTransport(transport, asyncio.get_running_loop())
         super().connection_made(corked)
-
-
-async def bare_app(scope: Any, receive: Any, send: Any) -> None:
-    more = True
-    while more:
-        message = await receive()
-        more = bool(message.get("more_body"))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(ANSWER)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": ANSWER})
 
 
 def serve(protocol: str, port: int, pki: Path) -> None:
