@@ -1349,7 +1349,8 @@ def test_every_pod_a_tenant_starts_pulls_its_image_whoever_creates_it(arena: Are
     """A shared node keeps the images it pulled: a tenant's pod that does not pull always could start
     from a private image another tenant pulled (the packets of that are tests/e2e/test_node_helm.py's).
     A Pod written with IfNotPresent, by the researcher or the admin, and the pod the Job controller
-    makes from a template that says so, are stored pulling always; the template stays as written."""
+    makes from a template that says so, are stored pulling always; so is the template, from the Job's
+    creation, so that the Job controller's pods are born pulling always."""
     ns = arena.a.namespace
     cached = {"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent"}
     fetch = {"name": "fetch", "image": IMAGE, "imagePullPolicy": "Never"}
@@ -1366,7 +1367,7 @@ def test_every_pod_a_tenant_starts_pulls_its_image_whoever_creates_it(arena: Are
     created = arena.a.researcher.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(sweep))
     assert created.returncode == 0, created.stderr
     stored = json.loads(arena.stack.admin_kubectl("get", "job", "pull-job", "-n", ns, "-o", "json"))
-    assert _pull_policies(stored["spec"]["template"]["spec"]) == {"main": "IfNotPresent"}
+    assert _pull_policies(stored["spec"]["template"]["spec"]) == {"main": "Always"}
 
     def made_by_the_job() -> list[dict[str, Any]]:
         listed = arena.stack.admin_kubectl("get", "pods", "-n", ns, "-l", "job-name=pull-job", "-o", "json")

@@ -6,20 +6,20 @@
 #   A node shared by tenants keeps every image it pulled: with IfNotPresent (the API's default for a
 #   tagged image) or Never, the kubelet starts a container from an image another tenant pulled with
 #   its own credentials, and never asks the registry whether this pod's may pull it. With Always it
-#   asks, with the pod's pull secrets; a digest the node holds is not downloaded again. Pods only:
-#   a workload's template stays as written, each pod made from it is mutated when created; and an
-#   ephemeral container kubectl debug adds to a tenant's pod (an UPDATE of pods/ephemeralcontainers,
+#   asks, with the pod's pull secrets; a digest the node holds is not downloaded again. A
+#   workload's pod templates get it too when the workload is created, so the pods its controller
+#   makes are born pulling always (the mutating webhook is not called for a Job controller's pod
+#   that needs nothing more: webhook.registration.settled_job_pod_expression); and an ephemeral
+#   container kubectl debug adds to a tenant's pod (an UPDATE of pods/ephemeralcontainers,
 #   `changes`). Silent (no warning: on every pod it would say the same); the record annotation
 #   lists it. Gathered by labgate.mutation; rules.image_pull refuses what it did not set.
 package labgate.mutations.image_pull
 
-import data.labgate.lib.gpu
 import data.labgate.lib.json_patch
 import data.labgate.lib.tenancy
 
 # Each mutated template's changes, by its path: [{"rule", "ops", "warning"}].
 template_changes[template.path] := _pull_changes(template) if {
-	gpu.is_pod
 	object.get(data.labgate.config, "always_pull_images", true) == true
 	some template in json_patch.mutated_templates
 }

@@ -34,11 +34,17 @@ test_the_infra_team_may_turn_it_off if {
 		with data.labgate.config.always_pull_images as false
 }
 
-# A workload's template stays as written (its pods are mutated when created), and so does anything
-# outside a tenant's namespace.
-test_templates_and_pods_of_no_tenant_are_left_alone if {
+# A workload's pod templates pull always from the workload's creation, so the pods its controller
+# makes are born so; anything outside a tenant's namespace is left alone.
+test_a_workloads_template_pulls_always_and_no_tenants_pods_are_left_alone if {
 	job := testdata.workload_input("Job", "team-a", testdata.alice, testdata.job("sweep", 1, {}, _spec))
-	count(image_pull.template_changes) == 0 with input as job with data.inventory as testdata.inventory
+	changes := image_pull.template_changes["spec.template.spec"] with input as job
+		with data.inventory as testdata.inventory
+	[op.path | some c in changes; some op in c.ops] == [
+		"/spec/template/spec/initContainers/0/imagePullPolicy",
+		"/spec/template/spec/containers/0/imagePullPolicy",
+		"/spec/template/spec/containers/2/imagePullPolicy",
+	]
 	elsewhere := testdata.workload_input("Pod", "default", testdata.alice, testdata.pod("x", _spec))
 	count(image_pull.template_changes) == 0 with input as elsewhere with data.inventory as testdata.inventory
 }
