@@ -2,7 +2,7 @@
 
 | generated | from |
 | --- | --- |
-| `charts/labgate/templates/_generated.tpl` | the workload kinds the webhooks register and the audit lists (`labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`, through `webhook.registration.workload_resources`), the cluster-scoped webhooks' CEL (`webhook.registration.namespace_match_expression`), the tenant label and the PriorityClass names (`labgate.core.tenant`), the ClusterRoles the reconciler escalates and binds by name (`rbac.desired`) |
+| `charts/labgate/templates/_generated.tpl` | the workload kinds the webhooks register and the audit lists (`labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`, through `webhook.registration.workload_resources`), the webhooks' CEL (`webhook.registration.namespace_match_expression`, `webhook.registration.settled_job_pod_expression`), the tenant and over-quota labels and the PriorityClass names (`labgate.core.tenant`), the ClusterRoles the reconciler escalates and binds by name (`rbac.desired`) |
 | `policies/labgate/workloads/data.json` | `data.labgate.workloads`: the workload kinds and the field where each says how many pods it runs |
 | `policies/labgate/config/data.json` | its keys `tenant_label`, `preemptible_label`, `preemptible_priority_class`, `preemptible_priority_value` (the other keys are the infra team's) |
 | `policies/labgate/config/scheduling/data.json` | its key `research_priority_classes` |
@@ -19,6 +19,7 @@ from typing import Any
 
 from labgate.core.tenant import (
     DEFAULT_PRIORITY_CLASS,
+    OVER_QUOTA_LABEL,
     PREEMPTIBLE_LABEL,
     PREEMPTIBLE_PRIORITY_CLASS,
     PREEMPTIBLE_PRIORITY_VALUE,
@@ -26,7 +27,11 @@ from labgate.core.tenant import (
 )
 from labgate.core.workload_catalog import BUILTIN_WORKLOAD_KINDS, WorkloadKind, resources_by_group
 from rbac.desired import roles_bound_beyond_the_reconciler, roles_granted_beyond_the_reconciler
-from webhook.registration import namespace_match_expression, workload_resources
+from webhook.registration import (
+    namespace_match_expression,
+    refusing_tenants_match_conditions,
+    workload_resources,
+)
 
 CHART_HELPERS = Path("charts/labgate/templates/_generated.tpl")
 POLICIES = Path("policies")
@@ -78,6 +83,7 @@ def chart_helpers(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> s
         f"  (list {_go_string(g)} {_go_string(v)} {_go_string(r)})" for g, v, r in workload_resources(kinds)
     )
     priority_classes = json.dumps([DEFAULT_PRIORITY_CLASS, PREEMPTIBLE_PRIORITY_CLASS])
+    (settled,) = refusing_tenants_match_conditions()
     list_rules = "\n".join(
         f'- apiGroups: [{json.dumps(group)}]\n  resources: {json.dumps(resources)}\n  verbs: ["list"]'
         for group, resources in resources_by_group(kinds).items()
@@ -92,6 +98,11 @@ From labgate/core/workload_catalog.py, webhook/registration.py, labgate/core/ten
 {TENANT_LABEL}
 {{{{- end }}}}
 
+{{{{/* The namespace label saying its tenant's spec.gpu.overQuota (labgate.core.tenant.OVER_QUOTA_LABEL). */}}}}
+{{{{- define "labgate.overQuotaLabel" -}}}}
+{OVER_QUOTA_LABEL}
+{{{{- end }}}}
+
 {{{{/* The PriorityClasses the reconciler creates (rbac.desired.shared_priority_classes), as a JSON list. */}}}}
 {{{{- define "labgate.priorityClassNames" -}}}}
 {priority_classes}
@@ -102,6 +113,18 @@ The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.na
 */}}}}
 {{{{- define "labgate.namespaceMatchExpression" -}}}}
 {{{{ {_go_string(namespace_match_expression())} | quote }}}}
+{{{{- end }}}}
+
+{{{{/*
+The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request
+but a pod the Job controller makes from a template labgate mutated
+(webhook.registration.settled_job_pod_expression).
+*/}}}}
+{{{{- define "labgate.settledJobPodCondition" -}}}}
+{settled["name"]}
+{{{{- end }}}}
+{{{{- define "labgate.settledJobPodExpression" -}}}}
+{{{{ {_go_string(settled["expression"])} | quote }}}}
 {{{{- end }}}}
 
 {{{{/*

@@ -18,6 +18,7 @@ from labgate.core.tenant import (
     DEFAULT_PRIORITY_CLASS,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    OVER_QUOTA_LABEL,
     PREEMPTIBLE_PRIORITY_CLASS,
     PREEMPTIBLE_PRIORITY_VALUE,
     TENANT_LABEL,
@@ -234,6 +235,9 @@ def _namespace(tenant: Tenant, namespace: str) -> Manifest:
             "name": namespace,
             "labels": {
                 **_labels(tenant.name),
+                # Which of the mutating webhook's entries sees the namespace's pods
+                # (webhook.registration.settled_job_pod_expression).
+                OVER_QUOTA_LABEL: tenant.spec.gpu.over_quota,
                 "pod-security.kubernetes.io/enforce": level,
                 "pod-security.kubernetes.io/enforce-version": "latest",
                 # audit, not warn: researchers should read labgate's messages, not a wall of

@@ -4,9 +4,9 @@ same shape from its templates)."""
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from labgate.core.tenant import TENANT_LABEL
+from labgate.core.tenant import OVER_QUOTA_LABEL, TENANT_LABEL
 from labgate.core.workload_catalog import SCALABLE_WORKLOADS
 from webhook.pod_templates import BUILTIN_WORKLOAD_KINDS, WorkloadKind
 
@@ -16,7 +16,18 @@ MUTATING_WEBHOOK_NAME = "mutate.labgate.io"
 # objects in tenant namespaces only.
 VALIDATING_CLUSTER_WEBHOOK_NAME = "validate-cluster.labgate.io"
 MUTATING_CLUSTER_WEBHOOK_NAME = "mutate-cluster.labgate.io"
+# The mutating webhook for objects in the namespaces of tenants that refuse GPU pods beyond quota
+# (labelled OVER_QUOTA_LABEL=refuse), beside MUTATING_WEBHOOK_NAME for every other tenant namespace:
+# there it is not called for a Job controller's pod that needs nothing more (settled_job_pod_expression).
+MUTATING_REFUSING_WEBHOOK_NAME = "mutate-refusing-tenants.labgate.io"
+SETTLED_JOB_POD_CONDITION = "not-a-settled-job-pod"
+# What policies/labgate/mutations/record writes on an object and on each pod template it mutates.
+MUTATION_RECORD_ANNOTATION = "labgate.io/mutations"
+# Who creates a Job's pods: the Job controller's own identity (kube-controller-manager with
+# --use-service-account-credentials, as kubeadm and kind run it) or the controller manager's.
+JOB_CONTROLLER_USERS = ("system:serviceaccount:kube-system:job-controller", "system:kube-controller-manager")
 _WRITE = ["CREATE", "UPDATE"]
+_MUTATING = "MutatingWebhookConfiguration"
 IGNORE_LABEL = "labgate.io/ignore"
 # The platform's identities (policies/labgate/config/data.json trusts the same): a Namespace they
 # create or change without a tenant label is none of labgate's business, and never reaches it.
@@ -130,10 +141,52 @@ def match_conditions() -> list[dict[str, str]]:
     return [{"name": "tenant-namespaces-and-tenants", "expression": namespace_match_expression()}]
 
 
-def exempt_namespace_selector(exempt_namespaces: list[str], *, tenants_only: bool = False) -> dict[str, Any]:
+def _pulls_always(containers: str) -> str:
+    return f"{containers}.all(c, has(c.imagePullPolicy) && c.imagePullPolicy == 'Always')"
+
+
+def settled_job_pod_expression() -> str:
+    """CEL: whether a Pod CREATE is one the Job controller makes from a template labgate already
+    mutated, whose own patch would be empty in a namespace whose tenant refuses GPU pods beyond quota.
+
+    A Job's template is mutated when the Job is created, and every mutation of a pod but one follows
+    from its template: the pool placed on and the model selected (kept once selected), the token
+    (automountServiceAccountToken set either way), the pull policy (Always on every container), the
+    digests pinned, the priority (already resolved on a Pod). The one that does not is a GPU pod
+    beyond quota admitted as preemptible, which reads the tenant's usage at the pod's creation: so
+    this holds only in namespaces labelled OVER_QUOTA_LABEL=refuse. The pod is still judged by the
+    validating webhook like every other: this spares a request, never a decision. A pod that does
+    not say all of this (a Job created before its namespace was a tenant's) is mutated as before."""
+    users = ", ".join(f"'{u}'" for u in JOB_CONTROLLER_USERS)
+    return (
+        "request.resource.group == '' && request.resource.resource == 'pods' && "
+        "request.operation == 'CREATE' && "
+        f"request.userInfo.username in [{users}] && "
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        "o.apiVersion == 'batch/v1' && o.kind == 'Job' && has(o.controller) && o.controller) && "
+        "has(object.metadata.annotations) && "
+        f"'{MUTATION_RECORD_ANNOTATION}' in object.metadata.annotations && "
+        "has(object.spec.automountServiceAccountToken) && "
+        f"{_pulls_always('object.spec.containers')} && "
+        f"(!has(object.spec.initContainers) || {_pulls_always('object.spec.initContainers')})"
+    )
+
+
+def refusing_tenants_match_conditions() -> list[dict[str, str]]:
+    """MUTATING_REFUSING_WEBHOOK_NAME's matchConditions: every request but a settled Job pod's."""
+    return [{"name": SETTLED_JOB_POD_CONDITION, "expression": f"!({settled_job_pod_expression()})"}]
+
+
+def exempt_namespace_selector(
+    exempt_namespaces: list[str],
+    *,
+    tenants_only: bool = False,
+    over_quota: Literal["refuse", "other"] | None = None,
+) -> dict[str, Any]:
     """Never intercept kube-system or labgate's own namespace: a broken webhook must not brick the
     cluster. With `tenants_only`, only namespaces labelled for a tenant: an outage of labgate then
-    touches the tenants and nothing else."""
+    touches the tenants and nothing else. With `over_quota`, only the namespaces labelled
+    OVER_QUOTA_LABEL=refuse, or all the others (preemptible, or not labelled yet)."""
     expressions: list[dict[str, Any]] = [
         {
             "key": "kubernetes.io/metadata.name",
@@ -143,26 +196,66 @@ def exempt_namespace_selector(exempt_namespaces: list[str], *, tenants_only: boo
     ]
     if tenants_only:
         expressions.append({"key": TENANT_LABEL, "operator": "Exists"})
+    if over_quota is not None:
+        operator = "In" if over_quota == "refuse" else "NotIn"
+        expressions.append({"key": OVER_QUOTA_LABEL, "operator": operator, "values": ["refuse"]})
     return {"matchExpressions": expressions}
 
 
+class _Entry(NamedTuple):
+    """One webhook of a configuration before its URL and shard: what it sees and where."""
+
+    name: str
+    rules: list[dict[str, Any]]
+    namespace_selector: dict[str, Any]
+    match_conditions: list[dict[str, str]] | None
+
+
+def _entries(kind: str, rules: list[dict[str, Any]], exempt_namespaces: list[str]) -> list[_Entry]:
+    """A configuration's webhooks: for objects in tenant namespaces (the mutating one split in two by
+    OVER_QUOTA_LABEL, disjoint, with the same rules) and for cluster-scoped objects."""
+    namespaced, cluster = split_by_scope(rules)
+    cluster_entry = _Entry(
+        MUTATING_CLUSTER_WEBHOOK_NAME if kind == _MUTATING else VALIDATING_CLUSTER_WEBHOOK_NAME,
+        cluster,
+        exempt_namespace_selector(exempt_namespaces),
+        match_conditions(),
+    )
+    if kind != _MUTATING:
+        tenants = exempt_namespace_selector(exempt_namespaces, tenants_only=True)
+        return [_Entry(VALIDATING_WEBHOOK_NAME, namespaced, tenants, None), cluster_entry]
+    return [
+        _Entry(
+            MUTATING_WEBHOOK_NAME,
+            namespaced,
+            exempt_namespace_selector(exempt_namespaces, tenants_only=True, over_quota="other"),
+            None,
+        ),
+        _Entry(
+            MUTATING_REFUSING_WEBHOOK_NAME,
+            namespaced,
+            exempt_namespace_selector(exempt_namespaces, tenants_only=True, over_quota="refuse"),
+            refusing_tenants_match_conditions(),
+        ),
+        cluster_entry,
+    ]
+
+
 def _webhook(
+    entry: _Entry,
     *,
     name: str,
     url: str,
     ca_bundle_pem: bytes,
-    rules: list[dict[str, Any]],
-    exempt_namespaces: list[str],
     failure_policy: str,
     timeout_seconds: int,
     object_selector: dict[str, Any] | None,
-    is_cluster_scoped: bool,
 ) -> dict[str, Any]:
     webhook: dict[str, Any] = {
         "name": name,
         "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_bundle_pem).decode()},
-        "rules": rules,
-        "namespaceSelector": exempt_namespace_selector(exempt_namespaces, tenants_only=not is_cluster_scoped),
+        "rules": entry.rules,
+        "namespaceSelector": entry.namespace_selector,
         "failurePolicy": failure_policy,
         "matchPolicy": "Equivalent",
         "sideEffects": "NoneOnDryRun",  # the GPU ledger is written only for requests that are not dry runs
@@ -171,8 +264,8 @@ def _webhook(
     }
     if object_selector is not None:
         webhook["objectSelector"] = object_selector
-    if is_cluster_scoped:
-        webhook["matchConditions"] = match_conditions()
+    if entry.match_conditions is not None:
+        webhook["matchConditions"] = entry.match_conditions
     return webhook
 
 
@@ -202,40 +295,26 @@ def webhook_configurations(
     (object i with shard_label=<i>; unlabelled objects go to the first replica).
     """
     configurations = []
-    for kind, names, path, rules in (
-        (
-            "MutatingWebhookConfiguration",
-            (MUTATING_WEBHOOK_NAME, MUTATING_CLUSTER_WEBHOOK_NAME),
-            "/mutate",
-            mutating_rules(kinds),
-        ),
-        (
-            "ValidatingWebhookConfiguration",
-            (VALIDATING_WEBHOOK_NAME, VALIDATING_CLUSTER_WEBHOOK_NAME),
-            "/validate",
-            validating_rules(kinds),
-        ),
+    for kind, path, rules in (
+        (_MUTATING, "/mutate", mutating_rules(kinds)),
+        ("ValidatingWebhookConfiguration", "/validate", validating_rules(kinds)),
     ):
         webhooks = []
         for index, url in enumerate(urls):
             selector = _shard_selector(index, len(urls), shard_label)
-            for webhook_name, scoped_rules in zip(names, split_by_scope(rules), strict=True):
-                webhooks.append(
-                    _webhook(
-                        name=webhook_name if index == 0 else f"shard{index}.{webhook_name}",
-                        url=url.rstrip("/") + path,
-                        ca_bundle_pem=ca_bundle_pem,
-                        rules=scoped_rules,
-                        exempt_namespaces=exempt_namespaces,
-                        failure_policy=failure_policy,
-                        timeout_seconds=timeout_seconds,
-                        object_selector=selector,
-                        is_cluster_scoped=webhook_name
-                        in (MUTATING_CLUSTER_WEBHOOK_NAME, VALIDATING_CLUSTER_WEBHOOK_NAME),
-                    )
+            for entry in _entries(kind, rules, exempt_namespaces):
+                webhook = _webhook(
+                    entry,
+                    name=entry.name if index == 0 else f"shard{index}.{entry.name}",
+                    url=url.rstrip("/") + path,
+                    ca_bundle_pem=ca_bundle_pem,
+                    failure_policy=failure_policy,
+                    timeout_seconds=timeout_seconds,
+                    object_selector=selector,
                 )
-                if kind == "MutatingWebhookConfiguration":
-                    webhooks[-1]["reinvocationPolicy"] = "IfNeeded"
+                if kind == _MUTATING:
+                    webhook["reinvocationPolicy"] = "IfNeeded"
+                webhooks.append(webhook)
         configurations.append(_configuration(kind, name, webhooks))
     return configurations
 

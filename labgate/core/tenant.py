@@ -19,6 +19,11 @@ DEFAULT_PRIORITY_CLASS = "research-default"
 PREEMPTIBLE_PRIORITY_CLASS = "research-preemptible"
 PREEMPTIBLE_PRIORITY_VALUE = -100
 PREEMPTIBLE_LABEL = "labgate.io/preemptible"
+# On a tenant's namespace (the reconciler writes it): the Tenant's spec.gpu.overQuota, "refuse" or
+# "preemptible". Where it says refuse, no pod's mutation depends on the tenant's GPU usage, so the
+# mutating webhook is not called for a Job controller's pod that needs nothing more
+# (webhook.registration.settled_job_pod_expression).
+OVER_QUOTA_LABEL = "labgate.io/gpu-over-quota"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "labgate"
 FINALIZER = "labgate.io/cleanup"

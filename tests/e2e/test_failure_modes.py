@@ -42,7 +42,8 @@ def test_kube_system_and_labgate_namespace_are_never_intercepted(
     stack.register_webhook(f"https://127.0.0.1:{free_port()}")
     refused = mine.researcher.apply(pod_manifest("blocked"), mine.namespace)
     assert refused.returncode == 1
-    assert 'failed calling webhook "mutate.labgate.io"' in refused.stderr
+    # A tenant that refuses GPU pods beyond quota (the default): its namespace's mutating webhook.
+    assert 'failed calling webhook "mutate-refusing-tenants.labgate.io"' in refused.stderr
     for namespace in ("kube-system", LABGATE_NAMESPACE):
         name = f"exempt-{mine.name}"
         created = stack.cluster_kubectl("apply", "-n", namespace, "-f", "-", manifest=pod_manifest(name))

@@ -509,7 +509,8 @@ def test_an_outage_of_labgate_touches_only_the_tenants(
     webhook.stop()
     refused = create(me, pod_manifest("no-webhook"), team.namespace)
     assert refused.returncode == 1
-    assert 'failed calling webhook "mutate.labgate.io"' in refused.stderr, refused.stderr
+    # A tenant that refuses GPU pods beyond quota (the default): its namespace's mutating webhook.
+    assert 'failed calling webhook "mutate-refusing-tenants.labgate.io"' in refused.stderr, refused.stderr
     # Namespaces that are a tenant's fail closed as well, whoever asks.
     claimed = stack.cluster_kubectl(
         "apply",

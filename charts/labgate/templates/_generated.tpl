@@ -8,6 +8,11 @@ From labgate/core/workload_catalog.py, webhook/registration.py, labgate/core/ten
 labgate.io/tenant
 {{- end }}
 
+{{/* The namespace label saying its tenant's spec.gpu.overQuota (labgate.core.tenant.OVER_QUOTA_LABEL). */}}
+{{- define "labgate.overQuotaLabel" -}}
+labgate.io/gpu-over-quota
+{{- end }}
+
 {{/* The PriorityClasses the reconciler creates (rbac.desired.shared_priority_classes), as a JSON list. */}}
 {{- define "labgate.priorityClassNames" -}}
 ["research-default", "research-preemptible"]
@@ -34,6 +39,18 @@ The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.na
 */}}
 {{- define "labgate.namespaceMatchExpression" -}}
 {{ "request.resource.resource != 'namespaces' || ((!has(request.subResource) || request.subResource == '' || !(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system'])))) && ((has(object.metadata.labels) && 'labgate.io/tenant' in object.metadata.labels) || (oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/tenant' in oldObject.metadata.labels) || (!(request.userInfo.username in ['system:kube-controller-manager', 'system:kube-scheduler'] || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in ['system:masters', 'system:nodes', 'system:serviceaccounts:kube-system']))) && !(oldObject != null && has(oldObject.metadata.labels) && 'labgate.io/ignore' in oldObject.metadata.labels))))" | quote }}
+{{- end }}
+
+{{/*
+The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request
+but a pod the Job controller makes from a template labgate mutated
+(webhook.registration.settled_job_pod_expression).
+*/}}
+{{- define "labgate.settledJobPodCondition" -}}
+not-a-settled-job-pod
+{{- end }}
+{{- define "labgate.settledJobPodExpression" -}}
+{{ "!(request.resource.group == '' && request.resource.resource == 'pods' && request.operation == 'CREATE' && request.userInfo.username in ['system:serviceaccount:kube-system:job-controller', 'system:kube-controller-manager'] && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, o.apiVersion == 'batch/v1' && o.kind == 'Job' && has(o.controller) && o.controller) && has(object.metadata.annotations) && 'labgate.io/mutations' in object.metadata.annotations && has(object.spec.automountServiceAccountToken) && object.spec.containers.all(c, has(c.imagePullPolicy) && c.imagePullPolicy == 'Always') && (!has(object.spec.initContainers) || object.spec.initContainers.all(c, has(c.imagePullPolicy) && c.imagePullPolicy == 'Always')))" | quote }}
 {{- end }}
 
 {{/*

@@ -170,6 +170,19 @@ namespaceSelector:
 {{- end }}
 
 {{/*
+The same for one of the two namespaced mutating webhooks: call with (dict "context" $ "operator" "In")
+for the namespaces whose tenant refuses GPU pods beyond quota (labelled labgate.io/gpu-over-quota=refuse
+by the reconciler), "NotIn" for every other tenant namespace. Same as
+webhook.registration.exempt_namespace_selector with over_quota.
+*/}}
+{{- define "labgate.overQuotaNamespaceSelector" -}}
+{{- include "labgate.namespaceSelector" .context }}
+    - key: {{ include "labgate.overQuotaLabel" .context }}
+      operator: {{ .operator }}
+      values: ["refuse"]
+{{- end }}
+
+{{/*
 The namespaceSelector and matchConditions of the webhooks for cluster-scoped objects (Namespaces,
 Tenants): a Namespace request reaches labgate when the namespace carries a tenant label (before or
 after), or when someone other than the platform asks about a namespace that did not opt out

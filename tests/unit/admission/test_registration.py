@@ -22,14 +22,14 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
         "values": ["kube-system", "labgate-system"],
     }
     for configuration in configurations:
-        namespaced, cluster = configuration["webhooks"]
-        for webhook in (namespaced, cluster):
+        namespaced, cluster = configuration["webhooks"][0], configuration["webhooks"][-1]
+        for webhook in configuration["webhooks"]:
             assert webhook["failurePolicy"] == "Fail"
             assert webhook["timeoutSeconds"] == 3
             resources = {r for rule in webhook["rules"] for r in rule["resources"]}
             assert not resources & {"leases", "events", "nodes", "*"}
         # Objects in namespaces: tenant namespaces only, so an outage of labgate touches no one else.
-        assert namespaced["namespaceSelector"]["matchExpressions"] == [
+        assert namespaced["namespaceSelector"]["matchExpressions"][:2] == [
             exempt,
             {"key": "labgate.io/tenant", "operator": "Exists"},
         ]
@@ -48,7 +48,7 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
     ).items()
     assert "DELETE" in next(r for r in validating_rules if r["resources"] == ["secrets"])["operations"]
     # A Namespace's labels change through its status and finalize subresources as through the object.
-    cluster_rules = configurations[1]["webhooks"][1]["rules"]
+    cluster_rules = configurations[1]["webhooks"][-1]["rules"]
     namespace_resources = {
         r for rule in cluster_rules for r in rule["resources"] if r.startswith("namespaces")
     }
@@ -97,3 +97,34 @@ def test_the_mutating_webhook_sees_creates_and_kubectl_debug_only() -> None:
         "CREATE",
         "UPDATE",
     }
+
+
+def test_the_mutating_webhook_is_split_by_whether_the_tenant_refuses_gpu_pods_beyond_quota() -> None:
+    """Every tenant namespace reaches exactly one of the two namespaced mutating webhooks, with the
+    same rules: those labelled refuse the one that spares a Job controller's settled pod, every other
+    (preemptible, or not labelled yet) the one that sees every pod."""
+    mutating, validating = webhook_configurations(
+        name="labgate", urls=["https://127.0.0.1:1"], ca_bundle_pem=b"CA", exempt_namespaces=["kube-system"]
+    )
+    names = [w["name"] for w in mutating["webhooks"]]
+    assert names == ["mutate.labgate.io", "mutate-refusing-tenants.labgate.io", "mutate-cluster.labgate.io"]
+    every, refusing, _ = mutating["webhooks"]
+    assert every["rules"] == refusing["rules"]
+    assert every["namespaceSelector"]["matchExpressions"][-1] == {
+        "key": "labgate.io/gpu-over-quota",
+        "operator": "NotIn",
+        "values": ["refuse"],
+    }
+    assert refusing["namespaceSelector"]["matchExpressions"][-1] == {
+        "key": "labgate.io/gpu-over-quota",
+        "operator": "In",
+        "values": ["refuse"],
+    }
+    assert [c["name"] for c in refusing["matchConditions"]] == ["not-a-settled-job-pod"]
+    assert refusing["reinvocationPolicy"] == "IfNeeded"
+    # The validating webhook sees every pod in every tenant namespace, settled or not.
+    assert [w["name"] for w in validating["webhooks"]] == [
+        "validate.labgate.io",
+        "validate-cluster.labgate.io",
+    ]
+    assert "matchConditions" not in validating["webhooks"][0]

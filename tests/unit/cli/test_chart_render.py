@@ -10,7 +10,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -24,6 +24,7 @@ from rbac.desired import RESEARCHER_ROLE, TENANT_ADMIN_ROLE, VIEWER_ROLE, shared
 from webhook.provenance.settings import ProvenanceSettings
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
+    MUTATING_REFUSING_WEBHOOK_NAME,
     MUTATING_WEBHOOK_NAME,
     VALIDATING_CLUSTER_WEBHOOK_NAME,
     VALIDATING_WEBHOOK_NAME,
@@ -35,6 +36,11 @@ from webhook.registration import (
 from webhook.settings import Settings
 
 CHART = REPO_ROOT / "charts" / "labgate"
+# The two namespaced mutating webhooks see disjoint tenant namespaces, by the over-quota label.
+OVER_QUOTA_SPLIT: dict[str, Literal["refuse", "other"]] = {
+    MUTATING_WEBHOOK_NAME: "other",
+    MUTATING_REFUSING_WEBHOOK_NAME: "refuse",
+}
 POLICIES = REPO_ROOT / "policies"
 RELEASE = "labgate"
 NAMESPACE = "labgate-system"
@@ -295,6 +301,7 @@ def test_webhook_shape_matches_registration(default_manifests: list[Manifest]) -
         VALIDATING_WEBHOOK_NAME,
         VALIDATING_CLUSTER_WEBHOOK_NAME,
         MUTATING_WEBHOOK_NAME,
+        MUTATING_REFUSING_WEBHOOK_NAME,
         MUTATING_CLUSTER_WEBHOOK_NAME,
     }
 
@@ -309,7 +316,10 @@ def test_namespace_selector_always_exempts_kube_system_and_the_release_namespace
     manifests = render({"webhook": {"exemptNamespaces": extra}}, namespace=namespace)
     for _, webhook in webhooks(manifests):
         is_cluster = webhook["name"] in (VALIDATING_CLUSTER_WEBHOOK_NAME, MUTATING_CLUSTER_WEBHOOK_NAME)
-        expected = exempt_namespace_selector(["kube-system", namespace, *extra], tenants_only=not is_cluster)
+        over_quota = OVER_QUOTA_SPLIT.get(webhook["name"])
+        expected = exempt_namespace_selector(
+            ["kube-system", namespace, *extra], tenants_only=not is_cluster, over_quota=over_quota
+        )
         assert webhook["namespaceSelector"] == expected
         exempt = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
         assert {"kube-system", namespace} <= set(exempt)

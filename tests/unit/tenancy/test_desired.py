@@ -65,6 +65,17 @@ def test_every_namespace_gets_bindings_policies_defaults_and_an_experiment_accou
     ) in objects
 
 
+@pytest.mark.parametrize("over_quota", [None, "refuse", "preemptible"])
+def test_every_namespace_says_whether_its_tenant_admits_gpu_pods_beyond_quota(over_quota: str | None) -> None:
+    """The mutating webhook entry a namespace's pods reach is chosen by this label: only where it
+    says refuse is a Job controller's settled pod spared the call."""
+    gpu: dict[str, object] = {"total": 16} | ({"overQuota": over_quota} if over_quota else {})
+    objects = by_key(desired_objects(tenant(gpu=gpu), namespaces=["vision", "vision-a"]))
+    for ns in ("vision", "vision-a"):
+        labels = objects[("v1", "Namespace", "", ns)]["metadata"]["labels"]
+        assert labels["labgate.io/gpu-over-quota"] == (over_quota or "refuse")
+
+
 def test_no_gpu_total_means_no_native_quota_and_no_prefix_means_no_namespace_creation() -> None:
     objects = by_key(desired_objects(tenant(namespaces={"names": ["vision"]}), namespaces=["vision"]))
     assert not any(k[1] == "ResourceQuota" for k in objects)
