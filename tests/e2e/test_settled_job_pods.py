@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import uuid
 from typing import Any
 
 import pytest
@@ -62,7 +62,7 @@ def _pool(tenant: str) -> dict[str, Any]:
 
 
 def _team(tenants: TenantFactory, over_quota: str, total: int) -> TenantUnderTest:
-    name = f"sj-{over_quota[:3]}-{int(time.time() * 1000) % 100000}"
+    name = f"sj-{over_quota[:3]}-{uuid.uuid4().hex[:6]}"
     team = tenants.create(
         name=name,
         spec_extra={
@@ -71,16 +71,16 @@ def _team(tenants: TenantFactory, over_quota: str, total: int) -> TenantUnderTes
         },
     )
     eventually(
-        lambda: (
-            (get_json(tenants.stack, f"namespace/{team.namespace}") or {})
-            .get("metadata", {})
-            .get("labels", {})
-            .get("labgate.io/gpu-over-quota")
-            == over_quota
-        ),
+        lambda: _over_quota_label(tenants.stack, team.namespace) == over_quota,
         what="the reconciler labels the namespace with the tenant's overQuota",
     )
     return team
+
+
+def _over_quota_label(stack: LabgateStack, namespace: str) -> str | None:
+    labels = ((get_json(stack, f"namespace/{namespace}") or {}).get("metadata") or {}).get("labels") or {}
+    value = labels.get("labgate.io/gpu-over-quota")
+    return None if value is None else str(value)
 
 
 def _job(name: str, pods: int, gpus: int) -> dict[str, Any]:
@@ -191,8 +191,15 @@ def test_a_job_in_a_tenant_that_admits_beyond_quota_as_preemptible_still_has_eac
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
     """In a tenant whose GPU pods beyond quota are admitted as preemptible, that decision is each pod's,
-    at its creation: one GPU of 2 free, a Job of 2 one-GPU pods runs both, one of them preemptible."""
-    team = _team(tenants, "preemptible", total=2)
+    at its creation: one GPU of 2 free, a Job of 2 one-GPU pods runs both, one of them preemptible.
+    The tenant refused beyond quota first: the reconciler relabels its namespace when that changes."""
+    team = _team(tenants, "refuse", total=2)
+    change = {"spec": {"gpu": {"total": 2, "models": {"h100": 2}, "overQuota": "preemptible"}}}
+    stack.admin_kubectl("patch", f"tenant/{team.name}", "--type=merge", "-p", json.dumps(change))
+    eventually(
+        lambda: _over_quota_label(stack, team.namespace) == "preemptible",
+        what="the reconciler relabels the namespace preemptible",
+    )
     _hold_one_gpu(team)
     called = _called(stack, EVERY)
     assert team.researcher.apply(_job("burst", 2, 1), team.namespace).returncode == 0
