@@ -234,6 +234,19 @@ def pod_manifest(name: str, *, image: str = "registry.lab.example/research/train
     }
 
 
+def tenant_pool(tenant: str, *, spot: bool = True) -> dict[str, Any]:
+    """A Tenant's node pool named after it, spot or on-demand, tainted for it (spec.placement.nodePools)."""
+    name = f"{tenant}-{'spot' if spot else 'ondemand'}"
+    return {
+        "name": name,
+        "nodeSelector": {"labgate.io/node-pool": name},
+        "tolerations": [
+            {"key": "labgate.io/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"}
+        ],
+        "spot": spot,
+    }
+
+
 def isolation_violations(stack: LabgateStack) -> list[str]:
     """The isolation oracle (tests/isolation_oracle.py) on what the cluster holds now, listed as the
     cluster admin; a resource the API does not serve is an empty list."""

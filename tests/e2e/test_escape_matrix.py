@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from devcluster.stack import LabgateStack
-from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
+from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest, tenant_pool
 from tests.e2e.training_kinds import install_training_crds
 
 pytestmark = [pytest.mark.tenancy, pytest.mark.network, pytest.mark.secrets, pytest.mark.quota]
@@ -45,18 +45,6 @@ class Arena:
 
     def namespace(self, which: str) -> str:
         return {"A": self.a.namespace, "B": self.b.namespace}[which]
-
-
-def _pool(tenant: str, *, spot: bool) -> dict[str, Any]:
-    name = f"{tenant}-{'spot' if spot else 'ondemand'}"
-    return {
-        "name": name,
-        "nodeSelector": {"labgate.io/node-pool": name},
-        "tolerations": [
-            {"key": "labgate.io/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"}
-        ],
-        "spot": spot,
-    }
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +87,7 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
             spec_extra={
                 "namespaces": {"names": [a_name], "prefix": f"{a_name}-"},
                 "gpu": {"total": 8, "models": {"h100": 8}},
-                "placement": {"nodePools": [_pool(a_name, spot=True)], "allowOnDemand": False},
+                "placement": {"nodePools": [tenant_pool(a_name, spot=True)], "allowOnDemand": False},
                 "network": {"allowEgress": False},
                 # One narrow exception: it puts A's namespace at Pod Security "privileged", so what
                 # refuses every other host feature below is labgate's own baseline, control by control.
@@ -115,7 +103,7 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
             spec_extra={
                 "namespaces": {"names": [b_name], "prefix": f"{b_name}-"},
                 "gpu": {"total": 8},
-                "placement": {"nodePools": [_pool(b_name, spot=False)], "allowOnDemand": True},
+                "placement": {"nodePools": [tenant_pool(b_name, spot=False)], "allowOnDemand": True},
                 # B is open to the outside and may expose NodePort Services (not LoadBalancer).
                 "network": {"allowEgress": True, "allowServiceTypes": ["NodePort"]},
             },

@@ -19,25 +19,13 @@ from typing import Any
 import pytest
 
 from devcluster.stack import LabgateStack
-from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
+from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest, tenant_pool
 from tests.unit.gpu.test_gpu_demand import reference_request
 
 pytestmark = [pytest.mark.quota, pytest.mark.tenancy]
 
 IMAGE = "registry.lab.example/research/trainer:v1"
 MODEL = {"nvidia.com/gpu.product": "h100"}
-
-
-def _pool(tenant: str) -> dict[str, Any]:
-    name = f"{tenant}-spot"
-    return {
-        "name": name,
-        "nodeSelector": {"labgate.io/node-pool": name},
-        "tolerations": [
-            {"key": "labgate.io/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"}
-        ],
-        "spot": True,
-    }
 
 
 @dataclass(frozen=True)
@@ -72,11 +60,11 @@ def arena(stack: LabgateStack) -> Iterator[Arena]:
             name=a_name,
             spec_extra={
                 "gpu": {"total": 8, "models": {"h100": 8, "mig-1g.10gb": 2}},
-                "placement": {"nodePools": [_pool(a_name)]},
+                "placement": {"nodePools": [tenant_pool(a_name)]},
             },
         )
         b = factory.create(
-            name=b_name, spec_extra={"gpu": {"total": 8}, "placement": {"nodePools": [_pool(b_name)]}}
+            name=b_name, spec_extra={"gpu": {"total": 8}, "placement": {"nodePools": [tenant_pool(b_name)]}}
         )
         # Claim templates the platform made (a cluster admin is trusted): one per device class used below.
         for template in (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devcluster.stack import LabgateStack
-from tests.e2e.conftest import TenantFactory, TenantUnderTest
+from tests.e2e.conftest import TenantFactory, TenantUnderTest, tenant_pool
 from tests.e2e.test_reconciler import eventually, get_json
 
 pytestmark = [pytest.mark.quota, pytest.mark.tenancy]
@@ -49,25 +49,13 @@ def _called(stack: LabgateStack, webhook: str) -> float:
     return _counter(stack, "apiserver_admission_webhook_request_total", name=webhook, operation="CREATE")
 
 
-def _pool(tenant: str) -> dict[str, Any]:
-    name = f"{tenant}-spot"
-    return {
-        "name": name,
-        "nodeSelector": {"labgate.io/node-pool": name},
-        "tolerations": [
-            {"key": "labgate.io/pool", "operator": "Equal", "value": name, "effect": "NoSchedule"}
-        ],
-        "spot": True,
-    }
-
-
 def _team(tenants: TenantFactory, over_quota: str, total: int) -> TenantUnderTest:
     name = f"sj-{over_quota[:3]}-{uuid.uuid4().hex[:6]}"
     team = tenants.create(
         name=name,
         spec_extra={
             "gpu": {"total": total, "models": {"h100": total}, "overQuota": over_quota},
-            "placement": {"nodePools": [_pool(name)], "allowOnDemand": False},
+            "placement": {"nodePools": [tenant_pool(name)], "allowOnDemand": False},
         },
     )
     eventually(
