@@ -4,7 +4,7 @@ same shape from its templates)."""
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 from labgate.core.tenant import OVER_QUOTA_LABEL, TENANT_LABEL
 from labgate.core.workload_catalog import SCALABLE_WORKLOADS
@@ -177,17 +177,31 @@ def refusing_tenants_match_conditions() -> list[dict[str, str]]:
     return [{"name": SETTLED_JOB_POD_CONDITION, "expression": f"!({settled_job_pod_expression()})"}]
 
 
+class SelectorRequirement(TypedDict):
+    """One matchExpressions entry of a label selector."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists"]
+    values: NotRequired[list[str]]
+
+
+class LabelSelector(TypedDict):
+    """A webhook's namespaceSelector, as labgate writes them: expressions only."""
+
+    matchExpressions: list[SelectorRequirement]
+
+
 def exempt_namespace_selector(
     exempt_namespaces: list[str],
     *,
     tenants_only: bool = False,
     over_quota: Literal["refuse", "other"] | None = None,
-) -> dict[str, Any]:
+) -> LabelSelector:
     """Never intercept kube-system or labgate's own namespace: a broken webhook must not brick the
     cluster. With `tenants_only`, only namespaces labelled for a tenant: an outage of labgate then
     touches the tenants and nothing else. With `over_quota`, only the namespaces labelled
     OVER_QUOTA_LABEL=refuse, or all the others (preemptible, or not labelled yet)."""
-    expressions: list[dict[str, Any]] = [
+    expressions: list[SelectorRequirement] = [
         {
             "key": "kubernetes.io/metadata.name",
             "operator": "NotIn",
@@ -197,8 +211,13 @@ def exempt_namespace_selector(
     if tenants_only:
         expressions.append({"key": TENANT_LABEL, "operator": "Exists"})
     if over_quota is not None:
-        operator = "In" if over_quota == "refuse" else "NotIn"
-        expressions.append({"key": OVER_QUOTA_LABEL, "operator": operator, "values": ["refuse"]})
+        expressions.append(
+            {
+                "key": OVER_QUOTA_LABEL,
+                "operator": "In" if over_quota == "refuse" else "NotIn",
+                "values": ["refuse"],
+            }
+        )
     return {"matchExpressions": expressions}
 
 
@@ -207,7 +226,7 @@ class _Entry(NamedTuple):
 
     name: str
     rules: list[dict[str, Any]]
-    namespace_selector: dict[str, Any]
+    namespace_selector: LabelSelector
     match_conditions: list[dict[str, str]] | None
 
 

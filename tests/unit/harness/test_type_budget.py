@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 SHIPPED = ("cli", "labgate", "webhook", "rbac")
 UNTYPED = "dict[str, Any]"
 # Only goes down (231 before the policy input was typed, issue 30 item 5).
-DICT_STR_ANY_BUDGET = 174
+DICT_STR_ANY_BUDGET = 173
 
 
 def untyped_counts() -> dict[str, int]:
