@@ -77,13 +77,36 @@ def _reconciler_role_helpers() -> str:
     )
 
 
+def _webhook_condition_helpers() -> str:
+    """The webhooks' CEL matchConditions, quoted for the chart."""
+    (settled,) = refusing_tenants_match_conditions()
+    return f"""{{{{/*
+The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
+*/}}}}
+{{{{- define "labgate.namespaceMatchExpression" -}}}}
+{{{{ {_go_string(namespace_match_expression())} | quote }}}}
+{{{{- end }}}}
+
+{{{{/*
+The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request
+but a pod the Job controller makes from a template labgate mutated
+(webhook.registration.settled_job_pod_expression).
+*/}}}}
+{{{{- define "labgate.settledJobPodCondition" -}}}}
+{settled["name"]}
+{{{{- end }}}}
+{{{{- define "labgate.settledJobPodExpression" -}}}}
+{{{{ {_go_string(settled["expression"])} | quote }}}}
+{{{{- end }}}}
+"""
+
+
 def chart_helpers(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> str:
     """charts/labgate/templates/_generated.tpl."""
     resources = "\n".join(
         f"  (list {_go_string(g)} {_go_string(v)} {_go_string(r)})" for g, v, r in workload_resources(kinds)
     )
     priority_classes = json.dumps([DEFAULT_PRIORITY_CLASS, PREEMPTIBLE_PRIORITY_CLASS])
-    (settled,) = refusing_tenants_match_conditions()
     list_rules = "\n".join(
         f'- apiGroups: [{json.dumps(group)}]\n  resources: {json.dumps(resources)}\n  verbs: ["list"]'
         for group, resources in resources_by_group(kinds).items()
@@ -108,25 +131,7 @@ From labgate/core/workload_catalog.py, webhook/registration.py, labgate/core/ten
 {priority_classes}
 {{{{- end }}}}
 
-{_reconciler_role_helpers()}{{{{/*
-The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
-*/}}}}
-{{{{- define "labgate.namespaceMatchExpression" -}}}}
-{{{{ {_go_string(namespace_match_expression())} | quote }}}}
-{{{{- end }}}}
-
-{{{{/*
-The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request
-but a pod the Job controller makes from a template labgate mutated
-(webhook.registration.settled_job_pod_expression).
-*/}}}}
-{{{{- define "labgate.settledJobPodCondition" -}}}}
-{settled["name"]}
-{{{{- end }}}}
-{{{{- define "labgate.settledJobPodExpression" -}}}}
-{{{{ {_go_string(settled["expression"])} | quote }}}}
-{{{{- end }}}}
-
+{_reconciler_role_helpers()}{_webhook_condition_helpers()}
 {{{{/*
 Webhook rules for Pods and the workload kinds (webhook.registration.workload_resources), one per
 resource. Call with a list of operations.
