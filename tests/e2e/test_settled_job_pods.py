@@ -147,8 +147,9 @@ def test_a_job_controllers_settled_pods_are_not_sent_to_the_mutating_webhook_but
 def test_a_pod_that_only_looks_like_a_settled_job_pod_is_still_mutated(
     stack: LabgateStack, tenants: TenantFactory
 ) -> None:
-    """The attacker's pair: a researcher's bare pod that forges the record annotation and a Job owner
-    is still sent to the mutating webhook and mutated: its requester is not the Job controller."""
+    """The attacker's pair: a bare pod that forges the record annotation and a Job owner, created by
+    the researcher and by the tenant admin, is still sent to the mutating webhook and mutated: its
+    requester is not the Job controller."""
     team = _team(tenants, "refuse", total=4)
     forged: dict[str, Any] = {
         "apiVersion": "v1",
@@ -165,14 +166,16 @@ def test_a_pod_that_only_looks_like_a_settled_job_pod_is_still_mutated(
             "containers": [{"name": "train", "image": IMAGE, "imagePullPolicy": "IfNotPresent"}],
         },
     }
-    called = _called(stack, REFUSING)
-    created = team.researcher.kubectl(
-        "create", "-n", team.namespace, "-o", "json", "-f", "-", stdin=json.dumps(forged)
-    )
-    assert created.returncode == 0, created.stderr
-    stored = json.loads(created.stdout)
-    assert [c["imagePullPolicy"] for c in stored["spec"]["containers"]] == ["Always"]
-    assert _called(stack, REFUSING) - called == 1
+    for who, name in ((team.researcher, "forged-r"), (team.admin, "forged-a")):
+        forged["metadata"]["name"] = name
+        called = _called(stack, REFUSING)
+        created = who.kubectl(
+            "create", "-n", team.namespace, "-o", "json", "-f", "-", stdin=json.dumps(forged)
+        )
+        assert created.returncode == 0, created.stderr
+        stored = json.loads(created.stdout)
+        assert [c["imagePullPolicy"] for c in stored["spec"]["containers"]] == ["Always"], who.name
+        assert _called(stack, REFUSING) - called == 1, who.name
 
 
 def test_a_job_in_a_tenant_that_admits_beyond_quota_as_preemptible_still_has_each_pod_mutated(
