@@ -37,6 +37,25 @@ APISERVER_IDLE_CONNECTION_SECONDS = 90
 KEEP_ALIVE_SECONDS = APISERVER_IDLE_CONNECTION_SECONDS + 30
 
 
+class AdmissionServerConfig(uvicorn.Config):
+    """uvicorn's configuration, and what it has no option for: the TLS context sends no session
+    tickets.
+
+    The apiserver's webhook client never resumes a TLS session: client-go's transport
+    (`k8s.io/client-go/transport`, v0.34) sets no `ClientSessionCache`, and without one Go's TLS
+    client ignores the tickets it is sent. It keeps 25 idle connections to a webhook, so a burst
+    above that concurrency opens a new connection for nearly every request (about 650 in a 1,000-pod
+    Job launch). Each TLS 1.3 handshake ended with two tickets the server built for nothing: each
+    one the whole session, the apiserver's client certificate in it, encrypted. Without them a new
+    connection that presents the client certificate costs the replica 1.2 ms of CPU, not 1.6
+    (`benchmarks/tls_handshakes.py`; docs/benchmarks.md, "Cost per pod")."""
+
+    def load(self) -> None:
+        super().load()
+        if self.ssl is not None:
+            self.ssl.num_tickets = 0
+
+
 class CorkedTransport:
     """A transport whose writes of one turn of the event loop go out as one write at the end of it
     (a response's head and body: one TLS record, one send). Everything else is the transport's own;
@@ -126,7 +145,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
-    """How `labgate serve` serves the admission routes: HTTPS, a client certificate from the
+    """How `labgate serve` serves the admission routes: HTTPS without session tickets
+    (AdmissionServerConfig), a client certificate from the
     apiserver when a client CA is set (callers without one fail the TLS handshake, so nothing they
     send reaches the app), request heads within seconds and 64 KiB, idle connections closed after the apiserver's own
     idle timeout (never before it: see KEEP_ALIVE_SECONDS)."""
@@ -135,7 +155,7 @@ def admission_server_config(app: Any, settings: Settings) -> uvicorn.Config:
     client_auth: dict[str, Any] = {}
     if settings.tls_client_ca_file is not None:
         client_auth = {"ssl_ca_certs": str(settings.tls_client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    return uvicorn.Config(
+    return AdmissionServerConfig(
         app,
         host=settings.host,
         port=settings.port,

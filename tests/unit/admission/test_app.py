@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry import _logs, metrics, trace
 
 from cli.offline_admission import Facts, facts_from_manifests, load_manifests
 from devcluster.processes import ManagedProcess, free_port, wait_until
@@ -92,6 +94,36 @@ def refusal_record(caplog: pytest.LogCaptureFixture, uid: str) -> logging.LogRec
     found = [r for r in found if getattr(r, FIELDS_ATTRIBUTE, {}).get("uid") == uid]
     assert len(found) == 1, [r.getMessage() for r in caplog.records]
     return found[0]
+
+
+def test_no_request_asks_for_an_opentelemetry_provider(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """labgate exports no OpenTelemetry. FastAPI's native telemetry, on by default, looks up the
+    global tracer, meter and logger providers on every request; the webhook's app has it off, so an
+    admission request asks for none of them, where FastAPI's default app asks on every request."""
+    asked: list[str] = []
+    for module, name in (
+        (trace, "get_tracer_provider"),
+        (metrics, "get_meter_provider"),
+        (_logs, "get_logger_provider"),
+    ):
+        original = getattr(module, name)
+
+        def counted(original: Any = original, name: str = name) -> Any:
+            asked.append(name)
+            return original()
+
+        monkeypatch.setattr(module, name, counted)
+    response = client.post("/validate", content=json.dumps(REVIEW))
+    assert response.status_code == 200
+    assert response.json()["response"]["allowed"] is False  # no OPA here: refused
+    assert asked == []
+    default = FastAPI()
+    default.get("/ping")(lambda: {"ok": True})
+    with TestClient(default) as plain:
+        assert plain.get("/ping").json() == {"ok": True}
+    assert "get_tracer_provider" in asked
 
 
 def test_not_ready_without_policy_engine(client: TestClient) -> None:

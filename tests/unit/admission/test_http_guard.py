@@ -130,6 +130,22 @@ def test_the_apiserver_is_answered(served: Served) -> None:
     assert b'"allowed":false' in reply  # no OPA here: refused, never admitted
 
 
+def test_no_session_ticket_is_sent_and_every_connection_is_served(served: Served) -> None:
+    """The apiserver never resumes a session (client-go sets no session cache), so the replica
+    sends no TLS 1.3 session ticket; each new connection still completes its handshake with the
+    client certificate and is answered, and one without the certificate still fails."""
+    for _ in range(2):
+        with served.connect(served.apiserver) as sock:
+            sock.sendall(request(REVIEW))
+            reply = answer(sock)  # read to the end: a ticket, if sent, has arrived by now
+            session = sock.session
+            assert sock.version() == "TLSv1.3"
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+        assert session is not None
+        assert not session.has_ticket
+    test_a_caller_without_the_apiservers_certificate_fails_the_handshake(served)
+
+
 def test_an_oversized_body_gets_413(served: Served) -> None:
     with served.connect(served.apiserver) as sock:
         sock.sendall(request(b"x" * (4 * 1024 * 1024))[:4096])  # the declared length is enough
