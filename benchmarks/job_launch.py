@@ -167,6 +167,15 @@ def admission_overloads(metrics_text: str) -> Counter[str]:
     return +found
 
 
+_WEBHOOK_CONNECTIONS = re.compile(r"^labgate_admission_connections_total\s+(?P<value>\S+)", re.MULTILINE)
+
+
+def admission_connections(metrics_text: str) -> int:
+    """From a webhook replica's /metrics text: the connections to its admission port so far whose
+    TLS handshake completed (the apiserver opens one for each concurrent call beyond its 25 idle)."""
+    return sum(round(float(m["value"])) for m in _WEBHOOK_CONNECTIONS.finditer(metrics_text))
+
+
 _WEBHOOK_REFUSAL = re.compile(
     r"^(?P<name>labgate_admission_rule_findings_total|labgate_policy_engine_errors_total)"
     r"\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)",
@@ -414,6 +423,7 @@ class Sample:
     # The webhook replicas' [admission-overloaded] refusals by cause and their waits (admission_overloads).
     overloads: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)  # and their other refusals (webhook_refusals)
+    connections: int = 0  # TLS connections the webhook replicas accepted so far (admission_connections)
 
 
 @dataclass
@@ -430,11 +440,13 @@ class Cluster:
         metrics.raise_for_status()
         overloads: Counter[str] = Counter()
         refusals: Counter[str] = Counter()
+        connections = 0
         for health in self.stack.health_urls.values():
             replica = httpx.get(f"{health}/metrics", timeout=30)
             replica.raise_for_status()
             overloads += admission_overloads(replica.text)
             refusals += webhook_refusals(replica.text)
+            connections += admission_connections(replica.text)
         return Sample(
             time.monotonic(),
             {name: cpu_seconds(pids) for name, pids in self.pids.items()},
@@ -442,6 +454,7 @@ class Cluster:
             refused_creates(metrics.text),
             overloads,
             refusals,
+            connections,
         )
 
     def pod_writes_stopped(self, quiet_seconds: float = 2.0) -> bool:
@@ -543,6 +556,7 @@ class Launch:
     refused: int = 0  # creates labgate refused, as the apiserver counted them (not capped as events are)
     overloads: Counter[str] = field(default_factory=Counter)  # the webhook's, during the launch
     refusals: Counter[str] = field(default_factory=Counter)  # the webhook's other refusals, by rule
+    connections: int = 0  # TLS connections the webhook replicas accepted during the launch
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
@@ -575,12 +589,13 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.refused = after.refused - before.refused
     result.overloads = after.overloads - before.overloads
     result.refusals = after.refusals - before.refusals
+    result.connections = after.connections - before.connections
     result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
         f"refused by labgate {result.refused} (overloaded {dict(result.overloads)}, "
-        f"by rule {dict(result.refusals)}), "
+        f"by rule {dict(result.refusals)}), webhook connections {result.connections}, "
         f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )

@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from labgate.core.metrics import ADMISSION_CONNECTIONS
 from webhook.servers import EVENT_LOOP
 from webhook.settings import Settings
 
@@ -97,6 +98,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _head_bytes = 0  # received of the head awaited (counted by chunk: bytes after it may be included)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        ADMISSION_CONNECTIONS.inc()  # after the TLS handshake: a caller that failed it is not counted
         corked: Any = CorkedTransport(transport, asyncio.get_running_loop())
         super().connection_made(corked)
         self._arm()

@@ -37,6 +37,11 @@ ADMISSION_WAIT_SECONDS = Histogram(
     "Time a request that found every slot taken waited for one (given one, refused or gone)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+ADMISSION_CONNECTIONS = Counter(
+    "labgate_admission_connections_total",
+    "Connections to the admission port whose TLS handshake completed (each a full handshake: the "
+    "apiserver never resumes a session, and opens a connection for each call beyond its 25 idle ones)",
+)
 MEMORY_RETURNS = Counter(
     "labgate_memory_returns_total",
     "Times the replica gave the allocator's free memory back to the system after a burst of admissions",

@@ -18,6 +18,7 @@ import uvicorn
 
 from devcluster.processes import free_port
 from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
+from labgate.core.metrics import ADMISSION_CONNECTIONS
 from tests.unit.apps import app_without_cluster
 from webhook import http_guard
 from webhook.http_guard import admission_server_config
@@ -133,7 +134,9 @@ def test_the_apiserver_is_answered(served: Served) -> None:
 def test_no_session_ticket_is_sent_and_every_connection_is_served(served: Served) -> None:
     """The apiserver never resumes a session (client-go sets no session cache), so the replica
     sends no TLS 1.3 session ticket; each new connection still completes its handshake with the
-    client certificate and is answered, and one without the certificate still fails."""
+    client certificate and is answered (and counted), and one without the certificate still fails
+    (and is not)."""
+    connections = ADMISSION_CONNECTIONS._value.get()
     for _ in range(2):
         with served.connect(served.apiserver) as sock:
             sock.sendall(request(REVIEW))
@@ -143,7 +146,9 @@ def test_no_session_ticket_is_sent_and_every_connection_is_served(served: Served
         assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
         assert session is not None
         assert not session.has_ticket
+    assert ADMISSION_CONNECTIONS._value.get() == connections + 2
     test_a_caller_without_the_apiservers_certificate_fails_the_handshake(served)
+    assert ADMISSION_CONNECTIONS._value.get() == connections + 2
 
 
 def test_an_oversized_body_gets_413(served: Served) -> None:

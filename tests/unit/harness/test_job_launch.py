@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from benchmarks.job_launch import (
     Launch,
+    admission_connections,
     admission_overloads,
     api_writes,
     bound_before,
@@ -29,6 +30,7 @@ from benchmarks.job_launch import (
 )
 from devcluster.kueue import kueue_configuration
 from labgate.core.metrics import (
+    ADMISSION_CONNECTIONS,
     ADMISSION_OVERLOADED,
     ADMISSION_WAIT_SECONDS,
     POLICY_ENGINE_ERRORS,
@@ -285,6 +287,15 @@ def test_admission_overloads_read_the_webhooks_own_exposition() -> None:
         {"line-full": 2, "waited": 1, "waits": 2, "waited_ms": 1250, "waits_over_500ms": 1}
     )
     assert admission_overloads("") == Counter()
+
+
+def test_admission_connections_read_the_webhooks_own_exposition() -> None:
+    """The TLS connections the webhook accepted, from the same exposition, as a launch's difference
+    of two reads (the counter's `_created` sample is not a connection)."""
+    before = admission_connections(generate_latest(REGISTRY).decode())
+    ADMISSION_CONNECTIONS.inc(3)
+    assert admission_connections(generate_latest(REGISTRY).decode()) - before == 3
+    assert admission_connections("") == 0
 
 
 def test_webhook_refusals_are_its_enforced_findings_by_rule_and_its_missing_decisions() -> None:
