@@ -18,21 +18,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
-import os
-import socket
 import ssl
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from benchmarks.webhook_layers import ANSWER, bare_app, review_body
+from benchmarks.replica_load import cpu_per_call, post_review, served
+from benchmarks.webhook_layers import bare_app, review_body
 from devcluster.processes import free_port
 from labgate.core.certificates import issue_serving_cert, make_ca
 from webhook.http_guard import CorkedTransport, admission_server_config
@@ -65,65 +61,26 @@ def serve(protocol: str, port: int, pki: Path) -> None:
     uvicorn.Server(config).run()
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait_for(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the replica exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the replica did not listen within 30 s")
-
-
 def one_run(protocol: str, pki: Path, *, threads: int, requests: int, reconnect_every: int | None) -> float:
     """µs of the replica's CPU per request."""
     port = free_port()
-    replica = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.http_protocols", "--serve", protocol, str(port), str(pki)]
-    )
-    try:
-        _wait_for(port, replica)
+    argv = [sys.executable, "-m", "benchmarks.http_protocols", "--serve", protocol, str(port), str(pki)]
+    with served(argv, port) as replica:
         trust = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         body = review_body()
-        failures: list[str] = []
 
-        def client() -> None:
+        def client(failures: list[str]) -> None:
             connection: http.client.HTTPSConnection | None = None
             for i in range(requests):
                 if connection is None or (reconnect_every and i % reconnect_every == 0):
                     if connection is not None:
                         connection.close()
                     connection = http.client.HTTPSConnection("127.0.0.1", port, context=trust, timeout=10)
-                connection.request(
-                    "POST", "/validate", body=body, headers={"Content-Type": "application/json"}
-                )
-                response = connection.getresponse()
-                if response.read() != ANSWER or response.status != 200:
-                    failures.append(f"{response.status}")
+                post_review(connection, body, failures)
             if connection is not None:
                 connection.close()
 
-        started = _cpu_seconds(replica.pid)
-        workers = [threading.Thread(target=client) for _ in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        spent = _cpu_seconds(replica.pid) - started
-        if failures:
-            raise RuntimeError(f"{len(failures)} requests were not answered as expected: {failures[:3]}")
-        return spent / (threads * requests) * 1e6
-    finally:
-        replica.terminate()
-        replica.wait(timeout=10)
+        return cpu_per_call(replica.pid, client, threads=threads, calls=threads * requests)
 
 
 def main() -> None:

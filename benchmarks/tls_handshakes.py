@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import http.client
 import ssl
-import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import uvicorn
 
-from benchmarks.http_protocols import _cpu_seconds, _wait_for
-from benchmarks.webhook_layers import ANSWER, bare_app, review_body
+from benchmarks.replica_load import cpu_per_call, post_review, served
+from benchmarks.webhook_layers import bare_app, review_body
 from devcluster.processes import free_port
 from labgate.core.certificates import issue_client_cert, issue_serving_cert, make_ca
 from webhook.http_guard import admission_server_config
@@ -59,39 +57,19 @@ def one_run(pki: Path, *, tickets: int, client_certificate: bool, threads: int, 
     """µs of the replica's CPU per connection (one request each)."""
     port = free_port()
     argv = [sys.executable, "-m", "benchmarks.tls_handshakes", "--serve", str(port), str(pki), str(tickets)]
-    replica = subprocess.Popen([*argv, "1" if client_certificate else "0"])
-    try:
-        _wait_for(port, replica)
+    with served([*argv, "1" if client_certificate else "0"], port) as replica:
         context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         if client_certificate:
             context.load_cert_chain(pki / "client.crt", pki / "client.key")
         body = review_body()
-        failures: list[str] = []
 
-        def client() -> None:
+        def client(failures: list[str]) -> None:
             for _ in range(connections // threads):
                 connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-                connection.request(
-                    "POST", "/validate", body=body, headers={"Content-Type": "application/json"}
-                )
-                response = connection.getresponse()
-                if response.read() != ANSWER or response.status != 200:
-                    failures.append(f"{response.status}")
+                post_review(connection, body, failures)
                 connection.close()
 
-        started = _cpu_seconds(replica.pid)
-        workers = [threading.Thread(target=client) for _ in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        spent = _cpu_seconds(replica.pid) - started
-        if failures:
-            raise RuntimeError(f"{len(failures)} requests were not answered as expected: {failures[:3]}")
-        return spent / (threads * (connections // threads)) * 1e6
-    finally:
-        replica.terminate()
-        replica.wait(timeout=10)
+        return cpu_per_call(replica.pid, client, threads=threads, calls=threads * (connections // threads))
 
 
 def write_pki(pki: Path) -> None:

@@ -48,7 +48,7 @@ class AdmissionServerConfig(uvicorn.Config):
     above that concurrency opens a new connection for nearly every request (about 650 in a 1,000-pod
     Job launch). Each TLS 1.3 handshake ended with two tickets the server built for nothing: each
     one the whole session, the apiserver's client certificate in it, encrypted. Without them a new
-    connection that presents the client certificate costs the replica 1.2 ms of CPU, not 1.6
+    connection that presents the client certificate costs the replica 1.2 ms of CPU, not 1.5
     (`benchmarks/tls_handshakes.py`; docs/benchmarks.md, "Cost per pod")."""
 
     def load(self) -> None:
