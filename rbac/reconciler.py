@@ -85,6 +85,11 @@ class Pacing:
     settle_seconds: float = 1.0
     status_seconds: float = 2.0
     busy_share: float = 0.05
+    # The watches of pods, claims and nodes (which feed only settlement and status) are read a burst
+    # at a time (labgate.core.kube.Reflector): an event up to this late changes nothing that waits
+    # for `settle_seconds`, and a Job's burst of pod events costs a wake-up per window instead of
+    # one per event, a third of the reconciler's CPU per pod event (docs/benchmarks.md).
+    watch_batch_seconds: float = 0.05
     clock: Callable[[], float] = time.monotonic
 
     def queues(self) -> tuple[WorkQueue, WorkQueue]:
@@ -198,6 +203,7 @@ class Reconciler:
         self.kueue = kueue
         # The queues first: the doors and the controllers hand each other's work to them.
         settle_queue, status_queue = pacing.queues()
+        self.pacing = pacing
         if doors is None:
             assert api is not None, "an API client or the doors"
             doors = connect(
@@ -297,7 +303,12 @@ class Reconciler:
             # With Kueue, its Workloads: what each tenant has queued (its status).
             *([intake.reflector(self.kube, WORKLOAD, None)] if self.kueue else []),
             Reflector(
-                "pods", self.kube.api, self.kube.lister(POD), on_list=pods.on_list, on_event=pods.on_event
+                "pods",
+                self.kube.api,
+                self.kube.lister(POD),
+                on_list=pods.on_list,
+                on_event=pods.on_event,
+                batch_seconds=self.pacing.watch_batch_seconds,
             ),
         ]
         # Not part of readiness: what the scheduler allocated to claims (the settlement's truth for
@@ -305,7 +316,12 @@ class Reconciler:
         # what the nodes of each tenant's pools hold (its status; statuses go on without it).
         self.optional_reflectors = [
             Reflector(
-                name, self.kube.api, self.kube.lister(kind), on_list=index.on_list, on_event=index.on_event
+                name,
+                self.kube.api,
+                self.kube.lister(kind),
+                on_list=index.on_list,
+                on_event=index.on_event,
+                batch_seconds=self.pacing.watch_batch_seconds,
             )
             for name, kind, index in (
                 ("resourceclaims", RESOURCE_CLAIM, self.settlement.claims),
