@@ -101,6 +101,10 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _WEBHOOK_REJECTIONS = re.compile(
     r"^apiserver_admission_webhook_rejection_count\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE
 )
+_PLUGIN_DURATIONS = re.compile(
+    r"^apiserver_admission_controller_admission_duration_seconds_count\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)",
+    re.MULTILINE,
+)
 _WEBHOOK_SAMPLE = re.compile(
     r"^(?P<name>labgate_admission_overloaded_total|labgate_admission_wait_seconds_(?:count|sum|bucket))"
     r"(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)",
@@ -143,6 +147,36 @@ def refused_creates(metrics_text: str, webhook_part: str = "labgate") -> int:
         if labels.get("operation") == "CREATE" and webhook_part in labels.get("name", ""):
             refused += round(float(sample["value"]))
     return refused
+
+
+def quota_refused_creates(metrics_text: str) -> int:
+    """Creates the apiserver's own ResourceQuota admission refused so far (its
+    apiserver_admission_controller_admission_duration_seconds count, rejected, operation CREATE). It
+    runs after the validating webhooks, so each of these was a create labgate had already admitted:
+    a reservation whose pod never comes, counted until it expires."""
+    refused = 0
+    for sample in _PLUGIN_DURATIONS.finditer(metrics_text):
+        labels = dict(_LABEL.findall(sample["labels"]))
+        if (labels.get("name"), labels.get("operation"), labels.get("rejected")) == (
+            "ResourceQuota",
+            "CREATE",
+            "true",
+        ):
+            refused += round(float(sample["value"]))
+    return refused
+
+
+def created_by_share(
+    created: list[float], start: float, shares: tuple[float, ...] = (0.5, 0.99, 0.999)
+) -> dict[float, float]:
+    """Seconds from `start` until each share of the pods had been created (the first `share` of them
+    in order of creation): how a launch's tail compares with its bulk."""
+    ordered = sorted(created)
+    return (
+        {share: ordered[max(0, math.ceil(share * len(ordered)) - 1)] - start for share in shares}
+        if ordered
+        else {}
+    )
 
 
 def admission_overloads(metrics_text: str) -> Counter[str]:
@@ -424,6 +458,7 @@ class Sample:
     overloads: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)  # and their other refusals (webhook_refusals)
     connections: int = 0  # TLS connections the webhook replicas accepted so far (admission_connections)
+    quota_refused: int = 0  # creates the apiserver's ResourceQuota admission refused so far
 
 
 @dataclass
@@ -455,6 +490,7 @@ class Cluster:
             overloads,
             refusals,
             connections,
+            quota_refused_creates(metrics.text),
         )
 
     def pod_writes_stopped(self, quiet_seconds: float = 2.0) -> bool:
@@ -557,6 +593,8 @@ class Launch:
     overloads: Counter[str] = field(default_factory=Counter)  # the webhook's, during the launch
     refusals: Counter[str] = field(default_factory=Counter)  # the webhook's other refusals, by rule
     connections: int = 0  # TLS connections the webhook replicas accepted during the launch
+    quota_refused: int = 0  # creates the apiserver's ResourceQuota admission refused, after labgate's
+    created_by: dict[float, float] = field(default_factory=dict)  # share of pods -> s until created
     cpu: dict[str, float] = field(default_factory=dict)
     writes: Counter[str] = field(default_factory=Counter)
     load: float = 0.0
@@ -590,12 +628,16 @@ def launch(cluster: Cluster, target: str, shape: str, round_: int, args: argpars
     result.overloads = after.overloads - before.overloads
     result.refusals = after.refusals - before.refusals
     result.connections = after.connections - before.connections
+    result.quota_refused = after.quota_refused - before.quota_refused
+    result.created_by = created_by_share(created, before.at)
     result.workloads = cluster.workloads(namespace)
     print(
         f"{target:8} {shape:7} round {round_}: created {result.created} in {result.to_created_s:.1f} s, "
         f"bound {result.bound} in {result.to_bound_s:.1f} s, FailedCreate {dict(result.failed_create)}, "
         f"refused by labgate {result.refused} (overloaded {dict(result.overloads)}, "
         f"by rule {dict(result.refusals)}), webhook connections {result.connections}, "
+        f"refused by ResourceQuota {result.quota_refused}, created by share "
+        f"{ {f'{share:.1%}': round(s, 1) for share, s in result.created_by.items()} }, "
         f"Kueue Workloads {result.workloads}, load {result.load:.1f}",
         flush=True,
     )

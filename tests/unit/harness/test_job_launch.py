@@ -18,11 +18,13 @@ from benchmarks.job_launch import (
     admission_overloads,
     api_writes,
     bound_before,
+    created_by_share,
     excludes_unlabelled_namespaces,
     failed_create_reason,
     failed_creates,
     is_labgate_reason,
     kueue_rows,
+    quota_refused_creates,
     refused_creates,
     selector_matches,
     webhook_refusals,
@@ -272,6 +274,31 @@ def test_refused_creates_are_the_apiservers_count_of_labgates_webhook_rejections
     )
     assert refused_creates(metrics) == 43
     assert refused_creates("") == 0
+
+
+def test_quota_refused_creates_are_the_resourcequota_plugin_s_rejected_creates_only() -> None:
+    """The apiserver's ResourceQuota admission runs after the validating webhooks: its rejected
+    creates are creates labgate admitted that never became pods."""
+    metric = "apiserver_admission_controller_admission_duration_seconds_count"
+    metrics = "\n".join(
+        [
+            f'{metric}{{name="ResourceQuota",operation="CREATE",rejected="true",type="validate"}} 3',
+            f'{metric}{{name="ResourceQuota",operation="CREATE",rejected="false",type="validate"}} 9000',
+            f'{metric}{{name="ResourceQuota",operation="UPDATE",rejected="true",type="validate"}} 4',
+            f'{metric}{{name="LimitRanger",operation="CREATE",rejected="true",type="validate"}} 5',
+            f'{metric.replace("_count", "_sum")}{{name="ResourceQuota",operation="CREATE",rejected="true",type="validate"}} 0.5',
+        ]
+    )
+    assert quota_refused_creates(metrics) == 3
+    assert quota_refused_creates("") == 0
+
+
+def test_the_share_created_is_read_in_order_of_creation_from_the_launch_s_start() -> None:
+    """A launch whose last pods come long after the rest shows it: 99 % early, 100 % late."""
+    created = [100.0 + i / 100 for i in range(999)] + [400.0]
+    shares = created_by_share(list(reversed(created)), start=100.0, shares=(0.5, 0.99, 1.0))
+    assert shares == pytest.approx({0.5: 4.99, 0.99: 9.89, 1.0: 300.0})
+    assert created_by_share([], start=0.0) == {}
 
 
 def test_admission_overloads_read_the_webhooks_own_exposition() -> None:
