@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labgate.core.tenant import Tenant
+from labgate.core.tenant import MAX_UNSCHEDULED_NAMES, Tenant
 from labgate.gpu_accounting.ledger import GpuAmount
 from rbac.desired import is_subset
 from rbac.tenant_view import gpu_summary, held_text
@@ -67,9 +67,6 @@ def ready_condition(
         if ready
         else "waiting for namespaces to become Active",
     }
-
-
-MAX_UNSCHEDULED_NAMES = 10
 
 
 def gpu_status(

@@ -11,6 +11,7 @@ from typing import Any
 from labgate.core import json_bytes
 from labgate.core.api_resources import Object
 from labgate.core.decisions import Decision, Finding, Mutation
+from labgate.core.tenant import MAX_UNSCHEDULED_NAMES
 from labgate.gpu_accounting.pool_capacity import (
     PoolCapacityDocument,
     capacity_document,
@@ -220,7 +221,8 @@ def unscheduled_holds(tenant: Object) -> HeldDocument | None:
     held, pods = gpu.get("heldByUnscheduled"), gpu.get("unscheduledPods")
     if not isinstance(held, int) or held <= 0 or not isinstance(pods, list) or not pods:
         return None
-    return {"gpus": held, "pods": [str(p) for p in pods]}
+    # The status names at most MAX_UNSCHEDULED_NAMES of them: a full list may be the first of more.
+    return {"gpus": held, "pods": [str(p) for p in pods], "all_named": len(pods) < MAX_UNSCHEDULED_NAMES}
 
 
 def queued_in_kueue(tenant: Object) -> QueuedDocument | None:

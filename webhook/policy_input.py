@@ -74,6 +74,7 @@ class HeldDocument(TypedDict):
 
     gpus: int
     pods: list[str]
+    all_named: bool  # False when the status names only the first MAX_UNSCHEDULED_NAMES of them
 
 
 class QueuedDocument(TypedDict):

@@ -27,6 +27,8 @@ OVER_QUOTA_LABEL = "labgate.io/gpu-over-quota"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "labgate"
 FINALIZER = "labgate.io/cleanup"
+# status.gpu.unscheduledPods names at most this many of the pods that hold quota unscheduled.
+MAX_UNSCHEDULED_NAMES = 10
 # On a Secret: only pods running as this service account (of the same namespace) may use it.
 RESTRICTED_SECRET_ANNOTATION = "labgate.io/restricted-to-service-account"  # noqa: S105 - an annotation key
 

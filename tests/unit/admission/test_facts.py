@@ -292,7 +292,15 @@ def test_the_pools_are_read_from_a_current_status_only(status: dict[str, Any], p
 @pytest.mark.parametrize(
     ("status", "held"),
     [
-        ({"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["p"]}}, {"gpus": 8, "pods": ["p"]}),
+        (
+            {"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["p"]}},
+            {"gpus": 8, "pods": ["p"], "all_named": True},
+        ),
+        # The status names the first ten: those may be some of the pods that hold the GPUs.
+        (
+            {"gpu": {"heldByUnscheduled": 4676, "unscheduledPods": [f"p{i}" for i in range(10)]}},
+            {"gpus": 4676, "pods": [f"p{i}" for i in range(10)], "all_named": False},
+        ),
         ({"gpu": {"heldByUnscheduled": 0}}, None),
         ({"gpu": {"heldByUnscheduled": "8", "unscheduledPods": ["p"]}}, None),
         ({}, None),

@@ -262,7 +262,11 @@ def test_what_pods_not_yet_scheduled_hold_is_kept_from_the_status_and_not_pushed
     assert sync.statuses.held_by_unscheduled("vision") is None
     waiting = {"gpu": {"heldByUnscheduled": 8, "unscheduledPods": ["gpu-experiment-dzjhx"]}}
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", status=waiting))
-    assert sync.statuses.held_by_unscheduled("vision") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    assert sync.statuses.held_by_unscheduled("vision") == {
+        "gpus": 8,
+        "pods": ["gpu-experiment-dzjhx"],
+        "all_named": True,
+    }
     sync.reflectors["tenants"].on_event("MODIFIED", tenant("vision", "alice", "bob"))  # a real change
     sync.opa.wait_for(lambda: len(sync.opa.patches) >= 1)
     assert [op["path"] for patch in sync.opa.patches for op in patch] == ["/tenants/vision"]

@@ -153,15 +153,26 @@ _usage_decides(tenant, d) if {
 }
 
 # Of that usage, what admitted pods the scheduler has not bound yet hold (input.gpu_held, as the
-# Tenant's status last said it): they count until they run or are deleted.
+# Tenant's status last said it): they count until they run or are deleted. The status names the first
+# few such pods only (all_named false): their count is then not the number of pods that hold the GPUs.
 _held_text := sprintf(", %v held by %s not yet scheduled: %s", [
 	input.gpu_held.gpus,
 	gpu_text.plural(count(input.gpu_held.pods), "pod"),
 	concat(", ", input.gpu_held.pods),
 ]) if {
+	_holds_named
+	object.get(input.gpu_held, "all_named", true)
+} else := sprintf(", %v held by pods not yet scheduled, among them %s", [
+	input.gpu_held.gpus,
+	concat(", ", input.gpu_held.pods),
+]) if {
+	_holds_named
+} else := ""
+
+_holds_named if {
 	input.gpu_held.gpus > 0
 	count(input.gpu_held.pods) > 0
-} else := ""
+}
 
 # The limits the pod's demand exceeds on its own, whatever else runs: waiting can never help those.
 _alone_over(tenant, d) := array.concat(
