@@ -19,10 +19,12 @@ labgate-to-baseline ratios read alike. In rounds, for both shapes (a Job of N id
 parallelism = completions = N, and an Indexed Job of the same size) and both targets (labgate, or
 labgate with Kueue; baseline), interleaved so that the machine's noise hits both alike:
 
-  - apply -> all N pods created and apply -> all N bound, from a cluster-wide pod watch;
+  - apply -> all N pods created and apply -> all N bound, from a cluster-wide pod watch, and when
+    half, 99 % and 99.9 % of them had been created (a launch's last few pods against its bulk);
   - FailedCreate events on the Job (count and reasons; a reason naming a labgate webhook is labgate's);
   - the creates labgate's webhooks refused, from the apiserver's apiserver_admission_webhook_rejection_count
-    (the events stop at 25 a Job: client-go's event spam filter);
+    (the events stop at 25 a Job: client-go's event spam filter), and those Kubernetes' ResourceQuota
+    admission refused after them (apiserver_admission_controller_admission_duration_seconds);
   - CPU seconds of each process (/proc utime + stime of it and its children, before and after), RSS;
   - the apiserver's writes by resource (apiserver_request_total, verbs POST/PUT/PATCH/DELETE, before
     and after, from its /metrics);
