@@ -197,12 +197,12 @@ class _Statuses:
 
 # Issue 22 item 6: a GPU pod's refusal quotes what the tenant's pods not yet scheduled hold.
 def test_a_gpu_pod_gets_what_pods_not_yet_scheduled_hold() -> None:
-    holding = _Statuses(held={"gpus": 8, "pods": ["gpu-experiment-dzjhx"]})
+    holding = _Statuses(held={"gpus": 8, "pods": ["gpu-experiment-dzjhx"], "all_named": True})
     gatherer = FactGatherer(
         inventory=_Inventory(), tenant_facts=TenantFacts(gpu_usage=_Usage(), tenant_status=holding)
     )
     policy_input, _, _ = asyncio.run(gatherer.gather(_pod()))
-    assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"]}
+    assert policy_input.get("gpu_held") == {"gpus": 8, "pods": ["gpu-experiment-dzjhx"], "all_named": True}
     # No status facts, or a status that does not say it: nothing added.
     for statuses in (None, _Statuses()):
         gatherer = FactGatherer(

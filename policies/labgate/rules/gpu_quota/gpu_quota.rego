@@ -161,7 +161,7 @@ _held_text := sprintf(", %v held by %s not yet scheduled: %s", [
 	concat(", ", input.gpu_held.pods),
 ]) if {
 	_holds_named
-	object.get(input.gpu_held, "all_named", true)
+	object.get(input.gpu_held, "all_named", true) == true
 } else := sprintf(", %v held by pods not yet scheduled, among them %s", [
 	input.gpu_held.gpus,
 	concat(", ", input.gpu_held.pods),
