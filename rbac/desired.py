@@ -37,6 +37,8 @@ TENANT_ADMIN_ROLE = "labgate:tenant-admin"
 # Kubernetes' built-in read-only role (aggregated), what a tenant's viewers are bound to.
 VIEWER_ROLE = "view"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Kubernetes' ResourceQuota behind the webhook's ledger in each tenant namespace (_gpu_quota).
+GPU_BACKSTOP_NAME = "labgate-gpu"
 # The cloud metadata addresses (policy config metadata_addresses: the reconciler's --gpu-config);
 # the baseline egress of a tenant with allowEgress opens IPv4 but these.
 METADATA_ADDRESSES = ("169.254.169.254", "fd00:ec2::254")
@@ -253,7 +255,7 @@ def _gpu_quota(tenant: Tenant, namespace: str, total: int) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": _meta("labgate-gpu", tenant.name, namespace),
+        "metadata": _meta(GPU_BACKSTOP_NAME, tenant.name, namespace),
         # A backstop per namespace; the tenant-wide limit across namespaces is the webhook's ledger.
         # Preemptible pods admitted beyond quota (overQuota: preemptible) are not counted.
         "spec": {

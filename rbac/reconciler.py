@@ -41,6 +41,8 @@ from labgate.core.tenant import MANAGED_BY, MANAGED_BY_LABEL, TenantLimits
 from labgate.gpu_accounting.demand import GpuCounting
 from labgate.gpu_accounting.ledger_store import LedgerCache, LedgerStore
 from labgate.gpu_accounting.settled_pods import SettledPods
+from rbac.backstop_recount import SWEEP_SECONDS as BACKSTOP_SWEEP_SECONDS
+from rbac.backstop_recount import BackstopRecount
 from rbac.cert_rotation import CertificateManager, rotation_task
 from rbac.desired import METADATA_ADDRESSES
 from rbac.event_intake import EventIntake
@@ -284,6 +286,9 @@ class Reconciler:
             nodes=nodes,
         )
         self.queue_routes = QueueRoutes(self.cache, self.tenants, self.status)
+        self.backstop = BackstopRecount(
+            self.kube, self.cache, self.settlement.pods.in_namespaces, events=events
+        )
         queues = {
             Queue.PROVISIONING: self.tenants.queue,
             Queue.SETTLEMENT: self.settlement.queue,
@@ -340,6 +345,7 @@ class Reconciler:
                 self.settlement.enqueue_pending_reservations,
                 first_after=LEDGER_SWEEP_SECONDS,
             ),
+            PeriodicTask("gpu-backstop-recount", BACKSTOP_SWEEP_SECONDS, self.backstop.sweep),
         ]
         if certificates is not None:
             tasks.append(rotation_task(certificates, every_seconds=certificate_check_seconds))

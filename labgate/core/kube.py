@@ -340,6 +340,13 @@ class KubeApi:
             "PUT", kind.path(namespace=metadata.get("namespace"), name=metadata["name"]), body=obj
         )
 
+    def replace_status(self, kind: Kind, obj: Object) -> Object:
+        """PUT `obj`'s status subresource; its metadata.resourceVersion is the precondition (a version
+        written since fails with `ApiException` 409)."""
+        metadata = obj["metadata"]
+        path = kind.path(namespace=metadata.get("namespace"), name=metadata["name"]) + "/status"
+        return self._call("PUT", path, body=obj)
+
     def get(
         self, kind: Kind, name: str, *, namespace: str | None = None, timeout: float = 10
     ) -> Object | None:

@@ -20,7 +20,13 @@ from devcluster.stack import opa_argv
 from devcluster.tools import REPO_ROOT, ensure_tools, pinned_versions
 from labgate.core.tenant import DEFAULT_PRIORITY_CLASS
 from rbac.cert_lifetimes import Lifetimes, lifetimes_from
-from rbac.desired import RESEARCHER_ROLE, TENANT_ADMIN_ROLE, VIEWER_ROLE, shared_priority_classes
+from rbac.desired import (
+    GPU_BACKSTOP_NAME,
+    RESEARCHER_ROLE,
+    TENANT_ADMIN_ROLE,
+    VIEWER_ROLE,
+    shared_priority_classes,
+)
 from webhook.provenance.settings import ProvenanceSettings
 from webhook.registration import (
     MUTATING_CLUSTER_WEBHOOK_NAME,
@@ -810,6 +816,17 @@ def test_reconciler_rbac_covers_what_it_manages(default_manifests: list[Manifest
     names = [c["metadata"]["name"] for c in shared_priority_classes()]
     assert [r["resourceNames"] for r in priority if "resourceNames" in r] == [names]
     assert DEFAULT_PRIORITY_CLASS in names
+    # the GPU backstop's count given back (rbac/backstop_recount.py): its status only, by its name
+    statuses = [r for r in one(default_manifests, "ClusterRole", "labgate-reconciler")["rules"]
+                if r["resources"] == ["resourcequotas/status"]]  # fmt: skip
+    assert statuses == [
+        {
+            "apiGroups": [""],
+            "resources": ["resourcequotas/status"],
+            "resourceNames": [GPU_BACKSTOP_NAME],
+            "verbs": ["update"],
+        }
+    ]
     events = one(default_manifests, "Role", "labgate-reconciler-events")
     assert events["metadata"]["namespace"] == "default"  # where rbac/reconciler.py records Tenant events
 
