@@ -2,7 +2,7 @@
 
 | generated | from |
 | --- | --- |
-| `charts/labgate/templates/_generated.tpl` | the workload kinds the webhooks register and the audit lists (`labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`, through `webhook.registration.workload_resources`), the webhooks' CEL (`webhook.registration.namespace_match_expression`, `webhook.registration.settled_job_pod_expression`), the tenant and over-quota labels and the PriorityClass names (`labgate.core.tenant`), the ClusterRoles the reconciler escalates and binds by name (`rbac.desired`) |
+| `charts/labgate/templates/_generated.tpl` | the workload kinds the webhooks register and the audit lists (`labgate.core.workload_catalog.BUILTIN_WORKLOAD_KINDS`, through `webhook.registration.workload_resources`), the webhooks' CEL (`webhook.registration.namespace_match_expression`, `webhook.registration.settled_job_pod_expression`, `webhook.registration.finalizer_removal_expression`), the tenant and over-quota labels and the PriorityClass names (`labgate.core.tenant`), the ClusterRoles the reconciler escalates and binds by name (`rbac.desired`) |
 | `policies/labgate/workloads/data.json` | `data.labgate.workloads`: the workload kinds and the field where each says how many pods it runs |
 | `policies/labgate/config/data.json` | its keys `tenant_label`, `preemptible_label`, `preemptible_priority_class`, `preemptible_priority_value` (the other keys are the infra team's) |
 | `policies/labgate/config/scheduling/data.json` | its key `research_priority_classes` |
@@ -30,6 +30,7 @@ from rbac.desired import roles_bound_beyond_the_reconciler, roles_granted_beyond
 from webhook.registration import (
     namespace_match_expression,
     refusing_tenants_match_conditions,
+    tenant_namespaces_match_conditions,
     workload_resources,
 )
 
@@ -80,6 +81,7 @@ def _reconciler_role_helpers() -> str:
 def _webhook_condition_helpers() -> str:
     """The webhooks' CEL matchConditions, quoted for the chart."""
     (settled,) = refusing_tenants_match_conditions()
+    (finalizers,) = tenant_namespaces_match_conditions()
     return f"""{{{{/*
 The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
 */}}}}
@@ -97,6 +99,17 @@ but a pod the Job controller makes from a template labgate mutated
 {{{{- end }}}}
 {{{{- define "labgate.settledJobPodExpression" -}}}}
 {{{{ {_go_string(settled["expression"])} | quote }}}}
+{{{{- end }}}}
+
+{{{{/*
+The matchCondition of the validating webhook for tenant namespaces, quoted: every request but the
+Job controller taking its finalizer off a pod (webhook.registration.finalizer_removal_expression).
+*/}}}}
+{{{{- define "labgate.finalizerRemovalCondition" -}}}}
+{finalizers["name"]}
+{{{{- end }}}}
+{{{{- define "labgate.finalizerRemovalExpression" -}}}}
+{{{{ {_go_string(finalizers["expression"])} | quote }}}}
 {{{{- end }}}}
 """
 

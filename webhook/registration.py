@@ -21,6 +21,12 @@ MUTATING_CLUSTER_WEBHOOK_NAME = "mutate-cluster.labgate.io"
 # there it is not called for a Job controller's pod that needs nothing more (settled_job_pod_expression).
 MUTATING_REFUSING_WEBHOOK_NAME = "mutate-refusing-tenants.labgate.io"
 SETTLED_JOB_POD_CONDITION = "not-a-settled-job-pod"
+# The condition of the validating webhook for tenant namespaces: it is not called for the Job
+# controller taking its own finalizer off a pod (finalizer_removal_expression).
+FINALIZER_REMOVAL_CONDITION = "not-a-job-controller-finalizer-removal"
+# What a pod UPDATE changes without changing the pod: the API server's bookkeeping, and the
+# finalizers the rest of FINALIZER_REMOVAL_CONDITION checks only ever shrink.
+_POD_BOOKKEEPING = ("finalizers", "resourceVersion", "managedFields")
 # What policies/labgate/mutations/record writes on an object and on each pod template it mutates.
 MUTATION_RECORD_ANNOTATION = "labgate.io/mutations"
 # Who creates a Job's pods: the Job controller's own identity (kube-controller-manager with
@@ -172,6 +178,42 @@ def settled_job_pod_expression() -> str:
     )
 
 
+def finalizer_removal_expression() -> str:
+    """CEL: whether a Pod UPDATE is the Job controller taking finalizers off a pod and changing
+    nothing else.
+
+    The Job controller puts `batch.kubernetes.io/job-tracking` on every pod it creates and takes it
+    off when the pod ends or is deleted: one UPDATE of every Job pod, which would otherwise reach
+    the validating webhook at the end of every copy of every Job (10,000 of them when a 10,000-pod
+    Job is deleted). Such an UPDATE cannot make anything labgate judges worse: the spec, labels,
+    annotations and owners are as they were admitted, and a finalizer going only lets the pod go.
+    Refusing it (a policy tightened since the pod was admitted, an overloaded replica) would keep the
+    pod, and the GPUs its node counts for it, from ever going. Only the Job controller's identity is
+    spared, never a member's: a member who may write a pod is still judged for any UPDATE, finalizers
+    included. The spec is compared whole, not by `metadata.generation`, which API servers before
+    Kubernetes 1.34 do not raise for a pod."""
+    users = ", ".join(f"'{u}'" for u in JOB_CONTROLLER_USERS)
+    kept = ", ".join(f"'{k}'" for k in _POD_BOOKKEEPING)
+    return (
+        "request.resource.group == '' && request.resource.resource == 'pods' && "
+        "(!has(request.subResource) || request.subResource == '') && "
+        "request.operation == 'UPDATE' && "
+        f"request.userInfo.username in [{users}] && "
+        "object.spec == oldObject.spec && "
+        f"object.metadata.all(k, k in [{kept}] || "
+        "(k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && "
+        f"oldObject.metadata.all(k, k in [{kept}] || k in object.metadata) && "
+        "(!has(object.metadata.finalizers) || object.metadata.finalizers.all(f, "
+        "has(oldObject.metadata.finalizers) && f in oldObject.metadata.finalizers))"
+    )
+
+
+def tenant_namespaces_match_conditions() -> list[dict[str, str]]:
+    """VALIDATING_WEBHOOK_NAME's matchConditions: every request but the Job controller taking its
+    finalizer off a pod."""
+    return [{"name": FINALIZER_REMOVAL_CONDITION, "expression": f"!({finalizer_removal_expression()})"}]
+
+
 def refusing_tenants_match_conditions() -> list[dict[str, str]]:
     """MUTATING_REFUSING_WEBHOOK_NAME's matchConditions: every request but a settled Job pod's."""
     return [{"name": SETTLED_JOB_POD_CONDITION, "expression": f"!({settled_job_pod_expression()})"}]
@@ -242,7 +284,10 @@ def _entries(kind: str, rules: list[dict[str, Any]], exempt_namespaces: list[str
     )
     if kind != _MUTATING:
         tenants = exempt_namespace_selector(exempt_namespaces, tenants_only=True)
-        return [_Entry(VALIDATING_WEBHOOK_NAME, namespaced, tenants, None), cluster_entry]
+        return [
+            _Entry(VALIDATING_WEBHOOK_NAME, namespaced, tenants, tenant_namespaces_match_conditions()),
+            cluster_entry,
+        ]
     return [
         _Entry(
             MUTATING_WEBHOOK_NAME,

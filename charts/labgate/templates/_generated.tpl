@@ -54,6 +54,17 @@ not-a-settled-job-pod
 {{- end }}
 
 {{/*
+The matchCondition of the validating webhook for tenant namespaces, quoted: every request but the
+Job controller taking its finalizer off a pod (webhook.registration.finalizer_removal_expression).
+*/}}
+{{- define "labgate.finalizerRemovalCondition" -}}
+not-a-job-controller-finalizer-removal
+{{- end }}
+{{- define "labgate.finalizerRemovalExpression" -}}
+{{ "!(request.resource.group == '' && request.resource.resource == 'pods' && (!has(request.subResource) || request.subResource == '') && request.operation == 'UPDATE' && request.userInfo.username in ['system:serviceaccount:kube-system:job-controller', 'system:kube-controller-manager'] && object.spec == oldObject.spec && object.metadata.all(k, k in ['finalizers', 'resourceVersion', 'managedFields'] || (k in oldObject.metadata && object.metadata[k] == oldObject.metadata[k])) && oldObject.metadata.all(k, k in ['finalizers', 'resourceVersion', 'managedFields'] || k in object.metadata) && (!has(object.metadata.finalizers) || object.metadata.finalizers.all(f, has(oldObject.metadata.finalizers) && f in oldObject.metadata.finalizers)))" | quote }}
+{{- end }}
+
+{{/*
 Webhook rules for Pods and the workload kinds (webhook.registration.workload_resources), one per
 resource. Call with a list of operations.
 */}}

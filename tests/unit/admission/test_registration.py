@@ -33,7 +33,12 @@ def test_exempt_namespaces_and_never_leases_events_or_nodes() -> None:
             exempt,
             {"key": "labgate.io/tenant", "operator": "Exists"},
         ]
-        assert "matchConditions" not in namespaced
+        # The validating one spares only the Job controller taking its finalizer off a pod.
+        assert [c["name"] for c in namespaced.get("matchConditions", [])] == (
+            ["not-a-job-controller-finalizer-removal"]
+            if configuration["kind"] == "ValidatingWebhookConfiguration"
+            else []
+        )
         assert {r["scope"] for r in namespaced["rules"]} == {"Namespaced"}
         assert {"pods", "jobs", "pytorchjobs", "rayclusters", "jobsets"} <= {
             r for rule in namespaced["rules"] for r in rule["resources"]
@@ -127,4 +132,29 @@ def test_the_mutating_webhook_is_split_by_whether_the_tenant_refuses_gpu_pods_be
         "validate.labgate.io",
         "validate-cluster.labgate.io",
     ]
-    assert "matchConditions" not in validating["webhooks"][0]
+    assert "not-a-settled-job-pod" not in str(validating["webhooks"][0].get("matchConditions"))
+
+
+def test_only_the_job_controller_taking_finalizers_off_a_pod_skips_the_validating_webhook() -> None:
+    """The condition names the Job controller's identities, the pods resource without a
+    subresource, UPDATE only, and compares the spec and every metadata field but the bookkeeping
+    ones; the finalizers may only shrink."""
+    validating = webhook_configurations(
+        name="labgate", urls=["https://a"], ca_bundle_pem=b"CA", exempt_namespaces=["kube-system"]
+    )[1]["webhooks"][0]
+    (condition,) = validating["matchConditions"]
+    expression = condition["expression"]
+    assert expression.startswith("!(")
+    assert expression.endswith(")")
+    for needle in (
+        "request.resource.resource == 'pods'",
+        "request.subResource == ''",
+        "request.operation == 'UPDATE'",
+        "'system:serviceaccount:kube-system:job-controller'",
+        "object.spec == oldObject.spec",
+        "k in ['finalizers', 'resourceVersion', 'managedFields']",
+        "f in oldObject.metadata.finalizers",
+    ):
+        assert needle in expression, needle
+    assert "CREATE" not in expression
+    assert "generation" not in expression
