@@ -16,7 +16,7 @@ import pytest
 from devcluster.stack import LabgateStack
 from tests.e2e.conftest import Researcher, TenantFactory, TenantUnderTest
 from tests.e2e.test_reconciler import eventually, get_json
-from tests.e2e.test_settled_job_pods import IMAGE, _counter, _team
+from tests.e2e.test_settled_job_pods import IMAGE, _counter, _job, _pods, _team
 
 pytestmark = [pytest.mark.tenancy]
 
@@ -38,24 +38,10 @@ def _called(stack: LabgateStack) -> float:
 def _unschedulable_job(name: str) -> dict[str, Any]:
     """Two pods no node can hold: they stay unbound, so only the Job controller ever takes their
     finalizer off (KWOK, which plays the kubelet, takes the finalizers off pods it runs)."""
-    container = {"name": "train", "image": IMAGE, "resources": {"requests": {"cpu": "100000"}}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": 2,
-            "completions": 2,
-            "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
-        },
-    }
-
-
-def _job_pods(stack: LabgateStack, namespace: str, job: str) -> list[dict[str, Any]]:
-    listed = get_json(stack, "pods", "-n", namespace, "-l", f"job-name={job}") or {}
-    items: list[dict[str, Any]] = listed.get("items", [])
-    return items
+    job = _job(name, 2, 0)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    container["resources"] = {"requests": {"cpu": "100000"}}
+    return job
 
 
 def test_the_job_controller_takes_its_finalizers_off_without_calling_the_validating_webhook(
@@ -69,7 +55,7 @@ def test_the_job_controller_takes_its_finalizers_off_without_calling_the_validat
         lambda: (
             [
                 JOB_TRACKING in p["metadata"].get("finalizers", [])
-                for p in _job_pods(stack, team.namespace, "idle")
+                for p in _pods(stack, team.namespace, "idle")
             ]
             == [True, True]
         ),
@@ -81,7 +67,7 @@ def test_the_job_controller_takes_its_finalizers_off_without_calling_the_validat
         "patch", "job", "idle", "-n", team.namespace, "--type=merge", "-p", suspend
     )
     assert suspended.returncode == 0, suspended.stderr
-    eventually(lambda: not _job_pods(stack, team.namespace, "idle"), what="the suspended Job's pods are gone")
+    eventually(lambda: not _pods(stack, team.namespace, "idle"), what="the suspended Job's pods are gone")
     assert _excluded(stack) - excluded >= 2
 
 
