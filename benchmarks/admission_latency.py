@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -180,8 +181,7 @@ def gpu_used(stack: LabgateStack, tenant: str) -> int | None:
     return used if isinstance(used, int) else None
 
 
-def run(requests: int, concurrency: int) -> tuple[list[Result], dict[str, str]]:
-    workdir = Path(tempfile.mkdtemp(prefix="labgate-bench-"))
+def run(requests: int, concurrency: int, workdir: Path) -> tuple[list[Result], dict[str, str]]:
     results: list[Result] = []
     with LabgateStack(workdir) as stack:
         tenant: dict[str, Any] = {
@@ -351,7 +351,11 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--write", type=Path, help="replace the results section of this markdown file")
     args = parser.parse_args()
-    results, facts = run(args.requests, args.concurrency)
+    workdir = Path(tempfile.mkdtemp(prefix="labgate-bench-"))
+    try:
+        results, facts = run(args.requests, args.concurrency, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs
     table = markdown(results, facts, requests=args.requests, concurrency=args.concurrency)
     print(table)
     if args.write:

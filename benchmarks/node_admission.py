@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -135,7 +136,10 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="replace the node-admission section of this markdown file")
     args = parser.parse_args()
     load = Load(args.rate, args.seconds, Path(tempfile.mkdtemp(prefix="labgate-node-bench-")))
-    table = markdown(run(load), rate=args.rate, seconds=args.seconds)
+    try:
+        table = markdown(run(load), rate=args.rate, seconds=args.seconds)
+    finally:
+        shutil.rmtree(load.workdir, ignore_errors=True)  # the node's state and the logs
     print(table)
     if args.write:
         replace_section(args.write, "node-admission", table)

@@ -26,6 +26,7 @@ import base64
 import json
 import os
 import platform
+import shutil
 import ssl
 import subprocess
 import sys
@@ -500,12 +501,11 @@ def started(process: ManagedProcess | None) -> Iterator[ManagedProcess | None]:
             process.stop()
 
 
-def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:  # noqa: PLR0912, PLR0915 - one run, in order
+def run(args: argparse.Namespace, workdir: Path) -> tuple[list[Row], dict[str, Any]]:  # noqa: PLR0912, PLR0915 - one run, in order
     # Never builds: toolchain/build.sh makes vegeta and Gatekeeper (Gatekeeper is left out when not built).
     if not tool("vegeta").is_built:
         raise SystemExit("vegeta is not built: run toolchain/build.sh vegeta")
     with_gatekeeper = tool("gatekeeper").is_built and not args.without_gatekeeper
-    workdir = Path(tempfile.mkdtemp(prefix="labgate-side-by-side-"))
     rows: dict[tuple[str, str, int, str], Row] = {}
     facts: dict[str, Any] = {"loads": [load_average()]}
     run_started = time.monotonic()
@@ -1038,7 +1038,11 @@ def main() -> int:
     )
     parser.add_argument("--write", type=Path, help="replace the side-by-side section of this markdown file")
     args = parser.parse_args()
-    rows, facts = run(args)
+    workdir = Path(tempfile.mkdtemp(prefix="labgate-side-by-side-"))
+    try:
+        rows, facts = run(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # etcd's data and the logs: about 500 MB
     table = markdown(rows, facts, args)
     print(table)
     if args.write:
