@@ -78,40 +78,48 @@ def _reconciler_role_helpers() -> str:
     )
 
 
+def _match_condition_defines(prefix: str, comment: str, condition: dict[str, str]) -> str:
+    """A matchCondition as two chart defines, `<prefix>Condition` (its name) and `<prefix>Expression`
+    (its CEL, quoted), under `comment`."""
+    return f"""{{{{/*
+{comment}
+*/}}}}
+{{{{- define "labgate.{prefix}Condition" -}}}}
+{condition["name"]}
+{{{{- end }}}}
+{{{{- define "labgate.{prefix}Expression" -}}}}
+{{{{ {_go_string(condition["expression"])} | quote }}}}
+{{{{- end }}}}
+"""
+
+
 def _webhook_condition_helpers() -> str:
     """The webhooks' CEL matchConditions, quoted for the chart."""
     (settled,) = refusing_tenants_match_conditions()
     (finalizers,) = tenant_namespaces_match_conditions()
-    return f"""{{{{/*
+    namespace = f"""{{{{/*
 The cluster-scoped webhooks' CEL matchCondition, quoted (webhook.registration.namespace_match_expression).
 */}}}}
 {{{{- define "labgate.namespaceMatchExpression" -}}}}
 {{{{ {_go_string(namespace_match_expression())} | quote }}}}
 {{{{- end }}}}
 
-{{{{/*
-The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request
-but a pod the Job controller makes from a template labgate mutated
-(webhook.registration.settled_job_pod_expression).
-*/}}}}
-{{{{- define "labgate.settledJobPodCondition" -}}}}
-{settled["name"]}
-{{{{- end }}}}
-{{{{- define "labgate.settledJobPodExpression" -}}}}
-{{{{ {_go_string(settled["expression"])} | quote }}}}
-{{{{- end }}}}
-
-{{{{/*
-The matchCondition of the validating webhook for tenant namespaces, quoted: every request but the
-Job controller taking its finalizer off a pod (webhook.registration.finalizer_removal_expression).
-*/}}}}
-{{{{- define "labgate.finalizerRemovalCondition" -}}}}
-{finalizers["name"]}
-{{{{- end }}}}
-{{{{- define "labgate.finalizerRemovalExpression" -}}}}
-{{{{ {_go_string(finalizers["expression"])} | quote }}}}
-{{{{- end }}}}
 """
+    settled_comment = (
+        "The matchCondition of the mutating webhook for refusing tenants' namespaces, quoted: every request\n"
+        "but a pod the Job controller makes from a template labgate mutated\n"
+        "(webhook.registration.settled_job_pod_expression)."
+    )
+    finalizers_comment = (
+        "The matchCondition of the validating webhook for tenant namespaces, quoted: every request but the\n"
+        "Job controller taking its finalizer off a pod (webhook.registration.finalizer_removal_expression)."
+    )
+    return (
+        namespace
+        + _match_condition_defines("settledJobPod", settled_comment, settled)
+        + "\n"
+        + _match_condition_defines("finalizerRemoval", finalizers_comment, finalizers)
+    )
 
 
 def chart_helpers(kinds: tuple[WorkloadKind, ...] = BUILTIN_WORKLOAD_KINDS) -> str:
